@@ -1,0 +1,102 @@
+//! The [`VectorIndex`] trait: the one contract every engine implements.
+
+use crate::error::Result;
+use crate::heap::Neighbor;
+use crate::metric::Metric;
+use crate::seq::Seq;
+
+/// A predicate on external ids, evaluated during the traversal: only ids for
+/// which it returns `true` may appear in the results.
+pub type Filter<'a> = &'a (dyn Fn(u64) -> bool + Sync);
+
+/// Per-query knobs. Fields an engine does not use are ignored by it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SearchParams {
+    /// Size of the dynamic candidate list of graph searches (HNSW's `ef`,
+    /// Vamana's `L`). `None` uses the engine's default; it is raised to `k`.
+    pub ef: Option<usize>,
+}
+
+impl SearchParams {
+    pub fn with_ef(ef: usize) -> Self {
+        SearchParams { ef: Some(ef) }
+    }
+}
+
+/// Counters and sizes an engine reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexStats {
+    /// Live (searchable) vectors.
+    pub live: usize,
+    /// Node slots holding a live or a not-yet-reclaimed deleted vector.
+    pub slots_used: usize,
+    /// Slots allocated (used, free or never used).
+    pub capacity: usize,
+    /// Deleted vectors whose slots are not reclaimed yet.
+    pub pending_deletes: usize,
+    /// Bytes of memory held by the index structures (approximate).
+    pub memory_bytes: usize,
+    /// Delete consolidations run so far.
+    pub consolidations: u64,
+}
+
+/// An approximate nearest-neighbour index over `f32` vectors.
+///
+/// ## Sequence numbers
+/// Every mutating call carries a caller-supplied operation sequence number.
+/// [`VectorIndex::durable_seq`] returns a low watermark: every operation with
+/// a sequence number `<= durable_seq()` that has entered the engine is durable
+/// (for volatile engines: captured by the last save). Applying an operation
+/// twice is harmless: an insert whose sequence number is not newer than the one
+/// already recorded for its id is skipped, and deleting an absent id is a no-op.
+/// A database WAL can therefore replay every record after `durable_seq()`.
+pub trait VectorIndex: Send + Sync {
+    /// Vector dimension.
+    fn dim(&self) -> usize;
+    /// Distance metric.
+    fn metric(&self) -> Metric;
+    /// Inserts a batch (row-major `ids.len() x dim`); an existing id is replaced
+    /// (upsert). The batch is validated first: on error nothing changes.
+    fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()>;
+    /// Deletes ids; absent ids are ignored. Returns how many were removed.
+    fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize>;
+    /// Writes the `k` nearest live neighbours of `query` (closest first) into
+    /// `out`, which is cleared first; reusing `out` avoids allocation.
+    fn search_into(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<Filter<'_>>,
+        out: &mut Vec<Neighbor>,
+    ) -> Result<()>;
+    /// Like [`VectorIndex::search_into`], returning a new vector.
+    fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<Filter<'_>>,
+    ) -> Result<Vec<Neighbor>> {
+        let mut out = Vec::with_capacity(k);
+        self.search_into(query, k, params, filter, &mut out)?;
+        Ok(out)
+    }
+    /// The stored vector of an id (normalised under cosine).
+    fn get(&self, id: u64) -> Option<Vec<f32>>;
+    /// Whether the id is live.
+    fn contains(&self, id: u64) -> bool;
+    /// Number of live vectors.
+    fn len(&self) -> usize;
+    /// Whether the index holds no live vector.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Makes everything applied so far durable (a no-op for volatile engines
+    /// without a path).
+    fn flush(&self) -> Result<()>;
+    /// The durability low watermark (see the trait docs).
+    fn durable_seq(&self) -> Seq;
+    /// Sizes and counters.
+    fn stats(&self) -> IndexStats;
+}

@@ -1,0 +1,166 @@
+//! Crash-safe whole-file writes: temp file, fsync, rename, directory fsync.
+
+use crate::error::{Error, Result};
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Writes a file atomically: `write` fills a temp file beside `path`, which is
+/// fsynced and renamed over `path`; the directory is fsynced so the rename
+/// survives a crash. On any error the old file (if any) is untouched and the
+/// temp file is removed.
+pub fn atomic_write<F>(path: &Path, write: F) -> Result<()>
+where
+    F: FnOnce(&mut dyn Write) -> Result<()>,
+{
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::invalid(format!("not a file path: {}", path.display())))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let file = File::create(&tmp).map_err(|e| Error::io_at(&tmp, e))?;
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        write(&mut w)?;
+        let file = w
+            .into_inner()
+            .map_err(|e| Error::io_at(&tmp, e.into_error()))?;
+        file.sync_all().map_err(|e| Error::io_at(&tmp, e))?;
+        fs::rename(&tmp, path).map_err(|e| Error::io_at(path, e))?;
+        sync_dir(&dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// fsyncs a directory so that renames and creations in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    let d = File::open(dir).map_err(|e| Error::io_at(dir, e))?;
+    d.sync_all().map_err(|e| Error::io_at(dir, e))
+}
+
+/// A writer that feeds a CRC32 as bytes pass through it.
+pub struct CrcWriter<'a> {
+    inner: &'a mut dyn Write,
+    hasher: crc32fast::Hasher,
+}
+
+impl<'a> CrcWriter<'a> {
+    pub fn new(inner: &'a mut dyn Write) -> Self {
+        CrcWriter {
+            inner,
+            hasher: crc32fast::Hasher::new(),
+        }
+    }
+    /// The CRC32 of everything written so far.
+    pub fn crc(&self) -> u32 {
+        self.hasher.clone().finalize()
+    }
+    pub fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.write_all(bytes).map_err(Error::from)
+    }
+}
+
+impl Write for CrcWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A bounds-checked little-endian reader over a byte slice: every read past
+/// the end is a [`Error::Corrupted`], never a panic.
+pub struct ByteReader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> ByteReader<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        ByteReader { buf, pos: 0 }
+    }
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| {
+                Error::corrupted(format!(
+                    "truncated: wanted {n} bytes at offset {}, {} left",
+                    self.pos,
+                    self.remaining()
+                ))
+            })?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    pub fn u8(&mut self) -> Result<u8> {
+        Ok(self.bytes(1)?[0])
+    }
+    pub fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().expect("4 bytes")))
+    }
+    pub fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8 bytes")))
+    }
+    /// Reads `n` little-endian u32 values into `out`.
+    pub fn u32s(&mut self, n: usize, out: &mut Vec<u32>) -> Result<()> {
+        let b = self.bytes(n.checked_mul(4).ok_or_else(|| Error::corrupted("length overflow"))?)?;
+        out.extend(b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))));
+        Ok(())
+    }
+    /// Reads `n` little-endian f32 values into `out`.
+    pub fn f32s(&mut self, n: usize, out: &mut Vec<f32>) -> Result<()> {
+        let b = self.bytes(n.checked_mul(4).ok_or_else(|| Error::corrupted("length overflow"))?)?;
+        out.extend(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_cleans_up_on_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.bin");
+        atomic_write(&p, |w| Ok(w.write_all(b"one")?)).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"one");
+        let r = atomic_write(&p, |w| {
+            w.write_all(b"two")?;
+            Err(Error::invalid("boom"))
+        });
+        assert!(r.is_err());
+        assert_eq!(fs::read(&p).unwrap(), b"one", "old file untouched");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "temp removed");
+    }
+
+    #[test]
+    fn byte_reader_reports_truncation() {
+        let mut r = ByteReader::new(&[1, 0, 0, 0, 2]);
+        assert_eq!(r.u32().unwrap(), 1);
+        assert!(matches!(r.u32(), Err(Error::Corrupted(_))));
+        assert_eq!(r.u8().unwrap(), 2);
+    }
+}

@@ -1,0 +1,31 @@
+//! # vectide-core
+//!
+//! What every Vectide engine shares: the [`Metric`]s and their SIMD distance
+//! kernels (runtime CPU dispatch), the top-k heap, the reusable visited set,
+//! the operation-sequence watermark, input validation, atomic file writes,
+//! the [`VectorIndex`] trait that every engine implements and the one
+//! [`Error`] type.
+//!
+//! Distances are "smaller is closer" everywhere: squared L2 for
+//! [`Metric::L2`], `1 - cos` for [`Metric::Cosine`] (vectors are normalised at
+//! insert and searched by inner product) and `-dot` for [`Metric::Ip`].
+
+pub mod distance;
+pub mod error;
+pub mod heap;
+pub mod index;
+pub mod io;
+pub mod metric;
+pub mod seq;
+pub mod validate;
+pub mod visited;
+
+pub use error::{Error, Result};
+pub use heap::{Neighbor, TopK};
+pub use index::{Filter, IndexStats, SearchParams, VectorIndex};
+pub use metric::Metric;
+pub use seq::{Seq, SeqTracker};
+pub use visited::{VisitedPool, VisitedSet};
+
+/// The id reserved to pad missing results (`u64::MAX`); rejected on insert.
+pub const RESERVED_ID: u64 = u64::MAX;

@@ -1,0 +1,109 @@
+//! Checks applied to every batch before it changes anything.
+
+use crate::distance;
+use crate::error::{Error, Result};
+use crate::metric::Metric;
+use crate::RESERVED_ID;
+use std::collections::HashSet;
+
+/// Validates a row-major batch of `ids.len()` vectors of dimension `dim`:
+/// lengths agree, ids are not reserved and not repeated, values are finite and,
+/// under cosine, no vector is zero.
+pub fn check_batch(dim: usize, metric: Metric, ids: &[u64], vectors: &[f32]) -> Result<()> {
+    if dim == 0 {
+        return Err(Error::invalid("dimension must be at least 1"));
+    }
+    if vectors.len() % dim != 0 {
+        return Err(Error::DimensionMismatch {
+            expected: dim,
+            got: vectors.len() % dim,
+        });
+    }
+    let rows = vectors.len() / dim;
+    if rows != ids.len() {
+        return Err(Error::invalid(format!(
+            "{} ids but {} vectors",
+            ids.len(),
+            rows
+        )));
+    }
+    let mut seen = HashSet::with_capacity(ids.len());
+    for &id in ids {
+        if id == RESERVED_ID {
+            return Err(Error::invalid(format!(
+                "id {RESERVED_ID} (2**64-1) is reserved to pad missing results"
+            )));
+        }
+        if !seen.insert(id) {
+            return Err(Error::invalid(format!("duplicate id {id} in one batch")));
+        }
+    }
+    for (row, v) in vectors.chunks_exact(dim).enumerate() {
+        check_vector(dim, metric, v).map_err(|e| match e {
+            Error::InvalidInput(m) => Error::invalid(format!("vector for id {}: {m}", ids[row])),
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
+/// Validates one vector (a query or a row of a batch).
+pub fn check_vector(dim: usize, metric: Metric, v: &[f32]) -> Result<()> {
+    if v.len() != dim {
+        return Err(Error::DimensionMismatch {
+            expected: dim,
+            got: v.len(),
+        });
+    }
+    if let Some(pos) = v.iter().position(|x| !x.is_finite()) {
+        return Err(Error::invalid(format!(
+            "non-finite value {} at position {pos}",
+            v[pos]
+        )));
+    }
+    if metric == Metric::Cosine && distance::norm_sq(v) == 0.0 {
+        return Err(Error::invalid(
+            "zero vector under the cosine metric has no direction",
+        ));
+    }
+    Ok(())
+}
+
+/// L2-normalises `v` in place (callers have rejected zero vectors).
+pub fn normalize(v: &mut [f32]) {
+    let n = distance::norm_sq(v).sqrt();
+    if n > 0.0 {
+        let inv = 1.0 / n;
+        v.iter_mut().for_each(|x| *x *= inv);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_each_kind_of_bad_batch() {
+        let m = Metric::Cosine;
+        assert!(check_batch(2, m, &[1], &[1.0, 0.0]).is_ok());
+        assert!(matches!(
+            check_batch(2, m, &[1], &[1.0, 0.0, 1.0]),
+            Err(Error::DimensionMismatch { .. })
+        ));
+        assert!(check_batch(2, m, &[1, 2], &[1.0, 0.0]).is_err());
+        assert!(check_batch(2, m, &[u64::MAX], &[1.0, 0.0]).is_err());
+        assert!(check_batch(2, m, &[3, 3], &[1.0, 0.0, 0.0, 1.0]).is_err());
+        assert!(check_batch(2, m, &[1], &[f32::NAN, 0.0]).is_err());
+        assert!(check_batch(2, m, &[1], &[f32::INFINITY, 0.0]).is_err());
+        assert!(check_batch(2, m, &[1], &[0.0, 0.0]).is_err());
+        assert!(check_batch(2, Metric::L2, &[1], &[0.0, 0.0]).is_ok());
+        assert!(check_batch(0, Metric::L2, &[], &[]).is_err());
+    }
+
+    #[test]
+    fn normalize_gives_unit_length() {
+        let mut v = [3.0f32, 4.0];
+        normalize(&mut v);
+        assert!((v[0] - 0.6).abs() < 1e-6 && (v[1] - 0.8).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,340 @@
+//! The [`Hnsw`] engine: state, locks, and the [`VectorIndex`] implementation.
+
+use crate::layout::{Store, DELETED, LIVE};
+use crate::params::HnswParams;
+use crate::search::{greedy, search_layer, Scratch};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use vectide_core::heap::Candidate;
+use vectide_core::metric::DistanceFn;
+use vectide_core::seq::SeqTracker;
+use vectide_core::validate::{check_vector, normalize};
+use vectide_core::visited::VisitedPool;
+use vectide_core::{
+    Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
+};
+
+/// Where an external id lives and which operation wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IdEntry {
+    pub slot: u32,
+    pub seq: Seq,
+}
+
+/// Slot allocation: reclaimed slots first, then never-used ones.
+#[derive(Debug, Default)]
+pub(crate) struct Alloc {
+    pub free: Vec<u32>,
+    pub next: u32,
+}
+
+pub(crate) const NO_ENTRY: u64 = u64::MAX;
+
+/// Packs the entry point (slot, top level) into one atomic word.
+#[inline]
+pub(crate) fn pack_entry(slot: u32, level: usize) -> u64 {
+    ((slot as u64) << 8) | level as u64
+}
+
+#[inline]
+pub(crate) fn unpack_entry(word: u64) -> Option<(u32, usize)> {
+    (word != NO_ENTRY).then(|| ((word >> 8) as u32, (word & 0xff) as usize))
+}
+
+/// A volatile HNSW index (see the crate docs for the design).
+pub struct Hnsw {
+    pub(crate) dim: usize,
+    pub(crate) metric: Metric,
+    pub(crate) params: HnswParams,
+    pub(crate) dist: DistanceFn,
+    /// Readers (searches, insert batches) share it; growth and slot
+    /// reclamation take it exclusively.
+    pub(crate) store: RwLock<Store>,
+    /// Insert and delete batches share it; consolidation and save take it
+    /// exclusively, so they see no half-done insert.
+    pub(crate) mutate: RwLock<()>,
+    pub(crate) ids: Mutex<HashMap<u64, IdEntry>>,
+    pub(crate) alloc: Mutex<Alloc>,
+    pub(crate) pending: Mutex<Vec<u32>>,
+    pub(crate) entry: AtomicU64,
+    /// Held by an insert whose level exceeds the current top level.
+    pub(crate) entry_lock: Mutex<()>,
+    pub(crate) level_counter: AtomicU64,
+    pub(crate) consolidations: AtomicU64,
+    pub(crate) seqs: SeqTracker,
+    pub(crate) durable: AtomicU64,
+    pub(crate) scratch: VisitedPool<Scratch>,
+    pub(crate) pool: Option<rayon::ThreadPool>,
+    pub(crate) path: Mutex<Option<PathBuf>>,
+}
+
+impl std::fmt::Debug for Hnsw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hnsw")
+            .field("dim", &self.dim)
+            .field("metric", &self.metric)
+            .field("params", &self.params)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl Hnsw {
+    /// An empty index.
+    pub fn new(dim: usize, metric: Metric, params: HnswParams) -> Result<Self> {
+        let store = Store::new(dim, params.m, 0);
+        Self::with_store(dim, metric, params, store)
+    }
+
+    pub(crate) fn with_store(
+        dim: usize,
+        metric: Metric,
+        params: HnswParams,
+        store: Store,
+    ) -> Result<Self> {
+        params.validate()?;
+        if dim == 0 || dim > 65_536 {
+            return Err(Error::invalid(format!(
+                "dimension must be in 1..=65536, got {dim}"
+            )));
+        }
+        let pool = match params.threads {
+            Some(n) => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("vectide-hnsw-{i}"))
+                    .build()
+                    .map_err(|e| Error::invalid(format!("cannot start {n} threads: {e}")))?,
+            ),
+            None => None,
+        };
+        Ok(Hnsw {
+            dim,
+            metric,
+            dist: metric.distance_fn(),
+            store: RwLock::new(store),
+            mutate: RwLock::new(()),
+            ids: Mutex::new(HashMap::new()),
+            alloc: Mutex::new(Alloc::default()),
+            pending: Mutex::new(Vec::new()),
+            entry: AtomicU64::new(NO_ENTRY),
+            entry_lock: Mutex::new(()),
+            level_counter: AtomicU64::new(0),
+            consolidations: AtomicU64::new(0),
+            seqs: SeqTracker::default(),
+            durable: AtomicU64::new(0),
+            scratch: VisitedPool::default(),
+            pool,
+            path: Mutex::new(None),
+            params,
+        })
+    }
+
+    /// The parameters the index was built with.
+    pub fn params(&self) -> &HnswParams {
+        &self.params
+    }
+
+    /// Runs `f` on the index's thread pool (or rayon's global one).
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(p) => p.install(f),
+            None => f(),
+        }
+    }
+
+    /// Number of worker threads batch calls use.
+    pub fn threads(&self) -> usize {
+        self.pool
+            .as_ref()
+            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+    }
+
+    /// Prepares a query: checks it and normalises it under cosine.
+    pub(crate) fn prepare_query<'a>(&self, query: &'a [f32], buf: &'a mut Vec<f32>) -> Result<&'a [f32]> {
+        check_vector(self.dim, self.metric, query)?;
+        if self.metric.normalizes() {
+            buf.clear();
+            buf.extend_from_slice(query);
+            normalize(buf);
+            Ok(buf)
+        } else {
+            Ok(query)
+        }
+    }
+
+    /// Searches with a prepared scratch; results go to `out`.
+    pub(crate) fn search_with(
+        &self,
+        store: &Store,
+        q: &[f32],
+        k: usize,
+        ef: usize,
+        filter: Option<Filter<'_>>,
+        scratch: &mut Scratch,
+        out: &mut Vec<Neighbor>,
+    ) {
+        out.clear();
+        let Some((ep, top_level)) = unpack_entry(self.entry.load(Ordering::Acquire)) else {
+            return;
+        };
+        let dist = self.dist;
+        let mut cur = ep;
+        let mut cur_dist = dist(q, store.vector(ep));
+        for level in (1..=top_level).rev() {
+            (cur, cur_dist) = greedy(store, dist, q, cur, cur_dist, level, &mut scratch.neighbors);
+        }
+        let entry = Candidate::new(cur_dist, cur);
+        match filter {
+            None => search_layer(store, dist, q, entry, ef, 0, scratch, |s| {
+                store.state(s) == LIVE
+            }),
+            Some(f) => search_layer(store, dist, q, entry, ef, 0, scratch, |s| {
+                store.state(s) == LIVE && f(store.label(s))
+            }),
+        }
+        let Scratch { top, sorted, .. } = scratch;
+        top.drain_sorted_into(sorted);
+        out.extend(
+            sorted
+                .iter()
+                .take(k)
+                .map(|c| Neighbor::new(store.label(c.node), c.dist.0)),
+        );
+    }
+
+    /// Searches many queries (row-major) in parallel on the index's pool;
+    /// `out[i]` receives the results of query `i`.
+    pub fn search_batch(
+        &self,
+        queries: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<Filter<'_>>,
+    ) -> Result<Vec<Vec<Neighbor>>> {
+        use rayon::prelude::*;
+        if queries.len() % self.dim != 0 {
+            return Err(Error::DimensionMismatch {
+                expected: self.dim,
+                got: queries.len() % self.dim,
+            });
+        }
+        for q in queries.chunks_exact(self.dim) {
+            check_vector(self.dim, self.metric, q)?;
+        }
+        let nq = queries.len() / self.dim;
+        if nq <= 1 {
+            return queries
+                .chunks_exact(self.dim)
+                .map(|q| self.search(q, k, params, filter))
+                .collect();
+        }
+        self.install(|| {
+            queries
+                .par_chunks_exact(self.dim)
+                .map(|q| self.search(q, k, params, filter))
+                .collect()
+        })
+    }
+
+    /// Slots holding a live or not-yet-reclaimed vector.
+    pub fn slots_used(&self) -> usize {
+        let a = self.alloc.lock();
+        a.next as usize - a.free.len()
+    }
+
+    /// The path the index was last saved to or loaded from.
+    pub fn path(&self) -> Option<PathBuf> {
+        self.path.lock().clone()
+    }
+}
+
+impl VectorIndex for Hnsw {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn metric(&self) -> Metric {
+        self.metric
+    }
+
+    fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        self.insert_batch(seq, ids, vectors)
+    }
+
+    fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
+        self.delete_batch(seq, ids)
+    }
+
+    fn search_into(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<Filter<'_>>,
+        out: &mut Vec<Neighbor>,
+    ) -> Result<()> {
+        if k == 0 {
+            return Err(Error::invalid("k must be at least 1"));
+        }
+        let mut scratch = self.scratch.get();
+        let mut qbuf = std::mem::take(&mut scratch.query);
+        let result = self.prepare_query(query, &mut qbuf).map(|q| {
+            let ef = params.ef.unwrap_or(self.params.ef_search).max(k);
+            let store = self.store.read();
+            self.search_with(&store, q, k, ef, filter, &mut scratch, out);
+        });
+        scratch.query = qbuf;
+        result
+    }
+
+    fn get(&self, id: u64) -> Option<Vec<f32>> {
+        let store = self.store.read();
+        let slot = self.ids.lock().get(&id)?.slot;
+        Some(store.vector(slot).to_vec())
+    }
+
+    fn contains(&self, id: u64) -> bool {
+        self.ids.lock().contains_key(&id)
+    }
+
+    fn len(&self) -> usize {
+        self.ids.lock().len()
+    }
+
+    fn flush(&self) -> Result<()> {
+        match self.path() {
+            Some(p) => self.save(&p),
+            None => Ok(()),
+        }
+    }
+
+    fn durable_seq(&self) -> Seq {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    fn stats(&self) -> IndexStats {
+        // Lock order: `alloc` is never taken while holding `store`.
+        let used = self.alloc.lock().next as usize;
+        let slots_used = self.slots_used();
+        let live = self.len();
+        let store = self.store.read();
+        let ids_bytes = self.ids.lock().capacity() * (std::mem::size_of::<(u64, IdEntry)>() + 1);
+        IndexStats {
+            live,
+            slots_used,
+            capacity: store.capacity,
+            pending_deletes: self.pending.lock().len(),
+            memory_bytes: store.memory_bytes(used) + ids_bytes,
+            consolidations: self.consolidations.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Marks a slot deleted and queues it for consolidation.
+pub(crate) fn retire(store: &Store, pending: &Mutex<Vec<u32>>, slot: u32) {
+    store.set_state(slot, DELETED);
+    pending.lock().push(slot);
+}

@@ -1,0 +1,379 @@
+//! The in-memory layout of the graph.
+//!
+//! Node slots are numbered `0..capacity`. Per slot:
+//! - the vector (`dim` f32, normalised under cosine) in one contiguous array;
+//! - the layer-0 list: `[count, n_0, …, n_{2m-1}]` as `AtomicU32`;
+//! - the upper lists (`level` of them, each `[count, n_0, …, n_{m-1}]`) in
+//!   a boxed slice per slot;
+//! - label (external id), the sequence number that wrote it, level, state,
+//!   and a lock taken by writers of that slot's lists.
+//!
+//! ## Concurrency protocol
+//! Neighbour lists are atomics: readers never lock, writers hold the slot's
+//! lock, write the entries and then publish the count with `Release`. A reader
+//! may see a list mid-update, but every id in it names an allocated slot, so a
+//! search is never misled into memory it may not read.
+//!
+//! Vectors and upper-list boxes are plain memory behind `UnsafeCell`. They are
+//! written only by [`Store::init_slot`], whose contract is that the slot is
+//! unreachable: it was never linked, or it was freed by a consolidation that
+//! first removed every edge to it and then waited (under the engine's
+//! exclusive store lock) for all searches that could still hold its id. The
+//! writer then links the slot with `Release` stores, and readers find it only
+//! through `Acquire` loads, so the vector is visible to them before its id is.
+
+use parking_lot::Mutex;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+/// Slot never used or reclaimed.
+pub const FREE: u8 = 0;
+/// Being inserted: traversable, never returned.
+pub const INSERTING: u8 = 1;
+/// Live: returned by searches.
+pub const LIVE: u8 = 2;
+/// Deleted, waiting for consolidation: traversable, never returned.
+pub const DELETED: u8 = 3;
+
+/// A slice of cells that the engine writes under the protocol above.
+pub(crate) struct Cells<T> {
+    data: Box<[UnsafeCell<T>]>,
+}
+
+// SAFETY: `Cells` hands out shared references only through `get`, and
+// mutable ones only through the unsafe `get_mut`, whose callers guarantee that
+// no other thread reads or writes the same elements at the same time (the
+// slot protocol in the module docs). With that, sharing across threads is as
+// safe as sharing `&[T]` and `&mut [T]` of disjoint elements.
+unsafe impl<T: Send + Sync> Sync for Cells<T> {}
+
+impl<T> Cells<T> {
+    pub(crate) fn new(v: Vec<T>) -> Self {
+        let b: Box<[T]> = v.into_boxed_slice();
+        // SAFETY: `UnsafeCell<T>` is `repr(transparent)` over `T`, so a boxed
+        // slice of `T` has exactly the layout of a boxed slice of
+        // `UnsafeCell<T>`; the allocation is moved, not copied or freed.
+        let data = unsafe { Box::from_raw(Box::into_raw(b) as *mut [UnsafeCell<T>]) };
+        Cells { data }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Shared view of `start..start + len`.
+    ///
+    /// Panics when out of bounds (engine bug, not user input).
+    #[inline]
+    pub(crate) fn get(&self, start: usize, len: usize) -> &[T] {
+        let cells = &self.data[start..start + len];
+        // SAFETY: same layout as above; the engine's protocol guarantees no
+        // concurrent `get_mut` on these elements while this borrow lives.
+        unsafe { std::slice::from_raw_parts(cells.as_ptr() as *const T, len) }
+    }
+
+    /// Mutable view of `start..start + len`.
+    ///
+    /// # Safety
+    /// No other thread may access these elements while the borrow lives.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn get_mut(&self, start: usize, len: usize) -> &mut [T] {
+        let cells = &self.data[start..start + len];
+        // SAFETY: exclusivity is the caller's obligation; `UnsafeCell` makes
+        // mutation through a shared reference permitted.
+        unsafe { std::slice::from_raw_parts_mut(UnsafeCell::raw_get(cells.as_ptr()), len) }
+    }
+
+    /// Exclusive access through `&mut self` (used while growing).
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
+        let len = self.data.len();
+        // SAFETY: `&mut self` proves exclusivity; layout as in `new`.
+        unsafe { std::slice::from_raw_parts_mut(self.data.as_mut_ptr() as *mut T, len) }
+    }
+}
+
+/// Graph storage for `capacity` slots.
+pub(crate) struct Store {
+    pub dim: usize,
+    pub m: usize,
+    pub m0: usize,
+    pub capacity: usize,
+    vectors: Cells<f32>,
+    links0: Box<[AtomicU32]>,
+    upper: Cells<Box<[AtomicU32]>>,
+    levels: Box<[AtomicU8]>,
+    labels: Box<[AtomicU64]>,
+    seqs: Box<[AtomicU64]>,
+    states: Box<[AtomicU8]>,
+    locks: Box<[Mutex<()>]>,
+}
+
+fn atomics_u32(n: usize) -> Box<[AtomicU32]> {
+    (0..n).map(|_| AtomicU32::new(0)).collect()
+}
+
+fn atomics_u64(n: usize) -> Box<[AtomicU64]> {
+    (0..n).map(|_| AtomicU64::new(0)).collect()
+}
+
+fn atomics_u8(n: usize) -> Box<[AtomicU8]> {
+    (0..n).map(|_| AtomicU8::new(0)).collect()
+}
+
+impl Store {
+    pub(crate) fn new(dim: usize, m: usize, capacity: usize) -> Self {
+        let m0 = 2 * m;
+        Store {
+            dim,
+            m,
+            m0,
+            capacity,
+            vectors: Cells::new(vec![0.0; capacity * dim]),
+            links0: atomics_u32(capacity * (1 + m0)),
+            upper: Cells::new((0..capacity).map(|_| Box::default()).collect()),
+            levels: atomics_u8(capacity),
+            labels: atomics_u64(capacity),
+            seqs: atomics_u64(capacity),
+            states: atomics_u8(capacity),
+            locks: (0..capacity).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    /// Grows to `new_capacity` slots, keeping every slot's content. Needs
+    /// exclusive access (the engine holds its store lock for writing).
+    pub(crate) fn grow(&mut self, new_capacity: usize) {
+        if new_capacity <= self.capacity {
+            return;
+        }
+        let old = self.capacity;
+        let mut vectors = vec![0.0f32; new_capacity * self.dim];
+        vectors[..old * self.dim].copy_from_slice(self.vectors.as_mut_slice());
+        self.vectors = Cells::new(vectors);
+
+        let mut upper: Vec<Box<[AtomicU32]>> = Vec::with_capacity(new_capacity);
+        upper.extend(self.upper.as_mut_slice().iter_mut().map(std::mem::take));
+        upper.resize_with(new_capacity, Box::default);
+        self.upper = Cells::new(upper);
+
+        fn extend32(old: &mut Box<[AtomicU32]>, n: usize) {
+            let mut v: Vec<AtomicU32> = std::mem::take(old).into_vec();
+            v.resize_with(n, || AtomicU32::new(0));
+            *old = v.into_boxed_slice();
+        }
+        fn extend64(old: &mut Box<[AtomicU64]>, n: usize) {
+            let mut v: Vec<AtomicU64> = std::mem::take(old).into_vec();
+            v.resize_with(n, || AtomicU64::new(0));
+            *old = v.into_boxed_slice();
+        }
+        fn extend8(old: &mut Box<[AtomicU8]>, n: usize) {
+            let mut v: Vec<AtomicU8> = std::mem::take(old).into_vec();
+            v.resize_with(n, || AtomicU8::new(0));
+            *old = v.into_boxed_slice();
+        }
+        extend32(&mut self.links0, new_capacity * (1 + self.m0));
+        extend8(&mut self.levels, new_capacity);
+        extend64(&mut self.labels, new_capacity);
+        extend64(&mut self.seqs, new_capacity);
+        extend8(&mut self.states, new_capacity);
+        let mut locks = std::mem::take(&mut self.locks).into_vec();
+        locks.resize_with(new_capacity, || Mutex::new(()));
+        self.locks = locks.into_boxed_slice();
+        self.capacity = new_capacity;
+    }
+
+    /// Writes a slot's vector, metadata and empty lists.
+    ///
+    /// # Safety
+    /// The slot must be unreachable: no list of any slot names it, it is not
+    /// the entry point, and no search or insert that could still hold its id
+    /// is in flight (see the module docs). The caller owns it exclusively
+    /// until it links it.
+    pub(crate) unsafe fn init_slot(
+        &self,
+        slot: u32,
+        label: u64,
+        seq: u64,
+        vector: &[f32],
+        level: usize,
+    ) {
+        let s = slot as usize;
+        // SAFETY: exclusivity of this slot's cells is the caller's contract.
+        unsafe {
+            self.vectors
+                .get_mut(s * self.dim, self.dim)
+                .copy_from_slice(vector);
+            self.upper.get_mut(s, 1)[0] = atomics_u32(level * (1 + self.m));
+        }
+        self.links0[s * (1 + self.m0)].store(0, Ordering::Relaxed);
+        self.levels[s].store(level as u8, Ordering::Relaxed);
+        self.labels[s].store(label, Ordering::Relaxed);
+        self.seqs[s].store(seq, Ordering::Relaxed);
+        self.states[s].store(INSERTING, Ordering::Release);
+    }
+
+    #[inline]
+    pub(crate) fn vector(&self, slot: u32) -> &[f32] {
+        self.vectors.get(slot as usize * self.dim, self.dim)
+    }
+
+    /// Address of a slot's vector, for prefetching (never dereferenced here).
+    #[inline]
+    pub(crate) fn vector_ptr(&self, slot: u32) -> *const f32 {
+        self.vectors
+            .get(0, 0)
+            .as_ptr()
+            .wrapping_add(slot as usize * self.dim)
+    }
+
+    /// The list `[count, entries…]` of a slot at a layer; empty when the
+    /// slot has no such layer.
+    #[inline]
+    pub(crate) fn list(&self, slot: u32, level: usize) -> &[AtomicU32] {
+        let s = slot as usize;
+        if level == 0 {
+            let w = 1 + self.m0;
+            &self.links0[s * w..(s + 1) * w]
+        } else {
+            let w = 1 + self.m;
+            let up = &self.upper.get(s, 1)[0];
+            up.get((level - 1) * w..level * w).unwrap_or(&[])
+        }
+    }
+
+    /// Capacity of a list at a layer.
+    #[inline]
+    pub(crate) fn cap(&self, level: usize) -> usize {
+        if level == 0 {
+            self.m0
+        } else {
+            self.m
+        }
+    }
+
+    /// Copies a slot's neighbours at a layer into `out` (cleared first).
+    #[inline]
+    pub(crate) fn neighbors_into(&self, slot: u32, level: usize, out: &mut Vec<u32>) {
+        out.clear();
+        let list = self.list(slot, level);
+        if list.is_empty() {
+            return;
+        }
+        let n = (list[0].load(Ordering::Acquire) as usize).min(list.len() - 1);
+        out.extend(list[1..=n].iter().map(|a| a.load(Ordering::Acquire)));
+    }
+
+    /// Replaces a slot's list at a layer. The caller holds the slot's lock.
+    pub(crate) fn set_list(&self, slot: u32, level: usize, ids: &[u32]) {
+        let list = self.list(slot, level);
+        if list.is_empty() {
+            return;
+        }
+        let n = ids.len().min(list.len() - 1);
+        for (a, &id) in list[1..=n].iter().zip(ids) {
+            a.store(id, Ordering::Release);
+        }
+        list[0].store(n as u32, Ordering::Release);
+    }
+
+    /// Appends to a list with room; returns false when full. Caller holds the lock.
+    pub(crate) fn push_neighbor(&self, slot: u32, level: usize, id: u32) -> bool {
+        let list = self.list(slot, level);
+        if list.is_empty() {
+            return false;
+        }
+        let n = list[0].load(Ordering::Acquire) as usize;
+        if n + 1 >= list.len() {
+            return false;
+        }
+        list[n + 1].store(id, Ordering::Release);
+        list[0].store(n as u32 + 1, Ordering::Release);
+        true
+    }
+
+    #[inline]
+    pub(crate) fn lock(&self, slot: u32) -> parking_lot::MutexGuard<'_, ()> {
+        self.locks[slot as usize].lock()
+    }
+
+    #[inline]
+    pub(crate) fn state(&self, slot: u32) -> u8 {
+        self.states[slot as usize].load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_state(&self, slot: u32, state: u8) {
+        self.states[slot as usize].store(state, Ordering::Release)
+    }
+
+    #[inline]
+    pub(crate) fn label(&self, slot: u32) -> u64 {
+        self.labels[slot as usize].load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn seq(&self, slot: u32) -> u64 {
+        self.seqs[slot as usize].load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub(crate) fn level(&self, slot: u32) -> usize {
+        self.levels[slot as usize].load(Ordering::Relaxed) as usize
+    }
+
+    /// Approximate bytes held.
+    pub(crate) fn memory_bytes(&self, used: usize) -> usize {
+        let per_slot = self.dim * 4 + (1 + self.m0) * 4 + 8 + 8 + 1 + 1 + 1 + 16;
+        let upper: usize = (0..used.min(self.capacity))
+            .map(|s| self.level(s as u32) * (1 + self.m) * 4)
+            .sum();
+        self.capacity * per_slot + upper
+    }
+
+    /// Total elements in the vectors array (for tests).
+    #[cfg(test)]
+    pub(crate) fn vector_cells(&self) -> usize {
+        self.vectors.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_list_and_grow_keep_content() {
+        let mut s = Store::new(3, 2, 2);
+        // SAFETY: single-threaded test; nothing references the slots yet.
+        unsafe {
+            s.init_slot(0, 10, 1, &[1.0, 2.0, 3.0], 1);
+            s.init_slot(1, 11, 2, &[4.0, 5.0, 6.0], 0);
+        }
+        s.set_list(0, 0, &[1]);
+        s.set_list(0, 1, &[1]);
+        assert!(s.push_neighbor(1, 0, 0));
+        s.grow(5);
+        assert_eq!(s.capacity, 5);
+        assert_eq!(s.vector_cells(), 15);
+        assert_eq!(s.vector(1), &[4.0, 5.0, 6.0]);
+        let mut out = Vec::new();
+        s.neighbors_into(0, 1, &mut out);
+        assert_eq!(out, vec![1]);
+        s.neighbors_into(1, 0, &mut out);
+        assert_eq!(out, vec![0]);
+        s.neighbors_into(1, 3, &mut out);
+        assert!(out.is_empty(), "missing layer reads empty");
+        assert_eq!((s.label(0), s.seq(1), s.level(0)), (10, 2, 1));
+        assert_eq!(s.state(1), INSERTING);
+    }
+
+    #[test]
+    fn full_list_refuses_push() {
+        let s = Store::new(1, 2, 1);
+        // SAFETY: single-threaded test.
+        unsafe { s.init_slot(0, 0, 0, &[0.0], 0) };
+        for i in 0..4 {
+            assert!(s.push_neighbor(0, 0, i));
+        }
+        assert!(!s.push_neighbor(0, 0, 9));
+    }
+}

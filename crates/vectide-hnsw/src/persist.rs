@@ -1,0 +1,369 @@
+//! Save and load (format documented in `docs/format-hnsw.md`).
+//!
+//! A save pauses inserts and deletes, streams the graph through a CRC32
+//! writer into a temp file beside the target, fsyncs it and renames it over
+//! the target ([`vectide_core::io::atomic_write`]). A load reads the whole
+//! file, checks the end magic and the checksum before it believes any byte,
+//! then checks every field against its bounds, so that a truncated or
+//! corrupted file is an [`Error::Corrupted`], never a panic or a huge
+//! allocation.
+
+use crate::engine::{unpack_entry, Alloc, Hnsw, IdEntry};
+use crate::layout::{Store, DELETED, FREE, LIVE};
+use crate::params::{HnswParams, MAX_LEVEL};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use vectide_core::io::{atomic_write, ByteReader, CrcWriter};
+use vectide_core::{Error, Metric, Result, VectorIndex};
+
+/// First bytes of an HNSW index file.
+pub const MAGIC: &[u8; 8] = b"VTDXHNSW";
+/// Last bytes of an HNSW index file.
+pub const END_MAGIC: &[u8; 8] = b"VTDXEND\0";
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+const HEADER_LEN: usize = 88;
+
+/// What `vectide inspect` shows of an index file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileInfo {
+    pub format_version: u32,
+    pub metric: Metric,
+    pub dim: usize,
+    pub m: usize,
+    pub ef_construction: usize,
+    pub ef_search: usize,
+    pub slots: usize,
+    pub live: usize,
+    pub deleted_pending: usize,
+    pub free: usize,
+    pub entry_slot: Option<u32>,
+    pub max_level: usize,
+    pub durable_seq: u64,
+    pub file_bytes: u64,
+    pub checksum: u32,
+}
+
+impl Hnsw {
+    /// Saves the index to `path` atomically (temp file, fsync, rename).
+    /// Inserts and deletes wait while it runs; searches go on.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let _exclusive = self.mutate.write();
+        let watermark = self.seqs.watermark();
+        let alloc_next = self.alloc.lock().next;
+        let store = self.store.read();
+        atomic_write(path, |w| {
+            let mut cw = CrcWriter::new(w);
+            let mut h = Vec::with_capacity(HEADER_LEN);
+            h.extend_from_slice(MAGIC);
+            h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+            h.extend_from_slice(&[self.metric as u8, 0, 0, 0]);
+            h.extend_from_slice(&(self.dim as u32).to_le_bytes());
+            h.extend_from_slice(&(self.params.m as u32).to_le_bytes());
+            h.extend_from_slice(&(self.params.ef_construction as u32).to_le_bytes());
+            h.extend_from_slice(&(self.params.ef_search as u32).to_le_bytes());
+            h.extend_from_slice(&self.params.seed.to_le_bytes());
+            h.extend_from_slice(&alloc_next.to_le_bytes());
+            h.extend_from_slice(&0u32.to_le_bytes());
+            h.extend_from_slice(&self.entry.load(Ordering::Acquire).to_le_bytes());
+            h.extend_from_slice(&watermark.to_le_bytes());
+            h.extend_from_slice(&self.level_counter.load(Ordering::Relaxed).to_le_bytes());
+            h.extend_from_slice(&(self.len() as u64).to_le_bytes());
+            h.extend_from_slice(&self.params.consolidate_fraction.to_le_bytes());
+            debug_assert_eq!(h.len(), HEADER_LEN);
+            cw.put(&h)?;
+            let mut rec = Vec::with_capacity(64 + self.dim * 4 + (1 + store.m0) * 4);
+            let mut list = Vec::new();
+            for s in 0..alloc_next {
+                rec.clear();
+                let state = store.state(s);
+                let level = if state == FREE { 0 } else { store.level(s) };
+                rec.extend_from_slice(&[state, level as u8, 0, 0]);
+                if state != FREE {
+                    rec.extend_from_slice(&store.label(s).to_le_bytes());
+                    rec.extend_from_slice(&store.seq(s).to_le_bytes());
+                    for x in store.vector(s) {
+                        rec.extend_from_slice(&x.to_le_bytes());
+                    }
+                    for l in 0..=level {
+                        store.neighbors_into(s, l, &mut list);
+                        rec.extend_from_slice(&(list.len() as u32).to_le_bytes());
+                        for &n in &list {
+                            rec.extend_from_slice(&n.to_le_bytes());
+                        }
+                    }
+                }
+                cw.put(&rec)?;
+            }
+            let crc = cw.crc();
+            w.write_all(&crc.to_le_bytes())?;
+            w.write_all(END_MAGIC)?;
+            Ok(())
+        })?;
+        self.durable.store(watermark, Ordering::Release);
+        *self.path.lock() = Some(path.to_path_buf());
+        Ok(())
+    }
+
+    /// Loads an index saved by [`Hnsw::save`]. `threads` sets the pool of
+    /// the loaded index (`None`: all cores).
+    pub fn load(path: &Path, threads: Option<usize>) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io_at(path, e))?;
+        let idx = Self::from_bytes(&bytes, threads)?;
+        *idx.path.lock() = Some(path.to_path_buf());
+        Ok(idx)
+    }
+
+    /// Parses the bytes of an index file (the fuzzable core of [`Hnsw::load`]).
+    pub fn from_bytes(bytes: &[u8], threads: Option<usize>) -> Result<Self> {
+        let body = check_envelope(bytes)?;
+        let mut r = ByteReader::new(body);
+        let hdr = read_header(&mut r)?;
+        let params = HnswParams {
+            m: hdr.m,
+            ef_construction: hdr.ef_construction,
+            ef_search: hdr.ef_search,
+            seed: hdr.seed,
+            consolidate_fraction: hdr.consolidate_fraction,
+            repair_alpha: HnswParams::default().repair_alpha,
+            threads,
+        };
+        params.validate().map_err(|e| Error::corrupted(format!("header: {e}")))?;
+        let n = hdr.slots;
+        // Every non-free slot needs at least 4 + 16 + 4*dim + 4 bytes.
+        if n > r.remaining() / 4 {
+            return Err(Error::corrupted(format!(
+                "{n} slots cannot fit in {} bytes",
+                r.remaining()
+            )));
+        }
+        let store = Store::new(hdr.dim, hdr.m, n);
+        let mut ids: HashMap<u64, IdEntry> = HashMap::with_capacity(hdr.live as usize);
+        let mut alloc = Alloc {
+            free: Vec::new(),
+            next: n as u32,
+        };
+        let mut pending = Vec::new();
+        let mut vec = Vec::with_capacity(hdr.dim);
+        let mut list = Vec::new();
+        for s in 0..n as u32 {
+            let state = r.u8()?;
+            let level = r.u8()? as usize;
+            r.bytes(2)?;
+            if state == FREE {
+                alloc.free.push(s);
+                continue;
+            }
+            if state != LIVE && state != DELETED {
+                return Err(Error::corrupted(format!("slot {s}: bad state {state}")));
+            }
+            if level > MAX_LEVEL {
+                return Err(Error::corrupted(format!("slot {s}: level {level} > {MAX_LEVEL}")));
+            }
+            let label = r.u64()?;
+            let seq = r.u64()?;
+            vec.clear();
+            r.f32s(hdr.dim, &mut vec)?;
+            if vec.iter().any(|x| !x.is_finite()) {
+                return Err(Error::corrupted(format!("slot {s}: non-finite vector")));
+            }
+            // SAFETY: the store is new and owned by this thread; nothing else
+            // can reach any slot yet.
+            unsafe { store.init_slot(s, label, seq, &vec, level) };
+            for l in 0..=level {
+                let cnt = r.u32()? as usize;
+                if cnt > store.cap(l) {
+                    return Err(Error::corrupted(format!(
+                        "slot {s} layer {l}: {cnt} neighbours > bound {}",
+                        store.cap(l)
+                    )));
+                }
+                list.clear();
+                r.u32s(cnt, &mut list)?;
+                if let Some(bad) = list.iter().find(|&&x| x as usize >= n) {
+                    return Err(Error::corrupted(format!(
+                        "slot {s} layer {l}: neighbour {bad} out of {n} slots"
+                    )));
+                }
+                store.set_list(s, l, &list);
+            }
+            store.set_state(s, state);
+            if state == LIVE {
+                if ids.insert(label, IdEntry { slot: s, seq }).is_some() {
+                    return Err(Error::corrupted(format!("label {label} is live twice")));
+                }
+            } else {
+                pending.push(s);
+            }
+        }
+        if r.remaining() != 0 {
+            return Err(Error::corrupted(format!(
+                "{} unexpected bytes after the last slot",
+                r.remaining()
+            )));
+        }
+        if ids.len() as u64 != hdr.live {
+            return Err(Error::corrupted(format!(
+                "header says {} live points, slots hold {}",
+                hdr.live,
+                ids.len()
+            )));
+        }
+        // Edges must name used slots, and the entry point must be a used
+        // slot whose level it states.
+        let mut buf = Vec::new();
+        for s in 0..n as u32 {
+            if store.state(s) == FREE {
+                continue;
+            }
+            for l in 0..=store.level(s) {
+                store.neighbors_into(s, l, &mut buf);
+                if let Some(bad) = buf.iter().find(|&&x| store.state(x) == FREE) {
+                    return Err(Error::corrupted(format!(
+                        "slot {s} layer {l}: edge to free slot {bad}"
+                    )));
+                }
+                if l > 0 {
+                    if let Some(bad) = buf.iter().find(|&&x| store.level(x) < l) {
+                        return Err(Error::corrupted(format!(
+                            "slot {s} layer {l}: edge to slot {bad} absent from that layer"
+                        )));
+                    }
+                }
+            }
+        }
+        match unpack_entry(hdr.entry) {
+            None if n - alloc.free.len() > 0 => {
+                return Err(Error::corrupted("no entry point but the graph has nodes"))
+            }
+            Some((ep, lvl))
+                if ep as usize >= n || store.state(ep) == FREE || store.level(ep) != lvl =>
+            {
+                return Err(Error::corrupted(format!("bad entry point {ep} at level {lvl}")))
+            }
+            _ => {}
+        }
+        let idx = Hnsw::with_store(hdr.dim, hdr.metric, params, store)?;
+        *idx.ids.lock() = ids;
+        *idx.alloc.lock() = alloc;
+        *idx.pending.lock() = pending;
+        idx.entry.store(hdr.entry, Ordering::Release);
+        idx.level_counter.store(hdr.level_counter, Ordering::Relaxed);
+        idx.durable.store(hdr.durable_seq, Ordering::Release);
+        let mut idx = idx;
+        idx.seqs = vectide_core::SeqTracker::starting_at(hdr.durable_seq);
+        Ok(idx)
+    }
+}
+
+struct Header {
+    metric: Metric,
+    dim: usize,
+    m: usize,
+    ef_construction: usize,
+    ef_search: usize,
+    seed: u64,
+    slots: usize,
+    entry: u64,
+    durable_seq: u64,
+    level_counter: u64,
+    live: u64,
+    consolidate_fraction: f64,
+}
+
+/// Checks the end magic and the checksum; returns the checksummed body.
+fn check_envelope(bytes: &[u8]) -> Result<&[u8]> {
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(Error::corrupted("not a Vectide HNSW file (bad magic)"));
+    }
+    if bytes.len() < HEADER_LEN + 12 {
+        return Err(Error::corrupted(format!(
+            "truncated: {} bytes is shorter than a header",
+            bytes.len()
+        )));
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != FORMAT_VERSION {
+        return Err(Error::Version {
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let (rest, end) = bytes.split_at(bytes.len() - END_MAGIC.len());
+    if end != END_MAGIC {
+        return Err(Error::corrupted("truncated: end marker missing"));
+    }
+    let (body, crc) = rest.split_at(rest.len() - 4);
+    let want = u32::from_le_bytes(crc.try_into().expect("4 bytes"));
+    let got = crc32fast::hash(body);
+    if want != got {
+        return Err(Error::corrupted(format!(
+            "checksum mismatch: stored {want:#010x}, computed {got:#010x}"
+        )));
+    }
+    Ok(body)
+}
+
+fn read_header(r: &mut ByteReader<'_>) -> Result<Header> {
+    r.bytes(8)?; // magic, checked
+    r.u32()?; // version, checked
+    let metric = Metric::from_tag(r.u8()?)?;
+    r.bytes(3)?;
+    let dim = r.u32()? as usize;
+    if dim == 0 || dim > 65_536 {
+        return Err(Error::corrupted(format!("dimension {dim} out of range")));
+    }
+    let m = r.u32()? as usize;
+    let ef_construction = r.u32()? as usize;
+    let ef_search = r.u32()? as usize;
+    let seed = r.u64()?;
+    let slots = r.u32()? as usize;
+    r.u32()?;
+    let entry = r.u64()?;
+    let durable_seq = r.u64()?;
+    let level_counter = r.u64()?;
+    let live = r.u64()?;
+    let consolidate_fraction = f64::from_le_bytes(r.bytes(8)?.try_into().expect("8 bytes"));
+    Ok(Header {
+        metric,
+        dim,
+        m,
+        ef_construction,
+        ef_search,
+        seed,
+        slots,
+        entry,
+        durable_seq,
+        level_counter,
+        live,
+        consolidate_fraction,
+    })
+}
+
+/// Reads an index file and describes it (checks everything a load checks).
+pub fn inspect(path: &Path) -> Result<FileInfo> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io_at(path, e))?;
+    let idx = Hnsw::from_bytes(&bytes, Some(1))?;
+    let stats = idx.stats();
+    let entry = unpack_entry(idx.entry.load(Ordering::Acquire));
+    let slots = idx.alloc.lock().next as usize;
+    let crc_at = bytes.len() - END_MAGIC.len() - 4;
+    Ok(FileInfo {
+        format_version: FORMAT_VERSION,
+        metric: idx.metric(),
+        dim: idx.dim(),
+        m: idx.params.m,
+        ef_construction: idx.params.ef_construction,
+        ef_search: idx.params.ef_search,
+        slots,
+        live: stats.live,
+        deleted_pending: stats.pending_deletes,
+        free: slots - stats.slots_used,
+        entry_slot: entry.map(|(s, _)| s),
+        max_level: entry.map_or(0, |(_, l)| l),
+        durable_seq: idx.durable_seq(),
+        file_bytes: bytes.len() as u64,
+        checksum: u32::from_le_bytes(bytes[crc_at..crc_at + 4].try_into().expect("4 bytes")),
+    })
+}

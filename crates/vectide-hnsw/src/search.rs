@@ -1,0 +1,111 @@
+//! Graph traversal: greedy descent on the upper layers and the best-first
+//! layer search with a candidate list of size `ef`.
+
+use crate::layout::Store;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use vectide_core::distance::prefetch;
+use vectide_core::heap::{Candidate, Dist};
+use vectide_core::metric::DistanceFn;
+use vectide_core::{TopK, VisitedSet};
+
+/// Per-thread scratch reused across queries and inserts (pooled by the engine).
+#[derive(Default)]
+pub(crate) struct Scratch {
+    pub visited: VisitedSet,
+    pub candidates: BinaryHeap<Reverse<Candidate>>,
+    pub top: TopK,
+    pub sorted: Vec<Candidate>,
+    pub neighbors: Vec<u32>,
+    pub fresh: Vec<u32>,
+    pub selected: Vec<u32>,
+    pub query: Vec<f32>,
+    /// (layer, neighbour) back-edges an insert adds once all its own lists are set.
+    pub links: Vec<(u8, u32)>,
+}
+
+/// Greedy walk at one layer: moves to the closest neighbour until none is
+/// closer. Returns the final node and its distance.
+pub(crate) fn greedy(
+    store: &Store,
+    dist: DistanceFn,
+    q: &[f32],
+    mut cur: u32,
+    mut cur_dist: f32,
+    level: usize,
+    buf: &mut Vec<u32>,
+) -> (u32, f32) {
+    loop {
+        let mut changed = false;
+        store.neighbors_into(cur, level, buf);
+        for &nb in buf.iter() {
+            let d = dist(q, store.vector(nb));
+            if d < cur_dist {
+                cur = nb;
+                cur_dist = d;
+                changed = true;
+            }
+        }
+        if !changed {
+            return (cur, cur_dist);
+        }
+    }
+}
+
+/// Best-first search of one layer from `entry`, keeping the `ef` closest nodes
+/// for which `admit` holds in `scratch.top`. Nodes that are not admitted are
+/// still traversed, so a filter or a deleted node never cuts the graph.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn search_layer<A: Fn(u32) -> bool>(
+    store: &Store,
+    dist: DistanceFn,
+    q: &[f32],
+    entry: Candidate,
+    ef: usize,
+    level: usize,
+    scratch: &mut Scratch,
+    admit: A,
+) {
+    let Scratch {
+        visited,
+        candidates,
+        top,
+        neighbors,
+        fresh,
+        ..
+    } = scratch;
+    visited.reset(store.capacity);
+    candidates.clear();
+    top.reset(ef);
+    visited.insert(entry.node);
+    candidates.push(Reverse(entry));
+    if admit(entry.node) {
+        top.push(entry.dist.0, entry.node);
+    }
+    while let Some(Reverse(c)) = candidates.pop() {
+        if c.dist > Dist(top.threshold()) {
+            break;
+        }
+        store.neighbors_into(c.node, level, neighbors);
+        // First pass: keep the unvisited ids and start loading their vectors.
+        fresh.clear();
+        for &nb in neighbors.iter() {
+            if visited.insert(nb) {
+                prefetch(store.vector_ptr(nb));
+                fresh.push(nb);
+            }
+        }
+        for (i, &nb) in fresh.iter().enumerate() {
+            if let Some(&next) = fresh.get(i + 1) {
+                prefetch(store.vector_ptr(next).wrapping_add(16));
+            }
+            let d = dist(q, store.vector(nb));
+            if d < top.threshold() {
+                candidates.push(Reverse(Candidate::new(d, nb)));
+                if admit(nb) {
+                    top.push(d, nb);
+                }
+            }
+        }
+    }
+}

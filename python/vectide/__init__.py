@@ -1,0 +1,22 @@
+"""Vectide: a vector database for data that never stops changing.
+
+The native engines live in the compiled extension ``vectide._vectide``; this
+package adds datasets, the benchmark harness and plots in pure Python.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Index", "MISSING_ID", "__version__", "simd_isa"]
+
+MISSING_ID = 2**64 - 1
+"""Id used to pad missing results; reserved, rejected on insert."""
+
+
+def __getattr__(name: str):
+    # The extension is imported on first use so that the pure-Python parts
+    # (``python -m vectide.datasets``) work before the native build exists.
+    if name in ("Index", "__version__", "simd_isa"):
+        from . import _vectide
+
+        return getattr(_vectide, name)
+    raise AttributeError(f"module 'vectide' has no attribute {name!r}")
