@@ -6,7 +6,7 @@ package adds datasets, the benchmark harness and plots in pure Python.
 
 from __future__ import annotations
 
-__all__ = ["Index", "MISSING_ID", "__version__", "simd_isa"]
+__all__ = ["CorruptIndexError", "Index", "MISSING_ID", "__version__", "simd_isa"]
 
 MISSING_ID = 2**64 - 1
 """Id used to pad missing results; reserved, rejected on insert."""
@@ -15,7 +15,7 @@ MISSING_ID = 2**64 - 1
 def __getattr__(name: str):
     # The extension is imported on first use so that the pure-Python parts
     # (``python -m vectide.datasets``) work before the native build exists.
-    if name in ("Index", "__version__", "simd_isa"):
+    if name in ("Index", "CorruptIndexError", "__version__", "simd_isa"):
         from . import _vectide
 
         return getattr(_vectide, name)

@@ -1,0 +1,446 @@
+//! The `vectide._vectide` extension module: [`Index`], the numpy-friendly
+//! front of every engine.
+//!
+//! Arrays cross the boundary without copies when they are already C-ordered
+//! `float32` / `uint64`; anything else (float64, Fortran order, lists) is
+//! converted once by numpy. Every batch call releases the GIL and runs on the
+//! engine's thread pool. Errors become Python exceptions: `ValueError` for bad
+//! input, `KeyError` for missing ids, `OSError` for I/O and
+//! `vectide.CorruptIndexError` (a `ValueError`) for damaged files.
+
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyOSError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use vectide_core::{Error, Metric, Neighbor, SearchParams, VectorIndex, RESERVED_ID};
+use vectide_engines::{AnyIndex, ParamValue, Params};
+
+create_exception!(
+    vectide,
+    CorruptIndexError,
+    PyValueError,
+    "An index file failed its magic, version, bounds or checksum checks."
+);
+
+/// Maps the core error type onto Python exceptions.
+fn to_py(e: Error) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        Error::InvalidInput(_) | Error::DimensionMismatch { .. } => PyValueError::new_err(msg),
+        Error::NotFound(_) => PyKeyError::new_err(msg),
+        Error::Corrupted(_) | Error::Version { .. } => CorruptIndexError::new_err(msg),
+        Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            PyFileNotFoundError::new_err(msg)
+        }
+        Error::Io { .. } => PyOSError::new_err(msg),
+    }
+}
+
+/// Converts keyword arguments into engine parameters (None values are skipped).
+fn params_from(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Params> {
+    let mut out = Params::new();
+    let Some(kwargs) = kwargs else {
+        return Ok(out);
+    };
+    for (k, v) in kwargs.iter() {
+        let key: String = k.extract()?;
+        if v.is_none() {
+            continue;
+        }
+        let value = if v.is_instance_of::<PyBool>() {
+            ParamValue::Bool(v.extract()?)
+        } else if v.is_instance_of::<PyInt>() {
+            ParamValue::Int(v.extract().map_err(|_| {
+                PyValueError::new_err(format!("parameter {key} is out of range: {v}"))
+            })?)
+        } else if v.is_instance_of::<PyFloat>() {
+            ParamValue::Float(v.extract()?)
+        } else if v.is_instance_of::<PyString>() {
+            ParamValue::Str(v.extract()?)
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "parameter {key} must be an int, float, bool or str, got {}",
+                v.get_type().name()?
+            )));
+        };
+        out.insert(key, value);
+    }
+    Ok(out)
+}
+
+/// A float32 C-ordered matrix view of `obj` (converted by numpy when needed).
+fn as_matrix<'py>(
+    obj: &Bound<'py, PyAny>,
+    dim: usize,
+    what: &str,
+) -> PyResult<(PyReadonlyArray2<'py, f32>, bool)> {
+    let py = obj.py();
+    let np = py.import("numpy")?;
+    let arr = match obj.cast::<numpy::PyArray2<f32>>() {
+        Ok(a) if a.is_c_contiguous() => a.clone().into_any(),
+        _ => {
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("dtype", np.getattr("float32")?)?;
+            np.call_method("ascontiguousarray", (obj,), Some(&kwargs))
+                .map_err(|e| {
+                    PyValueError::new_err(format!(
+                        "{what} must be convertible to a float32 array: {e}"
+                    ))
+                })?
+        }
+    };
+    let ndim: usize = arr.getattr("ndim")?.extract()?;
+    let (arr, was_1d) = match ndim {
+        2 => (arr, false),
+        1 => (arr.call_method1("reshape", ((1usize, -1isize),))?, true),
+        n => {
+            return Err(PyValueError::new_err(format!(
+                "{what} must be a 1-D vector or a 2-D array, got {n} dimensions"
+            )))
+        }
+    };
+    let m: PyReadonlyArray2<f32> = arr.extract()?;
+    let cols = m.shape()[1];
+    if cols != dim {
+        return Err(PyValueError::new_err(format!(
+            "{what} have dimension {cols}, the index has dimension {dim}"
+        )));
+    }
+    Ok((m, was_1d))
+}
+
+/// A uint64 id vector from any integer array-like; negative, non-integer or
+/// too-large ids are a `ValueError`.
+fn as_ids<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, u64>> {
+    if let Ok(a) = obj.cast::<PyArray1<u64>>() {
+        if a.is_c_contiguous() {
+            return Ok(a.readonly());
+        }
+    }
+    let py = obj.py();
+    let np = py.import("numpy")?;
+    let arr = np.call_method1("atleast_1d", (np.call_method1("asarray", (obj,))?,))?;
+    let ndim: usize = arr.getattr("ndim")?.extract()?;
+    if ndim != 1 {
+        return Err(PyValueError::new_err(format!(
+            "ids must be a 1-D sequence of integers, got {ndim} dimensions"
+        )));
+    }
+    let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
+    match kind.as_str() {
+        "u" => {}
+        "i" => {
+            let len: usize = arr.len()?;
+            if len > 0 {
+                let min: i64 = arr.call_method0("min")?.extract()?;
+                if min < 0 {
+                    return Err(PyValueError::new_err(format!(
+                        "ids must be non-negative integers, got {min}"
+                    )));
+                }
+            }
+        }
+        "O" => {
+            // Python ints beyond int64: let numpy check each against uint64.
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("dtype", np.getattr("uint64")?)?;
+            let converted = np
+                .call_method("array", (obj,), Some(&kwargs))
+                .map_err(|e| PyValueError::new_err(format!("ids must be integers in [0, 2**64-2]: {e}")))?;
+            return Ok(np.call_method1("atleast_1d", (converted,))?.extract()?);
+        }
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "ids must be integers, got an array of dtype kind {other:?}"
+            )))
+        }
+    }
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", np.getattr("uint64")?)?;
+    Ok(np
+        .call_method("ascontiguousarray", (arr,), Some(&kwargs))?
+        .extract()?)
+}
+
+/// An approximate nearest-neighbour index.
+#[pyclass(name = "Index", module = "vectide", frozen)]
+struct PyIndex {
+    inner: AnyIndex,
+    /// The next operation sequence number.
+    seq: AtomicU64,
+    /// Default search-list size (`ef`) for graph engines.
+    ef: AtomicUsize,
+}
+
+impl PyIndex {
+    fn wrap(inner: AnyIndex) -> Self {
+        let seq = inner.durable_seq();
+        let ef = inner.default_ef();
+        PyIndex {
+            inner,
+            seq: AtomicU64::new(seq),
+            ef: AtomicUsize::new(ef),
+        }
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::AcqRel) + 1
+    }
+}
+
+#[pymethods]
+impl PyIndex {
+    /// Index(dim, metric="cosine", engine="hnsw", **params)
+    #[new]
+    #[pyo3(signature = (dim, metric="cosine", engine="hnsw", **params))]
+    fn new(
+        dim: i64,
+        metric: &str,
+        engine: &str,
+        params: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        if dim <= 0 {
+            return Err(PyValueError::new_err(format!(
+                "dim must be a positive integer, got {dim}"
+            )));
+        }
+        let metric = Metric::parse(metric).map_err(to_py)?;
+        let params = params_from(params)?;
+        let inner =
+            vectide_engines::create(engine, dim as usize, metric, &params).map_err(to_py)?;
+        Ok(PyIndex::wrap(inner))
+    }
+
+    /// Adds (or replaces) vectors under the given ids.
+    fn add(&self, py: Python<'_>, ids: &Bound<'_, PyAny>, vectors: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ids = as_ids(ids)?;
+        let (vecs, _) = as_matrix(vectors, self.inner.dim(), "vectors")?;
+        let ids = ids.as_slice()?;
+        let vecs = vecs.as_slice()?;
+        if ids.len() * self.inner.dim() != vecs.len() {
+            return Err(PyValueError::new_err(format!(
+                "got {} ids but {} vectors",
+                ids.len(),
+                vecs.len() / self.inner.dim()
+            )));
+        }
+        let seq = self.next_seq();
+        py.detach(|| self.inner.insert(seq, ids, vecs)).map_err(to_py)
+    }
+
+    /// Searches the `k` nearest neighbours of each query row.
+    ///
+    /// Returns `(ids uint64[nq, k], distances float32[nq, k])`, closest first;
+    /// missing results are padded with id 2**64-1 and distance +inf.
+    #[pyo3(signature = (queries, k=10, ef=None, filter=None))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        k: i64,
+        ef: Option<i64>,
+        filter: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        if k <= 0 {
+            return Err(PyValueError::new_err(format!("k must be at least 1, got {k}")));
+        }
+        let k = k as usize;
+        let ef = match ef {
+            None => self.ef.load(Ordering::Relaxed),
+            Some(e) if e > 0 => e as usize,
+            Some(e) => return Err(PyValueError::new_err(format!("ef must be at least 1, got {e}"))),
+        };
+        let allowed: Option<HashSet<u64>> = match filter {
+            None => None,
+            Some(f) => Some(as_ids(f)?.as_slice()?.iter().copied().collect()),
+        };
+        let (q, _) = as_matrix(queries, self.inner.dim(), "queries")?;
+        let qs = q.as_slice()?;
+        let nq = qs.len() / self.inner.dim();
+        let params = SearchParams::with_ef(ef);
+        let pred = allowed.as_ref().map(|set| move |id: u64| set.contains(&id));
+        let filter_ref: Option<&(dyn Fn(u64) -> bool + Sync)> =
+            pred.as_ref().map(|p| p as &(dyn Fn(u64) -> bool + Sync));
+        let (ids, dists) = py.detach(|| -> vectide_core::Result<(Vec<u64>, Vec<f32>)> {
+            let mut ids = vec![RESERVED_ID; nq * k];
+            let mut dists = vec![f32::INFINITY; nq * k];
+            let mut fill = |row: usize, hits: &[Neighbor]| {
+                for (j, h) in hits.iter().enumerate().take(k) {
+                    ids[row * k + j] = h.id;
+                    dists[row * k + j] = h.distance;
+                }
+            };
+            if nq == 1 {
+                let mut out = Vec::with_capacity(k);
+                self.inner.search_into(qs, k, &params, filter_ref, &mut out)?;
+                fill(0, &out);
+            } else {
+                let all = self.inner.search_batch(qs, k, &params, filter_ref)?;
+                for (row, hits) in all.iter().enumerate() {
+                    fill(row, hits);
+                }
+            }
+            Ok((ids, dists))
+        })
+        .map_err(to_py)?;
+        let ids = PyArray1::from_vec(py, ids).reshape([nq, k])?;
+        let dists = PyArray1::from_vec(py, dists).reshape([nq, k])?;
+        Ok((ids.into_any(), dists.into_any()))
+    }
+
+    /// Deletes ids; absent ids are ignored. Returns how many were removed.
+    fn delete(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let ids = as_ids(ids)?;
+        let ids = ids.as_slice()?;
+        let seq = self.next_seq();
+        py.detach(|| self.inner.delete(seq, ids)).map_err(to_py)
+    }
+
+    /// The stored vectors of ids, as float32[n, dim] (normalised under cosine).
+    /// Raises KeyError naming the ids that are not in the index.
+    fn get<'py>(&self, py: Python<'py>, ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let ids = as_ids(ids)?;
+        let ids = ids.as_slice()?;
+        let dim = self.inner.dim();
+        let mut out = Vec::with_capacity(ids.len() * dim);
+        let mut missing = Vec::new();
+        for &id in ids {
+            match self.inner.get(id) {
+                Some(v) => out.extend_from_slice(&v),
+                None => missing.push(id),
+            }
+        }
+        if !missing.is_empty() {
+            missing.truncate(20);
+            return Err(to_py(Error::NotFound(missing)));
+        }
+        Ok(PyArray1::from_vec(py, out)
+            .reshape([ids.len(), dim])?
+            .into_any())
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __contains__(&self, id: &Bound<'_, PyAny>) -> bool {
+        match id.extract::<u64>() {
+            Ok(id) => self.inner.contains(id),
+            Err(_) => false,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "vectide.Index(dim={}, metric={:?}, engine={:?}, len={})",
+            self.inner.dim(),
+            self.inner.metric().name(),
+            self.inner.engine(),
+            self.inner.len()
+        )
+    }
+
+    /// Saves the index to `path` (temp file, fsync, rename).
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.inner.save(&path)).map_err(to_py)
+    }
+
+    /// Opens an index file written by `save`.
+    #[staticmethod]
+    #[pyo3(signature = (path, threads=None))]
+    fn load(py: Python<'_>, path: PathBuf, threads: Option<i64>) -> PyResult<Self> {
+        let threads = match threads {
+            None => None,
+            Some(t) if t > 0 => Some(t as usize),
+            Some(t) => return Err(PyValueError::new_err(format!("threads must be at least 1, got {t}"))),
+        };
+        let inner = py
+            .detach(|| vectide_engines::load(&path, threads))
+            .map_err(to_py)?;
+        Ok(PyIndex::wrap(inner))
+    }
+
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    #[getter]
+    fn metric(&self) -> &'static str {
+        self.inner.metric().name()
+    }
+
+    #[getter]
+    fn engine(&self) -> &'static str {
+        self.inner.engine()
+    }
+
+    #[getter]
+    fn threads(&self) -> usize {
+        self.inner.threads()
+    }
+
+    /// Default search-list size used when `search` gets no `ef`.
+    #[getter]
+    fn get_ef_search(&self) -> usize {
+        self.ef.load(Ordering::Relaxed)
+    }
+
+    #[setter]
+    fn set_ef_search(&self, ef: i64) -> PyResult<()> {
+        if ef <= 0 {
+            return Err(PyValueError::new_err(format!("ef_search must be at least 1, got {ef}")));
+        }
+        self.ef.store(ef as usize, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The engine's build parameters.
+    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in self.inner.params() {
+            match v {
+                ParamValue::Int(i) => d.set_item(k, i)?,
+                ParamValue::Float(f) => d.set_item(k, f)?,
+                ParamValue::Bool(b) => d.set_item(k, b)?,
+                ParamValue::Str(s) => d.set_item(k, s)?,
+            }
+        }
+        Ok(d)
+    }
+
+    /// Sizes and counters: live, slots_used, capacity, pending_deletes,
+    /// memory_bytes, consolidations, durable_seq.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.stats();
+        let d = PyDict::new(py);
+        d.set_item("live", s.live)?;
+        d.set_item("slots_used", s.slots_used)?;
+        d.set_item("capacity", s.capacity)?;
+        d.set_item("pending_deletes", s.pending_deletes)?;
+        d.set_item("memory_bytes", s.memory_bytes)?;
+        d.set_item("consolidations", s.consolidations)?;
+        d.set_item("durable_seq", self.inner.durable_seq())?;
+        Ok(d)
+    }
+}
+
+/// The SIMD instruction set the distance kernels dispatched to.
+#[pyfunction]
+fn simd_isa() -> &'static str {
+    vectide_core::distance::active_isa()
+}
+
+#[pymodule]
+fn _vectide(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyIndex>()?;
+    m.add_function(wrap_pyfunction!(simd_isa, m)?)?;
+    m.add("CorruptIndexError", m.py().get_type::<CorruptIndexError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("MISSING_ID", RESERVED_ID)?;
+    Ok(())
+}
