@@ -1,1 +1,76 @@
-fn main() {}
+//! `vectide`: the command-line front of Vectide.
+//!
+//! - `vectide bench` runs the ANN benchmark on the native engines only (the
+//!   Python harness `python -m vectide.bench ann` adds the peers);
+//! - `vectide inspect PATH` describes an index file after checking it.
+
+mod bench;
+mod dataset;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "vectide",
+    version,
+    about = "Vectide: a vector database for data that never stops changing"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Recall/QPS sweep of native engines on an ann-benchmarks dataset.
+    Bench(bench::BenchArgs),
+    /// Check an index file and print its header and counts.
+    Inspect {
+        /// Path of an index file written by `save`.
+        path: PathBuf,
+        /// Print JSON instead of aligned text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => bench::run(&args),
+        Command::Inspect { path, json } => inspect(&path, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn inspect(path: &std::path::Path, json: bool) -> Result<(), String> {
+    let rows = vectide_engines::inspect(path).map_err(|e| e.to_string())?;
+    if json {
+        let map: serde_json::Map<String, serde_json::Value> = rows
+            .into_iter()
+            .map(|(k, v)| {
+                let value = v
+                    .parse::<u64>()
+                    .map(serde_json::Value::from)
+                    .unwrap_or(serde_json::Value::String(v));
+                (k, value)
+            })
+            .collect();
+        println!("{}", serde_json::Value::Object(map));
+    } else {
+        println!("{}", path.display());
+        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        for (k, v) in rows {
+            println!("  {k:<width$}  {v}");
+        }
+    }
+    Ok(())
+}

@@ -118,21 +118,37 @@ impl<'a> ByteReader<'a> {
         Ok(self.bytes(1)?[0])
     }
     pub fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.bytes(4)?.try_into().expect("4 bytes"),
+        ))
     }
     pub fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.bytes(8)?.try_into().expect("8 bytes"),
+        ))
     }
     /// Reads `n` little-endian u32 values into `out`.
     pub fn u32s(&mut self, n: usize, out: &mut Vec<u32>) -> Result<()> {
-        let b = self.bytes(n.checked_mul(4).ok_or_else(|| Error::corrupted("length overflow"))?)?;
-        out.extend(b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))));
+        let b = self.bytes(
+            n.checked_mul(4)
+                .ok_or_else(|| Error::corrupted("length overflow"))?,
+        )?;
+        out.extend(
+            b.chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4"))),
+        );
         Ok(())
     }
     /// Reads `n` little-endian f32 values into `out`.
     pub fn f32s(&mut self, n: usize, out: &mut Vec<f32>) -> Result<()> {
-        let b = self.bytes(n.checked_mul(4).ok_or_else(|| Error::corrupted("length overflow"))?)?;
-        out.extend(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))));
+        let b = self.bytes(
+            n.checked_mul(4)
+                .ok_or_else(|| Error::corrupted("length overflow"))?,
+        )?;
+        out.extend(
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("4"))),
+        );
         Ok(())
     }
 }

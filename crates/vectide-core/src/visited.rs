@@ -50,7 +50,9 @@ impl VisitedSet {
 
     #[inline]
     pub fn contains(&self, slot: u32) -> bool {
-        self.tags.get(slot as usize).is_none_or(|t| *t == self.generation)
+        self.tags
+            .get(slot as usize)
+            .is_none_or(|t| *t == self.generation)
     }
 
     /// Address of a slot's tag, for prefetching.

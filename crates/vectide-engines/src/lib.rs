@@ -143,7 +143,11 @@ pub fn hnsw_params(params: &Params) -> Result<HnswParams> {
 /// Creates an empty index of the named engine.
 pub fn create(engine: &str, dim: usize, metric: Metric, params: &Params) -> Result<AnyIndex> {
     match engine {
-        "hnsw" => Ok(AnyIndex::Hnsw(Hnsw::new(dim, metric, hnsw_params(params)?)?)),
+        "hnsw" => Ok(AnyIndex::Hnsw(Hnsw::new(
+            dim,
+            metric,
+            hnsw_params(params)?,
+        )?)),
         other => Err(Error::invalid(format!(
             "unknown engine {other:?}; known engines: {}",
             ENGINES.join(", ")
@@ -156,9 +160,10 @@ fn read_magic(path: &Path) -> Result<[u8; 8]> {
     let mut f = std::fs::File::open(path).map_err(|e| Error::io_at(path, e))?;
     let mut magic = [0u8; 8];
     f.read_exact(&mut magic).map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => {
-            Error::corrupted(format!("{} is too short to be an index file", path.display()))
-        }
+        std::io::ErrorKind::UnexpectedEof => Error::corrupted(format!(
+            "{} is too short to be an index file",
+            path.display()
+        )),
         _ => Error::io_at(path, e),
     })?;
     Ok(magic)
@@ -387,9 +392,21 @@ mod tests {
         assert!(e.to_string().contains("known engines: hnsw"), "{e}");
         let e = create("hnsw", 8, Metric::L2, &params(&[("M", ParamValue::Int(8))])).unwrap_err();
         assert!(e.to_string().contains("unknown parameter(s) M"), "{e}");
-        let e = create("hnsw", 8, Metric::L2, &params(&[("m", ParamValue::Float(1.5))])).unwrap_err();
+        let e = create(
+            "hnsw",
+            8,
+            Metric::L2,
+            &params(&[("m", ParamValue::Float(1.5))]),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("non-negative integer"), "{e}");
-        let e = create("hnsw", 8, Metric::L2, &params(&[("threads", ParamValue::Int(0))])).unwrap_err();
+        let e = create(
+            "hnsw",
+            8,
+            Metric::L2,
+            &params(&[("threads", ParamValue::Int(0))]),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("at least 1"), "{e}");
     }
 

@@ -66,7 +66,10 @@ pub(crate) fn rank_from(
 ) {
     let vb = store.vector(base);
     out.clear();
-    out.extend(ids.iter().map(|&i| Candidate::new(dist(vb, store.vector(i)), i)));
+    out.extend(
+        ids.iter()
+            .map(|&i| Candidate::new(dist(vb, store.vector(i)), i)),
+    );
     out.sort_unstable();
 }
 
@@ -164,10 +167,9 @@ impl Hnsw {
             (0..rows.len()).for_each(|i| work(&mut scratch, i));
         } else {
             self.install(|| {
-                (0..rows.len()).into_par_iter().for_each_init(
-                    || self.scratch.get(),
-                    |scratch, i| work(scratch, i),
-                )
+                (0..rows.len())
+                    .into_par_iter()
+                    .for_each_init(|| self.scratch.get(), |scratch, i| work(scratch, i))
             });
         }
         Ok(())

@@ -153,7 +153,11 @@ impl Hnsw {
     }
 
     /// Prepares a query: checks it and normalises it under cosine.
-    pub(crate) fn prepare_query<'a>(&self, query: &'a [f32], buf: &'a mut Vec<f32>) -> Result<&'a [f32]> {
+    pub(crate) fn prepare_query<'a>(
+        &self,
+        query: &'a [f32],
+        buf: &'a mut Vec<f32>,
+    ) -> Result<&'a [f32]> {
         check_vector(self.dim, self.metric, query)?;
         if self.metric.normalizes() {
             buf.clear();

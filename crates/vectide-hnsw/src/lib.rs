@@ -21,10 +21,11 @@
 //! walked through, so the graph stays connected. Tombstones do not live
 //! forever: once they exceed [`HnswParams::consolidate_fraction`] of the live
 //! points (5 % by default), a consolidation repairs every list that names a
-//! deleted node, replacing it by its own surviving neighbours and pruning with
-//! the HNSW heuristic (FreshDiskANN's Algorithm 4, with HNSW's α = 1 rule),
-//! moves a deleted entry point, waits for in-flight searches, and returns the
-//! slots to the allocator. New inserts take reclaimed slots first, so the slots
+//! deleted node, filling the freed room from the deleted node's own surviving
+//! neighbours under the α-rule (FreshDiskANN's Algorithm 4, α = 1.2), moves a
+//! deleted entry point, relinks any live node the repair left unreachable
+//! from the entry point, waits for in-flight searches, and returns the slots
+//! to the allocator. New inserts take reclaimed slots first, so the slots
 //! in use stay near the live count and the graph never accumulates dead nodes.
 //! We chose repair + reuse rather than hnswlib's `replace_deleted` (which
 //! reuses a slot without repairing the graph around the deleted node) because
@@ -53,3 +54,4 @@ pub use builder::Progress;
 pub use engine::Hnsw;
 pub use params::HnswParams;
 pub use persist::{inspect, FileInfo, FORMAT_VERSION};
+pub use update::GraphCheck;

@@ -51,7 +51,10 @@ impl HnswParams {
     /// call cannot ask for absurd allocations.
     pub fn validate(&self) -> Result<()> {
         if !(2..=256).contains(&self.m) {
-            return Err(Error::invalid(format!("m must be in 2..=256, got {}", self.m)));
+            return Err(Error::invalid(format!(
+                "m must be in 2..=256, got {}",
+                self.m
+            )));
         }
         if !(1..=100_000).contains(&self.ef_construction) {
             return Err(Error::invalid(format!(

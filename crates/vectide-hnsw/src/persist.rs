@@ -65,7 +65,7 @@ impl Hnsw {
             h.extend_from_slice(&(self.params.ef_search as u32).to_le_bytes());
             h.extend_from_slice(&self.params.seed.to_le_bytes());
             h.extend_from_slice(&alloc_next.to_le_bytes());
-            h.extend_from_slice(&0u32.to_le_bytes());
+            h.extend_from_slice(&self.params.repair_alpha.to_le_bytes());
             h.extend_from_slice(&self.entry.load(Ordering::Acquire).to_le_bytes());
             h.extend_from_slice(&watermark.to_le_bytes());
             h.extend_from_slice(&self.level_counter.load(Ordering::Relaxed).to_le_bytes());
@@ -126,10 +126,12 @@ impl Hnsw {
             ef_search: hdr.ef_search,
             seed: hdr.seed,
             consolidate_fraction: hdr.consolidate_fraction,
-            repair_alpha: HnswParams::default().repair_alpha,
+            repair_alpha: hdr.repair_alpha,
             threads,
         };
-        params.validate().map_err(|e| Error::corrupted(format!("header: {e}")))?;
+        params
+            .validate()
+            .map_err(|e| Error::corrupted(format!("header: {e}")))?;
         let n = hdr.slots;
         // Every non-free slot needs at least 4 + 16 + 4*dim + 4 bytes.
         if n > r.remaining() / 4 {
@@ -159,7 +161,9 @@ impl Hnsw {
                 return Err(Error::corrupted(format!("slot {s}: bad state {state}")));
             }
             if level > MAX_LEVEL {
-                return Err(Error::corrupted(format!("slot {s}: level {level} > {MAX_LEVEL}")));
+                return Err(Error::corrupted(format!(
+                    "slot {s}: level {level} > {MAX_LEVEL}"
+                )));
             }
             let label = r.u64()?;
             let seq = r.u64()?;
@@ -240,7 +244,9 @@ impl Hnsw {
             Some((ep, lvl))
                 if ep as usize >= n || store.state(ep) == FREE || store.level(ep) != lvl =>
             {
-                return Err(Error::corrupted(format!("bad entry point {ep} at level {lvl}")))
+                return Err(Error::corrupted(format!(
+                    "bad entry point {ep} at level {lvl}"
+                )))
             }
             _ => {}
         }
@@ -249,7 +255,8 @@ impl Hnsw {
         *idx.alloc.lock() = alloc;
         *idx.pending.lock() = pending;
         idx.entry.store(hdr.entry, Ordering::Release);
-        idx.level_counter.store(hdr.level_counter, Ordering::Relaxed);
+        idx.level_counter
+            .store(hdr.level_counter, Ordering::Relaxed);
         idx.durable.store(hdr.durable_seq, Ordering::Release);
         let mut idx = idx;
         idx.seqs = vectide_core::SeqTracker::starting_at(hdr.durable_seq);
@@ -265,6 +272,7 @@ struct Header {
     ef_search: usize,
     seed: u64,
     slots: usize,
+    repair_alpha: f32,
     entry: u64,
     durable_seq: u64,
     level_counter: u64,
@@ -319,7 +327,7 @@ fn read_header(r: &mut ByteReader<'_>) -> Result<Header> {
     let ef_search = r.u32()? as usize;
     let seed = r.u64()?;
     let slots = r.u32()? as usize;
-    r.u32()?;
+    let repair_alpha = f32::from_le_bytes(r.bytes(4)?.try_into().expect("4 bytes"));
     let entry = r.u64()?;
     let durable_seq = r.u64()?;
     let level_counter = r.u64()?;
@@ -333,6 +341,7 @@ fn read_header(r: &mut ByteReader<'_>) -> Result<Header> {
         ef_search,
         seed,
         slots,
+        repair_alpha,
         entry,
         durable_seq,
         level_counter,

@@ -4,16 +4,19 @@
 //! from then on searches never return it, but still walk through it, so the
 //! graph stays connected. When the pending deletes exceed
 //! `consolidate_fraction` of the live points, a consolidation runs (in the
-//! style of FreshDiskANN's Algorithm 4, with HNSW's own selection heuristic
-//! in place of α-RNG pruning):
+//! style of FreshDiskANN's Algorithm 4):
 //!
 //! 1. inserts are paused (exclusive `mutate` lock); searches go on;
 //! 2. for every remaining node `p` and layer `l` whose list names a deleted
-//!    node, the candidates are `p`'s surviving neighbours plus the surviving
-//!    neighbours of its deleted neighbours; the heuristic keeps at most the
-//!    layer's bound of them as `p`'s new list;
+//!    node, the surviving neighbours stay and the freed room is filled from
+//!    the surviving neighbours of its deleted neighbours, closest first, each
+//!    admitted only if no kept neighbour `r` has `α·d(r, c) < d(p, c)`
+//!    (α = `repair_alpha`, 1.2; 1 under inner product);
 //! 3. a deleted entry point is replaced by the live node of highest level;
-//! 4. an exclusive store-lock barrier waits for every search that may still
+//! 4. a walk from the entry point finds live nodes the repair left
+//!    unreachable (pruning can drop every path to a node) and links each from
+//!    its closest reachable node;
+//! 5. an exclusive store-lock barrier waits for every search that may still
 //!    hold a deleted id, then the slots are marked free and handed to the
 //!    allocator, which gives them to the next inserts.
 //!
@@ -23,6 +26,7 @@
 use crate::builder::rank_from;
 use crate::engine::{pack_entry, unpack_entry, Hnsw, NO_ENTRY};
 use crate::layout::{Store, FREE};
+use crate::search::{search_layer, Scratch};
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
 use vectide_core::heap::Candidate;
@@ -80,14 +84,13 @@ impl Hnsw {
                 is_dead[d as usize] = true;
             }
             self.install(|| {
-                (0..used as u32).into_par_iter().for_each_init(
-                    RepairScratch::default,
-                    |sc, s| {
+                (0..used as u32)
+                    .into_par_iter()
+                    .for_each_init(RepairScratch::default, |sc, s| {
                         if !is_dead[s as usize] && store.state(s) != FREE {
                             self.repair_node(&store, s, &is_dead, sc);
                         }
-                    },
-                )
+                    })
             });
             if let Some((ep, _)) = unpack_entry(self.entry.load(Ordering::Acquire)) {
                 if is_dead[ep as usize] {
@@ -98,6 +101,7 @@ impl Hnsw {
                     self.entry.store(word, Ordering::Release);
                 }
             }
+            self.reconnect_unreachable(&store, used, &is_dead);
         }
         // Barrier: once we hold the store exclusively, no search that could
         // have read an edge to a dead node is still running.
@@ -111,6 +115,105 @@ impl Hnsw {
         self.alloc.lock().free.extend_from_slice(&dead);
         self.consolidations.fetch_add(1, Ordering::Relaxed);
         dead.len()
+    }
+
+    /// Makes every live node reachable again on layer 0. The pruning in
+    /// [`Hnsw::repair_node`] can drop every edge that used to reach a node
+    /// (or a small group of nodes) through a deleted node; the property test
+    /// finds such cases with small `m`. A walk from the entry point marks what
+    /// is reachable; each node it misses is linked from the closest reachable
+    /// node that has room, or that can give up its farthest neighbour while
+    /// another node still links to that one. Everything the linked node
+    /// reaches becomes reachable with it. Returns the nodes relinked.
+    fn reconnect_unreachable(&self, store: &Store, used: usize, is_dead: &[bool]) -> usize {
+        let live = |s: u32| !is_dead[s as usize] && store.state(s) != FREE;
+        let Some(ep) = unpack_entry(self.entry.load(Ordering::Acquire)).map(|(s, _)| s) else {
+            return 0;
+        };
+        let mut buf = Vec::new();
+        let mut reach = vec![false; used];
+        let mut mark = |from: u32, reach: &mut Vec<bool>, buf: &mut Vec<u32>| {
+            let mut stack = vec![from];
+            reach[from as usize] = true;
+            while let Some(x) = stack.pop() {
+                store.neighbors_into(x, 0, buf);
+                for &y in buf.iter() {
+                    if live(y) && !reach[y as usize] {
+                        reach[y as usize] = true;
+                        stack.push(y);
+                    }
+                }
+            }
+        };
+        mark(ep, &mut reach, &mut buf);
+        let missing: Vec<u32> = (0..used as u32)
+            .filter(|&s| live(s) && !reach[s as usize])
+            .collect();
+        if missing.is_empty() {
+            return 0;
+        }
+        let mut indeg = vec![0u32; used];
+        for s in (0..used as u32).filter(|&s| live(s)) {
+            store.neighbors_into(s, 0, &mut buf);
+            for &y in &buf {
+                indeg[y as usize] += 1;
+            }
+        }
+        let mut scratch = self.scratch.get();
+        let mut list = Vec::new();
+        let mut cands = Vec::new();
+        let mut ranked = Vec::new();
+        let mut relinked = 0;
+        for &x in &missing {
+            if reach[x as usize] {
+                continue;
+            }
+            let v = store.vector(x);
+            let entry = Candidate::new((self.dist)(v, store.vector(ep)), ep);
+            search_layer(
+                store,
+                self.dist,
+                v,
+                entry,
+                self.params.ef_construction,
+                0,
+                &mut scratch,
+                |s| live(s) && reach[s as usize],
+            );
+            let Scratch { top, sorted, .. } = &mut *scratch;
+            top.drain_sorted_into(sorted);
+            cands.clear();
+            cands.extend(sorted.iter().map(|c| c.node));
+            rank_from(store, self.dist, x, &cands, &mut ranked);
+            for c in &ranked {
+                let y = c.node;
+                let _g = store.lock(y);
+                store.neighbors_into(y, 0, &mut list);
+                if list.len() < store.cap(0) {
+                    list.push(x);
+                } else {
+                    let vy = store.vector(y);
+                    let victim = list
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, &z)| indeg[z as usize] > 1)
+                        .max_by(|a, b| {
+                            (self.dist)(vy, store.vector(*a.1))
+                                .total_cmp(&(self.dist)(vy, store.vector(*b.1)))
+                        })
+                        .map(|(i, &z)| (i, z));
+                    let Some((i, z)) = victim else { continue };
+                    indeg[z as usize] -= 1;
+                    list[i] = x;
+                }
+                store.set_list(y, 0, &list);
+                indeg[x as usize] += 1;
+                relinked += 1;
+                mark(x, &mut reach, &mut buf);
+                break;
+            }
+        }
+        relinked
     }
 
     fn repair_node(&self, store: &Store, s: u32, is_dead: &[bool], sc: &mut RepairScratch) {
@@ -160,5 +263,75 @@ impl Hnsw {
             let _g = store.lock(s);
             store.set_list(s, l, &sc.kept);
         }
+    }
+}
+
+/// What [`Hnsw::check_graph`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GraphCheck {
+    /// Live nodes.
+    pub live: usize,
+    /// Live nodes reachable on layer 0 from the entry point (through any
+    /// used node, deleted ones included, as searches walk them).
+    pub reachable: usize,
+    /// Live nodes (other than the entry point) that no used node links to on layer 0.
+    pub orphans: usize,
+    /// Edges naming a free slot, or a node absent from that layer.
+    pub bad_edges: usize,
+}
+
+impl Hnsw {
+    /// Walks the whole graph and checks its structure (for tests and
+    /// `vectide inspect`; O(N·m), pauses inserts and deletes).
+    pub fn check_graph(&self) -> GraphCheck {
+        let _exclusive = self.mutate.write();
+        let used = self.alloc.lock().next as usize;
+        let store = self.store.read();
+        let used_slot = |s: u32| (s as usize) < used && store.state(s) != FREE;
+        let mut report = GraphCheck::default();
+        let mut indeg = vec![0u32; used];
+        let mut buf = Vec::new();
+        for s in 0..used as u32 {
+            if !used_slot(s) {
+                continue;
+            }
+            if store.state(s) == crate::layout::LIVE {
+                report.live += 1;
+            }
+            for l in 0..=store.level(s) {
+                store.neighbors_into(s, l, &mut buf);
+                for &y in &buf {
+                    if !used_slot(y) || store.level(y) < l {
+                        report.bad_edges += 1;
+                    } else if l == 0 {
+                        indeg[y as usize] += 1;
+                    }
+                }
+            }
+        }
+        let ep = unpack_entry(self.entry.load(Ordering::Acquire)).map(|(s, _)| s);
+        report.orphans = (0..used as u32)
+            .filter(|&s| {
+                store.state(s) == crate::layout::LIVE && Some(s) != ep && indeg[s as usize] == 0
+            })
+            .count();
+        if let Some(ep) = ep.filter(|&e| used_slot(e)) {
+            let mut seen = vec![false; used];
+            let mut stack = vec![ep];
+            seen[ep as usize] = true;
+            while let Some(x) = stack.pop() {
+                if store.state(x) == crate::layout::LIVE {
+                    report.reachable += 1;
+                }
+                store.neighbors_into(x, 0, &mut buf);
+                for &y in &buf {
+                    if used_slot(y) && !seen[y as usize] {
+                        seen[y as usize] = true;
+                        stack.push(y);
+                    }
+                }
+            }
+        }
+        report
     }
 }

@@ -61,13 +61,17 @@ fn recall_against_brute_force_for_every_metric() {
 fn distances_follow_the_smaller_is_closer_convention() {
     let idx = Hnsw::new(2, Metric::Cosine, HnswParams::default()).unwrap();
     idx.insert(1, &[1, 2], &[1.0, 0.0, 0.0, 2.0]).unwrap();
-    let r = idx.search(&[3.0, 4.0], 2, &SearchParams::default(), None).unwrap();
+    let r = idx
+        .search(&[3.0, 4.0], 2, &SearchParams::default(), None)
+        .unwrap();
     assert_eq!(r[0].id, 2);
     assert!((r[0].distance - 0.2).abs() < 1e-6, "1 - cos = 1 - 0.8");
     assert!((r[1].distance - 0.4).abs() < 1e-6);
     let ip = Hnsw::new(2, Metric::Ip, HnswParams::default()).unwrap();
     ip.insert(1, &[1], &[1.0, 2.0]).unwrap();
-    let r = ip.search(&[3.0, 4.0], 1, &SearchParams::default(), None).unwrap();
+    let r = ip
+        .search(&[3.0, 4.0], 1, &SearchParams::default(), None)
+        .unwrap();
     assert!((r[0].distance + 11.0).abs() < 1e-5, "-dot");
 }
 
@@ -94,7 +98,10 @@ fn deletes_are_repaired_and_slots_reused() {
     fresh.insert(1, &ids, &flat).unwrap();
     let reference = measure(&fresh, &points, &queries, dim, 64);
     eprintln!("recall before {before}, after delete {after}, fresh build {reference}");
-    assert!(after >= reference - 0.02, "recall {before} -> {after}; fresh {reference}");
+    assert!(
+        after >= reference - 0.02,
+        "recall {before} -> {after}; fresh {reference}"
+    );
     for id in &gone {
         assert!(!idx.contains(*id));
     }
@@ -121,7 +128,9 @@ fn deleting_everything_then_inserting_works() {
         .unwrap()
         .is_empty());
     idx.insert(3, &[7], &[1.0; 8]).unwrap();
-    let r = idx.search(&[1.0; 8], 5, &SearchParams::default(), None).unwrap();
+    let r = idx
+        .search(&[1.0; 8], 5, &SearchParams::default(), None)
+        .unwrap();
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].id, 7);
 }
@@ -134,7 +143,9 @@ fn upsert_replaces_the_vector_and_returns_the_id_once() {
     idx.insert(2, &[id], &new).unwrap();
     assert_eq!(idx.len(), 1000);
     assert_eq!(idx.get(id).unwrap(), new);
-    let r = idx.search(&new, 10, &SearchParams::default(), None).unwrap();
+    let r = idx
+        .search(&new, 10, &SearchParams::default(), None)
+        .unwrap();
     assert_eq!(r[0].id, id);
     assert_eq!(r[0].distance, 0.0);
     assert_eq!(r.iter().filter(|n| n.id == id).count(), 1);
@@ -149,7 +160,11 @@ fn replay_of_an_older_operation_changes_nothing() {
     assert_eq!(idx.delete(4, &[1]).unwrap(), 0, "older delete: skipped");
     assert!(idx.contains(1));
     assert_eq!(idx.delete(6, &[1]).unwrap(), 1);
-    assert_eq!(idx.delete(6, &[1]).unwrap(), 0, "deleting twice is harmless");
+    assert_eq!(
+        idx.delete(6, &[1]).unwrap(),
+        0,
+        "deleting twice is harmless"
+    );
     assert_eq!(idx.stats().slots_used, 0);
 }
 
@@ -164,7 +179,9 @@ fn filter_is_applied_during_traversal() {
     let mut found = Vec::new();
     let mut truth = Vec::new();
     for q in queries.chunks_exact(dim) {
-        let r = idx.search(q, 10, &SearchParams::with_ef(64), Some(&pred)).unwrap();
+        let r = idx
+            .search(q, 10, &SearchParams::with_ef(64), Some(&pred))
+            .unwrap();
         assert!(r.iter().all(|n| pred(n.id)));
         found.push(r.iter().map(|n| n.id).collect::<Vec<_>>());
         truth.push(brute_force(Metric::L2, &allowed, q, 10));
@@ -185,7 +202,9 @@ fn capacity_grows_across_many_batches() {
     let idx = Hnsw::new(dim, Metric::L2, HnswParams::default()).unwrap();
     let data = clustered(3000, dim, 5, 1);
     for (b, chunk) in data.chunks(dim * 100).enumerate() {
-        let ids: Vec<u64> = (0..chunk.len() / dim).map(|i| (b * 100 + i) as u64).collect();
+        let ids: Vec<u64> = (0..chunk.len() / dim)
+            .map(|i| (b * 100 + i) as u64)
+            .collect();
         idx.insert(b as u64 + 1, &ids, chunk).unwrap();
     }
     assert_eq!(idx.len(), 3000);
@@ -259,9 +278,11 @@ fn concurrent_inserts_deletes_and_searches() {
                         .iter()
                         .flat_map(|&id| data[id as usize * dim..][..dim].to_vec())
                         .collect();
-                    idx.insert(seq.fetch_add(1, Ordering::SeqCst), &ids, &vecs).unwrap();
+                    idx.insert(seq.fetch_add(1, Ordering::SeqCst), &ids, &vecs)
+                        .unwrap();
                     let del: Vec<u64> = ids.iter().copied().step_by(4).collect();
-                    idx.delete(seq.fetch_add(1, Ordering::SeqCst), &del).unwrap();
+                    idx.delete(seq.fetch_add(1, Ordering::SeqCst), &del)
+                        .unwrap();
                 }
             });
         }

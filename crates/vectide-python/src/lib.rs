@@ -150,7 +150,9 @@ fn as_ids<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, u64>> 
             kwargs.set_item("dtype", np.getattr("uint64")?)?;
             let converted = np
                 .call_method("array", (obj,), Some(&kwargs))
-                .map_err(|e| PyValueError::new_err(format!("ids must be integers in [0, 2**64-2]: {e}")))?;
+                .map_err(|e| {
+                    PyValueError::new_err(format!("ids must be integers in [0, 2**64-2]: {e}"))
+                })?;
             return Ok(np.call_method1("atleast_1d", (converted,))?.extract()?);
         }
         other => {
@@ -216,7 +218,12 @@ impl PyIndex {
     }
 
     /// Adds (or replaces) vectors under the given ids.
-    fn add(&self, py: Python<'_>, ids: &Bound<'_, PyAny>, vectors: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn add(
+        &self,
+        py: Python<'_>,
+        ids: &Bound<'_, PyAny>,
+        vectors: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let ids = as_ids(ids)?;
         let (vecs, _) = as_matrix(vectors, self.inner.dim(), "vectors")?;
         let ids = ids.as_slice()?;
@@ -229,7 +236,8 @@ impl PyIndex {
             )));
         }
         let seq = self.next_seq();
-        py.detach(|| self.inner.insert(seq, ids, vecs)).map_err(to_py)
+        py.detach(|| self.inner.insert(seq, ids, vecs))
+            .map_err(to_py)
     }
 
     /// Searches the `k` nearest neighbours of each query row.
@@ -246,13 +254,19 @@ impl PyIndex {
         filter: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         if k <= 0 {
-            return Err(PyValueError::new_err(format!("k must be at least 1, got {k}")));
+            return Err(PyValueError::new_err(format!(
+                "k must be at least 1, got {k}"
+            )));
         }
         let k = k as usize;
         let ef = match ef {
             None => self.ef.load(Ordering::Relaxed),
             Some(e) if e > 0 => e as usize,
-            Some(e) => return Err(PyValueError::new_err(format!("ef must be at least 1, got {e}"))),
+            Some(e) => {
+                return Err(PyValueError::new_err(format!(
+                    "ef must be at least 1, got {e}"
+                )))
+            }
         };
         let allowed: Option<HashSet<u64>> = match filter {
             None => None,
@@ -265,28 +279,30 @@ impl PyIndex {
         let pred = allowed.as_ref().map(|set| move |id: u64| set.contains(&id));
         let filter_ref: Option<&(dyn Fn(u64) -> bool + Sync)> =
             pred.as_ref().map(|p| p as &(dyn Fn(u64) -> bool + Sync));
-        let (ids, dists) = py.detach(|| -> vectide_core::Result<(Vec<u64>, Vec<f32>)> {
-            let mut ids = vec![RESERVED_ID; nq * k];
-            let mut dists = vec![f32::INFINITY; nq * k];
-            let mut fill = |row: usize, hits: &[Neighbor]| {
-                for (j, h) in hits.iter().enumerate().take(k) {
-                    ids[row * k + j] = h.id;
-                    dists[row * k + j] = h.distance;
+        let (ids, dists) = py
+            .detach(|| -> vectide_core::Result<(Vec<u64>, Vec<f32>)> {
+                let mut ids = vec![RESERVED_ID; nq * k];
+                let mut dists = vec![f32::INFINITY; nq * k];
+                let mut fill = |row: usize, hits: &[Neighbor]| {
+                    for (j, h) in hits.iter().enumerate().take(k) {
+                        ids[row * k + j] = h.id;
+                        dists[row * k + j] = h.distance;
+                    }
+                };
+                if nq == 1 {
+                    let mut out = Vec::with_capacity(k);
+                    self.inner
+                        .search_into(qs, k, &params, filter_ref, &mut out)?;
+                    fill(0, &out);
+                } else {
+                    let all = self.inner.search_batch(qs, k, &params, filter_ref)?;
+                    for (row, hits) in all.iter().enumerate() {
+                        fill(row, hits);
+                    }
                 }
-            };
-            if nq == 1 {
-                let mut out = Vec::with_capacity(k);
-                self.inner.search_into(qs, k, &params, filter_ref, &mut out)?;
-                fill(0, &out);
-            } else {
-                let all = self.inner.search_batch(qs, k, &params, filter_ref)?;
-                for (row, hits) in all.iter().enumerate() {
-                    fill(row, hits);
-                }
-            }
-            Ok((ids, dists))
-        })
-        .map_err(to_py)?;
+                Ok((ids, dists))
+            })
+            .map_err(to_py)?;
         let ids = PyArray1::from_vec(py, ids).reshape([nq, k])?;
         let dists = PyArray1::from_vec(py, dists).reshape([nq, k])?;
         Ok((ids.into_any(), dists.into_any()))
@@ -356,7 +372,11 @@ impl PyIndex {
         let threads = match threads {
             None => None,
             Some(t) if t > 0 => Some(t as usize),
-            Some(t) => return Err(PyValueError::new_err(format!("threads must be at least 1, got {t}"))),
+            Some(t) => {
+                return Err(PyValueError::new_err(format!(
+                    "threads must be at least 1, got {t}"
+                )))
+            }
         };
         let inner = py
             .detach(|| vectide_engines::load(&path, threads))
@@ -393,7 +413,9 @@ impl PyIndex {
     #[setter]
     fn set_ef_search(&self, ef: i64) -> PyResult<()> {
         if ef <= 0 {
-            return Err(PyValueError::new_err(format!("ef_search must be at least 1, got {ef}")));
+            return Err(PyValueError::new_err(format!(
+                "ef_search must be at least 1, got {ef}"
+            )));
         }
         self.ef.store(ef as usize, Ordering::Relaxed);
         Ok(())

@@ -8,7 +8,9 @@ use vectide_core::Metric;
 /// `n` points in `dim` dimensions around `clusters` Gaussian-ish centres.
 pub fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let centres: Vec<f32> = (0..clusters * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let centres: Vec<f32> = (0..clusters * dim)
+        .map(|_| rng.gen_range(-1.0..1.0))
+        .collect();
     let mut out = Vec::with_capacity(n * dim);
     for _ in 0..n {
         let c = rng.gen_range(0..clusters);

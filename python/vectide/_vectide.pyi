@@ -1,0 +1,65 @@
+"""Type stubs of the native extension ``vectide._vectide``."""
+
+from os import PathLike
+from typing import Any, Iterable, Optional, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+MISSING_ID: int
+
+_Ids = Union[npt.ArrayLike, Iterable[int]]
+_Path = Union[str, "PathLike[str]"]
+
+class CorruptIndexError(ValueError):
+    """An index file failed its magic, version, bounds or checksum checks."""
+
+class Index:
+    """An approximate nearest-neighbour index over float32 vectors.
+
+    ``Index(dim, metric="cosine", engine="hnsw", **params)``; for ``hnsw`` the
+    params are ``m`` (16), ``ef_construction`` (200), ``ef_search`` (64),
+    ``seed``, ``consolidate_fraction`` (0.05), ``repair_alpha`` (1.2) and
+    ``threads`` (default: all cores).
+    """
+
+    def __init__(self, dim: int, metric: str = "cosine", engine: str = "hnsw", **params: Any) -> None: ...
+    def add(self, ids: _Ids, vectors: npt.ArrayLike) -> None:
+        """Adds vectors (n x dim, float32/float64, C or F order); an existing id is replaced."""
+    def search(
+        self,
+        queries: npt.ArrayLike,
+        k: int = 10,
+        ef: Optional[int] = None,
+        filter: Optional[_Ids] = None,
+    ) -> Tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
+        """k nearest neighbours of each query row, closest first: (ids[nq,k], distances[nq,k]).
+
+        A 1-D query gives arrays of shape (1, k). Missing results are padded with
+        id 2**64-1 and distance +inf. ``filter`` is an allow-list of ids.
+        """
+    def delete(self, ids: _Ids) -> int:
+        """Deletes ids (absent ones are ignored); returns how many were removed."""
+    def get(self, ids: _Ids) -> npt.NDArray[np.float32]:
+        """Stored vectors (n x dim); raises KeyError naming missing ids."""
+    def save(self, path: _Path) -> None:
+        """Writes the index atomically (temp file, fsync, rename)."""
+    @staticmethod
+    def load(path: _Path, threads: Optional[int] = None) -> "Index": ...
+    def params(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, int]: ...
+    def __len__(self) -> int: ...
+    def __contains__(self, id: object) -> bool: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def engine(self) -> str: ...
+    @property
+    def threads(self) -> int: ...
+    ef_search: int
+
+def simd_isa() -> str:
+    """The instruction set the distance kernels use: 'avx512', 'avx2', 'neon' or 'scalar'."""

@@ -1,0 +1,228 @@
+"""Churn benchmark: does the index stay good while its data keeps changing?
+
+``python -m vectide.bench churn --dataset NAME|PATH [--rounds 10]``
+
+1. builds ``vectide:hnsw`` on ``train`` (ids ``0..n``);
+2. finds the smallest ef of the sweep list at which the fresh index reaches the
+   target recall (0.95 by default) and fixes it;
+3. runs rounds: delete a random 10 % of the points, re-insert the same vectors
+   under the same ids (so the ground truth stays valid), then measures
+   recall@k and QPS (one call per query from one Python loop, best of
+   ``--runs``) and the node slots in use;
+4. saves, reloads and checks that the reloaded index answers identically;
+5. prints a report against the targets: recall within 1 point of round 0,
+   QPS within 10 %, slots in use at most 1.1x the live points.
+
+``make demo`` runs it on ``glove-6b-50-angular-100k``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_EFS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+
+
+def recall_at_k(found: np.ndarray, truth: np.ndarray, k: int) -> float:
+    """Mean |found ∩ truth[:, :k]| / k over the queries."""
+    truth = truth[:, :k].astype(np.int64)
+    found = found.astype(np.int64)
+    hits = sum(len(np.intersect1d(f, t, assume_unique=True)) for f, t in zip(found, truth))
+    return hits / (k * len(truth))
+
+
+def timed_queries(index, queries: np.ndarray, k: int, ef: int, runs: int):
+    """Best-of-``runs`` QPS with one ``search`` call per query; returns (qps, ids)."""
+    best, found = 0.0, None
+    for _ in range(runs):
+        out = np.empty((len(queries), k), dtype=np.uint64)
+        start = time.perf_counter()
+        for i, q in enumerate(queries):
+            ids, _ = index.search(q, k=k, ef=ef)
+            out[i] = ids[0]
+        qps = len(queries) / (time.perf_counter() - start)
+        if qps > best:
+            best, found = qps, out
+    return best, found
+
+
+def run(args: argparse.Namespace) -> dict:
+    import vectide
+    from vectide import datasets
+
+    ds = datasets.load(args.dataset)
+    metric = datasets.metric_for(ds.distance)
+    train = ds.train
+    queries = ds.test[: args.max_queries] if args.max_queries else ds.test
+    truth = ds.neighbors[: len(queries)]
+    n, dim = train.shape
+    k = args.k
+    print(
+        f"{ds.name}: {n} points, dim {dim}, {metric}; {len(queries)} queries, k={k}; "
+        f"simd={vectide.simd_isa()}, build threads={args.threads or os.cpu_count()}"
+    )
+
+    params = dict(m=args.m, ef_construction=args.ef_construction)
+    if args.threads:
+        params["threads"] = args.threads
+    index = vectide.Index(dim, metric=metric, engine="hnsw", **params)
+    ids = np.arange(n, dtype=np.uint64)
+    start = time.perf_counter()
+    index.add(ids, train)
+    build_s = time.perf_counter() - start
+    print(f"built in {build_s:.1f}s")
+
+    # The ef at which the fresh index reaches the target recall.
+    ef = None
+    for cand in DEFAULT_EFS:
+        _, found = timed_queries(index, queries, k, cand, 1)
+        r = recall_at_k(found, truth, k)
+        if r >= args.target:
+            ef = cand
+            break
+    if ef is None:
+        raise SystemExit(f"the fresh index does not reach recall {args.target} at ef <= 512")
+    print(f"ef={ef} reaches recall {args.target} on the fresh index")
+
+    rng = np.random.default_rng(args.seed)
+    rounds = []
+
+    def measure(rnd: int, churn_s: float) -> dict:
+        qps, found = timed_queries(index, queries, k, ef, args.runs)
+        s = index.stats()
+        row = {
+            "round": rnd,
+            "recall": recall_at_k(found, truth, k),
+            "qps": qps,
+            "live": s["live"],
+            "slots_used": s["slots_used"],
+            "slots_per_live": s["slots_used"] / max(1, s["live"]),
+            "pending_deletes": s["pending_deletes"],
+            "consolidations": s["consolidations"],
+            "memory_bytes": s["memory_bytes"],
+            "churn_s": churn_s,
+        }
+        rounds.append(row)
+        print(
+            f"round {rnd:2d}: recall@{k}={row['recall']:.4f}  qps={qps:8.0f}  "
+            f"live={row['live']}  slots={row['slots_used']} ({row['slots_per_live']:.3f}x)  "
+            f"pending={row['pending_deletes']}  churn={churn_s:.1f}s",
+            flush=True,
+        )
+        return row
+
+    measure(0, 0.0)
+    n_churn = int(n * args.fraction)
+    for rnd in range(1, args.rounds + 1):
+        victims = rng.choice(n, size=n_churn, replace=False).astype(np.uint64)
+        start = time.perf_counter()
+        removed = index.delete(victims)
+        if removed != n_churn:
+            raise SystemExit(f"round {rnd}: deleted {removed} of {n_churn} ids")
+        index.add(victims, train[victims.astype(np.int64)])
+        measure(rnd, time.perf_counter() - start)
+
+    # Save, reload, verify.
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "churn.vtdx"
+        start = time.perf_counter()
+        index.save(path)
+        save_s = time.perf_counter() - start
+        start = time.perf_counter()
+        back = vectide.Index.load(path)
+        load_s = time.perf_counter() - start
+        file_bytes = path.stat().st_size
+        a, da = index.search(queries, k=k, ef=ef)
+        b, db = back.search(queries, k=k, ef=ef)
+        sample = rng.choice(n, size=min(n, 1000), replace=False).astype(np.uint64)
+        verified = (
+            len(back) == len(index)
+            and np.array_equal(a, b)
+            and np.array_equal(da, db)
+            and np.array_equal(index.get(sample), back.get(sample))
+        )
+    print(
+        f"saved {file_bytes / 1e6:.1f} MB in {save_s:.2f}s, loaded in {load_s:.2f}s; "
+        f"reloaded index answers identically: {verified}"
+    )
+
+    first, last = rounds[0], rounds[-1]
+    worst_recall = min(r["recall"] for r in rounds)
+    worst_qps = min(r["qps"] for r in rounds)
+    max_slots = max(r["slots_per_live"] for r in rounds)
+    checks = {
+        "recall_within_1_point": first["recall"] - worst_recall <= 0.01,
+        "qps_within_10_percent": worst_qps >= 0.9 * first["qps"],
+        "slots_at_most_1.1x_live": max_slots <= 1.1,
+        "reload_identical": bool(verified),
+    }
+    report = {
+        "dataset": ds.name,
+        "n": n,
+        "k": k,
+        "ef": ef,
+        "target_recall": args.target,
+        "fraction_per_round": args.fraction,
+        "build_s": build_s,
+        "threads": args.threads or os.cpu_count(),
+        "machine": platform.processor() or platform.machine(),
+        "rounds": rounds,
+        "save_s": save_s,
+        "load_s": load_s,
+        "file_bytes": file_bytes,
+        "summary": {
+            "recall_round0": first["recall"],
+            "recall_worst": worst_recall,
+            "recall_drop_points": 100 * (first["recall"] - worst_recall),
+            "qps_worst_over_round0": worst_qps / first["qps"],
+            "qps_last_over_round0": last["qps"] / first["qps"],
+            "slots_per_live_max": max_slots,
+            "checks": checks,
+        },
+    }
+    print("\nreport")
+    print(f"  recall@{k}: round 0 {first['recall']:.4f}, worst {worst_recall:.4f} "
+          f"({100 * (first['recall'] - worst_recall):+.2f} points)")
+    print(f"  qps: round 0 {first['qps']:.0f}, worst {worst_qps:.0f} "
+          f"({worst_qps / first['qps']:.3f}x)")
+    print(f"  slots in use / live: at most {max_slots:.3f}")
+    for name, ok in checks.items():
+        print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2))
+        print(f"wrote {args.out}")
+    return report
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", default="glove-6b-50-angular-100k")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--fraction", type=float, default=0.1, help="share of points churned per round")
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--target", type=float, default=0.95, help="recall that fixes ef")
+    p.add_argument("--m", type=int, default=16)
+    p.add_argument("--ef-construction", type=int, default=200)
+    p.add_argument("--threads", type=int, default=None, help="build threads (default: all cores)")
+    p.add_argument("--runs", type=int, default=3, help="query repetitions per round (best kept)")
+    p.add_argument("--max-queries", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default=None)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m vectide.bench churn", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    if not (0 < args.fraction < 1) or args.rounds < 0 or args.k < 1:
+        p.error("--fraction must be in (0, 1), --rounds >= 0, --k >= 1")
+    report = run(args)
+    return 0 if all(report["summary"]["checks"].values()) else 1
