@@ -13,7 +13,7 @@ pub fn check_batch(dim: usize, metric: Metric, ids: &[u64], vectors: &[f32]) -> 
     if dim == 0 {
         return Err(Error::invalid("dimension must be at least 1"));
     }
-    if vectors.len() % dim != 0 {
+    if !vectors.len().is_multiple_of(dim) {
         return Err(Error::DimensionMismatch {
             expected: dim,
             got: vectors.len() % dim,

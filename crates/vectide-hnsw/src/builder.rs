@@ -157,7 +157,7 @@ impl Hnsw {
             scratch.query = v;
             if let Some(p) = progress {
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if n % 1024 == 0 || n == rows.len() {
+                if n.is_multiple_of(1024) || n == rows.len() {
                     p(n);
                 }
             }

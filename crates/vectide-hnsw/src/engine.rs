@@ -40,7 +40,7 @@ pub(crate) fn pack_entry(slot: u32, level: usize) -> u64 {
 
 #[inline]
 pub(crate) fn unpack_entry(word: u64) -> Option<(u32, usize)> {
-    (word != NO_ENTRY).then(|| ((word >> 8) as u32, (word & 0xff) as usize))
+    (word != NO_ENTRY).then_some(((word >> 8) as u32, (word & 0xff) as usize))
 }
 
 /// A volatile HNSW index (see the crate docs for the design).
@@ -170,6 +170,7 @@ impl Hnsw {
     }
 
     /// Searches with a prepared scratch; results go to `out`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn search_with(
         &self,
         store: &Store,
@@ -219,7 +220,7 @@ impl Hnsw {
         filter: Option<Filter<'_>>,
     ) -> Result<Vec<Vec<Neighbor>>> {
         use rayon::prelude::*;
-        if queries.len() % self.dim != 0 {
+        if !queries.len().is_multiple_of(self.dim) {
             return Err(Error::DimensionMismatch {
                 expected: self.dim,
                 got: queries.len() % self.dim,

@@ -132,7 +132,7 @@ impl Hnsw {
         };
         let mut buf = Vec::new();
         let mut reach = vec![false; used];
-        let mut mark = |from: u32, reach: &mut Vec<bool>, buf: &mut Vec<u32>| {
+        let mark = |from: u32, reach: &mut Vec<bool>, buf: &mut Vec<u32>| {
             let mut stack = vec![from];
             reach[from as usize] = true;
             while let Some(x) = stack.pop() {

@@ -8,7 +8,11 @@
 //! input, `KeyError` for missing ids, `OSError` for I/O and
 //! `vectide.CorruptIndexError` (a `ValueError`) for damaged files.
 
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::ndarray::Array2;
+use numpy::{
+    IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
+    PyUntypedArrayMethods,
+};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -72,45 +76,69 @@ fn params_from(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Params> {
     Ok(out)
 }
 
-/// A float32 C-ordered matrix view of `obj` (converted by numpy when needed).
-fn as_matrix<'py>(
-    obj: &Bound<'py, PyAny>,
-    dim: usize,
-    what: &str,
-) -> PyResult<(PyReadonlyArray2<'py, f32>, bool)> {
-    let py = obj.py();
-    let np = py.import("numpy")?;
-    let arr = match obj.cast::<numpy::PyArray2<f32>>() {
-        Ok(a) if a.is_c_contiguous() => a.clone().into_any(),
-        _ => {
-            let kwargs = PyDict::new(py);
-            kwargs.set_item("dtype", np.getattr("float32")?)?;
-            np.call_method("ascontiguousarray", (obj,), Some(&kwargs))
-                .map_err(|e| {
-                    PyValueError::new_err(format!(
-                        "{what} must be convertible to a float32 array: {e}"
-                    ))
-                })?
+/// Rows of float32 values borrowed from a C-ordered numpy array.
+enum Rows<'py> {
+    One(PyReadonlyArray1<'py, f32>),
+    Many(PyReadonlyArray2<'py, f32>),
+}
+
+impl Rows<'_> {
+    fn as_slice(&self) -> PyResult<&[f32]> {
+        Ok(match self {
+            Rows::One(a) => a.as_slice()?,
+            Rows::Many(a) => a.as_slice()?,
+        })
+    }
+}
+
+/// Checks the width of a borrowed C-ordered float32 array.
+fn rows_of<'py>(obj: &Bound<'py, PyAny>, dim: usize, what: &str) -> PyResult<Option<Rows<'py>>> {
+    let (rows, cols) = if let Ok(a) = obj.cast::<PyArray2<f32>>() {
+        if !a.is_c_contiguous() {
+            return Ok(None);
         }
-    };
-    let ndim: usize = arr.getattr("ndim")?.extract()?;
-    let (arr, was_1d) = match ndim {
-        2 => (arr, false),
-        1 => (arr.call_method1("reshape", ((1usize, -1isize),))?, true),
-        n => {
-            return Err(PyValueError::new_err(format!(
-                "{what} must be a 1-D vector or a 2-D array, got {n} dimensions"
-            )))
+        (Rows::Many(a.readonly()), a.shape()[1])
+    } else if let Ok(a) = obj.cast::<PyArray1<f32>>() {
+        if !a.is_c_contiguous() {
+            return Ok(None);
         }
+        (Rows::One(a.readonly()), a.len())
+    } else {
+        return Ok(None);
     };
-    let m: PyReadonlyArray2<f32> = arr.extract()?;
-    let cols = m.shape()[1];
     if cols != dim {
         return Err(PyValueError::new_err(format!(
             "{what} have dimension {cols}, the index has dimension {dim}"
         )));
     }
-    Ok((m, was_1d))
+    Ok(Some(rows))
+}
+
+/// A float32 C-ordered view of a vector or a matrix of vectors: borrowed
+/// without a copy when `obj` already is one, converted by numpy otherwise.
+fn as_rows<'py>(obj: &Bound<'py, PyAny>, dim: usize, what: &str) -> PyResult<Rows<'py>> {
+    if let Some(rows) = rows_of(obj, dim, what)? {
+        return Ok(rows);
+    }
+    let py = obj.py();
+    let np = py.import("numpy")?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", np.getattr("float32")?)?;
+    let arr = np
+        .call_method("ascontiguousarray", (obj,), Some(&kwargs))
+        .map_err(|e| {
+            PyValueError::new_err(format!(
+                "{what} must be convertible to a float32 array: {e}"
+            ))
+        })?;
+    let ndim: usize = arr.getattr("ndim")?.extract()?;
+    if ndim != 1 && ndim != 2 {
+        return Err(PyValueError::new_err(format!(
+            "{what} must be a 1-D vector or a 2-D array, got {ndim} dimensions"
+        )));
+    }
+    rows_of(&arr, dim, what)?
+        .ok_or_else(|| PyValueError::new_err(format!("{what} could not be read as float32 rows")))
 }
 
 /// A uint64 id vector from any integer array-like; negative, non-integer or
@@ -153,7 +181,7 @@ fn as_ids<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, u64>> 
                 .map_err(|e| {
                     PyValueError::new_err(format!("ids must be integers in [0, 2**64-2]: {e}"))
                 })?;
-            return Ok(np.call_method1("atleast_1d", (converted,))?.extract()?);
+            return np.call_method1("atleast_1d", (converted,))?.extract();
         }
         other => {
             return Err(PyValueError::new_err(format!(
@@ -163,9 +191,8 @@ fn as_ids<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, u64>> 
     }
     let kwargs = PyDict::new(py);
     kwargs.set_item("dtype", np.getattr("uint64")?)?;
-    Ok(np
-        .call_method("ascontiguousarray", (arr,), Some(&kwargs))?
-        .extract()?)
+    np.call_method("ascontiguousarray", (arr,), Some(&kwargs))?
+        .extract()
 }
 
 /// An approximate nearest-neighbour index.
@@ -225,7 +252,7 @@ impl PyIndex {
         vectors: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let ids = as_ids(ids)?;
-        let (vecs, _) = as_matrix(vectors, self.inner.dim(), "vectors")?;
+        let vecs = as_rows(vectors, self.inner.dim(), "vectors")?;
         let ids = ids.as_slice()?;
         let vecs = vecs.as_slice()?;
         if ids.len() * self.inner.dim() != vecs.len() {
@@ -272,7 +299,7 @@ impl PyIndex {
             None => None,
             Some(f) => Some(as_ids(f)?.as_slice()?.iter().copied().collect()),
         };
-        let (q, _) = as_matrix(queries, self.inner.dim(), "queries")?;
+        let q = as_rows(queries, self.inner.dim(), "queries")?;
         let qs = q.as_slice()?;
         let nq = qs.len() / self.inner.dim();
         let params = SearchParams::with_ef(ef);
@@ -303,8 +330,12 @@ impl PyIndex {
                 Ok((ids, dists))
             })
             .map_err(to_py)?;
-        let ids = PyArray1::from_vec(py, ids).reshape([nq, k])?;
-        let dists = PyArray1::from_vec(py, dists).reshape([nq, k])?;
+        let ids = Array2::from_shape_vec((nq, k), ids)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?
+            .into_pyarray(py);
+        let dists = Array2::from_shape_vec((nq, k), dists)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?
+            .into_pyarray(py);
         Ok((ids.into_any(), dists.into_any()))
     }
 
