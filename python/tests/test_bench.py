@@ -1,0 +1,201 @@
+"""vectide.bench: recall, Pareto interpolation, ratios and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from vectide.bench import main
+from vectide.bench.engines import is_peer, make_engine
+from vectide.bench.metrics import pareto_frontier, qps_at_recall, ratio_vs_best_peer, recall_at_k
+
+DATASET = "clustered-20k-32-angular"
+
+
+# --------------------------------------------------------------------------
+# Pareto frontier and QPS at a recall target
+
+SWEEP = [(0.80, 1000.0), (0.90, 500.0), (0.95, 100.0), (0.85, 300.0), (0.99, 20.0)]
+
+
+def test_frontier_drops_dominated_points():
+    # (0.85, 300) is dominated by (0.90, 500); so is a slower duplicate recall.
+    assert pareto_frontier(SWEEP + [(0.90, 400.0)]) == [(0.80, 1000.0), (0.90, 500.0), (0.95, 100.0), (0.99, 20.0)]
+    assert pareto_frontier([]) == []
+
+
+def test_exact_hit():
+    assert qps_at_recall(SWEEP, 0.90) == 500.0
+    assert qps_at_recall(SWEEP, 0.95) == 100.0
+    assert qps_at_recall(SWEEP, 0.99) == 20.0
+
+
+def test_bracket_interpolates_log_qps():
+    # Half way from (0.90, 500) to (0.95, 100) in recall: geometric mean.
+    assert qps_at_recall(SWEEP, 0.925) == pytest.approx(math.sqrt(500 * 100))
+    # A quarter of the way from (0.80, 1000) to (0.90, 500): 1000 * 0.5**0.25.
+    assert qps_at_recall(SWEEP, 0.825) == pytest.approx(1000 * 0.5**0.25)
+
+
+def test_dominated_points_are_ignored():
+    # Without the frontier, (0.85, 300) would bracket 0.875 with (0.90, 500).
+    assert qps_at_recall(SWEEP, 0.875) == pytest.approx(math.exp(math.log(1000) + 0.75 * math.log(0.5)))
+    # A slow point above a fast one at higher recall changes nothing.
+    assert qps_at_recall(SWEEP + [(0.93, 50.0)], 0.925) == pytest.approx(math.sqrt(500 * 100))
+
+
+def test_unreachable_is_none():
+    assert qps_at_recall(SWEEP, 0.995) is None
+    assert qps_at_recall([], 0.9) is None
+    assert qps_at_recall([(0.5, 10.0)], 0.9) is None
+
+
+def test_below_lowest_frontier_point_uses_best_qps_reaching_it():
+    pts = [(0.92, 800.0), (0.97, 200.0), (0.93, 700.0)]
+    assert qps_at_recall(pts, 0.90) == 800.0
+    # The fastest point with recall >= t, even when a slower one has lower recall.
+    assert qps_at_recall([(0.95, 900.0), (0.91, 400.0)], 0.90) == 900.0
+
+
+# --------------------------------------------------------------------------
+# Ratios and recall
+
+
+def test_ratio_vs_best_peer_with_nulls():
+    at = {"vectide:hnsw": 300.0, "hnswlib": 200.0, "faiss-hnsw": None, "usearch": 100.0}
+    peers = ["hnswlib", "faiss-hnsw", "usearch"]
+    r = ratio_vs_best_peer(at, peers)
+    assert r["vectide:hnsw"] == pytest.approx(1.5)
+    assert r["hnswlib"] == pytest.approx(1.0) and r["usearch"] == pytest.approx(0.5)
+    assert r["faiss-hnsw"] is None
+    # Engine side null.
+    assert ratio_vs_best_peer({"vectide:hnsw": None, "hnswlib": 5.0}, ["hnswlib"])["vectide:hnsw"] is None
+    # Peer side null: no peer reaches the target.
+    r = ratio_vs_best_peer({"vectide:hnsw": 5.0, "hnswlib": None}, ["hnswlib"])
+    assert r == {"vectide:hnsw": None, "hnswlib": None}
+    # No peers at all.
+    assert ratio_vs_best_peer({"vectide:hnsw": 5.0}, []) == {"vectide:hnsw": None}
+
+
+def test_recall_at_k():
+    truth = np.array([[1, 2, 3, 9], [4, 5, 6, 9]], dtype=np.int32)
+    found = [np.array([3, 2, 7], dtype=np.uint64), np.array([4, 4, 2**64 - 1], dtype=np.uint64)]
+    # Query 0: {3, 2} of {1, 2, 3}; query 1: {4} once (duplicates and MISSING_ID ignored).
+    assert recall_at_k(found, truth, 3) == pytest.approx((2 / 3 + 1 / 3) / 2)
+    assert recall_at_k([np.array([1, 2, 3]), np.array([6, 5, 4])], truth, 3) == 1.0
+    assert recall_at_k([np.array([], dtype=np.int64), np.array([5])], truth, 3) == pytest.approx(1 / 6)
+
+
+def test_engine_registry():
+    with pytest.raises(ValueError, match="known engines: vectide:hnsw, hnswlib, faiss-hnsw, usearch"):
+        make_engine("annoy")
+    assert make_engine("vectide:flat").name == "vectide:flat"
+    assert not is_peer("vectide:hnsw") and is_peer("hnswlib")
+
+
+def test_unknown_engine_cli(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("VECTIDE_DATA", str(tmp_path))
+    assert main(["ann", "--dataset", DATASET, "--engines", "hnswlib,nope"]) == 2
+    assert "unknown engine 'nope'" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------
+# End to end
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    from vectide import datasets
+
+    root = tmp_path_factory.mktemp("bench-data")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VECTIDE_DATA", str(root))
+    datasets.prepare(DATASET, verbose=False)
+    yield root
+    mp.undo()
+
+
+def _check_result(doc, engines, k=10):
+    for key in ("dataset", "k", "threads", "engines", "summary", "machine", "date", "n_train", "n_queries"):
+        assert key in doc, key
+    assert doc["dataset"] == DATASET and doc["k"] == k and doc["threads"] == 1
+    assert doc["n_train"] == 20_000 and doc["n_queries"] == 100
+    assert doc["machine"]["cores"] >= 1
+    assert set(doc["engines"]) == set(engines)
+    for name, e in doc["engines"].items():
+        assert set(e) >= {"build_s", "memory_bytes", "params", "sweep", "qps_at_recall"}
+        assert e["build_s"] > 0 and e["memory_bytes"] >= 0
+        assert e["params"]["m"] == 16 and e["params"]["threads"] == 1
+        assert [p["search_params"]["ef"] for p in e["sweep"]] == [10, 32]
+        assert [p["search_params"]["ef_effective"] for p in e["sweep"]] == [10, 32]
+        for p in e["sweep"]:
+            assert set(p) >= {"search_params", "recall", "qps"}
+            assert 0.0 <= p["recall"] <= 1.0 and p["qps"] > 0
+        assert e["sweep"][-1]["recall"] >= 0.9, name
+        assert set(e["qps_at_recall"]) == {"0.9", "0.95", "0.99"}
+        for v in e["qps_at_recall"].values():
+            assert v is None or v > 0
+    ratios = doc["summary"]["ratio_vs_best_peer_at_0.95"]
+    assert set(ratios) == set(engines)
+    for v in ratios.values():
+        assert v is None or v > 0
+
+
+def test_end_to_end_peers(data_root, monkeypatch, tmp_path, capsys):
+    pytest.importorskip("hnswlib")
+    pytest.importorskip("faiss")
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    rc = main([
+        "ann", "--dataset", DATASET, "--engines", "hnswlib,faiss-hnsw", "--k", "10", "--threads", "1",
+        "--ef", "10,32", "--max-queries", "100", "--runs", "2", "--ef-construction", "100",
+        "--out", str(out), "--plot", str(png),
+    ])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    _check_result(doc, ["hnswlib", "faiss-hnsw"])
+    assert max(v for v in doc["summary"]["ratio_vs_best_peer_at_0.95"].values() if v is not None) == pytest.approx(1.0)
+    assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+    table = capsys.readouterr().out
+    assert "hnswlib" in table and "faiss-hnsw" in table and "QPS@0.95" in table
+
+
+def test_end_to_end_vectide(data_root, monkeypatch, tmp_path):
+    pytest.importorskip("vectide._vectide")
+    pytest.importorskip("hnswlib")
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    out = tmp_path / "v.json"
+    rc = main([
+        "ann", "--dataset", DATASET, "--engines", "vectide:hnsw,hnswlib", "--ef", "10,32",
+        "--max-queries", "100", "--runs", "1", "--ef-construction", "100", "--out", str(out),
+    ])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    _check_result(doc, ["vectide:hnsw", "hnswlib"])
+    assert doc["engines"]["vectide:hnsw"].get("reported_memory_bytes", 1) > 0
+    assert doc["summary"]["peers"] == ["hnswlib"]
+
+
+def test_plot_and_table_of_a_native_result(tmp_path, capsys):
+    # The shape `vectide bench` (Rust) writes: no peers, null ratios, fewer extras.
+    doc = {
+        "dataset": DATASET, "k": 10, "threads": 1, "n_train": 20000, "n_queries": 500,
+        "query_loop": "native (vectide bench)",
+        "engines": {"vectide:hnsw": {
+            "build_s": 1.5, "memory_bytes": 7_000_000, "params": {"m": 16},
+            "sweep": [{"search_params": {"ef": 10}, "recall": 0.88, "qps": 9e4},
+                      {"search_params": {"ef": 32}, "recall": 0.98, "qps": 5e4}],
+            "qps_at_recall": {"0.9": 8.1e4, "0.95": 6.2e4, "0.99": None},
+        }},
+        "summary": {"ratio_vs_best_peer_at_0.95": {"vectide:hnsw": None}},
+    }
+    js, png = tmp_path / "n.json", tmp_path / "n.png"
+    js.write_text(json.dumps(doc))
+    assert main(["plot", str(js), str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert main(["table", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert "vectide:hnsw" in out and "62000" in out

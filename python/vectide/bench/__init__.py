@@ -1,0 +1,74 @@
+"""Benchmark harness.
+
+* ``python -m vectide.bench ann ...``: the recall/QPS sweep against peer
+  libraries (see :mod:`vectide.bench.ann`).
+* ``python -m vectide.bench churn ...``: recall/QPS/memory under delete and
+  re-insert churn (see :mod:`vectide.bench.churn`).
+* ``python -m vectide.bench plot FILE.json FILE.png``: the recall/QPS plot of a
+  result file (also used by the native ``vectide bench --plot``).
+* ``python -m vectide.bench table FILE.json``: its summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main"]
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "churn":  # churn parses its own arguments
+        from . import churn
+
+        return churn.main(argv[1:])
+
+    from . import ann
+
+    parser = argparse.ArgumentParser(prog="python -m vectide.bench", description="Vectide benchmarks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser(
+        "ann",
+        help="recall/QPS sweep against peer ANN libraries",
+        description=(ann.__doc__ or "").split("Method")[0].strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ann.add_arguments(p)
+    p.set_defaults(func=ann.run_cli)
+    sub.add_parser("churn", help="recall/QPS under delete + re-insert churn (vectide:hnsw)", add_help=False)
+    p = sub.add_parser("plot", help="recall/QPS plot of a result JSON")
+    p.add_argument("json", metavar="FILE.json")
+    p.add_argument("png", metavar="FILE.png")
+    p.set_defaults(func=_plot)
+    p = sub.add_parser("table", help="summary table of a result JSON")
+    p.add_argument("json", metavar="FILE.json")
+    p.set_defaults(func=_table)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def _read(path):
+    import json
+
+    with open(path) as f:
+        return json.load(f)
+
+
+def _plot(args) -> int:
+    from . import report
+
+    report.plot(_read(args.json), args.png)
+    print(f"wrote {args.png}")
+    return 0
+
+
+def _table(args) -> int:
+    from . import report
+
+    print(report.format_table(_read(args.json)))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

