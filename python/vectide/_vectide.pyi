@@ -20,7 +20,7 @@ class Index:
 
     ``Index(dim, metric="cosine", engine="hnsw", **params)``; for ``hnsw`` the
     params are ``m`` (16), ``ef_construction`` (200), ``ef_search`` (64),
-    ``seed``, ``consolidate_fraction`` (0.05), ``repair_alpha`` (1.2) and
+    ``seed``, ``consolidate_fraction`` (0.05), ``repair_alpha`` (1.0) and
     ``threads`` (default: all cores).
     """
 

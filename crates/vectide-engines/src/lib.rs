@@ -253,8 +253,8 @@ impl AnyIndex {
                 );
                 out.insert(
                     "repair_alpha".into(),
-                    // Through text, so that 1.2f32 reads back as 1.2, not 1.2000000476837158.
-                    ParamValue::Float(p.repair_alpha.to_string().parse().unwrap_or(1.2)),
+                    // Through text, so that an f32 such as 1.2 reads back as 1.2, not 1.2000000476837158.
+                    ParamValue::Float(p.repair_alpha.to_string().parse().unwrap_or(1.0)),
                 );
                 out.insert("threads".into(), ParamValue::Int(h.threads() as i64));
                 out

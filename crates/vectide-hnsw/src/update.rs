@@ -11,7 +11,7 @@
 //!    node, the surviving neighbours stay and the freed room is filled from
 //!    the surviving neighbours of its deleted neighbours, closest first, each
 //!    admitted only if no kept neighbour `r` has `α·d(r, c) < d(p, c)`
-//!    (α = `repair_alpha`, 1.2; 1 under inner product);
+//!    (α = `repair_alpha`, 1 by default, HNSW's rule; see its docs);
 //! 3. a deleted entry point is replaced by the live node of highest level;
 //! 4. a walk from the entry point finds live nodes the repair left
 //!    unreachable (pruning can drop every path to a node) and links each from
