@@ -94,13 +94,25 @@ impl<T> Cells<T> {
     }
 }
 
+/// One 64-byte cache line of vector data. Vectors are stored in whole lines
+/// (rows padded with zeros to a multiple of 16 floats), so that every vector
+/// starts on a cache-line boundary: a 50-d vector touches 4 lines, never 5,
+/// and the SIMD kernels' loads do not straddle lines.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct Line([f32; LINE_FLOATS]);
+
+const LINE_FLOATS: usize = 16;
+
 /// Graph storage for `capacity` slots.
 pub(crate) struct Store {
     pub dim: usize,
+    /// Cache lines per vector.
+    lines: usize,
     pub m: usize,
     pub m0: usize,
     pub capacity: usize,
-    vectors: Cells<f32>,
+    vectors: Cells<Line>,
     links0: Box<[AtomicU32]>,
     upper: Cells<Box<[AtomicU32]>>,
     levels: Box<[AtomicU8]>,
@@ -125,12 +137,14 @@ fn atomics_u8(n: usize) -> Box<[AtomicU8]> {
 impl Store {
     pub(crate) fn new(dim: usize, m: usize, capacity: usize) -> Self {
         let m0 = 2 * m;
+        let lines = dim.div_ceil(LINE_FLOATS);
         Store {
             dim,
+            lines,
             m,
             m0,
             capacity,
-            vectors: Cells::new(vec![0.0; capacity * dim]),
+            vectors: Cells::new(vec![Line([0.0; LINE_FLOATS]); capacity * lines]),
             links0: atomics_u32(capacity * (1 + m0)),
             upper: Cells::new((0..capacity).map(|_| Box::default()).collect()),
             levels: atomics_u8(capacity),
@@ -141,6 +155,20 @@ impl Store {
         }
     }
 
+    /// Bytes that [`Store::new`] allocates for `capacity` slots (before any
+    /// upper layer).
+    pub(crate) fn bytes_for(dim: usize, m: usize, capacity: usize) -> usize {
+        let per_slot = dim.div_ceil(LINE_FLOATS) * 64
+            + (1 + 2 * m) * 4
+            + std::mem::size_of::<Box<[AtomicU32]>>()
+            + 1
+            + 8
+            + 8
+            + 1
+            + std::mem::size_of::<Mutex<()>>();
+        capacity.saturating_mul(per_slot)
+    }
+
     /// Grows to `new_capacity` slots, keeping every slot's content. Needs
     /// exclusive access (the engine holds its store lock for writing).
     pub(crate) fn grow(&mut self, new_capacity: usize) {
@@ -148,8 +176,8 @@ impl Store {
             return;
         }
         let old = self.capacity;
-        let mut vectors = vec![0.0f32; new_capacity * self.dim];
-        vectors[..old * self.dim].copy_from_slice(self.vectors.as_mut_slice());
+        let mut vectors = vec![Line([0.0; LINE_FLOATS]); new_capacity * self.lines];
+        vectors[..old * self.lines].copy_from_slice(self.vectors.as_mut_slice());
         self.vectors = Cells::new(vectors);
 
         let mut upper: Vec<Box<[AtomicU32]>> = Vec::with_capacity(new_capacity);
@@ -201,9 +229,11 @@ impl Store {
         let s = slot as usize;
         // SAFETY: exclusivity of this slot's cells is the caller's contract.
         unsafe {
-            self.vectors
-                .get_mut(s * self.dim, self.dim)
-                .copy_from_slice(vector);
+            let lines = self.vectors.get_mut(s * self.lines, self.lines);
+            // SAFETY: `Line` is `repr(C)` over `[f32; 16]` with no padding, so
+            // `lines` is `16 * self.lines >= dim` initialised floats.
+            let floats = std::slice::from_raw_parts_mut(lines.as_mut_ptr() as *mut f32, self.dim);
+            floats.copy_from_slice(vector);
             self.upper.get_mut(s, 1)[0] = atomics_u32(level * (1 + self.m));
         }
         self.links0[s * (1 + self.m0)].store(0, Ordering::Relaxed);
@@ -215,7 +245,10 @@ impl Store {
 
     #[inline]
     pub(crate) fn vector(&self, slot: u32) -> &[f32] {
-        self.vectors.get(slot as usize * self.dim, self.dim)
+        let lines = self.vectors.get(slot as usize * self.lines, self.lines);
+        // SAFETY: `Line` is `repr(C)` over `[f32; 16]` with no padding, so the
+        // borrowed lines hold `16 * self.lines >= dim` floats, shared as `&`.
+        unsafe { std::slice::from_raw_parts(lines.as_ptr() as *const f32, self.dim) }
     }
 
     /// Address of a slot's vector, for prefetching (never dereferenced here).
@@ -224,7 +257,7 @@ impl Store {
         self.vectors
             .get(0, 0)
             .as_ptr()
-            .wrapping_add(slot as usize * self.dim)
+            .wrapping_add(slot as usize * self.lines) as *const f32
     }
 
     /// The list `[count, entries…]` of a slot at a layer; empty when the
@@ -322,7 +355,7 @@ impl Store {
 
     /// Approximate bytes held.
     pub(crate) fn memory_bytes(&self, used: usize) -> usize {
-        let per_slot = self.dim * 4 + (1 + self.m0) * 4 + 8 + 8 + 1 + 1 + 1 + 16;
+        let per_slot = self.lines * 64 + (1 + self.m0) * 4 + 8 + 8 + 1 + 1 + 1 + 16;
         let upper: usize = (0..used.min(self.capacity))
             .map(|s| self.level(s as u32) * (1 + self.m) * 4)
             .sum();
@@ -332,7 +365,7 @@ impl Store {
     /// Total elements in the vectors array (for tests).
     #[cfg(test)]
     pub(crate) fn vector_cells(&self) -> usize {
-        self.vectors.len()
+        self.vectors.len() * LINE_FLOATS
     }
 }
 
@@ -353,7 +386,12 @@ mod tests {
         assert!(s.push_neighbor(1, 0, 0));
         s.grow(5);
         assert_eq!(s.capacity, 5);
-        assert_eq!(s.vector_cells(), 15);
+        assert_eq!(s.vector_cells(), 5 * 16);
+        assert_eq!(
+            s.vector(1).as_ptr() as usize % 64,
+            0,
+            "rows start on a cache line"
+        );
         assert_eq!(s.vector(1), &[4.0, 5.0, 6.0]);
         let mut out = Vec::new();
         s.neighbors_into(0, 1, &mut out);

@@ -24,6 +24,12 @@ pub const END_MAGIC: &[u8; 8] = b"VTDXEND\0";
 /// The format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 const HEADER_LEN: usize = 88;
+/// Largest ratio of in-memory slot bytes to file bytes a load accepts (an
+/// index whose slots are nearly all free, e.g. after deleting everything,
+/// has the largest legitimate ratio: about 800 at dimension 768).
+const MAX_EXPANSION: u64 = 4096;
+/// Memory any file may describe regardless of its size.
+const EXPANSION_FLOOR: u64 = 64 << 20;
 
 /// What `vectide inspect` shows of an index file.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,6 +144,31 @@ impl Hnsw {
             return Err(Error::corrupted(format!(
                 "{n} slots cannot fit in {} bytes",
                 r.remaining()
+            )));
+        }
+        // Every live slot needs at least 4 + 16 + 4*dim + 4 bytes.
+        let min_live = 24 + 4 * hdr.dim as u64;
+        if hdr.live > n as u64 || hdr.live.saturating_mul(min_live) > r.remaining() as u64 {
+            return Err(Error::corrupted(format!(
+                "{} live points of dimension {} cannot fit in {} bytes",
+                hdr.live,
+                hdr.dim,
+                r.remaining()
+            )));
+        }
+        // Free slots take 4 bytes in the file but a whole row in memory; a
+        // file may describe at most MAX_EXPANSION times its size (plus a floor)
+        // in memory, so that a hostile header cannot ask for a huge allocation.
+        let needed = Store::bytes_for(hdr.dim, hdr.m, n) as u64;
+        let allowed = (bytes.len() as u64)
+            .saturating_mul(MAX_EXPANSION)
+            .max(EXPANSION_FLOOR);
+        if needed > allowed {
+            return Err(Error::corrupted(format!(
+                "implausible header: {n} slots of dimension {} need {needed} bytes of memory, \
+                 more than {MAX_EXPANSION}x the {}-byte file",
+                hdr.dim,
+                bytes.len()
             )));
         }
         let store = Store::new(hdr.dim, hdr.m, n);

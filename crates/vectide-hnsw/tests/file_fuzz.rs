@@ -1,0 +1,124 @@
+//! Hostile index files: random mutations of a valid file must give an error
+//! (or a consistent index), never a panic, a hang or a huge allocation.
+//! Half of the mutations re-seal the file with a correct checksum, so that the
+//! structural checks behind the CRC are exercised, not only the CRC.
+
+use proptest::prelude::*;
+use std::sync::OnceLock;
+use vectide_core::{Metric, SearchParams, VectorIndex};
+use vectide_hnsw::{Hnsw, HnswParams};
+
+const END: usize = 8;
+
+fn valid_file() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| {
+        let params = HnswParams {
+            m: 4,
+            ef_construction: 16,
+            threads: Some(1),
+            ..HnswParams::default()
+        };
+        let idx = Hnsw::new(3, Metric::L2, params).unwrap();
+        let ids: Vec<u64> = (0..40).collect();
+        let v: Vec<f32> = (0..120).map(|i| ((i * 7919) % 23) as f32 - 11.0).collect();
+        idx.insert(1, &ids, &v).unwrap();
+        idx.delete(2, &[3, 4]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.vtdx");
+        idx.save(&path).unwrap();
+        std::fs::read(&path).unwrap()
+    })
+}
+
+/// Recomputes the CRC over the body so that only structural checks remain.
+fn reseal(bytes: &mut [u8]) {
+    if bytes.len() < END + 4 {
+        return;
+    }
+    let crc_at = bytes.len() - END - 4;
+    let crc = crc32fast::hash(&bytes[..crc_at]);
+    bytes[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    Set(usize, u8),
+    Truncate(usize),
+    Insert(usize, u8),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        6 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Set(i, b)),
+        1 => any::<usize>().prop_map(Mutation::Truncate),
+        1 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Insert(i, b)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_files_never_panic(muts in prop::collection::vec(mutation(), 1..4), seal in any::<bool>()) {
+        let mut bytes = valid_file().to_vec();
+        for m in muts {
+            match m {
+                Mutation::Set(i, b) => {
+                    let i = i % bytes.len();
+                    bytes[i] = b;
+                }
+                Mutation::Truncate(n) => bytes.truncate(n % bytes.len()),
+                Mutation::Insert(i, b) => {
+                    let i = i % (bytes.len() + 1);
+                    bytes.insert(i, b);
+                }
+            }
+            if bytes.is_empty() {
+                break;
+            }
+        }
+        if seal {
+            reseal(&mut bytes);
+        }
+        // Either an error, or an index that answers queries and passes its
+        // own graph check (a mutation may hit bytes that no check can tell
+        // from valid ones, e.g. a vector component).
+        if let Ok(idx) = Hnsw::from_bytes(&bytes, Some(1)) {
+            let g = idx.check_graph();
+            prop_assert_eq!(g.bad_edges, 0);
+            let r = idx.search(&[0.0, 1.0, 2.0], 5, &SearchParams::default(), None);
+            prop_assert!(r.is_ok());
+        }
+    }
+}
+
+#[test]
+fn the_valid_file_loads() {
+    let idx = Hnsw::from_bytes(valid_file(), Some(1)).unwrap();
+    assert_eq!(idx.len(), 38);
+    assert_eq!(idx.check_graph().bad_edges, 0);
+}
+
+/// Offset of the header's `slots` field (docs/format-hnsw.md).
+const SLOTS_AT: usize = 40;
+
+#[test]
+fn a_resealed_lie_in_the_header_is_caught_by_structure_checks() {
+    let mut bytes = valid_file().to_vec();
+    // One slot more than the records hold.
+    let slots = u32::from_le_bytes(bytes[SLOTS_AT..SLOTS_AT + 4].try_into().unwrap());
+    bytes[SLOTS_AT..SLOTS_AT + 4].copy_from_slice(&(slots + 1).to_le_bytes());
+    reseal(&mut bytes);
+    let err = Hnsw::from_bytes(&bytes, Some(1)).unwrap_err().to_string();
+    assert!(err.contains("truncated") || err.contains("slot"), "{err}");
+    // A slot count that would need gigabytes is refused before allocating.
+    let mut bytes = valid_file().to_vec();
+    bytes[SLOTS_AT..SLOTS_AT + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    reseal(&mut bytes);
+    let err = Hnsw::from_bytes(&bytes, Some(1)).unwrap_err().to_string();
+    assert!(
+        err.contains("cannot fit") || err.contains("implausible"),
+        "{err}"
+    );
+}
