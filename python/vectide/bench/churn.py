@@ -8,7 +8,9 @@
 3. runs rounds: delete a random 10 % of the points, re-insert the same vectors
    under the same ids (so the ground truth stays valid), then measures
    recall@k and QPS (one call per query from one Python loop, best of
-   ``--runs``) and the node slots in use;
+   ``--runs``) and the node slots in use; QPS is also measured on a frozen
+   copy of the fresh index, alternating run by run, and stability is judged
+   on that same-moment ratio, since this shared machine's speed drifts;
 4. saves, reloads and checks that the reloaded index answers identically;
 5. prints a report against the targets: recall within 1 point of round 0,
    QPS within 10 %, slots in use at most 1.1x the live points.
@@ -95,13 +97,28 @@ def run(args: argparse.Namespace) -> dict:
     rng = np.random.default_rng(args.seed)
     rounds = []
 
+    # The machine is shared and its speed drifts, so QPS is judged against a
+    # reference measured in the same moments: a frozen copy of the fresh
+    # index, timed run by run alternately with the churned one.
+    ref_dir = tempfile.TemporaryDirectory()
+    ref_path = Path(ref_dir.name) / "fresh.vtdx"
+    index.save(ref_path)
+    reference = vectide.Index.load(ref_path)
+
     def measure(rnd: int, churn_s: float) -> dict:
-        qps, found = timed_queries(index, queries, k, ef, args.runs)
+        qps, ref_qps, found = 0.0, 0.0, None
+        for _ in range(args.runs):
+            ref_qps = max(ref_qps, timed_queries(reference, queries, k, ef, 1)[0])
+            q, f = timed_queries(index, queries, k, ef, 1)
+            if q > qps:
+                qps, found = q, f
         s = index.stats()
         row = {
             "round": rnd,
             "recall": recall_at_k(found, truth, k),
             "qps": qps,
+            "fresh_qps_same_moment": ref_qps,
+            "qps_vs_fresh": qps / ref_qps,
             "live": s["live"],
             "slots_used": s["slots_used"],
             "slots_per_live": s["slots_used"] / max(1, s["live"]),
@@ -112,7 +129,8 @@ def run(args: argparse.Namespace) -> dict:
         }
         rounds.append(row)
         print(
-            f"round {rnd:2d}: recall@{k}={row['recall']:.4f}  qps={qps:8.0f}  "
+            f"round {rnd:2d}: recall@{k}={row['recall']:.4f}  qps={qps:8.0f} "
+            f"({row['qps_vs_fresh']:.3f}x fresh)  "
             f"live={row['live']}  slots={row['slots_used']} ({row['slots_per_live']:.3f}x)  "
             f"pending={row['pending_deletes']}  churn={churn_s:.1f}s",
             flush=True,
@@ -157,10 +175,14 @@ def run(args: argparse.Namespace) -> dict:
     first, last = rounds[0], rounds[-1]
     worst_recall = min(r["recall"] for r in rounds)
     worst_qps = min(r["qps"] for r in rounds)
+    # Same-moment ratios: each round's QPS over the frozen fresh copy's QPS
+    # measured alternately with it, normalised by round 0's ratio.
+    rel = [r["qps_vs_fresh"] / first["qps_vs_fresh"] for r in rounds]
+    worst_rel = min(rel)
     max_slots = max(r["slots_per_live"] for r in rounds)
     checks = {
         "recall_within_1_point": first["recall"] - worst_recall <= 0.01,
-        "qps_within_10_percent": worst_qps >= 0.9 * first["qps"],
+        "qps_within_10_percent": worst_rel >= 0.9,
         "slots_at_most_1.1x_live": max_slots <= 1.1,
         "reload_identical": bool(verified),
     }
@@ -182,8 +204,9 @@ def run(args: argparse.Namespace) -> dict:
             "recall_round0": first["recall"],
             "recall_worst": worst_recall,
             "recall_drop_points": 100 * (first["recall"] - worst_recall),
-            "qps_worst_over_round0": worst_qps / first["qps"],
-            "qps_last_over_round0": last["qps"] / first["qps"],
+            "qps_vs_fresh_worst_over_round0": worst_rel,
+            "qps_vs_fresh_last_over_round0": rel[-1],
+            "raw_qps_worst_over_round0": worst_qps / first["qps"],
             "slots_per_live_max": max_slots,
             "checks": checks,
         },
@@ -191,11 +214,12 @@ def run(args: argparse.Namespace) -> dict:
     print("\nreport")
     print(f"  recall@{k}: round 0 {first['recall']:.4f}, worst {worst_recall:.4f} "
           f"({100 * (first['recall'] - worst_recall):+.2f} points)")
-    print(f"  qps: round 0 {first['qps']:.0f}, worst {worst_qps:.0f} "
-          f"({worst_qps / first['qps']:.3f}x)")
+    print(f"  qps: round 0 {first['qps']:.0f}, worst {worst_qps:.0f} (raw, machine drift included); "
+          f"against the fresh copy timed alongside: worst round {worst_rel:.3f}x of round 0")
     print(f"  slots in use / live: at most {max_slots:.3f}")
     for name, ok in checks.items():
         print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+    ref_dir.cleanup()
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))
