@@ -260,6 +260,14 @@ impl Store {
             .wrapping_add(slot as usize * self.lines) as *const f32
     }
 
+    /// Address of a slot's layer-0 list, for prefetching (never dereferenced here).
+    #[inline]
+    pub(crate) fn links0_ptr(&self, slot: u32) -> *const AtomicU32 {
+        self.links0
+            .as_ptr()
+            .wrapping_add(slot as usize * (1 + self.m0))
+    }
+
     /// The list `[count, entries…]` of a slot at a layer; empty when the
     /// slot has no such layer.
     #[inline]

@@ -86,7 +86,18 @@ pub(crate) fn search_layer<A: Fn(u32) -> bool>(
         if c.dist > Dist(top.threshold()) {
             break;
         }
+        // Start loading the list of the node likely expanded next.
+        if level == 0 {
+            if let Some(Reverse(next)) = candidates.peek() {
+                let p = store.links0_ptr(next.node);
+                prefetch(p);
+                prefetch(p.wrapping_add(16));
+            }
+        }
         store.neighbors_into(c.node, level, neighbors);
+        for &nb in neighbors.iter() {
+            prefetch(visited.tag_ptr(nb));
+        }
         // First pass: keep the unvisited ids and start loading their vectors.
         fresh.clear();
         for &nb in neighbors.iter() {
