@@ -38,7 +38,7 @@ $(VENV)/.built: $(VENV)/.deps $(RUST_SOURCES) $(shell find python/vectide -name 
 build: $(VENV)/.built
 
 demo: build
-	$(PY) -m vectide.bench churn --dataset glove-6b-50-angular-100k --rounds 5 --out bench-results/demo.json
+	$(PY) -m vectide.bench churn --dataset glove-6b-50-angular-100k --rounds 10 --out bench-results/demo.json
 
 test: build test-rust test-python
 
