@@ -1,0 +1,30 @@
+//! # vectide-storage
+//!
+//! Where Vectide's bytes live and how they become durable.
+//!
+//! - [`region`]: [`Region`], a byte-addressable region backed by a
+//!   memory-mapped file whose base address never moves (growth extends the
+//!   file inside a reserved address range), and the [`Media`] trait that
+//!   makes its bytes durable with `persist(range)` + `fence()`:
+//!   - [`PmemMedia`]: `clwb` (or `clflushopt` / `clflush`) per cache line and
+//!     `sfence`: real persistence on a DAX file system mapped with `MAP_SYNC`;
+//!     on `/dev/shm` it is the DRAM emulation the P-HNSW paper used (survives
+//!     a process crash, not a power loss);
+//!   - [`MsyncMedia`]: the same persistence points turned into `msync` of the
+//!     dirty pages, with group commit across threads, for ordinary disks;
+//!   - [`SimMedia`]: the crash simulator. It records persists and fences and,
+//!     at chosen fences, materialises a post-crash image in which every cache
+//!     line not yet persisted-and-fenced is kept, dropped or kept in part at
+//!     8-byte granularity (seeded). It ships in release builds so that
+//!     `vectide crash-test` can run it.
+//!
+//! Engines call the same code on every media: no code path exists only in
+//! tests. Every `persist` and `fence` names its call [`Site`], so that the
+//! simulator can disable one site at a time (the mutation check of the crash
+//! tests) and count persistence work per operation.
+
+pub mod media;
+pub mod region;
+
+pub use media::{CrashImage, Media, MsyncMedia, PmemMedia, SimConfig, SimMedia, SimReport};
+pub use region::{PersistMode, Region, Site};
