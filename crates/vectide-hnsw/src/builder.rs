@@ -3,6 +3,7 @@
 //! heuristic of Algorithm 4), and the publication of a new node.
 
 use crate::engine::{pack_entry, retire, unpack_entry, Hnsw, IdEntry};
+use crate::graph::Graph;
 use crate::layout::{Store, LIVE};
 use crate::params::MAX_LEVEL;
 use crate::search::{greedy, search_layer, Scratch};
@@ -19,8 +20,8 @@ pub type Progress<'a> = &'a (dyn Fn(usize) + Sync);
 /// HNSW's neighbour-selection heuristic: walks `cands` (sorted, closest
 /// first) and keeps a candidate only if no already kept node is closer to it
 /// than the base point is. Keeps at most `m`.
-pub(crate) fn select_heuristic(
-    store: &Store,
+pub(crate) fn select_heuristic<G: Graph>(
+    store: &G,
     dist: DistanceFn,
     cands: &[Candidate],
     m: usize,
@@ -33,8 +34,8 @@ pub(crate) fn select_heuristic(
 /// dropped when a kept `r` has `α · d(r, c) < d(p, c)`. `α = 1` is HNSW's
 /// heuristic; `α > 1` keeps more, longer edges. Only meaningful for
 /// non-negative distances (callers pass 1 for inner product).
-pub(crate) fn select_alpha(
-    store: &Store,
+pub(crate) fn select_alpha<G: Graph>(
+    store: &G,
     dist: DistanceFn,
     cands: &[Candidate],
     m: usize,
@@ -57,8 +58,8 @@ pub(crate) fn select_alpha(
 }
 
 /// Distances from `base` to each id, sorted closest first, into `out`.
-pub(crate) fn rank_from(
-    store: &Store,
+pub(crate) fn rank_from<G: Graph>(
+    store: &G,
     dist: DistanceFn,
     base: u32,
     ids: &[u32],
@@ -73,6 +74,98 @@ pub(crate) fn rank_from(
     out.sort_unstable();
 }
 
+/// Phase 1 of an insert, shared by every engine: greedy descent from the
+/// entry point `(slot, top level)` down to layer `level + 1`, then at each
+/// layer `min(level, top)..=0` a search with `ef_construction` candidates and
+/// the heuristic selection of at most `m` neighbours. `lists[l]` receives the
+/// selected neighbours at layer `l` (`lists.len() == level + 1`; layers above
+/// the current top stay empty).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_links<G: Graph>(
+    g: &G,
+    dist: DistanceFn,
+    v: &[f32],
+    slot: u32,
+    level: usize,
+    (ep, top): (u32, usize),
+    ef_construction: usize,
+    m: usize,
+    scratch: &mut Scratch,
+    lists: &mut Vec<Vec<u32>>,
+) {
+    lists.resize_with(level + 1, Vec::new);
+    lists.truncate(level + 1);
+    lists.iter_mut().for_each(Vec::clear);
+    let mut cur = ep;
+    let mut cur_dist = dist(v, g.vector(ep));
+    for l in (level + 1..=top).rev() {
+        (cur, cur_dist) = greedy(g, dist, v, cur, cur_dist, l, &mut scratch.neighbors);
+    }
+    for l in (0..=level.min(top)).rev() {
+        search_layer(
+            g,
+            dist,
+            v,
+            Candidate::new(cur_dist, cur),
+            ef_construction,
+            l,
+            scratch,
+            |s| s != slot,
+        );
+        let Scratch {
+            top: heap, sorted, ..
+        } = scratch;
+        heap.drain_sorted_into(sorted);
+        if let Some(c) = sorted.first() {
+            (cur, cur_dist) = (c.node, c.dist.0);
+        }
+        select_heuristic(g, dist, sorted, m, &mut lists[l]);
+    }
+}
+
+/// What a neighbour's list becomes when a new node links to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backlink {
+    /// The new node is already listed (or the neighbour has no such layer).
+    Present,
+    /// There is room: the new node goes at the end.
+    Append,
+    /// The list is full: it becomes the heuristic selection left in `kept`.
+    Replace,
+}
+
+/// Phase 2 step of an insert, shared by every engine: decides how `n`'s list
+/// at layer `l` takes the back-edge to `new` (the caller holds `n`'s lock).
+/// `buf` receives `n`'s current list; on [`Backlink::Replace`], `kept` the new
+/// one (the current list plus `new`, pruned by HNSW's heuristic to the
+/// layer's bound).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backlink<G: Graph>(
+    g: &G,
+    dist: DistanceFn,
+    n: u32,
+    new: u32,
+    l: usize,
+    buf: &mut Vec<u32>,
+    ranked: &mut Vec<Candidate>,
+    kept: &mut Vec<u32>,
+) -> Backlink {
+    if g.list(n, l).is_empty() {
+        return Backlink::Present;
+    }
+    g.neighbors_into(n, l, buf);
+    if buf.contains(&new) {
+        return Backlink::Present;
+    }
+    if buf.len() < g.cap(l) {
+        return Backlink::Append;
+    }
+    buf.push(new);
+    rank_from(g, dist, n, buf, ranked);
+    select_heuristic(g, dist, ranked, g.cap(l), kept);
+    Backlink::Replace
+}
+
 fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -80,13 +173,19 @@ fn splitmix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The level of the `n`-th insert: P(level >= l) = m^-l, a pure function of
+/// the seed and the counter (so builds are reproducible).
+pub(crate) fn draw_level(seed: u64, n: u64, m: usize) -> usize {
+    let u = (splitmix64(seed ^ splitmix64(n)) >> 11) as f64 / (1u64 << 53) as f64;
+    let ml = 1.0 / (m as f64).ln();
+    ((-(1.0 - u).ln() * ml) as usize).min(MAX_LEVEL)
+}
+
 impl Hnsw {
     /// Draws a level with P(level >= l) = m^-l.
     fn random_level(&self) -> usize {
         let n = self.level_counter.fetch_add(1, Ordering::Relaxed);
-        let u = (splitmix64(self.params.seed ^ splitmix64(n)) >> 11) as f64 / (1u64 << 53) as f64;
-        let ml = 1.0 / (self.params.m as f64).ln();
-        ((-(1.0 - u).ln() * ml) as usize).min(MAX_LEVEL)
+        draw_level(self.params.seed, n, self.params.m)
     }
 
     /// Takes `n` slots (reclaimed ones first), growing the store if needed.
@@ -200,59 +299,53 @@ impl Hnsw {
         } else {
             None
         };
-        let Some((ep, top)) = unpack_entry(word) else {
+        let Some(entry) = unpack_entry(word) else {
             self.entry.store(pack_entry(slot, level), Ordering::Release);
             return;
         };
-        let dist = self.dist;
-        let mut cur = ep;
-        let mut cur_dist = dist(v, store.vector(ep));
-        for l in (level + 1..=top).rev() {
-            (cur, cur_dist) = greedy(store, dist, v, cur, cur_dist, l, &mut scratch.neighbors);
-        }
         // Phase 1: every own list is set before anyone can reach the node, so
         // a search entering it at any layer finds its edges there (an empty
         // list at an entry point would strand that search).
-        let mut links = std::mem::take(&mut scratch.links);
-        links.clear();
-        for l in (0..=level.min(top)).rev() {
-            search_layer(
-                store,
-                dist,
-                v,
-                Candidate::new(cur_dist, cur),
-                self.params.ef_construction,
-                l,
-                scratch,
-                |s| s != slot,
-            );
+        let mut lists = std::mem::take(&mut scratch.lists);
+        plan_links(
+            store,
+            self.dist,
+            v,
+            slot,
+            level,
+            entry,
+            self.params.ef_construction,
+            self.params.m,
+            scratch,
+            &mut lists,
+        );
+        for (l, selected) in lists.iter_mut().enumerate() {
             let Scratch {
-                top: heap,
-                sorted,
-                selected,
-                neighbors,
-                ..
+                neighbors, sorted, ..
             } = scratch;
-            heap.drain_sorted_into(sorted);
-            if let Some(c) = sorted.first() {
-                (cur, cur_dist) = (c.node, c.dist.0);
-            }
-            select_heuristic(store, dist, sorted, self.params.m, selected);
             self.set_own_list(store, slot, l, selected, neighbors, sorted);
-            links.extend(selected.iter().map(|&n| (l as u8, n)));
         }
         // Phase 2: the back-edges that make the node reachable.
-        for &(l, n) in &links {
-            let Scratch {
-                sorted,
-                neighbors,
-                fresh,
-                ..
-            } = scratch;
-            self.connect(store, n, slot, l as usize, neighbors, sorted, fresh);
+        for (l, selected) in lists.iter().enumerate() {
+            for &n in selected {
+                let Scratch {
+                    sorted,
+                    neighbors,
+                    fresh,
+                    ..
+                } = scratch;
+                let _g = store.lock(n);
+                match backlink(store, self.dist, n, slot, l, neighbors, sorted, fresh) {
+                    Backlink::Present => {}
+                    Backlink::Append => {
+                        store.push_neighbor(n, l, slot);
+                    }
+                    Backlink::Replace => store.set_list(n, l, fresh),
+                }
+            }
         }
-        scratch.links = links;
-        if level > top {
+        scratch.lists = lists;
+        if level > entry.1 {
             self.entry.store(pack_entry(slot, level), Ordering::Release);
         }
     }
@@ -282,33 +375,6 @@ impl Hnsw {
         rank_from(store, self.dist, slot, buf, ranked);
         select_heuristic(store, self.dist, ranked, store.cap(l), selected);
         store.set_list(slot, l, selected);
-    }
-
-    /// Adds `new` to `n`'s list at layer `l`, pruning with the heuristic
-    /// when the list is full.
-    #[allow(clippy::too_many_arguments)]
-    fn connect(
-        &self,
-        store: &Store,
-        n: u32,
-        new: u32,
-        l: usize,
-        buf: &mut Vec<u32>,
-        ranked: &mut Vec<Candidate>,
-        kept: &mut Vec<u32>,
-    ) {
-        let _g = store.lock(n);
-        store.neighbors_into(n, l, buf);
-        if buf.contains(&new) || store.push_neighbor(n, l, new) {
-            return;
-        }
-        if store.list(n, l).is_empty() {
-            return;
-        }
-        buf.push(new);
-        rank_from(store, self.dist, n, buf, ranked);
-        select_heuristic(store, self.dist, ranked, store.cap(l), kept);
-        store.set_list(n, l, kept);
     }
 
     /// Makes a linked node visible under its id (replacing an older version).

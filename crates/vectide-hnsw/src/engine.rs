@@ -2,12 +2,11 @@
 
 use crate::layout::{Store, DELETED, LIVE};
 use crate::params::HnswParams;
-use crate::search::{greedy, search_layer, Scratch};
+use crate::search::{knn, Scratch};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use vectide_core::heap::Candidate;
 use vectide_core::metric::DistanceFn;
 use vectide_core::seq::SeqTracker;
 use vectide_core::validate::{check_vector, normalize};
@@ -182,28 +181,18 @@ impl Hnsw {
         out: &mut Vec<Neighbor>,
     ) {
         out.clear();
-        let Some((ep, top_level)) = unpack_entry(self.entry.load(Ordering::Acquire)) else {
-            return;
-        };
-        let dist = self.dist;
-        let mut cur = ep;
-        let mut cur_dist = dist(q, store.vector(ep));
-        for level in (1..=top_level).rev() {
-            (cur, cur_dist) = greedy(store, dist, q, cur, cur_dist, level, &mut scratch.neighbors);
-        }
-        let entry = Candidate::new(cur_dist, cur);
+        let entry = unpack_entry(self.entry.load(Ordering::Acquire));
         match filter {
-            None => search_layer(store, dist, q, entry, ef, 0, scratch, |s| {
+            None => knn(store, self.dist, q, entry, ef, scratch, |s| {
                 store.state(s) == LIVE
             }),
-            Some(f) => search_layer(store, dist, q, entry, ef, 0, scratch, |s| {
+            Some(f) => knn(store, self.dist, q, entry, ef, scratch, |s| {
                 store.state(s) == LIVE && f(store.label(s))
             }),
         }
-        let Scratch { top, sorted, .. } = scratch;
-        top.drain_sorted_into(sorted);
         out.extend(
-            sorted
+            scratch
+                .sorted
                 .iter()
                 .take(k)
                 .map(|c| Neighbor::new(store.label(c.node), c.dist.0)),

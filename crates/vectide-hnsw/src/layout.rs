@@ -22,6 +22,7 @@
 //! writer then links the slot with `Release` stores, and readers find it only
 //! through `Acquire` loads, so the vector is visible to them before its id is.
 
+use crate::graph::Graph;
 use parking_lot::Mutex;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -293,18 +294,6 @@ impl Store {
         }
     }
 
-    /// Copies a slot's neighbours at a layer into `out` (cleared first).
-    #[inline]
-    pub(crate) fn neighbors_into(&self, slot: u32, level: usize, out: &mut Vec<u32>) {
-        out.clear();
-        let list = self.list(slot, level);
-        if list.is_empty() {
-            return;
-        }
-        let n = (list[0].load(Ordering::Acquire) as usize).min(list.len() - 1);
-        out.extend(list[1..=n].iter().map(|a| a.load(Ordering::Acquire)));
-    }
-
     /// Replaces a slot's list at a layer. The caller holds the slot's lock.
     pub(crate) fn set_list(&self, slot: u32, level: usize, ids: &[u32]) {
         let list = self.list(slot, level);
@@ -374,6 +363,33 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn vector_cells(&self) -> usize {
         self.vectors.len() * LINE_FLOATS
+    }
+}
+
+impl Graph for Store {
+    #[inline]
+    fn slots(&self) -> usize {
+        self.capacity
+    }
+    #[inline]
+    fn vector(&self, slot: u32) -> &[f32] {
+        Store::vector(self, slot)
+    }
+    #[inline]
+    fn vector_ptr(&self, slot: u32) -> *const f32 {
+        Store::vector_ptr(self, slot)
+    }
+    #[inline]
+    fn list0_ptr(&self, slot: u32) -> *const u8 {
+        self.links0_ptr(slot) as *const u8
+    }
+    #[inline]
+    fn list(&self, slot: u32, level: usize) -> &[AtomicU32] {
+        Store::list(self, slot, level)
+    }
+    #[inline]
+    fn cap(&self, level: usize) -> usize {
+        Store::cap(self, level)
     }
 }
 

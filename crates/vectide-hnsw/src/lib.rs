@@ -45,6 +45,7 @@
 
 mod builder;
 mod engine;
+mod graph;
 mod layout;
 pub mod params;
 pub mod persist;

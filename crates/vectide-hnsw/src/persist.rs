@@ -9,6 +9,7 @@
 //! allocation.
 
 use crate::engine::{unpack_entry, Alloc, Hnsw, IdEntry};
+use crate::graph::Graph;
 use crate::layout::{Store, DELETED, FREE, LIVE};
 use crate::params::{HnswParams, MAX_LEVEL};
 use std::collections::HashMap;

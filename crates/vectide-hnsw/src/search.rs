@@ -1,7 +1,7 @@
 //! Graph traversal: greedy descent on the upper layers and the best-first
 //! layer search with a candidate list of size `ef`.
 
-use crate::layout::Store;
+use crate::graph::Graph;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use vectide_core::distance::prefetch;
@@ -18,16 +18,15 @@ pub(crate) struct Scratch {
     pub sorted: Vec<Candidate>,
     pub neighbors: Vec<u32>,
     pub fresh: Vec<u32>,
-    pub selected: Vec<u32>,
     pub query: Vec<f32>,
-    /// (layer, neighbour) back-edges an insert adds once all its own lists are set.
-    pub links: Vec<(u8, u32)>,
+    /// Per layer, the neighbours an insert selected (see `plan_links`).
+    pub lists: Vec<Vec<u32>>,
 }
 
 /// Greedy walk at one layer: moves to the closest neighbour until none is
 /// closer. Returns the final node and its distance.
-pub(crate) fn greedy(
-    store: &Store,
+pub(crate) fn greedy<G: Graph>(
+    store: &G,
     dist: DistanceFn,
     q: &[f32],
     mut cur: u32,
@@ -56,8 +55,8 @@ pub(crate) fn greedy(
 /// for which `admit` holds in `scratch.top`. Nodes that are not admitted are
 /// still traversed, so a filter or a deleted node never cuts the graph.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn search_layer<A: Fn(u32) -> bool>(
-    store: &Store,
+pub(crate) fn search_layer<G: Graph, A: Fn(u32) -> bool>(
+    store: &G,
     dist: DistanceFn,
     q: &[f32],
     entry: Candidate,
@@ -74,7 +73,7 @@ pub(crate) fn search_layer<A: Fn(u32) -> bool>(
         fresh,
         ..
     } = scratch;
-    visited.reset(store.capacity);
+    visited.reset(store.slots());
     candidates.clear();
     top.reset(ef);
     visited.insert(entry.node);
@@ -89,9 +88,9 @@ pub(crate) fn search_layer<A: Fn(u32) -> bool>(
         // Start loading the list of the node likely expanded next.
         if level == 0 {
             if let Some(Reverse(next)) = candidates.peek() {
-                let p = store.links0_ptr(next.node);
+                let p = store.list0_ptr(next.node);
                 prefetch(p);
-                prefetch(p.wrapping_add(16));
+                prefetch(p.wrapping_add(64));
             }
         }
         store.neighbors_into(c.node, level, neighbors);
@@ -119,4 +118,41 @@ pub(crate) fn search_layer<A: Fn(u32) -> bool>(
             }
         }
     }
+}
+
+/// A k-NN query: greedy descent from the entry point `(slot, top level)`
+/// through the upper layers, then the best-first search of layer 0 with `ef`
+/// candidates. The admitted results, closest first, are left in
+/// `scratch.sorted`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn knn<G: Graph, A: Fn(u32) -> bool>(
+    g: &G,
+    dist: DistanceFn,
+    q: &[f32],
+    entry: Option<(u32, usize)>,
+    ef: usize,
+    scratch: &mut Scratch,
+    admit: A,
+) {
+    scratch.sorted.clear();
+    let Some((ep, top_level)) = entry else {
+        return;
+    };
+    let mut cur = ep;
+    let mut cur_dist = dist(q, g.vector(ep));
+    for level in (1..=top_level).rev() {
+        (cur, cur_dist) = greedy(g, dist, q, cur, cur_dist, level, &mut scratch.neighbors);
+    }
+    search_layer(
+        g,
+        dist,
+        q,
+        Candidate::new(cur_dist, cur),
+        ef,
+        0,
+        scratch,
+        admit,
+    );
+    let Scratch { top, sorted, .. } = scratch;
+    top.drain_sorted_into(sorted);
 }

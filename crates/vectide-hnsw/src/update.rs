@@ -25,6 +25,7 @@
 
 use crate::builder::rank_from;
 use crate::engine::{pack_entry, unpack_entry, Hnsw, NO_ENTRY};
+use crate::graph::Graph;
 use crate::layout::{Store, FREE};
 use crate::search::{search_layer, Scratch};
 use rayon::prelude::*;

@@ -104,7 +104,8 @@ impl Region {
             .create_new(true)
             .open(path)
             .map_err(|e| Error::io_at(path, e))?;
-        file.set_len(len as u64).map_err(|e| Error::io_at(path, e))?;
+        file.set_len(len as u64)
+            .map_err(|e| Error::io_at(path, e))?;
         file.sync_all().map_err(|e| Error::io_at(path, e))?;
         Self::map(media, path, file, len)
     }

@@ -64,7 +64,8 @@ pub(crate) fn read_racy(src: *const u8, out: &mut [u8]) {
             i += 8;
         } else {
             // SAFETY: as above, one byte; AtomicU8 has the layout of u8.
-            out[i] = unsafe { (*(p as *const std::sync::atomic::AtomicU8)).load(Ordering::Relaxed) };
+            out[i] =
+                unsafe { (*(p as *const std::sync::atomic::AtomicU8)).load(Ordering::Relaxed) };
             i += 1;
         }
     }

@@ -91,7 +91,9 @@ fn flush_line(kind: Flush, p: *const u8) {
     // pass lines of an attached region. The instruction was detected by cpuid.
     unsafe {
         match kind {
-            Flush::Clwb => std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags)),
+            Flush::Clwb => {
+                std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags))
+            }
             Flush::ClflushOpt => {
                 std::arch::asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
             }
@@ -178,6 +180,10 @@ mod tests {
         assert_eq!(buf[500], 7);
         #[cfg(target_arch = "x86_64")]
         assert_ne!(m.flush_instruction(), Flush::None);
-        assert_eq!(m.kind(), "pmem-emulated", "no region mapped with MAP_SYNC yet");
+        assert_eq!(
+            m.kind(),
+            "pmem-emulated",
+            "no region mapped with MAP_SYNC yet"
+        );
     }
 }

@@ -393,14 +393,20 @@ mod tests {
                 .chunks(8)
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
                 .collect();
-            assert!(words.iter().all(|&w| w == 0 || w == u64::MAX), "8-byte atomic");
+            assert!(
+                words.iter().all(|&w| w == 0 || w == u64::MAX),
+                "8-byte atomic"
+            );
             match words.iter().filter(|&&w| w == u64::MAX).count() {
                 8 => kept += 1,
                 0 => dropped += 1,
                 _ => torn += 1,
             }
         }
-        assert!(kept > 30 && dropped > 30 && torn > 30, "{kept} {dropped} {torn}");
+        assert!(
+            kept > 30 && dropped > 30 && torn > 30,
+            "{kept} {dropped} {torn}"
+        );
     }
 
     #[test]
@@ -411,7 +417,10 @@ mod tests {
         r.persist(Site("x"), 0, 8);
         r.fence(Site("y"));
         let img = media.image_now();
-        assert_eq!(img.pending_lines, 1, "the skipped persist left the line pending");
+        assert_eq!(
+            img.pending_lines, 1,
+            "the skipped persist left the line pending"
+        );
         assert_eq!(media.report().skipped, 1);
         media.disable(None);
         r.persist(Site("x"), 0, 8);
