@@ -57,3 +57,4 @@ pub use engine::Hnsw;
 pub use params::HnswParams;
 pub use persist::{inspect, FileInfo, FORMAT_VERSION};
 pub use update::GraphCheck;
+pub mod phnsw;

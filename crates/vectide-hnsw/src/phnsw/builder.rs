@@ -1,0 +1,436 @@
+//! Inserts and upserts under the NLog / NlistLog protocol (§4.3).
+//!
+//! Persistence points of one insert (each "→ fence" waits for durability):
+//! 1. node block (vector, label, level, state `INSERTING`), allocation words,
+//!    NLog content (slot, label, level, out-edge lists) → fence;
+//! 2. NLog `LOGGED` → fence (the insert is now recoverable);
+//! 3. out-edges written in place → fence; NLog `N_COMPLETE` → fence;
+//! 4. in-edges, up to `nlist_entries / nlog_entries` neighbour lists at a
+//!    time: old lists into NlistLog entries → fence; their `LOGGED` → fence;
+//!    the new lists in place → fence; their `NONE` → fence;
+//! 5. publication: node `LIVE`, label map, the replaced node `DELETED`
+//!    (upsert), the live counter, the entry point (if the node is the new
+//!    top) → fence;
+//! 6. NLog `NONE` → fence. Then the call returns.
+//!
+//! The paper writes one NlistLog entry per neighbour-list update and fences
+//! each; we keep one entry per list and the same state machine, but let the
+//! lists of one insert share their fences (step 4). Recovery is unchanged by
+//! this: every entry is undone on its own.
+
+use super::engine::PHnsw;
+use super::layout::{
+    pack_entry, DELETED, INSERTING, LIVE, M_DURABLE_SEQ, M_ENTRY, M_LEVEL_COUNTER, M_NEXT_SLOT,
+    M_UPPER_NEXT, PAGE,
+};
+use super::log::{NEntry, KIND_INSERT, KIND_UPSERT, LOGGED, NONE, N_COMPLETE};
+use crate::builder::{backlink, draw_level, plan_links, Backlink, Progress};
+use crate::graph::Graph;
+use crate::search::Scratch;
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+use vectide_core::validate::{check_batch, normalize};
+use vectide_core::{Error, Result, Seq};
+use vectide_storage::Site;
+
+pub(crate) const S_NODE: Site = Site("insert.node");
+pub(crate) const S_ALLOC: Site = Site("insert.alloc");
+pub(crate) const S_NLOG: Site = Site("insert.nlog");
+pub(crate) const F_LOG: Site = Site("insert.fence.nlog");
+pub(crate) const S_LOGGED: Site = Site("insert.logged");
+pub(crate) const F_LOGGED: Site = Site("insert.fence.logged");
+pub(crate) const S_OUT: Site = Site("insert.out_edges");
+pub(crate) const F_OUT: Site = Site("insert.fence.out_edges");
+pub(crate) const S_NCOMPLETE: Site = Site("insert.n_complete");
+pub(crate) const F_NCOMPLETE: Site = Site("insert.fence.n_complete");
+pub(crate) const S_NL_LOG: Site = Site("in_edges.nlist");
+pub(crate) const F_NL_LOG: Site = Site("in_edges.fence.nlist");
+pub(crate) const S_NL_LOGGED: Site = Site("in_edges.logged");
+pub(crate) const F_NL_LOGGED: Site = Site("in_edges.fence.logged");
+pub(crate) const S_NL_WRITE: Site = Site("in_edges.lists");
+pub(crate) const F_NL_WRITE: Site = Site("in_edges.fence.lists");
+pub(crate) const S_NL_DONE: Site = Site("in_edges.none");
+pub(crate) const F_NL_DONE: Site = Site("in_edges.fence.none");
+pub(crate) const S_PUB_STATE: Site = Site("publish.states");
+pub(crate) const S_PUB_LIVE: Site = Site("publish.live_count");
+pub(crate) const S_PUB_ENTRY: Site = Site("publish.entry_point");
+pub(crate) const F_PUB: Site = Site("publish.fence");
+pub(crate) const S_DONE: Site = Site("insert.none");
+pub(crate) const F_DONE: Site = Site("insert.fence.none");
+pub(crate) const S_DURABLE: Site = Site("batch.durable_seq");
+pub(crate) const F_DURABLE: Site = Site("batch.fence.durable_seq");
+
+/// One planned neighbour-list update of step 4.
+#[derive(Debug, Clone, Copy)]
+struct ListUpdate {
+    entry: usize,
+    node: u32,
+    level: usize,
+    start: usize,
+    len: usize,
+}
+
+fn ns(t: Instant) -> u64 {
+    t.elapsed().as_nanos() as u64
+}
+
+impl PHnsw {
+    /// Inserts a batch (upsert semantics), in parallel on the index's pool;
+    /// every row is durable when the call returns.
+    pub fn insert_with_progress(
+        &self,
+        seq: Seq,
+        ids: &[u64],
+        vectors: &[f32],
+        progress: Option<Progress<'_>>,
+    ) -> Result<()> {
+        check_batch(self.g.dim, self.g.metric, ids, vectors)?;
+        let result = {
+            let _op = self.seqs.begin(seq);
+            let dim = self.g.dim;
+            let done = AtomicUsize::new(0);
+            let work = |scratch: &mut Scratch, r: usize| -> Result<()> {
+                let mut v = std::mem::take(&mut scratch.query);
+                v.clear();
+                v.extend_from_slice(&vectors[r * dim..(r + 1) * dim]);
+                if self.g.metric.normalizes() {
+                    normalize(&mut v);
+                }
+                let out = self.insert_one(seq, ids[r], &v, scratch);
+                scratch.query = v;
+                if let Some(p) = progress {
+                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n.is_multiple_of(1024) || n == ids.len() {
+                        p(n);
+                    }
+                }
+                out
+            };
+            if ids.len() < 64 || self.threads() == 1 {
+                let mut scratch = self.scratch.get();
+                (0..ids.len()).try_for_each(|r| work(&mut scratch, r))
+            } else {
+                self.install(|| {
+                    (0..ids.len())
+                        .into_par_iter()
+                        .try_for_each_init(|| self.scratch.get(), |s, r| work(s, r))
+                })
+            }
+        };
+        self.persist_durable_seq();
+        result
+    }
+
+    /// Makes the sequence watermark durable (after a batch).
+    pub(crate) fn persist_durable_seq(&self) {
+        let w = self.seqs.watermark();
+        let word = self.meta.u64_at(M_DURABLE_SEQ);
+        if word.fetch_max(w, Ordering::AcqRel) < w {
+            self.meta.persist(S_DURABLE, M_DURABLE_SEQ, 8);
+            self.meta.fence(F_DURABLE);
+        }
+    }
+
+    /// Takes a node slot, growing `nodes.vtdp` when full.
+    fn alloc_slot(&self) -> Result<u32> {
+        let s = self.meta.u64_at(M_NEXT_SLOT).fetch_add(1, Ordering::AcqRel) as usize;
+        if s >= u32::MAX as usize - 1 {
+            return Err(Error::invalid("index is full: 2^32-2 nodes"));
+        }
+        let cap = self.graph.capacity();
+        if s >= cap {
+            let want = (s + 1).max(cap + cap / 2).max(1024);
+            self.graph.nodes.grow(PAGE + want * self.g.node_size())?;
+        }
+        Ok(s as u32)
+    }
+
+    /// Takes room for `level` upper lists, growing `upper.vtdp` when full.
+    fn alloc_upper(&self, level: usize) -> Result<u64> {
+        let bytes = level * self.g.upper_list_bytes();
+        let off = self
+            .meta
+            .u64_at(M_UPPER_NEXT)
+            .fetch_add(bytes as u64, Ordering::AcqRel) as usize;
+        let len = self.graph.upper.len();
+        if off + bytes > len {
+            self.graph.upper.grow((off + bytes).max(len + len / 2))?;
+        }
+        Ok(off as u64)
+    }
+
+    /// Writes a fresh node block (the node is unreachable: no list names it).
+    fn init_node(&self, slot: u32, label: u64, seq: Seq, v: &[f32], level: usize, upper: u64) {
+        let g = &self.g;
+        let off = self.graph.node_off(slot);
+        let nodes = &self.graph.nodes;
+        // SAFETY: `slot` was just allocated, so no other thread reads or
+        // writes its block: no list names it, it is not the entry point and
+        // the label map does not point at it. The range is in bounds.
+        unsafe {
+            let bytes = nodes.bytes_mut(off + g.n_vector(), 4 * g.dim);
+            for (d, x) in bytes.chunks_exact_mut(4).zip(v) {
+                d.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        nodes.u32_at(off).store(0, Ordering::Relaxed);
+        nodes
+            .u64_at(off + g.n_label())
+            .store(label, Ordering::Relaxed);
+        nodes.u64_at(off + g.n_seq()).store(seq, Ordering::Relaxed);
+        nodes
+            .u64_at(off + g.n_upper())
+            .store(upper, Ordering::Relaxed);
+        nodes
+            .u32_at(off + g.n_state() + 4)
+            .store(level as u32, Ordering::Relaxed);
+        nodes
+            .u32_at(off + g.n_state())
+            .store(INSERTING, Ordering::Release);
+    }
+
+    /// Writes a node's list at a layer in place (entries, then the count)
+    /// and persists it; the caller fences.
+    pub(crate) fn write_list(&self, slot: u32, level: usize, ids: &[u32], site: Site) {
+        let list = self.graph.list(slot, level);
+        if list.is_empty() {
+            return;
+        }
+        let n = ids.len().min(list.len() - 1);
+        for (a, &id) in list[1..=n].iter().zip(ids) {
+            a.store(id, Ordering::Release);
+        }
+        list[0].store(n as u32, Ordering::Release);
+        if let Some((region, off, len)) = self.graph.list_range(slot, level) {
+            region.persist(site, off, len.min(4 * (1 + n)));
+        }
+    }
+
+    /// Inserts or replaces one label.
+    fn insert_one(&self, seq: Seq, label: u64, v: &[f32], scratch: &mut Scratch) -> Result<()> {
+        let _label = self.label_lock(label);
+        let old = self.labels.get(&self.graph, label);
+        if old.is_some_and(|o| self.graph.seq(o) >= seq) {
+            return Ok(()); // replay of an operation already in effect
+        }
+        let t0 = Instant::now();
+        let slot = self.alloc_slot()?;
+        let counter = self
+            .meta
+            .u64_at(M_LEVEL_COUNTER)
+            .fetch_add(1, Ordering::Relaxed);
+        let level = draw_level(self.g.seed, counter, self.g.m);
+        let upper = if level > 0 {
+            self.alloc_upper(level)?
+        } else {
+            0
+        };
+        self.labels.reserve(&self.graph, &self.meta, label)?;
+        self.init_node(slot, label, seq, v, level, upper);
+
+        let mut word = self.meta.u64_at(M_ENTRY).load(Ordering::Acquire);
+        let raises = super::layout::unpack_entry(word).is_none_or(|(_, top)| level > top);
+        let _top = raises.then(|| {
+            let g = self.entry_lock.lock();
+            word = self.meta.u64_at(M_ENTRY).load(Ordering::Acquire);
+            g
+        });
+        let mut lists = std::mem::take(&mut scratch.lists);
+        match super::layout::unpack_entry(word) {
+            Some(ep) => plan_links(
+                &self.graph,
+                self.dist,
+                v,
+                slot,
+                level,
+                ep,
+                self.g.ef_construction,
+                self.g.m,
+                scratch,
+                &mut lists,
+            ),
+            None => {
+                lists.resize_with(level + 1, Vec::new);
+                lists.truncate(level + 1);
+                lists.iter_mut().for_each(Vec::clear);
+            }
+        }
+        let t1 = Instant::now();
+        self.timing.search_ns.fetch_add(ns(t0), Ordering::Relaxed);
+
+        // Steps 1-2: log, then LOGGED.
+        let i = self.logs.nlog_claim(&self.meta);
+        let e = NEntry {
+            kind: if old.is_some() {
+                KIND_UPSERT
+            } else {
+                KIND_INSERT
+            },
+            level,
+            slot,
+            label,
+            seq,
+            old,
+            live_before: self.logs.nlog_live(&self.meta, i),
+            lists,
+        };
+        let node_off = self.graph.node_off(slot);
+        self.graph
+            .nodes
+            .persist(S_NODE, node_off, self.g.node_size());
+        self.meta.persist(S_ALLOC, M_NEXT_SLOT, 8);
+        if level > 0 {
+            self.meta.persist(S_ALLOC, M_UPPER_NEXT, 8);
+        }
+        self.logs.nlog_write(&self.meta, i, &e, S_NLOG);
+        self.meta.fence(F_LOG);
+        self.logs.nlog_set_state(&self.meta, i, LOGGED, S_LOGGED);
+        self.meta.fence(F_LOGGED);
+        let t2 = Instant::now();
+        self.timing.logging_ns.fetch_add(ns(t1), Ordering::Relaxed);
+
+        // Step 3: out-edges, then N_COMPLETE.
+        self.write_out_edges(&e);
+        let t3 = Instant::now();
+        self.timing.update_ns.fetch_add(ns(t2), Ordering::Relaxed);
+        self.logs
+            .nlog_set_state(&self.meta, i, N_COMPLETE, S_NCOMPLETE);
+        self.meta.fence(F_NCOMPLETE);
+        self.timing.logging_ns.fetch_add(ns(t3), Ordering::Relaxed);
+
+        // Steps 4-6.
+        self.link_back(slot, &e.lists, scratch);
+        let t5 = Instant::now();
+        let published = self.publish(i, &e);
+        let t6 = Instant::now();
+        self.timing.update_ns.fetch_add(ns(t5), Ordering::Relaxed);
+        if published.is_ok() {
+            self.logs.nlog_set_state(&self.meta, i, NONE, S_DONE);
+            self.meta.fence(F_DONE);
+        }
+        self.timing.logging_ns.fetch_add(ns(t6), Ordering::Relaxed);
+        scratch.lists = e.lists;
+        published
+    }
+
+    /// Writes the new node's out-edges from the entry and fences.
+    pub(crate) fn write_out_edges(&self, e: &NEntry) {
+        for (l, list) in e.lists.iter().enumerate() {
+            self.write_list(e.slot, l, list, S_OUT);
+        }
+        self.meta.fence(F_OUT);
+    }
+
+    /// Step 4: adds `new` to the lists of its neighbours (`lists[l]` at layer
+    /// `l`), each list update protected by an NlistLog entry. Idempotent:
+    /// a neighbour already listing `new` is left alone (recovery redoes it).
+    pub(crate) fn link_back(&self, new: u32, lists: &[Vec<u32>], scratch: &mut Scratch) {
+        let chunk = (self.g.nlist_entries / self.g.nlog_entries).max(1);
+        let next = self.next_slot() as u32;
+        let mut pairs: Vec<(usize, u32)> = lists
+            .iter()
+            .enumerate()
+            .flat_map(|(l, ns)| ns.iter().map(move |&n| (l, n)))
+            .filter(|&(_, n)| n != new && n < next)
+            .collect();
+        let mut updates: Vec<ListUpdate> = Vec::with_capacity(chunk);
+        let mut flat: Vec<u32> = Vec::new();
+        for part in pairs.chunks_mut(chunk) {
+            let t0 = Instant::now();
+            // Lock the neighbours' stripes in one global order.
+            let mut stripes: Vec<usize> = part.iter().map(|&(_, n)| Self::stripe(n)).collect();
+            stripes.sort_unstable();
+            stripes.dedup();
+            let _guards: Vec<_> = stripes.iter().map(|&s| self.locks[s].lock()).collect();
+            updates.clear();
+            flat.clear();
+            for &(l, n) in part.iter() {
+                let Scratch {
+                    neighbors: buf,
+                    sorted: ranked,
+                    fresh: kept,
+                    ..
+                } = scratch;
+                let decision = backlink(&self.graph, self.dist, n, new, l, buf, ranked, kept);
+                let old_len = match decision {
+                    Backlink::Present => continue,
+                    Backlink::Append => buf.len(),
+                    Backlink::Replace => buf.len() - 1, // `new` was pushed
+                };
+                let entry = self.logs.nlist_claim(&self.meta);
+                self.logs
+                    .nlist_write(&self.meta, entry, n, l, &buf[..old_len], S_NL_LOG);
+                let start = flat.len();
+                match decision {
+                    Backlink::Append => {
+                        flat.extend_from_slice(&buf[..old_len]);
+                        flat.push(new);
+                    }
+                    _ => flat.extend_from_slice(kept),
+                }
+                updates.push(ListUpdate {
+                    entry,
+                    node: n,
+                    level: l,
+                    start,
+                    len: flat.len() - start,
+                });
+            }
+            let t1 = Instant::now();
+            self.timing.search_ns.fetch_add(ns(t0), Ordering::Relaxed);
+            if updates.is_empty() {
+                continue;
+            }
+            self.meta.fence(F_NL_LOG);
+            for u in &updates {
+                self.logs
+                    .nlist_set_state(&self.meta, u.entry, LOGGED, S_NL_LOGGED);
+            }
+            self.meta.fence(F_NL_LOGGED);
+            let t2 = Instant::now();
+            for u in &updates {
+                self.write_list(u.node, u.level, &flat[u.start..u.start + u.len], S_NL_WRITE);
+            }
+            self.meta.fence(F_NL_WRITE);
+            let t3 = Instant::now();
+            for u in &updates {
+                self.logs
+                    .nlist_set_state(&self.meta, u.entry, NONE, S_NL_DONE);
+            }
+            self.meta.fence(F_NL_DONE);
+            let d = |a: Instant, b: Instant| b.duration_since(a).as_nanos() as u64;
+            self.timing
+                .logging_ns
+                .fetch_add(d(t1, t2) + ns(t3), Ordering::Relaxed);
+            self.timing
+                .update_ns
+                .fetch_add(d(t2, t3), Ordering::Relaxed);
+        }
+    }
+
+    /// Step 5: makes an insert or upsert visible, then fences. Idempotent.
+    pub(crate) fn publish(&self, i: usize, e: &NEntry) -> Result<()> {
+        let g = &self.graph;
+        g.state_word(e.slot).store(LIVE, Ordering::Release);
+        let soff = g.node_off(e.slot) + self.g.n_state();
+        g.nodes.persist(S_PUB_STATE, soff, 4);
+        self.labels.publish(g, &self.meta, e.label, e.slot)?;
+        if let Some(old) = e.old.filter(|&o| o != e.slot) {
+            g.state_word(old).store(DELETED, Ordering::Release);
+            g.nodes
+                .persist(S_PUB_STATE, g.node_off(old) + self.g.n_state(), 4);
+        }
+        let delta = i64::from(e.kind == KIND_INSERT);
+        self.logs
+            .nlog_set_live(&self.meta, i, e.live_before + delta, S_PUB_LIVE);
+        let entry = self.meta.u64_at(M_ENTRY);
+        let word = entry.load(Ordering::Acquire);
+        if super::layout::unpack_entry(word).is_none_or(|(_, top)| e.level > top) {
+            entry.store(pack_entry(e.slot, e.level), Ordering::Release);
+            self.meta.persist(S_PUB_ENTRY, M_ENTRY, 8);
+        }
+        self.meta.fence(F_PUB);
+        Ok(())
+    }
+}

@@ -1,0 +1,136 @@
+//! A full structural check of a P-HNSW index (O(n); for tests, the crash
+//! checker and `vectide inspect`, never for recovery).
+
+use super::engine::PHnsw;
+use super::layout::{unpack_entry, DELETED, LIVE, M_ENTRY};
+use super::log::NONE;
+use crate::graph::Graph;
+use crate::params::MAX_LEVEL;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use vectide_core::VectorIndex;
+
+impl PHnsw {
+    /// Checks the structure and returns every violation found (empty when
+    /// sound): entry point valid and on top; every list within bounds and
+    /// naming only linked nodes; every upper-layer node present below; the
+    /// label map a bijection onto the live nodes; the live count right; no
+    /// log entry left in flight.
+    pub fn check(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        let g = &self.graph;
+        let next = self.next_slot();
+        if next > g.capacity() {
+            v.push(format!("next slot {next} beyond capacity {}", g.capacity()));
+            return v;
+        }
+        let linked = |s: u32| matches!(g.state(s), LIVE | DELETED);
+        let mut max_level = None;
+        let mut buf = Vec::new();
+        for s in 0..next as u32 {
+            if !linked(s) {
+                continue;
+            }
+            let level = g.level(s);
+            max_level = max_level.max(Some(level));
+            if level > MAX_LEVEL {
+                v.push(format!("node {s}: level {level} > {MAX_LEVEL}"));
+                continue;
+            }
+            for l in 0..=level {
+                let list = g.list(s, l);
+                if list.is_empty() {
+                    v.push(format!("node {s}: level {level} but no list at layer {l}"));
+                    continue;
+                }
+                let count = list[0].load(Ordering::Acquire) as usize;
+                if count > g.cap(l) {
+                    v.push(format!("node {s} layer {l}: count {count} > {}", g.cap(l)));
+                    continue;
+                }
+                buf.clear();
+                buf.extend(list[1..=count].iter().map(|a| a.load(Ordering::Acquire)));
+                for &n in &buf {
+                    if n as usize >= next {
+                        v.push(format!(
+                            "node {s} layer {l}: neighbour {n} beyond next slot {next}"
+                        ));
+                    } else if !linked(n) {
+                        v.push(format!(
+                            "node {s} layer {l}: neighbour {n} is not a linked node (state {})",
+                            g.state(n)
+                        ));
+                    } else if g.level(n) < l {
+                        v.push(format!(
+                            "node {s} layer {l}: neighbour {n} has level {} only",
+                            g.level(n)
+                        ));
+                    } else if n == s {
+                        v.push(format!("node {s} layer {l}: lists itself"));
+                    }
+                }
+                let mut sorted = buf.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                if sorted.len() != buf.len() {
+                    v.push(format!("node {s} layer {l}: duplicate neighbours"));
+                }
+            }
+        }
+        match unpack_entry(self.meta.u64_at(M_ENTRY).load(Ordering::Acquire)) {
+            None if max_level.is_some() => v.push("no entry point but linked nodes exist".into()),
+            None => {}
+            Some((ep, level)) => {
+                if ep as usize >= next || !linked(ep) {
+                    v.push(format!("entry point {ep} is not a linked node"));
+                } else if g.level(ep) != level {
+                    v.push(format!(
+                        "entry point {ep}: word says level {level}, node has {}",
+                        g.level(ep)
+                    ));
+                } else if max_level.is_some_and(|m| m > level) {
+                    v.push(format!(
+                        "entry point level {level} below the top level {max_level:?}"
+                    ));
+                }
+            }
+        }
+        let entries = self.labels.entries(g);
+        let mut by_label: HashMap<u64, u32> = HashMap::new();
+        let mut by_slot: HashMap<u32, u64> = HashMap::new();
+        for &(label, slot) in &entries {
+            if by_label.insert(label, slot).is_some() {
+                v.push(format!("label {label} mapped twice"));
+            }
+            if by_slot.insert(slot, label).is_some() {
+                v.push(format!("node {slot} mapped by two labels"));
+            }
+        }
+        for s in 0..next as u32 {
+            if g.state(s) == LIVE && by_slot.get(&s) != Some(&g.label(s)) {
+                v.push(format!(
+                    "live node {s} (label {}) is not in the label map",
+                    g.label(s)
+                ));
+            }
+        }
+        if self.len() != entries.len() {
+            v.push(format!(
+                "live count {} but {} labels mapped",
+                self.len(),
+                entries.len()
+            ));
+        }
+        for i in 0..self.g.nlog_entries {
+            if self.logs.nlog_state(&self.meta, i) != NONE {
+                v.push(format!("NLog entry {i} still in flight"));
+            }
+        }
+        for i in 0..self.g.nlist_entries {
+            if self.logs.nlist_state(&self.meta, i) != NONE {
+                v.push(format!("NlistLog entry {i} still in flight"));
+            }
+        }
+        v
+    }
+}

@@ -1,0 +1,542 @@
+//! [`PHnsw`]: state, create/open, search and the [`VectorIndex`] impl.
+
+use super::labels::Labels;
+use super::layout::{
+    decode_data_header, decode_meta, encode_data_header, encode_meta, meta_crc, unpack_entry,
+    Geometry, PGraph, LIVE, META_FILE, M_DURABLE_SEQ, M_ENTRY, M_LABELS_ROOT, M_NEXT_SLOT,
+    M_UPPER_NEXT, NODES_FILE, NODES_MAGIC, PAGE, UPPER_FILE, UPPER_MAGIC,
+};
+use super::log::Logs;
+use crate::params::HnswParams;
+use crate::search::{knn, Scratch};
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use vectide_core::metric::DistanceFn;
+use vectide_core::validate::{check_vector, normalize};
+use vectide_core::visited::VisitedPool;
+use vectide_core::{
+    Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, SeqTracker, VectorIndex,
+};
+use vectide_storage::{Media, PersistMode, Region, Site};
+
+/// Parameters of a P-HNSW index beyond the HNSW ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PHnswParams {
+    /// Graph parameters (`m`, `ef_construction`, `ef_search`, `seed`,
+    /// `threads`); the delete-repair fields are unused (deletes are
+    /// tombstones, see the module docs).
+    pub hnsw: HnswParams,
+    /// NLog entries: concurrent operations at most (default 64).
+    pub nlog_entries: usize,
+    /// NlistLog entries (default 1024): an insert logs up to 32 neighbour
+    /// lists per batch of fences.
+    pub nlist_entries: usize,
+    /// Node blocks allocated at creation (the file grows by half when full).
+    pub initial_capacity: usize,
+}
+
+impl Default for PHnswParams {
+    fn default() -> Self {
+        PHnswParams {
+            hnsw: HnswParams::default(),
+            nlog_entries: 64,
+            nlist_entries: 1024,
+            initial_capacity: 1024,
+        }
+    }
+}
+
+/// Stripes of the per-node DRAM locks (re-initialised at every open, §4).
+const LOCK_STRIPES: usize = 1 << 14;
+
+const LABEL_STRIPES: usize = 1 << 12;
+
+/// Accumulated insert time by phase (nanoseconds): the paper's Figure 10.
+#[derive(Debug, Default)]
+pub struct Timing {
+    pub search_ns: AtomicU64,
+    pub update_ns: AtomicU64,
+    pub logging_ns: AtomicU64,
+}
+
+/// Insert time by phase, in seconds of thread time.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Breakdown {
+    pub search_s: f64,
+    pub update_s: f64,
+    pub logging_s: f64,
+}
+
+/// Crash-consistent HNSW in a persistent region (see the module docs).
+pub struct PHnsw {
+    pub(crate) dir: PathBuf,
+    pub(crate) g: Geometry,
+    pub(crate) params: HnswParams,
+    pub(crate) dist: DistanceFn,
+    pub(crate) meta: Region,
+    pub(crate) graph: PGraph,
+    pub(crate) labels: Labels,
+    pub(crate) logs: Logs,
+    pub(crate) locks: Box<[Mutex<()>]>,
+    /// Serialises operations on the same label (striped by hash).
+    pub(crate) label_locks: Box<[Mutex<()>]>,
+    pub(crate) entry_lock: Mutex<()>,
+    pub(crate) seqs: SeqTracker,
+    pub(crate) scratch: VisitedPool<Scratch>,
+    pub(crate) pool: Option<rayon::ThreadPool>,
+    pub(crate) timing: Timing,
+    pub(crate) media: Arc<dyn Media>,
+    /// What the last open's recovery did.
+    pub(crate) recovery: super::recovery::RecoveryReport,
+}
+
+impl std::fmt::Debug for PHnsw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PHnsw")
+            .field("dir", &self.dir)
+            .field("dim", &self.g.dim)
+            .field("metric", &self.g.metric)
+            .field("media", &self.media.kind())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+pub(crate) const SITE_INIT: Site = Site("create");
+
+fn thread_pool(threads: Option<usize>) -> Result<Option<rayon::ThreadPool>> {
+    threads
+        .map(|n| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .thread_name(|i| format!("vectide-phnsw-{i}"))
+                .build()
+                .map_err(|e| Error::invalid(format!("cannot start {n} threads: {e}")))
+        })
+        .transpose()
+}
+
+impl PHnsw {
+    /// Creates a new index in `dir` (created if missing; it must not hold an
+    /// index already), on the media of `mode`.
+    pub fn create(
+        dir: &Path,
+        dim: usize,
+        metric: Metric,
+        params: PHnswParams,
+        mode: PersistMode,
+    ) -> Result<Self> {
+        Self::create_on(
+            dir,
+            dim,
+            metric,
+            params,
+            vectide_storage::media::for_mode(mode),
+        )
+    }
+
+    /// Opens (and recovers) the index in `dir` on the media of `mode`.
+    pub fn open(dir: &Path, mode: PersistMode, threads: Option<usize>) -> Result<Self> {
+        Self::open_on(dir, vectide_storage::media::for_mode(mode), threads)
+    }
+
+    /// Whether `dir` holds a P-HNSW index (its meta file exists).
+    pub fn exists(dir: &Path) -> bool {
+        dir.join(META_FILE).is_file()
+    }
+
+    /// [`PHnsw::create`] on a given media (the crash simulator in tests).
+    pub fn create_on(
+        dir: &Path,
+        dim: usize,
+        metric: Metric,
+        params: PHnswParams,
+        media: Arc<dyn Media>,
+    ) -> Result<Self> {
+        params.hnsw.validate()?;
+        let g = Geometry {
+            dim,
+            metric,
+            m: params.hnsw.m,
+            m0: params.hnsw.m0(),
+            ef_construction: params.hnsw.ef_construction,
+            ef_search: params.hnsw.ef_search,
+            seed: params.hnsw.seed,
+            nlog_entries: params.nlog_entries,
+            nlist_entries: params.nlist_entries,
+        };
+        g.validate()?;
+        if params.initial_capacity > (u32::MAX as usize) / 2 {
+            return Err(Error::invalid("initial_capacity is too large"));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io_at(dir, e))?;
+        if Self::exists(dir) {
+            return Err(Error::invalid(format!(
+                "{} already holds a P-HNSW index; open it instead",
+                dir.display()
+            )));
+        }
+        // Data files first, the meta file last: an index exists once its
+        // meta file does, and a crash before leaves files the next create
+        // replaces.
+        for f in [NODES_FILE, UPPER_FILE] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        let page = encode_meta(&g);
+        let crc = u32::from_le_bytes(page[12..16].try_into().expect("4 bytes"));
+        let cap = params.initial_capacity.max(16);
+        let nodes = Region::create(
+            media.clone(),
+            &dir.join(NODES_FILE),
+            PAGE + cap * g.node_size(),
+        )?;
+        write_page(
+            &nodes,
+            &encode_data_header(NODES_MAGIC, crc, g.node_size() as u64, g.dim as u64),
+        );
+        let upper = Region::create(
+            media.clone(),
+            &dir.join(UPPER_FILE),
+            PAGE + (cap / 8 + 1) * 4 * g.upper_list_bytes(),
+        )?;
+        write_page(&upper, &encode_data_header(UPPER_MAGIC, crc, g.m as u64, 0));
+        let log2 = (cap * 2).next_power_of_two().trailing_zeros().max(10);
+        let (labels, root) = Labels::create(dir, media.clone(), crc, log2)?;
+        let tmp = dir.join(format!(".{META_FILE}.new"));
+        let _ = std::fs::remove_file(&tmp);
+        let meta = Region::create(media.clone(), &tmp, g.meta_len())?;
+        write_page(&meta, &page);
+        meta.u64_at(M_LABELS_ROOT).store(root, Ordering::Relaxed);
+        meta.persist(SITE_INIT, 0, meta.len());
+        meta.fence(SITE_INIT);
+        std::fs::rename(&tmp, dir.join(META_FILE)).map_err(|e| Error::io_at(dir, e))?;
+        vectide_core::io::sync_dir(dir)?;
+        drop((meta, nodes, upper, labels));
+        Self::open_on(dir, media, params.hnsw.threads)
+    }
+
+    /// [`PHnsw::open`] on a given media.
+    pub fn open_on(dir: &Path, media: Arc<dyn Media>, threads: Option<usize>) -> Result<Self> {
+        let meta_path = dir.join(META_FILE);
+        if !meta_path.is_file() {
+            return Err(Error::invalid(format!(
+                "{} holds no P-HNSW index (no {META_FILE})",
+                dir.display()
+            )));
+        }
+        let meta = Region::open(media.clone(), &meta_path)?;
+        if meta.len() < PAGE {
+            return Err(Error::corrupted(format!(
+                "{}: {} bytes, shorter than its header page",
+                meta_path.display(),
+                meta.len()
+            )));
+        }
+        let g = decode_meta(&meta.snapshot(0, PAGE))?;
+        if meta.len() < g.meta_len() {
+            return Err(Error::corrupted(format!(
+                "{}: {} bytes, the logs need {}",
+                meta_path.display(),
+                meta.len(),
+                g.meta_len()
+            )));
+        }
+        let crc = meta_crc(&meta);
+        let open_data = |name: &str, magic: &[u8; 8]| -> Result<(Region, (u64, u64))> {
+            let path = dir.join(name);
+            let r = Region::open(media.clone(), &path)?;
+            if r.len() < PAGE {
+                return Err(Error::corrupted(format!(
+                    "{}: truncated header",
+                    path.display()
+                )));
+            }
+            let h = decode_data_header(
+                &r.snapshot(0, PAGE),
+                magic,
+                &path.display().to_string(),
+                crc,
+            )?;
+            Ok((r, h))
+        };
+        let (nodes, (node_size, dim)) = open_data(NODES_FILE, NODES_MAGIC)?;
+        if node_size as usize != g.node_size() || dim as usize != g.dim {
+            return Err(Error::corrupted(format!(
+                "{NODES_FILE}: node size {node_size} / dim {dim} do not match the header"
+            )));
+        }
+        let (upper, (m, _)) = open_data(UPPER_FILE, UPPER_MAGIC)?;
+        if m as usize != g.m {
+            return Err(Error::corrupted(format!(
+                "{UPPER_FILE}: m {m} does not match the header"
+            )));
+        }
+        let labels = Labels::open(
+            dir,
+            media.clone(),
+            crc,
+            meta.u64_at(M_LABELS_ROOT).load(Ordering::Acquire),
+        )?;
+        let graph = PGraph::new(g, nodes, upper);
+        // Allocation words must lie inside their files.
+        let next = meta.u64_at(M_NEXT_SLOT).load(Ordering::Acquire) as usize;
+        if next > graph.capacity() {
+            return Err(Error::corrupted(format!(
+                "next slot {next} beyond the {} node blocks of {NODES_FILE}",
+                graph.capacity()
+            )));
+        }
+        let upper_next = meta.u64_at(M_UPPER_NEXT).load(Ordering::Acquire) as usize;
+        if upper_next < PAGE || upper_next > graph.upper.len() {
+            return Err(Error::corrupted(format!(
+                "upper allocation word {upper_next} outside {UPPER_FILE} ({} bytes)",
+                graph.upper.len()
+            )));
+        }
+        let params = HnswParams {
+            m: g.m,
+            ef_construction: g.ef_construction,
+            ef_search: g.ef_search,
+            seed: g.seed,
+            threads,
+            ..HnswParams::default()
+        };
+        params.validate()?;
+        let durable = meta.u64_at(M_DURABLE_SEQ).load(Ordering::Acquire);
+        let mut idx = PHnsw {
+            dir: dir.to_path_buf(),
+            dist: g.metric.distance_fn(),
+            logs: Logs::new(g),
+            g,
+            params,
+            meta,
+            graph,
+            labels,
+            locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            label_locks: (0..LABEL_STRIPES).map(|_| Mutex::new(())).collect(),
+            entry_lock: Mutex::new(()),
+            seqs: SeqTracker::starting_at(durable),
+            scratch: VisitedPool::default(),
+            pool: thread_pool(threads)?,
+            timing: Timing::default(),
+            media,
+            recovery: Default::default(),
+        };
+        idx.recovery = idx.recover()?;
+        let entry = idx.meta.u64_at(M_ENTRY).load(Ordering::Acquire);
+        if let Some((ep, _)) = unpack_entry(entry) {
+            if ep as usize >= next {
+                return Err(Error::corrupted(format!(
+                    "entry point {ep} beyond next slot {next}"
+                )));
+            }
+        }
+        Ok(idx)
+    }
+
+    /// The directory of the index.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The media's kind: `pmem`, `pmem-emulated`, `msync` or `sim`.
+    pub fn media_kind(&self) -> &'static str {
+        self.media.kind()
+    }
+
+    /// The graph parameters.
+    pub fn params(&self) -> &HnswParams {
+        &self.params
+    }
+
+    /// What the recovery of the last open did.
+    pub fn recovery_report(&self) -> &super::recovery::RecoveryReport {
+        &self.recovery
+    }
+
+    /// Insert time spent so far by phase (thread time).
+    pub fn breakdown(&self) -> Breakdown {
+        let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
+        Breakdown {
+            search_s: s(&self.timing.search_ns),
+            update_s: s(&self.timing.update_ns),
+            logging_s: s(&self.timing.logging_ns),
+        }
+    }
+
+    /// Runs `f` on the index's thread pool (or rayon's global one).
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(p) => p.install(f),
+            None => f(),
+        }
+    }
+
+    /// Worker threads of batch calls.
+    pub fn threads(&self) -> usize {
+        self.pool
+            .as_ref()
+            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+    }
+
+    #[inline]
+    pub(crate) fn label_lock(&self, label: u64) -> parking_lot::MutexGuard<'_, ()> {
+        let h = label.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
+        self.label_locks[h as usize % LABEL_STRIPES].lock()
+    }
+
+    pub(crate) fn stripe(slot: u32) -> usize {
+        slot as usize % LOCK_STRIPES
+    }
+
+    /// Slots allocated so far.
+    pub(crate) fn next_slot(&self) -> usize {
+        self.meta.u64_at(M_NEXT_SLOT).load(Ordering::Acquire) as usize
+    }
+
+    pub(crate) fn entry(&self) -> Option<(u32, usize)> {
+        unpack_entry(self.meta.u64_at(M_ENTRY).load(Ordering::Acquire))
+    }
+
+    /// Searches many queries (row-major) in parallel on the index's pool.
+    pub fn search_batch(
+        &self,
+        queries: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<Filter<'_>>,
+    ) -> Result<Vec<Vec<Neighbor>>> {
+        use rayon::prelude::*;
+        if !queries.len().is_multiple_of(self.g.dim) {
+            return Err(Error::DimensionMismatch {
+                expected: self.g.dim,
+                got: queries.len() % self.g.dim,
+            });
+        }
+        self.install(|| {
+            queries
+                .par_chunks_exact(self.g.dim)
+                .map(|q| self.search(q, k, params, filter))
+                .collect()
+        })
+    }
+}
+
+fn write_page(r: &Region, page: &[u8]) {
+    // SAFETY: called on regions just created, before any other user.
+    unsafe { r.bytes_mut(0, page.len()) }.copy_from_slice(page);
+    r.persist(SITE_INIT, 0, page.len());
+}
+
+impl VectorIndex for PHnsw {
+    fn dim(&self) -> usize {
+        self.g.dim
+    }
+
+    fn metric(&self) -> Metric {
+        self.g.metric
+    }
+
+    fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        self.insert_with_progress(seq, ids, vectors, None)
+    }
+
+    fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
+        self.delete_batch(seq, ids)
+    }
+
+    fn search_into(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<Filter<'_>>,
+        out: &mut Vec<Neighbor>,
+    ) -> Result<()> {
+        if k == 0 {
+            return Err(Error::invalid("k must be at least 1"));
+        }
+        check_vector(self.g.dim, self.g.metric, query)?;
+        let mut scratch = self.scratch.get();
+        let mut qbuf = std::mem::take(&mut scratch.query);
+        let q: &[f32] = if self.g.metric.normalizes() {
+            qbuf.clear();
+            qbuf.extend_from_slice(query);
+            normalize(&mut qbuf);
+            &qbuf
+        } else {
+            query
+        };
+        let ef = params.ef.unwrap_or(self.params.ef_search).max(k);
+        let graph = &self.graph;
+        let entry = self.entry();
+        match filter {
+            None => knn(graph, self.dist, q, entry, ef, &mut scratch, |s| {
+                graph.state(s) == LIVE
+            }),
+            Some(f) => knn(graph, self.dist, q, entry, ef, &mut scratch, |s| {
+                graph.state(s) == LIVE && f(graph.label(s))
+            }),
+        }
+        out.clear();
+        // An upsert makes the new node live just before it retires the old
+        // one: a search in between may meet both versions of a label; it
+        // keeps the closer one, so a label appears once.
+        for c in scratch.sorted.iter() {
+            if out.len() == k {
+                break;
+            }
+            let label = graph.label(c.node);
+            if !out.iter().any(|n| n.id == label) {
+                out.push(Neighbor::new(label, c.dist.0));
+            }
+        }
+        scratch.query = qbuf;
+        Ok(())
+    }
+
+    fn get(&self, id: u64) -> Option<Vec<f32>> {
+        use crate::graph::Graph;
+        self.labels
+            .get(&self.graph, id)
+            .map(|s| self.graph.vector(s).to_vec())
+    }
+
+    fn contains(&self, id: u64) -> bool {
+        self.labels.get(&self.graph, id).is_some()
+    }
+
+    fn len(&self) -> usize {
+        let total: i64 = (0..self.g.nlog_entries)
+            .map(|i| self.logs.nlog_live(&self.meta, i))
+            .sum();
+        total.max(0) as usize
+    }
+
+    fn flush(&self) -> Result<()> {
+        // Every acknowledged operation is durable already.
+        Ok(())
+    }
+
+    fn durable_seq(&self) -> Seq {
+        self.meta.u64_at(M_DURABLE_SEQ).load(Ordering::Acquire)
+    }
+
+    fn stats(&self) -> IndexStats {
+        let live = self.len();
+        let used = self.next_slot();
+        IndexStats {
+            live,
+            slots_used: used,
+            capacity: self.graph.capacity(),
+            pending_deletes: used.saturating_sub(live),
+            memory_bytes: self.meta.len()
+                + self.graph.nodes.len()
+                + self.graph.upper.len()
+                + self.labels.table.read().region.len(),
+            consolidations: 0,
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! NLog (redo, one entry per operation) and NlistLog (undo, one entry per
+//! neighbour-list update), pre-allocated in `meta.vtdp` and used circularly.
+//!
+//! Each entry begins with an 8-byte state word. A thread claims a free entry
+//! by CAS `NONE → LOGGING` (in DRAM terms: the claim itself need not be
+//! durable, because recovery treats `LOGGING` exactly like `NONE`); then
+//! writes the content, persists it, fences, and only then stores the next
+//! state (`LOGGED`), persists and fences it. Every later state change is
+//! likewise persisted and fenced before the work that depends on it.
+
+use super::layout::{
+    Geometry, NI_LEVEL, NI_LIST, NI_SLOT, NI_STATE, NL_KIND, NL_LABEL, NL_LEVEL, NL_LISTS, NL_LIVE,
+    NL_LIVE_BEFORE, NL_OLD, NL_SEQ, NL_SLOT, NL_STATE,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use vectide_storage::{Region, Site};
+
+pub const NONE: u64 = 0;
+pub const LOGGING: u64 = 1;
+pub const LOGGED: u64 = 2;
+/// NLog only: the new node's out-edges are in the index.
+pub const N_COMPLETE: u64 = 3;
+
+/// What an NLog entry records.
+pub const KIND_INSERT: u32 = 1;
+pub const KIND_UPSERT: u32 = 2;
+pub const KIND_DELETE: u32 = 3;
+
+/// An NLog entry's content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NEntry {
+    pub kind: u32,
+    pub level: usize,
+    pub slot: u32,
+    pub label: u64,
+    pub seq: u64,
+    /// Upsert: the node being replaced; delete: the node deleted.
+    pub old: Option<u32>,
+    /// The entry's live counter before the operation.
+    pub live_before: i64,
+    /// Out-edges per layer (inserts and upserts).
+    pub lists: Vec<Vec<u32>>,
+}
+
+/// The logs of one index.
+pub struct Logs {
+    pub g: Geometry,
+    nlog_hint: AtomicUsize,
+    nlist_hint: AtomicUsize,
+}
+
+impl Logs {
+    pub fn new(g: Geometry) -> Self {
+        Logs {
+            g,
+            nlog_hint: AtomicUsize::new(0),
+            nlist_hint: AtomicUsize::new(0),
+        }
+    }
+
+    fn claim(
+        meta: &Region,
+        n: usize,
+        hint: &AtomicUsize,
+        offset: impl Fn(usize) -> usize,
+    ) -> usize {
+        let start = hint.fetch_add(1, Ordering::Relaxed);
+        let mut spins = 0u32;
+        loop {
+            for k in 0..n {
+                let i = (start + k) % n;
+                if meta
+                    .u64_at(offset(i))
+                    .compare_exchange(NONE, LOGGING, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return i;
+                }
+            }
+            // Every entry busy: more threads than entries; wait for one.
+            spins += 1;
+            if spins < 16 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    // ---- NLog ----
+
+    /// Claims a free NLog entry (state `LOGGING`).
+    pub fn nlog_claim(&self, meta: &Region) -> usize {
+        Self::claim(meta, self.g.nlog_entries, &self.nlog_hint, |i| {
+            self.g.nlog_offset(i) + NL_STATE
+        })
+    }
+
+    pub fn nlog_state(&self, meta: &Region, i: usize) -> u64 {
+        meta.u64_at(self.g.nlog_offset(i) + NL_STATE)
+            .load(Ordering::Acquire)
+    }
+
+    /// Stores and persists a state (the caller fences).
+    pub fn nlog_set_state(&self, meta: &Region, i: usize, state: u64, site: Site) {
+        let off = self.g.nlog_offset(i) + NL_STATE;
+        meta.u64_at(off).store(state, Ordering::Release);
+        meta.persist(site, off, 8);
+    }
+
+    /// Releases an entry without persisting (a `LOGGING` entry that recovery
+    /// would ignore anyway).
+    pub fn nlog_release(&self, meta: &Region, i: usize) {
+        meta.u64_at(self.g.nlog_offset(i) + NL_STATE)
+            .store(NONE, Ordering::Release);
+    }
+
+    /// The entry's live counter (its share of the index's live count).
+    pub fn nlog_live(&self, meta: &Region, i: usize) -> i64 {
+        meta.u64_at(self.g.nlog_offset(i) + NL_LIVE)
+            .load(Ordering::Acquire) as i64
+    }
+
+    /// Stores and persists the entry's live counter (the caller fences).
+    pub fn nlog_set_live(&self, meta: &Region, i: usize, v: i64, site: Site) {
+        let off = self.g.nlog_offset(i) + NL_LIVE;
+        meta.u64_at(off).store(v as u64, Ordering::Release);
+        meta.persist(site, off, 8);
+    }
+
+    /// Writes and persists an entry's content (the caller fences).
+    pub fn nlog_write(&self, meta: &Region, i: usize, e: &NEntry, site: Site) {
+        let base = self.g.nlog_offset(i);
+        meta.u32_at(base + NL_KIND).store(e.kind, Ordering::Relaxed);
+        meta.u32_at(base + NL_LEVEL)
+            .store(e.level as u32, Ordering::Relaxed);
+        meta.u64_at(base + NL_SLOT)
+            .store(e.slot as u64, Ordering::Relaxed);
+        meta.u64_at(base + NL_LABEL)
+            .store(e.label, Ordering::Relaxed);
+        meta.u64_at(base + NL_SEQ).store(e.seq, Ordering::Relaxed);
+        meta.u64_at(base + NL_OLD)
+            .store(e.old.map_or(u64::MAX, |s| s as u64), Ordering::Relaxed);
+        meta.u64_at(base + NL_LIVE_BEFORE)
+            .store(e.live_before as u64, Ordering::Relaxed);
+        let mut off = base + NL_LISTS;
+        let mut end = off;
+        for (l, list) in e.lists.iter().enumerate() {
+            let cap = if l == 0 { self.g.m0 } else { self.g.m };
+            let words = meta.u32s_at(off, 1 + cap);
+            let n = list.len().min(cap);
+            words[0].store(n as u32, Ordering::Relaxed);
+            for (w, &id) in words[1..=n].iter().zip(list) {
+                w.store(id, Ordering::Relaxed);
+            }
+            end = off + 4 * (1 + n);
+            off += 4 * (1 + cap);
+        }
+        meta.persist(
+            site,
+            base + NL_KIND,
+            end.max(base + NL_LISTS) - (base + NL_KIND),
+        );
+    }
+
+    /// Reads an entry's content; `None` when it is out of range (a corrupted
+    /// entry; content is persisted before `LOGGED`, so a `LOGGED` entry
+    /// never holds a torn one).
+    pub fn nlog_read(&self, meta: &Region, i: usize) -> Option<NEntry> {
+        let base = self.g.nlog_offset(i);
+        let kind = meta.u32_at(base + NL_KIND).load(Ordering::Acquire);
+        let level = meta.u32_at(base + NL_LEVEL).load(Ordering::Acquire) as usize;
+        if !(KIND_INSERT..=KIND_DELETE).contains(&kind) || level > crate::params::MAX_LEVEL {
+            return None;
+        }
+        let slot = u32::try_from(meta.u64_at(base + NL_SLOT).load(Ordering::Acquire)).ok()?;
+        let old = meta.u64_at(base + NL_OLD).load(Ordering::Acquire);
+        let old = if old == u64::MAX {
+            None
+        } else {
+            Some(u32::try_from(old).ok()?)
+        };
+        let mut lists = Vec::new();
+        if kind != KIND_DELETE {
+            let mut off = base + NL_LISTS;
+            for l in 0..=level {
+                let cap = if l == 0 { self.g.m0 } else { self.g.m };
+                let words = meta.u32s_at(off, 1 + cap);
+                let n = words[0].load(Ordering::Acquire) as usize;
+                if n > cap {
+                    return None;
+                }
+                lists.push(
+                    words[1..=n]
+                        .iter()
+                        .map(|w| w.load(Ordering::Acquire))
+                        .collect(),
+                );
+                off += 4 * (1 + cap);
+            }
+        }
+        Some(NEntry {
+            kind,
+            level,
+            slot,
+            label: meta.u64_at(base + NL_LABEL).load(Ordering::Acquire),
+            seq: meta.u64_at(base + NL_SEQ).load(Ordering::Acquire),
+            old,
+            live_before: meta.u64_at(base + NL_LIVE_BEFORE).load(Ordering::Acquire) as i64,
+            lists,
+        })
+    }
+
+    // ---- NlistLog ----
+
+    /// Claims a free NlistLog entry (state `LOGGING`).
+    pub fn nlist_claim(&self, meta: &Region) -> usize {
+        Self::claim(meta, self.g.nlist_entries, &self.nlist_hint, |i| {
+            self.g.nlist_offset(i) + NI_STATE
+        })
+    }
+
+    pub fn nlist_state(&self, meta: &Region, i: usize) -> u64 {
+        meta.u64_at(self.g.nlist_offset(i) + NI_STATE)
+            .load(Ordering::Acquire)
+    }
+
+    pub fn nlist_set_state(&self, meta: &Region, i: usize, state: u64, site: Site) {
+        let off = self.g.nlist_offset(i) + NI_STATE;
+        meta.u64_at(off).store(state, Ordering::Release);
+        meta.persist(site, off, 8);
+    }
+
+    /// Records the old list of `slot` at `level` and persists it.
+    pub fn nlist_write(
+        &self,
+        meta: &Region,
+        i: usize,
+        slot: u32,
+        level: usize,
+        old: &[u32],
+        site: Site,
+    ) {
+        let base = self.g.nlist_offset(i);
+        meta.u32_at(base + NI_SLOT).store(slot, Ordering::Relaxed);
+        meta.u32_at(base + NI_LEVEL)
+            .store(level as u32, Ordering::Relaxed);
+        let cap = self.g.m0;
+        let words = meta.u32s_at(base + NI_LIST, 1 + cap);
+        let n = old.len().min(cap);
+        words[0].store(n as u32, Ordering::Relaxed);
+        for (w, &id) in words[1..=n].iter().zip(old) {
+            w.store(id, Ordering::Relaxed);
+        }
+        meta.persist(site, base + NI_SLOT, NI_LIST - NI_SLOT + 4 * (1 + n));
+    }
+
+    /// Reads a recorded old list: `(slot, level, list)`.
+    pub fn nlist_read(&self, meta: &Region, i: usize) -> Option<(u32, usize, Vec<u32>)> {
+        let base = self.g.nlist_offset(i);
+        let slot = meta.u32_at(base + NI_SLOT).load(Ordering::Acquire);
+        let level = meta.u32_at(base + NI_LEVEL).load(Ordering::Acquire) as usize;
+        let words = meta.u32s_at(base + NI_LIST, 1 + self.g.m0);
+        let n = words[0].load(Ordering::Acquire) as usize;
+        let cap = if level == 0 { self.g.m0 } else { self.g.m };
+        if level > crate::params::MAX_LEVEL || n > cap {
+            return None;
+        }
+        Some((
+            slot,
+            level,
+            words[1..=n]
+                .iter()
+                .map(|w| w.load(Ordering::Acquire))
+                .collect(),
+        ))
+    }
+}
