@@ -3,15 +3,18 @@
 //! Persistence points of one insert (each "→ fence" waits for durability):
 //! 1. node block (vector, label, level, state `INSERTING`), allocation words,
 //!    NLog content (slot, label, level, out-edge lists) → fence;
-//! 2. NLog `LOGGED` → fence (the insert is now recoverable);
-//! 3. out-edges written in place → fence; NLog `N_COMPLETE` → fence;
+//! 2. NLog `LOGGED` (stored; made durable with step 3);
+//! 3. out-edges written in place → fence; NLog `N_COMPLETE` → fence (from
+//!    here the insert is redone by recovery);
 //! 4. in-edges, up to `nlist_entries / nlog_entries` neighbour lists at a
-//!    time: old lists into NlistLog entries → fence; their `LOGGED` → fence;
-//!    the new lists in place → fence; their `NONE` → fence;
+//!    time: old lists into the operation's NlistLog entries → fence; their
+//!    `LOGGED` → fence; the new lists in place → fence; their `NONE` (→
+//!    fence, unless this was the last batch: step 5's fence covers it);
 //! 5. publication: node `LIVE`, label map, the replaced node `DELETED`
 //!    (upsert), the live counter, the entry point (if the node is the new
 //!    top) → fence;
-//! 6. NLog `NONE` → fence. Then the call returns.
+//! 6. NLog `NONE` (and, for the batch's last row, the durable sequence
+//!    number) → fence. Then the call returns.
 //!
 //! The paper writes one NlistLog entry per neighbour-list update and fences
 //! each; we keep one entry per list and the same state machine, but let the
@@ -38,8 +41,6 @@ pub(crate) const S_NODE: Site = Site("insert.node");
 pub(crate) const S_ALLOC: Site = Site("insert.alloc");
 pub(crate) const S_NLOG: Site = Site("insert.nlog");
 pub(crate) const F_LOG: Site = Site("insert.fence.nlog");
-pub(crate) const S_LOGGED: Site = Site("insert.logged");
-pub(crate) const F_LOGGED: Site = Site("insert.fence.logged");
 pub(crate) const S_OUT: Site = Site("insert.out_edges");
 pub(crate) const F_OUT: Site = Site("insert.fence.out_edges");
 pub(crate) const S_NCOMPLETE: Site = Site("insert.n_complete");
@@ -49,6 +50,7 @@ pub(crate) const F_NL_LOG: Site = Site("in_edges.fence.nlist");
 pub(crate) const S_NL_LOGGED: Site = Site("in_edges.logged");
 pub(crate) const F_NL_LOGGED: Site = Site("in_edges.fence.logged");
 pub(crate) const S_NL_WRITE: Site = Site("in_edges.lists");
+pub(crate) const S_NL_PROGRESS: Site = Site("in_edges.progress");
 pub(crate) const F_NL_WRITE: Site = Site("in_edges.fence.lists");
 pub(crate) const S_NL_DONE: Site = Site("in_edges.none");
 pub(crate) const F_NL_DONE: Site = Site("in_edges.fence.none");
@@ -86,48 +88,68 @@ impl PHnsw {
         progress: Option<Progress<'_>>,
     ) -> Result<()> {
         check_batch(self.g.dim, self.g.metric, ids, vectors)?;
-        let result = {
-            let _op = self.seqs.begin(seq);
-            let dim = self.g.dim;
-            let done = AtomicUsize::new(0);
-            let work = |scratch: &mut Scratch, r: usize| -> Result<()> {
-                let mut v = std::mem::take(&mut scratch.query);
-                v.clear();
-                v.extend_from_slice(&vectors[r * dim..(r + 1) * dim]);
-                if self.g.metric.normalizes() {
-                    normalize(&mut v);
-                }
-                let out = self.insert_one(seq, ids[r], &v, scratch);
-                scratch.query = v;
-                if let Some(p) = progress {
-                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if n.is_multiple_of(1024) || n == ids.len() {
-                        p(n);
-                    }
-                }
-                out
-            };
-            if ids.len() < 64 || self.threads() == 1 {
-                let mut scratch = self.scratch.get();
-                (0..ids.len()).try_for_each(|r| work(&mut scratch, r))
-            } else {
-                self.install(|| {
-                    (0..ids.len())
-                        .into_par_iter()
-                        .try_for_each_init(|| self.scratch.get(), |s, r| work(s, r))
-                })
-            }
+        let guard = parking_lot::Mutex::new(Some(self.seqs.begin(seq)));
+        let remaining = AtomicUsize::new(ids.len());
+        // Called once per row when it is done: the last one ends the batch's
+        // sequence number and returns the watermark to make durable with its
+        // own final fence.
+        let finish = || {
+            (remaining.fetch_sub(1, Ordering::AcqRel) == 1).then(|| {
+                drop(guard.lock().take());
+                self.seqs.watermark()
+            })
         };
+        let dim = self.g.dim;
+        let done = AtomicUsize::new(0);
+        let work = |scratch: &mut Scratch, r: usize| -> Result<()> {
+            let mut v = std::mem::take(&mut scratch.query);
+            v.clear();
+            v.extend_from_slice(&vectors[r * dim..(r + 1) * dim]);
+            if self.g.metric.normalizes() {
+                normalize(&mut v);
+            }
+            let out = self.insert_one(seq, ids[r], &v, scratch, &finish);
+            scratch.query = v;
+            if let Some(p) = progress {
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if n.is_multiple_of(1024) || n == ids.len() {
+                    p(n);
+                }
+            }
+            out
+        };
+        let result = if ids.len() < 64 || self.threads() == 1 {
+            let mut scratch = self.scratch.get();
+            (0..ids.len()).try_for_each(|r| work(&mut scratch, r))
+        } else {
+            self.install(|| {
+                (0..ids.len())
+                    .into_par_iter()
+                    .try_for_each_init(|| self.scratch.get(), |s, r| work(s, r))
+            })
+        };
+        // After an error some rows never finished: end the batch here.
+        drop(guard.lock().take());
         self.persist_durable_seq();
         result
     }
 
-    /// Makes the sequence watermark durable (after a batch).
-    pub(crate) fn persist_durable_seq(&self) {
-        let w = self.seqs.watermark();
+    /// Stores the durable sequence word (monotonic) and persists it if it
+    /// moved; returns whether it did. The caller fences.
+    pub(crate) fn store_durable_seq(&self, w: Seq) -> bool {
         let word = self.meta.u64_at(M_DURABLE_SEQ);
         if word.fetch_max(w, Ordering::AcqRel) < w {
             self.meta.persist(S_DURABLE, M_DURABLE_SEQ, 8);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Makes the sequence watermark durable if no row's final fence did
+    /// (every row skipped as a replay, or an error).
+    pub(crate) fn persist_durable_seq(&self) {
+        if self.store_durable_seq(self.seqs.watermark()) {
             self.meta.fence(F_DURABLE);
         }
     }
@@ -208,12 +230,42 @@ impl PHnsw {
     }
 
     /// Inserts or replaces one label.
-    fn insert_one(&self, seq: Seq, label: u64, v: &[f32], scratch: &mut Scratch) -> Result<()> {
+    fn insert_one(
+        &self,
+        seq: Seq,
+        label: u64,
+        v: &[f32],
+        scratch: &mut Scratch,
+        finish: &dyn Fn() -> Option<Seq>,
+    ) -> Result<()> {
         let _label = self.label_lock(label);
         let old = self.labels.get(&self.graph, label);
         if old.is_some_and(|o| self.graph.seq(o) >= seq) {
-            return Ok(()); // replay of an operation already in effect
+            // Replay of an operation already in effect.
+            if let Some(w) = finish() {
+                if self.store_durable_seq(w) {
+                    self.meta.fence(F_DURABLE);
+                }
+            }
+            return Ok(());
         }
+        let out = self.insert_logged(seq, label, v, old, scratch, finish);
+        if out.is_err() {
+            finish();
+        }
+        out
+    }
+
+    /// The logged part of [`PHnsw::insert_one`].
+    fn insert_logged(
+        &self,
+        seq: Seq,
+        label: u64,
+        v: &[f32],
+        old: Option<u32>,
+        scratch: &mut Scratch,
+        finish: &dyn Fn() -> Option<Seq>,
+    ) -> Result<()> {
         let t0 = Instant::now();
         let slot = self.alloc_slot()?;
         let counter = self
@@ -285,8 +337,7 @@ impl PHnsw {
         }
         self.logs.nlog_write(&self.meta, i, &e, S_NLOG);
         self.meta.fence(F_LOG);
-        self.logs.nlog_set_state(&self.meta, i, LOGGED, S_LOGGED);
-        self.meta.fence(F_LOGGED);
+        self.logs.nlog_store_state(&self.meta, i, LOGGED);
         let t2 = Instant::now();
         self.timing.logging_ns.fetch_add(ns(t1), Ordering::Relaxed);
 
@@ -294,19 +345,26 @@ impl PHnsw {
         self.write_out_edges(&e);
         let t3 = Instant::now();
         self.timing.update_ns.fetch_add(ns(t2), Ordering::Relaxed);
+        // N_COMPLETE must be durable before any other node changes: the
+        // first fence of the in-edges covers it, or its own when there are
+        // none (the first node of an empty index).
         self.logs
             .nlog_set_state(&self.meta, i, N_COMPLETE, S_NCOMPLETE);
-        self.meta.fence(F_NCOMPLETE);
         self.timing.logging_ns.fetch_add(ns(t3), Ordering::Relaxed);
 
         // Steps 4-6.
-        self.link_back(slot, &e.lists, scratch);
+        if self.link_back(i, slot, &e.lists, scratch, 0) == 0 {
+            self.meta.fence(F_NCOMPLETE);
+        }
         let t5 = Instant::now();
         let published = self.publish(i, &e);
         let t6 = Instant::now();
         self.timing.update_ns.fetch_add(ns(t5), Ordering::Relaxed);
         if published.is_ok() {
             self.logs.nlog_set_state(&self.meta, i, NONE, S_DONE);
+            if let Some(w) = finish() {
+                self.store_durable_seq(w);
+            }
             self.meta.fence(F_DONE);
         }
         self.timing.logging_ns.fetch_add(ns(t6), Ordering::Relaxed);
@@ -325,8 +383,26 @@ impl PHnsw {
     /// Step 4: adds `new` to the lists of its neighbours (`lists[l]` at layer
     /// `l`), each list update protected by an NlistLog entry. Idempotent:
     /// a neighbour already listing `new` is left alone (recovery redoes it).
-    pub(crate) fn link_back(&self, new: u32, lists: &[Vec<u32>], scratch: &mut Scratch) {
-        let chunk = (self.g.nlist_entries / self.g.nlog_entries).max(1);
+    /// Returns the lists changed; when it is not zero, everything persisted
+    /// before the call is durable (its first fence covered it).
+    ///
+    /// **Exact redo.** HNSW's heuristic may prune `new` itself out of a full
+    /// list, so "the list does not hold `new`" does not mean "not done yet":
+    /// redoing such a list would add an edge the insert never made. The
+    /// lists are therefore processed in batches whose number is recorded in
+    /// the NLog entry together with the batch's list writes (and in each
+    /// NlistLog entry), and recovery resumes at the first batch not written
+    /// (or at the batch it had to undo), `from_batch`.
+    pub(crate) fn link_back(
+        &self,
+        owner: usize,
+        new: u32,
+        lists: &[Vec<u32>],
+        scratch: &mut Scratch,
+        from_batch: usize,
+    ) -> usize {
+        let mut changed = 0;
+        let chunk = self.logs.nlist_per_op();
         let next = self.next_slot() as u32;
         let mut pairs: Vec<(usize, u32)> = lists
             .iter()
@@ -336,7 +412,7 @@ impl PHnsw {
             .collect();
         let mut updates: Vec<ListUpdate> = Vec::with_capacity(chunk);
         let mut flat: Vec<u32> = Vec::new();
-        for part in pairs.chunks_mut(chunk) {
+        for (p, part) in pairs.chunks_mut(chunk).enumerate().skip(from_batch) {
             let t0 = Instant::now();
             // Lock the neighbours' stripes in one global order.
             let mut stripes: Vec<usize> = part.iter().map(|&(_, n)| Self::stripe(n)).collect();
@@ -358,9 +434,9 @@ impl PHnsw {
                     Backlink::Append => buf.len(),
                     Backlink::Replace => buf.len() - 1, // `new` was pushed
                 };
-                let entry = self.logs.nlist_claim(&self.meta);
+                let entry = self.logs.nlist_claim(&self.meta, owner, updates.len());
                 self.logs
-                    .nlist_write(&self.meta, entry, n, l, &buf[..old_len], S_NL_LOG);
+                    .nlist_write(&self.meta, entry, n, l, (new, p), &buf[..old_len], S_NL_LOG);
                 let start = flat.len();
                 match decision {
                     Backlink::Append => {
@@ -382,6 +458,7 @@ impl PHnsw {
             if updates.is_empty() {
                 continue;
             }
+            changed += updates.len();
             self.meta.fence(F_NL_LOG);
             for u in &updates {
                 self.logs
@@ -392,12 +469,16 @@ impl PHnsw {
             for u in &updates {
                 self.write_list(u.node, u.level, &flat[u.start..u.start + u.len], S_NL_WRITE);
             }
+            self.logs
+                .nlog_set_inedges(&self.meta, owner, p + 1, S_NL_PROGRESS);
             self.meta.fence(F_NL_WRITE);
             let t3 = Instant::now();
             for u in &updates {
                 self.logs
                     .nlist_set_state(&self.meta, u.entry, NONE, S_NL_DONE);
             }
+            // Durably NONE before the locks are released: once another
+            // operation may change these lists, no undo may touch them.
             self.meta.fence(F_NL_DONE);
             let d = |a: Instant, b: Instant| b.duration_since(a).as_nanos() as u64;
             self.timing
@@ -407,6 +488,7 @@ impl PHnsw {
                 .update_ns
                 .fetch_add(d(t2, t3), Ordering::Relaxed);
         }
+        changed
     }
 
     /// Step 5: makes an insert or upsert visible, then fences. Idempotent.

@@ -105,7 +105,7 @@ impl Geometry {
         align(NL_LISTS + self.nlog_lists_bytes(), LINE)
     }
     pub fn nlist_entry_size(&self) -> usize {
-        align(NI_LIST + 4 * self.m0, LINE)
+        align(NI_LIST + 4 * (1 + self.m0), LINE)
     }
     pub fn nlog_offset(&self, i: usize) -> usize {
         PAGE + i * self.nlog_entry_size()
@@ -159,6 +159,8 @@ pub const NL_LABEL: usize = 24;
 pub const NL_SEQ: usize = 32;
 pub const NL_OLD: usize = 40;
 pub const NL_LIVE_BEFORE: usize = 48;
+/// In-edge batches whose lists are written (recovery resumes after them).
+pub const NL_INEDGES: usize = 56;
 /// The entry's share of the live count (its own cache line; see `len`).
 pub const NL_LIVE: usize = 64;
 pub const NL_LISTS: usize = 128;
@@ -167,7 +169,11 @@ pub const NL_LISTS: usize = 128;
 pub const NI_STATE: usize = 0;
 pub const NI_SLOT: usize = 8;
 pub const NI_LEVEL: usize = 12;
-pub const NI_LIST: usize = 16;
+/// Which in-edge batch of its operation the entry belongs to.
+pub const NI_BATCH: usize = 16;
+/// The node whose insert the entry serves (with the batch: the entry's op).
+pub const NI_NEW: usize = 20;
+pub const NI_LIST: usize = 24;
 
 fn put(buf: &mut [u8], off: usize, bytes: &[u8]) {
     buf[off..off + bytes.len()].copy_from_slice(bytes);
@@ -505,6 +511,11 @@ mod tests {
         assert_eq!(g.node_size(), 448);
         assert_eq!(g.nlog_entry_size() % 64, 0);
         assert_eq!(g.nlist_entry_size(), 192);
+        let small = Geometry { m: 6, m0: 12, ..g };
+        assert!(
+            small.nlist_entry_size() >= NI_LIST + 4 * 13,
+            "count + m0 ids fit"
+        );
         assert_eq!(g.meta_len() % PAGE, 0);
     }
 

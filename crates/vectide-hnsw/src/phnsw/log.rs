@@ -9,10 +9,10 @@
 //! likewise persisted and fenced before the work that depends on it.
 
 use super::layout::{
-    Geometry, NI_LEVEL, NI_LIST, NI_SLOT, NI_STATE, NL_KIND, NL_LABEL, NL_LEVEL, NL_LISTS, NL_LIVE,
-    NL_LIVE_BEFORE, NL_OLD, NL_SEQ, NL_SLOT, NL_STATE,
+    Geometry, NI_BATCH, NI_LEVEL, NI_LIST, NI_NEW, NI_SLOT, NI_STATE, NL_INEDGES, NL_KIND,
+    NL_LABEL, NL_LEVEL, NL_LISTS, NL_LIVE, NL_LIVE_BEFORE, NL_OLD, NL_SEQ, NL_SLOT, NL_STATE,
 };
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use vectide_storage::{Region, Site};
 
 pub const NONE: u64 = 0;
@@ -45,39 +45,28 @@ pub struct NEntry {
 /// The logs of one index.
 pub struct Logs {
     pub g: Geometry,
-    nlog_hint: AtomicUsize,
-    nlist_hint: AtomicUsize,
 }
 
 impl Logs {
     pub fn new(g: Geometry) -> Self {
-        Logs {
-            g,
-            nlog_hint: AtomicUsize::new(0),
-            nlist_hint: AtomicUsize::new(0),
-        }
+        Logs { g }
     }
 
-    fn claim(
-        meta: &Region,
-        n: usize,
-        hint: &AtomicUsize,
-        offset: impl Fn(usize) -> usize,
-    ) -> usize {
-        let start = hint.fetch_add(1, Ordering::Relaxed);
+    /// Claims the lowest free NLog entry by CAS `NONE → LOGGING` (spins while
+    /// every entry is busy: more concurrent operations than entries).
+    pub fn nlog_claim(&self, meta: &Region) -> usize {
         let mut spins = 0u32;
         loop {
-            for k in 0..n {
-                let i = (start + k) % n;
-                if meta
-                    .u64_at(offset(i))
-                    .compare_exchange(NONE, LOGGING, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
+            for i in 0..self.g.nlog_entries {
+                let state = meta.u64_at(self.g.nlog_offset(i) + NL_STATE);
+                if state.load(Ordering::Relaxed) == NONE
+                    && state
+                        .compare_exchange(NONE, LOGGING, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
                 {
                     return i;
                 }
             }
-            // Every entry busy: more threads than entries; wait for one.
             spins += 1;
             if spins < 16 {
                 std::hint::spin_loop();
@@ -88,13 +77,6 @@ impl Logs {
     }
 
     // ---- NLog ----
-
-    /// Claims a free NLog entry (state `LOGGING`).
-    pub fn nlog_claim(&self, meta: &Region) -> usize {
-        Self::claim(meta, self.g.nlog_entries, &self.nlog_hint, |i| {
-            self.g.nlog_offset(i) + NL_STATE
-        })
-    }
 
     pub fn nlog_state(&self, meta: &Region, i: usize) -> u64 {
         meta.u64_at(self.g.nlog_offset(i) + NL_STATE)
@@ -108,11 +90,12 @@ impl Logs {
         meta.persist(site, off, 8);
     }
 
-    /// Releases an entry without persisting (a `LOGGING` entry that recovery
-    /// would ignore anyway).
-    pub fn nlog_release(&self, meta: &Region, i: usize) {
+    /// Stores a state without persisting it: `LOGGING → NONE` on release,
+    /// and `LOGGED`, whose durability the later `N_COMPLETE` subsumes (see
+    /// the module docs of `phnsw`).
+    pub fn nlog_store_state(&self, meta: &Region, i: usize, state: u64) {
         meta.u64_at(self.g.nlog_offset(i) + NL_STATE)
-            .store(NONE, Ordering::Release);
+            .store(state, Ordering::Release);
     }
 
     /// The entry's live counter (its share of the index's live count).
@@ -143,6 +126,7 @@ impl Logs {
             .store(e.old.map_or(u64::MAX, |s| s as u64), Ordering::Relaxed);
         meta.u64_at(base + NL_LIVE_BEFORE)
             .store(e.live_before as u64, Ordering::Relaxed);
+        meta.u64_at(base + NL_INEDGES).store(0, Ordering::Relaxed);
         let mut off = base + NL_LISTS;
         let mut end = off;
         for (l, list) in e.lists.iter().enumerate() {
@@ -161,6 +145,20 @@ impl Logs {
             base + NL_KIND,
             end.max(base + NL_LISTS) - (base + NL_KIND),
         );
+    }
+
+    /// In-edge batches of the entry's insert whose lists are written.
+    pub fn nlog_inedges(&self, meta: &Region, i: usize) -> usize {
+        meta.u64_at(self.g.nlog_offset(i) + NL_INEDGES)
+            .load(Ordering::Acquire) as usize
+    }
+
+    /// Records that in-edge batches `..done` are written; persisted with the
+    /// batch's lists (the caller fences).
+    pub fn nlog_set_inedges(&self, meta: &Region, i: usize, done: usize, site: Site) {
+        let off = self.g.nlog_offset(i) + NL_INEDGES;
+        meta.u64_at(off).store(done as u64, Ordering::Release);
+        meta.persist(site, off, 8);
     }
 
     /// Reads an entry's content; `None` when it is out of range (a corrupted
@@ -213,16 +211,36 @@ impl Logs {
 
     // ---- NlistLog ----
 
-    /// Claims a free NlistLog entry (state `LOGGING`).
-    pub fn nlist_claim(&self, meta: &Region) -> usize {
-        Self::claim(meta, self.g.nlist_entries, &self.nlist_hint, |i| {
-            self.g.nlist_offset(i) + NI_STATE
-        })
+    /// NlistLog entries each NLog entry owns: the in-edge updates of one
+    /// operation are logged `nlist_per_op()` lists at a time.
+    pub fn nlist_per_op(&self) -> usize {
+        (self.g.nlist_entries / self.g.nlog_entries).max(1)
+    }
+
+    /// Claims the `k`-th NlistLog entry of the operation holding NLog entry
+    /// `owner` by CAS `NONE → LOGGING`. Entries are partitioned among NLog
+    /// entries, so the claim never waits: the owner released its entry
+    /// (durably `NONE`) before it reuses it.
+    pub fn nlist_claim(&self, meta: &Region, owner: usize, k: usize) -> usize {
+        let per = self.nlist_per_op();
+        let i = owner * per + k % per;
+        let claimed = meta
+            .u64_at(self.g.nlist_offset(i) + NI_STATE)
+            .compare_exchange(NONE, LOGGING, Ordering::AcqRel, Ordering::Relaxed);
+        debug_assert!(claimed.is_ok(), "NlistLog entry {i} of owner {owner} busy");
+        i
     }
 
     pub fn nlist_state(&self, meta: &Region, i: usize) -> u64 {
         meta.u64_at(self.g.nlist_offset(i) + NI_STATE)
             .load(Ordering::Acquire)
+    }
+
+    /// Stores a state without persisting it (see the callers for why that
+    /// is enough).
+    pub fn nlist_store_state(&self, meta: &Region, i: usize, state: u64) {
+        meta.u64_at(self.g.nlist_offset(i) + NI_STATE)
+            .store(state, Ordering::Release);
     }
 
     pub fn nlist_set_state(&self, meta: &Region, i: usize, state: u64, site: Site) {
@@ -231,17 +249,23 @@ impl Logs {
         meta.persist(site, off, 8);
     }
 
-    /// Records the old list of `slot` at `level` and persists it.
+    /// Records the old list of `slot` at `level` (in-edge batch `batch` of
+    /// the insert of node `new`) and persists it.
+    #[allow(clippy::too_many_arguments)]
     pub fn nlist_write(
         &self,
         meta: &Region,
         i: usize,
         slot: u32,
         level: usize,
+        (new, batch): (u32, usize),
         old: &[u32],
         site: Site,
     ) {
         let base = self.g.nlist_offset(i);
+        meta.u32_at(base + NI_BATCH)
+            .store(batch as u32, Ordering::Relaxed);
+        meta.u32_at(base + NI_NEW).store(new, Ordering::Relaxed);
         meta.u32_at(base + NI_SLOT).store(slot, Ordering::Relaxed);
         meta.u32_at(base + NI_LEVEL)
             .store(level as u32, Ordering::Relaxed);
@@ -253,6 +277,15 @@ impl Logs {
             w.store(id, Ordering::Relaxed);
         }
         meta.persist(site, base + NI_SLOT, NI_LIST - NI_SLOT + 4 * (1 + n));
+    }
+
+    /// The insert (its new node) and in-edge batch an entry belongs to.
+    pub fn nlist_owner_batch(&self, meta: &Region, i: usize) -> (u32, usize) {
+        let base = self.g.nlist_offset(i);
+        (
+            meta.u32_at(base + NI_NEW).load(Ordering::Acquire),
+            meta.u32_at(base + NI_BATCH).load(Ordering::Acquire) as usize,
+        )
     }
 
     /// Reads a recorded old list: `(slot, level, list)`.

@@ -43,9 +43,9 @@
 //!   entry's counter to `before ± 1` (the `before` value is in the log, so
 //!   the redo is idempotent); `len()` sums the counters.
 
-pub mod check;
-// pub mod crashtest;
 mod builder;
+pub mod check;
+pub mod crashtest;
 mod engine;
 mod labels;
 pub mod layout;

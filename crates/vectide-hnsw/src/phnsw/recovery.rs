@@ -1,14 +1,16 @@
 //! Recovery on open (§5): NlistLog undo first, then NLog redo.
 //!
 //! 1. DRAM locks are new (they are never in the region).
-//! 2. NlistLog: a `LOGGED` entry means a neighbour list may be half
-//!    rewritten: its old count and list are written back → fence, then the
-//!    entry goes `NONE` → fence. `LOGGING` entries are ignored (reset).
+//! 2. NlistLog: a `LOGGED` entry means the in-edge batch of its operation
+//!    may be half written: every list of that batch gets its old count and
+//!    entries back and the operation's progress word moves back to the batch
+//!    (persisted; made durable by the redo's first fence). `LOGGING`
+//!    entries are ignored (reset).
 //! 3. NLog, per entry: `LOGGING` → discarded (the node was never linked);
-//!    `LOGGED` → the out-edges are rewritten from the log → fence, `N_COMPLETE`
-//!    → fence, then as below; `N_COMPLETE` → the in-edges are redone with the
-//!    insert's own code (NlistLog-protected; lists already holding the node
-//!    are left alone), the operation is published → fence, `NONE` → fence.
+//!    `LOGGED` → the out-edges are rewritten from the log → fence, then as
+//!    below from the first in-edge batch; `N_COMPLETE` → the in-edges are
+//!    redone with the insert's own code (NlistLog-protected) from the first
+//!    batch not written, the operation is published → fence, `NONE` → fence.
 //!    A logged delete is applied again → fence, `NONE` → fence.
 //!
 //! Every step is idempotent and uses the same logs and states as the normal
@@ -24,10 +26,6 @@ use vectide_storage::Site;
 
 pub(crate) const S_R_UNDO: Site = Site("recovery.undo_list");
 pub(crate) const F_R_UNDO: Site = Site("recovery.fence.undo_list");
-pub(crate) const S_R_UNDO_DONE: Site = Site("recovery.undo_none");
-pub(crate) const F_R_UNDO_DONE: Site = Site("recovery.fence.undo_none");
-pub(crate) const S_R_NCOMPLETE: Site = Site("recovery.n_complete");
-pub(crate) const F_R_NCOMPLETE: Site = Site("recovery.fence.n_complete");
 pub(crate) const S_R_DONE: Site = Site("recovery.none");
 pub(crate) const F_R_DONE: Site = Site("recovery.fence.none");
 
@@ -64,28 +62,55 @@ impl PHnsw {
         let t = Instant::now();
         let mut rep = RecoveryReport::default();
         let meta = &self.meta;
-        // NlistLog first.
-        for i in 0..self.g.nlist_entries {
-            match self.logs.nlist_state(meta, i) {
-                NONE => {}
-                LOGGING => self.logs.nlist_set_state(meta, i, NONE, S_R_UNDO_DONE),
-                LOGGED => {
-                    let (slot, level, old) = self.logs.nlist_read(meta, i).ok_or_else(|| {
-                        Error::corrupted(format!("NlistLog entry {i} is LOGGED but malformed"))
-                    })?;
-                    self.check_slot(slot, "NlistLog entry")?;
-                    self.write_list(slot, level, &old, S_R_UNDO);
-                    meta.fence(F_R_UNDO);
-                    self.logs.nlist_set_state(meta, i, NONE, S_R_UNDO_DONE);
-                    meta.fence(F_R_UNDO_DONE);
-                    rep.lists_undone += 1;
-                }
-                s => {
-                    return Err(Error::corrupted(format!(
-                        "NlistLog entry {i} has unknown state {s}"
-                    )))
+        // NlistLog first, one operation's partition at a time. A LOGGED
+        // entry marks the in-edge batch that operation was writing (its
+        // lists are still locked at the crash, so nobody else changed them):
+        // every entry of that batch is undone, LOGGED or already NONE, and
+        // the operation's progress word moves back to the batch, durably
+        // with the restored lists, so that the redo (of this recovery or of
+        // the next, if this one crashes) recomputes the whole batch exactly.
+        let per = self.logs.nlist_per_op();
+        for owner in 0..self.g.nlog_entries {
+            let part = owner * per..((owner + 1) * per).min(self.g.nlist_entries);
+            let mut in_flight = None;
+            for i in part.clone() {
+                match self.logs.nlist_state(meta, i) {
+                    NONE => {}
+                    LOGGING => self.logs.nlist_store_state(meta, i, NONE),
+                    LOGGED => in_flight = Some(self.logs.nlist_owner_batch(meta, i)),
+                    s => {
+                        return Err(Error::corrupted(format!(
+                            "NlistLog entry {i} has unknown state {s}"
+                        )))
+                    }
                 }
             }
+            let Some((new, batch)) = in_flight else {
+                continue;
+            };
+            let victims: Vec<usize> = part
+                .filter(|&i| self.logs.nlist_owner_batch(meta, i) == (new, batch))
+                .collect();
+            for &i in &victims {
+                let (slot, level, old) = self.logs.nlist_read(meta, i).ok_or_else(|| {
+                    Error::corrupted(format!("NlistLog entry {i} is LOGGED but malformed"))
+                })?;
+                self.check_slot(slot, "NlistLog entry")?;
+                self.write_list(slot, level, &old, S_R_UNDO);
+            }
+            if self.logs.nlog_inedges(meta, owner) > batch {
+                self.logs.nlog_set_inedges(meta, owner, batch, S_R_UNDO);
+            }
+            // The restored lists and progress must be durable before the
+            // entries are reused. The entries' NONE need not be durable: the
+            // redo below re-logs this very batch with the same old lists (the
+            // restored ones) before any list changes again, and a crash
+            // before that finds them still LOGGED and undoes the batch again.
+            meta.fence(F_R_UNDO);
+            for &i in &victims {
+                self.logs.nlist_store_state(meta, i, NONE);
+            }
+            rep.lists_undone += victims.len();
         }
         // Then NLog.
         let mut scratch = self.scratch.get();
@@ -94,7 +119,7 @@ impl PHnsw {
             match state {
                 NONE => continue,
                 LOGGING => {
-                    self.logs.nlog_release(meta, i);
+                    self.logs.nlog_store_state(meta, i, NONE);
                     rep.discarded += 1;
                     continue;
                 }
@@ -119,15 +144,23 @@ impl PHnsw {
                 for &n in e.lists.iter().flatten() {
                     self.check_slot(n, "NLog out-edge")?;
                 }
-                if state == LOGGED {
+                let fresh = state == LOGGED;
+                if fresh {
+                    // LOGGED is durable already, so the redo from here on is
+                    // guaranteed: N_COMPLETE need not be made durable (the
+                    // progress word shares its cache line and carries it).
                     self.write_out_edges(&e);
-                    self.logs.nlog_set_state(meta, i, N_COMPLETE, S_R_NCOMPLETE);
-                    meta.fence(F_R_NCOMPLETE);
+                    self.logs.nlog_store_state(meta, i, N_COMPLETE);
                     rep.redone_logged += 1;
                 } else {
                     rep.redone_complete += 1;
                 }
-                self.link_back(e.slot, &e.lists, &mut scratch);
+                let from = if fresh {
+                    0
+                } else {
+                    self.logs.nlog_inedges(meta, i)
+                };
+                self.link_back(i, e.slot, &e.lists, &mut scratch, from);
                 self.publish(i, &e)?;
             }
             self.logs.nlog_set_state(meta, i, NONE, S_R_DONE);

@@ -33,38 +33,43 @@ impl PHnsw {
     /// call returns. Returns how many were removed.
     pub(crate) fn delete_batch(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
         let mut removed = 0;
-        {
-            let _op = self.seqs.begin(seq);
-            for &label in ids {
-                let _l = self.label_lock(label);
-                let Some(slot) = self.labels.get(&self.graph, label) else {
-                    continue;
-                };
-                if self.graph.seq(slot) > seq {
-                    continue; // replay of a delete older than the write
-                }
-                let i = self.logs.nlog_claim(&self.meta);
-                let e = NEntry {
-                    kind: KIND_DELETE,
-                    level: 0,
-                    slot,
-                    label,
-                    seq,
-                    old: Some(slot),
-                    live_before: self.logs.nlog_live(&self.meta, i),
-                    lists: Vec::new(),
-                };
-                self.logs.nlog_write(&self.meta, i, &e, S_DEL_NLOG);
-                self.meta.fence(F_DEL_LOG);
-                self.logs
-                    .nlog_set_state(&self.meta, i, LOGGED, S_DEL_LOGGED);
-                self.meta.fence(F_DEL_LOGGED);
-                self.apply_delete(i, &e);
-                self.logs.nlog_set_state(&self.meta, i, NONE, S_DEL_DONE);
-                self.meta.fence(F_DEL_DONE);
-                removed += 1;
+        let mut guard = Some(self.seqs.begin(seq));
+        for (k, &label) in ids.iter().enumerate() {
+            let _l = self.label_lock(label);
+            let Some(slot) = self.labels.get(&self.graph, label) else {
+                continue;
+            };
+            if self.graph.seq(slot) > seq {
+                continue; // replay of a delete older than the write
             }
+            let i = self.logs.nlog_claim(&self.meta);
+            let e = NEntry {
+                kind: KIND_DELETE,
+                level: 0,
+                slot,
+                label,
+                seq,
+                old: Some(slot),
+                live_before: self.logs.nlog_live(&self.meta, i),
+                lists: Vec::new(),
+            };
+            self.logs.nlog_write(&self.meta, i, &e, S_DEL_NLOG);
+            self.meta.fence(F_DEL_LOG);
+            self.logs
+                .nlog_set_state(&self.meta, i, LOGGED, S_DEL_LOGGED);
+            self.meta.fence(F_DEL_LOGGED);
+            self.apply_delete(i, &e);
+            self.logs.nlog_set_state(&self.meta, i, NONE, S_DEL_DONE);
+            if k + 1 == ids.len() {
+                // The batch ends here: its sequence number is made durable
+                // by this delete's final fence.
+                drop(guard.take());
+                self.store_durable_seq(self.seqs.watermark());
+            }
+            self.meta.fence(F_DEL_DONE);
+            removed += 1;
         }
+        drop(guard);
         self.persist_durable_seq();
         Ok(removed)
     }

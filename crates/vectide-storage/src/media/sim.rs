@@ -84,6 +84,9 @@ pub struct SimConfig {
     pub seed: u64,
     /// Fence numbers just before which a crash image is taken.
     pub crash_before: BTreeSet<u64>,
+    /// Images per crash point, each with its own draw of line fates
+    /// (0 counts as 1).
+    pub images_per_crash: usize,
 }
 
 type Callback = Box<dyn FnMut(CrashImage) + Send>;
@@ -104,6 +107,7 @@ struct State {
     crash_before: BTreeSet<u64>,
     disabled: Option<Site>,
     rng: u64,
+    images: usize,
     on_crash: Option<Callback>,
 }
 
@@ -137,6 +141,7 @@ impl SimMedia {
                 crash_before: config.crash_before,
                 disabled: None,
                 rng: config.seed ^ 0x51ed_c0de,
+                images: config.images_per_crash.max(1),
                 on_crash: None,
             }),
         }
@@ -275,12 +280,14 @@ impl Media for SimMedia {
         }
         let n = s.report.fences;
         if s.crash_before.remove(&n) {
-            let image = materialise(&mut s, n, site);
-            if let Some(mut cb) = s.on_crash.take() {
-                // The callback may be slow (it recovers a copy and checks
-                // it); the state lock is held, so this media is frozen.
-                cb(image);
-                s.on_crash = Some(cb);
+            for _ in 0..s.images {
+                let image = materialise(&mut s, n, site);
+                if let Some(mut cb) = s.on_crash.take() {
+                    // The callback may be slow (it recovers a copy and checks
+                    // it); the state lock is held, so this media is frozen.
+                    cb(image);
+                    s.on_crash = Some(cb);
+                }
             }
         }
         let flushed = std::mem::take(&mut s.flushed);
@@ -341,6 +348,7 @@ mod tests {
         let media = Arc::new(SimMedia::new(SimConfig {
             seed: 7,
             crash_before: crash.iter().copied().collect(),
+            images_per_crash: 1,
         }));
         let r = Region::create(media.clone(), &dir.path().join("r"), 256).unwrap();
         (dir, media, r)
@@ -382,6 +390,7 @@ mod tests {
             let media = Arc::new(SimMedia::new(SimConfig {
                 seed,
                 crash_before: BTreeSet::new(),
+                images_per_crash: 1,
             }));
             let r = Region::create(media.clone(), &dir.path().join("r"), 64).unwrap();
             for w in 0..8 {
