@@ -43,6 +43,7 @@
 //! "Smaller is closer": squared L2, `1 - cos` (vectors normalised at insert),
 //! `-dot`.
 
+pub mod baselines;
 mod builder;
 mod engine;
 mod graph;

@@ -25,6 +25,8 @@
 
 pub mod media;
 pub mod region;
+pub mod wal;
 
 pub use media::{CrashImage, Media, MsyncMedia, PmemMedia, SimConfig, SimMedia, SimReport};
 pub use region::{PersistMode, Region, Site};
+pub use wal::Wal;

@@ -1,0 +1,514 @@
+//! The P-HNSW paper's durable baselines (§6.1), as engines:
+//!
+//! - `hnsw-snap` ([`BaselineKind::Snap`]): the volatile [`Hnsw`] plus a full
+//!   save (`docs/format-hnsw.md`: temp file, fsync, rename) every
+//!   `snapshot_every` inserted rows. Inserts wait while a snapshot is
+//!   written. After a crash it comes back as of its last snapshot.
+//! - `hnsw-wal` ([`BaselineKind::Wal`]): the volatile [`Hnsw`] plus a
+//!   write-ahead log of every insert and delete (`docs/format-wal.md`),
+//!   buffered in memory and `fdatasync`ed when the buffer reaches
+//!   `wal_buffer` bytes; optionally a snapshot every `snapshot_every` rows,
+//!   which truncates the log. Recovery loads the last snapshot and replays
+//!   the log after it (rebuilding the graph, as the paper's HNSW_WAL does).
+//!
+//! Both live in a directory: `baseline.vtdb` (the manifest: engine, metric,
+//! dimension, parameters), `snapshot.vtdx` and, for `hnsw-wal`, `wal.log`.
+
+use crate::{Hnsw, HnswParams};
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use vectide_core::io::{atomic_write, ByteReader};
+use vectide_core::{
+    Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
+};
+use vectide_storage::Wal;
+
+pub const MANIFEST_MAGIC: &[u8; 8] = b"VTDXBASE";
+pub const MANIFEST_FILE: &str = "baseline.vtdb";
+const MANIFEST_VERSION: u32 = 1;
+const SNAPSHOT_FILE: &str = "snapshot.vtdx";
+const WAL_FILE: &str = "wal.log";
+
+/// Which baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaselineKind {
+    Snap,
+    Wal,
+}
+
+impl BaselineKind {
+    /// The engine name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BaselineKind::Snap => "hnsw-snap",
+            BaselineKind::Wal => "hnsw-wal",
+        }
+    }
+}
+
+/// Parameters of a baseline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BaselineParams {
+    pub hnsw: HnswParams,
+    /// Rows inserted between two snapshots (0: never; default 100,000 for
+    /// `hnsw-snap`, 0 for `hnsw-wal`).
+    pub snapshot_every: usize,
+    /// `hnsw-wal`: bytes buffered before an `fdatasync` (default 1 MiB).
+    pub wal_buffer: usize,
+}
+
+impl BaselineParams {
+    /// The defaults of a kind.
+    pub fn defaults(kind: BaselineKind) -> Self {
+        BaselineParams {
+            hnsw: HnswParams::default(),
+            snapshot_every: match kind {
+                BaselineKind::Snap => 100_000,
+                BaselineKind::Wal => 0,
+            },
+            wal_buffer: 1 << 20,
+        }
+    }
+}
+
+struct State {
+    since_snapshot: usize,
+    wal: Option<Wal>,
+    /// Highest sequence number appended to the WAL buffer.
+    appended: Seq,
+}
+
+/// A volatile HNSW made durable by snapshots or a WAL (see the module docs).
+pub struct Baseline {
+    kind: BaselineKind,
+    dir: PathBuf,
+    params: BaselineParams,
+    inner: Hnsw,
+    state: Mutex<State>,
+    /// Every operation up to here is durable (snapshot or synced log).
+    durable: AtomicU64,
+    /// What the last open did: records replayed.
+    replayed: usize,
+}
+
+impl std::fmt::Debug for Baseline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Baseline")
+            .field("kind", &self.kind)
+            .field("dir", &self.dir)
+            .field("len", &self.inner.len())
+            .finish()
+    }
+}
+
+const INSERT: u8 = 1;
+const DELETE: u8 = 2;
+
+fn manifest_bytes(kind: BaselineKind, dim: usize, metric: Metric, p: &BaselineParams) -> Vec<u8> {
+    let mut b = Vec::with_capacity(72);
+    b.extend_from_slice(MANIFEST_MAGIC);
+    b.extend_from_slice(&MANIFEST_VERSION.to_le_bytes());
+    b.push(match kind {
+        BaselineKind::Snap => 1,
+        BaselineKind::Wal => 2,
+    });
+    b.push(metric as u8);
+    b.extend_from_slice(&[0, 0]);
+    b.extend_from_slice(&(dim as u32).to_le_bytes());
+    b.extend_from_slice(&(p.hnsw.m as u32).to_le_bytes());
+    b.extend_from_slice(&(p.hnsw.ef_construction as u32).to_le_bytes());
+    b.extend_from_slice(&(p.hnsw.ef_search as u32).to_le_bytes());
+    b.extend_from_slice(&p.hnsw.seed.to_le_bytes());
+    b.extend_from_slice(&(p.snapshot_every as u64).to_le_bytes());
+    b.extend_from_slice(&(p.wal_buffer as u64).to_le_bytes());
+    let crc = crc32fast::hash(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Reads a manifest: kind, dimension, metric, parameters.
+pub fn read_manifest(dir: &Path) -> Result<(BaselineKind, usize, Metric, BaselineParams)> {
+    let path = dir.join(MANIFEST_FILE);
+    let bytes = std::fs::read(&path).map_err(|e| Error::io_at(&path, e))?;
+    let what = path.display();
+    if bytes.len() < 4 || !bytes.starts_with(MANIFEST_MAGIC) {
+        return Err(Error::corrupted(format!("{what}: not a baseline manifest")));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return Err(Error::corrupted(format!("{what}: checksum mismatch")));
+    }
+    let mut r = ByteReader::new(body);
+    r.bytes(8)?;
+    let v = r.u32()?;
+    if v != MANIFEST_VERSION {
+        return Err(Error::Version {
+            found: v,
+            supported: MANIFEST_VERSION,
+        });
+    }
+    let kind = match r.u8()? {
+        1 => BaselineKind::Snap,
+        2 => BaselineKind::Wal,
+        k => return Err(Error::corrupted(format!("{what}: unknown kind {k}"))),
+    };
+    let metric = Metric::from_tag(r.u8()?)?;
+    r.bytes(2)?;
+    let dim = r.u32()? as usize;
+    let mut p = BaselineParams::defaults(kind);
+    p.hnsw.m = r.u32()? as usize;
+    p.hnsw.ef_construction = r.u32()? as usize;
+    p.hnsw.ef_search = r.u32()? as usize;
+    p.hnsw.seed = r.u64()?;
+    p.snapshot_every = r.u64()? as usize;
+    p.wal_buffer = r.u64()? as usize;
+    p.hnsw.validate()?;
+    Ok((kind, dim, metric, p))
+}
+
+fn encode_record(out: &mut Vec<u8>, seq: Seq, kind: u8, id: u64, vector: &[f32]) {
+    out.clear();
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(&id.to_le_bytes());
+    for x in vector {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+}
+
+impl Baseline {
+    /// Creates a new baseline index in `dir` (which must not hold one).
+    pub fn create(
+        dir: &Path,
+        kind: BaselineKind,
+        dim: usize,
+        metric: Metric,
+        params: BaselineParams,
+    ) -> Result<Self> {
+        params.hnsw.validate()?;
+        let inner = Hnsw::new(dim, metric, params.hnsw.clone())?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io_at(dir, e))?;
+        if dir.join(MANIFEST_FILE).exists() {
+            return Err(Error::invalid(format!(
+                "{} already holds an index; open it instead",
+                dir.display()
+            )));
+        }
+        for f in [SNAPSHOT_FILE, WAL_FILE] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        let bytes = manifest_bytes(kind, dim, metric, &params);
+        atomic_write(&dir.join(MANIFEST_FILE), |w| w.write_all(&bytes).map_err(Error::from))?;
+        let wal = match kind {
+            BaselineKind::Wal => Some(Wal::open(&dir.join(WAL_FILE))?.0),
+            BaselineKind::Snap => None,
+        };
+        Ok(Baseline {
+            kind,
+            dir: dir.to_path_buf(),
+            params,
+            inner,
+            state: Mutex::new(State {
+                since_snapshot: 0,
+                wal,
+                appended: 0,
+            }),
+            durable: AtomicU64::new(0),
+            replayed: 0,
+        })
+    }
+
+    /// Opens a baseline index: loads the last snapshot and (for `hnsw-wal`)
+    /// replays the log after it.
+    pub fn open(dir: &Path, threads: Option<usize>) -> Result<Self> {
+        let (kind, dim, metric, mut params) = read_manifest(dir)?;
+        params.hnsw.threads = threads;
+        let snap = dir.join(SNAPSHOT_FILE);
+        let inner = if snap.exists() {
+            Hnsw::load(&snap, threads)?
+        } else {
+            Hnsw::new(dim, metric, params.hnsw.clone())?
+        };
+        if inner.dim() != dim || inner.metric() != metric {
+            return Err(Error::corrupted(format!(
+                "{}: snapshot does not match the manifest",
+                snap.display()
+            )));
+        }
+        let base = inner.durable_seq();
+        let mut replayed = 0;
+        let mut durable = base;
+        let wal = match kind {
+            BaselineKind::Snap => None,
+            BaselineKind::Wal => {
+                let (wal, records) = Wal::open(&dir.join(WAL_FILE))?;
+                replayed = Self::replay(&inner, dim, base, &records)?;
+                durable = records
+                    .last()
+                    .and_then(|r| r.get(..8))
+                    .map_or(base, |b| u64::from_le_bytes(b.try_into().expect("8")))
+                    .max(base);
+                Some(wal)
+            }
+        };
+        Ok(Baseline {
+            kind,
+            dir: dir.to_path_buf(),
+            params,
+            inner,
+            state: Mutex::new(State {
+                since_snapshot: 0,
+                wal,
+                appended: durable,
+            }),
+            durable: AtomicU64::new(durable),
+            replayed,
+        })
+    }
+
+    /// Re-applies logged operations newer than `base`; consecutive inserts of
+    /// one sequence number go in one parallel batch.
+    fn replay(inner: &Hnsw, dim: usize, base: Seq, records: &[Vec<u8>]) -> Result<usize> {
+        let mut ids = Vec::new();
+        let mut vecs: Vec<f32> = Vec::new();
+        let mut batch_seq = 0;
+        let mut applied = 0;
+        let flush = |ids: &mut Vec<u64>, vecs: &mut Vec<f32>, seq: Seq| -> Result<()> {
+            if !ids.is_empty() {
+                inner.insert(seq, ids, vecs)?;
+                ids.clear();
+                vecs.clear();
+            }
+            Ok(())
+        };
+        for rec in records {
+            if rec.len() < 17 {
+                return Err(Error::corrupted("WAL record shorter than its header"));
+            }
+            let seq = u64::from_le_bytes(rec[..8].try_into().expect("8"));
+            let kind = rec[8];
+            let id = u64::from_le_bytes(rec[9..17].try_into().expect("8"));
+            if seq <= base {
+                continue;
+            }
+            applied += 1;
+            match kind {
+                INSERT => {
+                    if rec.len() != 17 + 4 * dim {
+                        return Err(Error::corrupted("WAL insert record of the wrong length"));
+                    }
+                    if seq != batch_seq || ids.contains(&id) {
+                        flush(&mut ids, &mut vecs, batch_seq)?;
+                        batch_seq = seq;
+                    }
+                    ids.push(id);
+                    vecs.extend(
+                        rec[17..]
+                            .chunks_exact(4)
+                            .map(|c| f32::from_le_bytes(c.try_into().expect("4"))),
+                    );
+                }
+                DELETE => {
+                    flush(&mut ids, &mut vecs, batch_seq)?;
+                    inner.delete(seq, &[id])?;
+                }
+                k => return Err(Error::corrupted(format!("WAL record of unknown kind {k}"))),
+            }
+        }
+        flush(&mut ids, &mut vecs, batch_seq)?;
+        Ok(applied)
+    }
+
+    /// Which baseline this is.
+    pub fn kind(&self) -> BaselineKind {
+        self.kind
+    }
+
+    /// The wrapped volatile index.
+    pub fn inner(&self) -> &Hnsw {
+        &self.inner
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &BaselineParams {
+        &self.params
+    }
+
+    /// WAL records replayed by the last open.
+    pub fn replayed(&self) -> usize {
+        self.replayed
+    }
+
+    /// Writes a snapshot now (and, for `hnsw-wal`, truncates the log).
+    pub fn snapshot(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        self.snapshot_locked(&mut st)
+    }
+
+    fn snapshot_locked(&self, st: &mut State) -> Result<()> {
+        if let Some(wal) = st.wal.as_mut() {
+            wal.sync()?;
+        }
+        self.inner.save(&self.dir.join(SNAPSHOT_FILE))?;
+        if let Some(wal) = st.wal.as_mut() {
+            wal.truncate()?;
+        }
+        st.since_snapshot = 0;
+        self.durable
+            .fetch_max(self.inner.durable_seq(), Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn log(&self, st: &mut State, seq: Seq, kind: u8, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        let Some(wal) = st.wal.as_mut() else {
+            return Ok(());
+        };
+        let dim = self.inner.dim();
+        let mut rec = Vec::with_capacity(17 + 4 * dim);
+        for (i, &id) in ids.iter().enumerate() {
+            let v = if kind == INSERT {
+                &vectors[i * dim..(i + 1) * dim]
+            } else {
+                &[][..]
+            };
+            encode_record(&mut rec, seq, kind, id, v);
+            wal.append(&rec)?;
+            if wal.buffered() >= self.params.wal_buffer {
+                wal.sync()?;
+                self.durable.fetch_max(st.appended, Ordering::AcqRel);
+            }
+        }
+        st.appended = st.appended.max(seq);
+        Ok(())
+    }
+
+    fn after_insert(&self, st: &mut State, rows: usize) -> Result<()> {
+        st.since_snapshot += rows;
+        if self.params.snapshot_every > 0 && st.since_snapshot >= self.params.snapshot_every {
+            self.snapshot_locked(st)?;
+        }
+        Ok(())
+    }
+}
+
+impl VectorIndex for Baseline {
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    fn metric(&self) -> Metric {
+        self.inner.metric()
+    }
+
+    fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        vectide_core::validate::check_batch(self.dim(), self.metric(), ids, vectors)?;
+        let mut st = self.state.lock();
+        self.log(&mut st, seq, INSERT, ids, vectors)?;
+        self.inner.insert(seq, ids, vectors)?;
+        self.after_insert(&mut st, ids.len())
+    }
+
+    fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
+        let mut st = self.state.lock();
+        self.log(&mut st, seq, DELETE, ids, &[])?;
+        self.inner.delete(seq, ids)
+    }
+
+    fn search_into(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<Filter<'_>>,
+        out: &mut Vec<Neighbor>,
+    ) -> Result<()> {
+        self.inner.search_into(query, k, params, filter, out)
+    }
+
+    fn get(&self, id: u64) -> Option<Vec<f32>> {
+        self.inner.get(id)
+    }
+
+    fn contains(&self, id: u64) -> bool {
+        self.inner.contains(id)
+    }
+
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn flush(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        match st.wal.as_mut() {
+            Some(wal) => {
+                wal.sync()?;
+                let a = st.appended;
+                self.durable.fetch_max(a, Ordering::AcqRel);
+                Ok(())
+            }
+            None => self.snapshot_locked(&mut st),
+        }
+    }
+
+    fn durable_seq(&self) -> Seq {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    fn stats(&self) -> IndexStats {
+        self.inner.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(n: usize, dim: usize, salt: u64) -> Vec<f32> {
+        (0..n * dim)
+            .map(|i| (((i as u64 * 2654435761 + salt) % 1000) as f32) / 1000.0 + 0.001)
+            .collect()
+    }
+
+    #[test]
+    fn wal_replays_after_the_snapshot_and_snap_keeps_its_last_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let dim = 4;
+        let mut p = BaselineParams::defaults(BaselineKind::Wal);
+        p.snapshot_every = 300;
+        p.wal_buffer = 64;
+        let w = Baseline::create(&dir.path().join("w"), BaselineKind::Wal, dim, Metric::L2, p).unwrap();
+        let ids: Vec<u64> = (0..500).collect();
+        let v = rows(500, dim, 1);
+        w.insert(1, &ids[..400], &v[..400 * dim]).unwrap(); // snapshot after 400 rows
+        w.insert(2, &ids[400..], &v[400 * dim..]).unwrap();
+        w.delete(3, &[7, 8]).unwrap();
+        w.flush().unwrap();
+        assert_eq!(w.durable_seq(), 3);
+        drop(w);
+        let w = Baseline::open(&dir.path().join("w"), None).unwrap();
+        assert_eq!(w.len(), 498);
+        assert_eq!(w.replayed(), 102, "100 inserts and 2 deletes after the snapshot");
+        assert_eq!(w.get(450).unwrap(), v[450 * dim..451 * dim].to_vec());
+        assert!(!w.contains(7));
+
+        let mut p = BaselineParams::defaults(BaselineKind::Snap);
+        p.snapshot_every = 200;
+        let s = Baseline::create(&dir.path().join("s"), BaselineKind::Snap, dim, Metric::L2, p).unwrap();
+        for (b, chunk) in ids.chunks(100).enumerate() {
+            s.insert(b as u64 + 1, chunk, &v[b * 100 * dim..(b * 100 + chunk.len()) * dim]).unwrap();
+        }
+        assert_eq!(s.durable_seq(), 4, "snapshots after 200 and 400 rows");
+        drop(s);
+        let s = Baseline::open(&dir.path().join("s"), None).unwrap();
+        assert_eq!(s.len(), 400, "the rows after the last snapshot are lost");
+        assert!(Baseline::create(&dir.path().join("s"), BaselineKind::Snap, dim, Metric::L2, BaselineParams::defaults(BaselineKind::Snap)).is_err());
+        std::fs::write(dir.path().join("s").join(MANIFEST_FILE), b"VTDXBASE junk").unwrap();
+        assert!(matches!(Baseline::open(&dir.path().join("s"), None), Err(Error::Corrupted(_))));
+    }
+}
