@@ -24,7 +24,27 @@ class Index:
     ``threads`` (default: all cores).
     """
 
-    def __init__(self, dim: int, metric: str = "cosine", engine: str = "hnsw", **params: Any) -> None: ...
+    def __init__(
+        self,
+        dim: int,
+        metric: str = "cosine",
+        engine: str = "hnsw",
+        path: Optional[_Path] = None,
+        **params: Any,
+    ) -> None:
+        """Durable engines ("p-hnsw", "hnsw-snap", "hnsw-wal") live in the
+        directory `path`: an index there is opened and recovered, else one is
+        created. p-hnsw takes persist="pmem" (default) or "msync"."""
+    def flush(self) -> None:
+        """Makes everything applied so far durable."""
+    @property
+    def durable_seq(self) -> int: ...
+    def recovery(self) -> Optional[dict[str, Any]]:
+        """p-hnsw: what the last open's recovery did; None otherwise."""
+    def breakdown(self) -> Optional[dict[str, float]]:
+        """p-hnsw: insert thread-seconds by phase (search, update, logging)."""
+    def check(self) -> list[str]:
+        """p-hnsw: structural violations (empty when sound)."""
     def add(self, ids: _Ids, vectors: npt.ArrayLike) -> None:
         """Adds vectors (n x dim, float32/float64, C or F order); an existing id is replaced."""
     def search(

@@ -13,7 +13,10 @@ use std::path::Path;
 use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
 };
+use vectide_hnsw::baselines::{Baseline, BaselineKind, BaselineParams};
+use vectide_hnsw::phnsw::{PHnsw, PHnswParams};
 use vectide_hnsw::{Hnsw, HnswParams};
+use vectide_storage::PersistMode;
 
 /// A parameter value as it arrives from Python, JSON or the command line.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +61,15 @@ impl ParamValue {
         }
     }
 
+    fn as_str(&self, key: &str) -> Result<&str> {
+        match self {
+            ParamValue::Str(v) => Ok(v),
+            other => Err(Error::invalid(format!(
+                "parameter {key} must be a string, got {other}"
+            ))),
+        }
+    }
+
     fn as_f64(&self, key: &str) -> Result<f64> {
         match self {
             ParamValue::Int(v) => Ok(*v as f64),
@@ -73,7 +85,10 @@ impl ParamValue {
 pub type Params = BTreeMap<String, ParamValue>;
 
 /// The engines this build knows.
-pub const ENGINES: &[&str] = &["hnsw"];
+pub const ENGINES: &[&str] = &["hnsw", "p-hnsw", "hnsw-snap", "hnsw-wal"];
+
+/// Engines that live in a directory (`path` parameter) and recover on open.
+pub const DURABLE_ENGINES: &[&str] = &["p-hnsw", "hnsw-snap", "hnsw-wal"];
 
 /// Parameters every engine accepts.
 const COMMON_PARAMS: &[&str] = &["threads"];
@@ -82,6 +97,8 @@ const COMMON_PARAMS: &[&str] = &["threads"];
 #[derive(Debug)]
 pub enum AnyIndex {
     Hnsw(Hnsw),
+    PHnsw(PHnsw),
+    Baseline(Baseline),
 }
 
 fn unknown_params(engine: &str, params: &Params, known: &[&str]) -> Result<()> {
@@ -123,6 +140,11 @@ pub fn hnsw_params(params: &Params) -> Result<HnswParams> {
         "repair_alpha",
     ];
     unknown_params("hnsw", params, KNOWN)?;
+    graph_params(params)
+}
+
+/// The HNSW fields of loose parameters (other keys are left to the caller).
+fn graph_params(params: &Params) -> Result<HnswParams> {
     let mut p = HnswParams::default();
     for (key, value) in params {
         match key.as_str() {
@@ -140,6 +162,128 @@ pub fn hnsw_params(params: &Params) -> Result<HnswParams> {
     Ok(p)
 }
 
+/// The directory of a durable engine (`path` parameter).
+fn path_param(engine: &str, params: &Params) -> Result<std::path::PathBuf> {
+    match params.get("path") {
+        Some(v) => Ok(std::path::PathBuf::from(v.as_str("path")?)),
+        None => Err(Error::invalid(format!(
+            "engine {engine:?} lives in a directory: pass path=DIR"
+        ))),
+    }
+}
+
+/// `persist` of p-hnsw: `"pmem"` (default) or `"msync"`.
+pub fn persist_param(params: &Params) -> Result<PersistMode> {
+    match params.get("persist") {
+        None => Ok(PersistMode::Pmem),
+        Some(v) => PersistMode::parse(v.as_str("persist")?),
+    }
+}
+
+/// Builds [`PHnswParams`] from loose parameters.
+pub fn phnsw_params(params: &Params) -> Result<PHnswParams> {
+    const KNOWN: &[&str] = &[
+        "m",
+        "ef_construction",
+        "ef_search",
+        "seed",
+        "path",
+        "persist",
+        "nlog_entries",
+        "nlist_entries",
+        "initial_capacity",
+    ];
+    unknown_params("p-hnsw", params, KNOWN)?;
+    let mut p = PHnswParams {
+        hnsw: graph_params(params)?,
+        ..PHnswParams::default()
+    };
+    for (key, value) in params {
+        match key.as_str() {
+            "nlog_entries" => p.nlog_entries = value.as_usize(key)?,
+            "nlist_entries" => p.nlist_entries = value.as_usize(key)?,
+            "initial_capacity" => p.initial_capacity = value.as_usize(key)?,
+            _ => {}
+        }
+    }
+    p.hnsw.threads = threads_param(params)?;
+    Ok(p)
+}
+
+/// Builds [`BaselineParams`] from loose parameters.
+pub fn baseline_params(kind: BaselineKind, params: &Params) -> Result<BaselineParams> {
+    const KNOWN: &[&str] = &[
+        "m",
+        "ef_construction",
+        "ef_search",
+        "seed",
+        "path",
+        "snapshot_every",
+        "wal_buffer",
+    ];
+    unknown_params(kind.name(), params, KNOWN)?;
+    let mut p = BaselineParams::defaults(kind);
+    p.hnsw = graph_params(params)?;
+    for (key, value) in params {
+        match key.as_str() {
+            "snapshot_every" => p.snapshot_every = value.as_usize(key)?,
+            "wal_buffer" => p.wal_buffer = value.as_usize(key)?.max(1),
+            _ => {}
+        }
+    }
+    p.hnsw.threads = threads_param(params)?;
+    Ok(p)
+}
+
+/// Whether `dir` holds an index of a durable engine, and which.
+pub fn engine_at(dir: &Path) -> Option<&'static str> {
+    if PHnsw::exists(dir) {
+        return Some("p-hnsw");
+    }
+    vectide_hnsw::baselines::read_manifest(dir)
+        .ok()
+        .map(|(k, ..)| k.name())
+}
+
+/// Opens the durable index at `params["path"]` when it exists (recovering
+/// it; its engine, dimension and metric must match), else creates it. Other
+/// engines are created.
+pub fn open_or_create(
+    engine: &str,
+    dim: usize,
+    metric: Metric,
+    params: &Params,
+) -> Result<AnyIndex> {
+    if !DURABLE_ENGINES.contains(&engine) {
+        return create(engine, dim, metric, params);
+    }
+    let dir = path_param(engine, params)?;
+    let Some(found) = engine_at(&dir) else {
+        return create(engine, dim, metric, params);
+    };
+    if found != engine {
+        return Err(Error::invalid(format!(
+            "{} holds a {found:?} index, not {engine:?}",
+            dir.display()
+        )));
+    }
+    let threads = threads_param(params)?;
+    let idx = match engine {
+        "p-hnsw" => AnyIndex::PHnsw(PHnsw::open(&dir, persist_param(params)?, threads)?),
+        _ => AnyIndex::Baseline(Baseline::open(&dir, threads)?),
+    };
+    if idx.dim() != dim || idx.metric() != metric {
+        return Err(Error::invalid(format!(
+            "{} holds a {}-d {} index, asked for {dim}-d {}",
+            dir.display(),
+            idx.dim(),
+            idx.metric().name(),
+            metric.name()
+        )));
+    }
+    Ok(idx)
+}
+
 /// Creates an empty index of the named engine.
 pub fn create(engine: &str, dim: usize, metric: Metric, params: &Params) -> Result<AnyIndex> {
     match engine {
@@ -148,6 +292,29 @@ pub fn create(engine: &str, dim: usize, metric: Metric, params: &Params) -> Resu
             metric,
             hnsw_params(params)?,
         )?)),
+        "p-hnsw" => {
+            let p = phnsw_params(params)?;
+            let dir = path_param(engine, params)?;
+            Ok(AnyIndex::PHnsw(PHnsw::create(
+                &dir,
+                dim,
+                metric,
+                p,
+                persist_param(params)?,
+            )?))
+        }
+        "hnsw-snap" | "hnsw-wal" => {
+            let kind = if engine == "hnsw-snap" {
+                BaselineKind::Snap
+            } else {
+                BaselineKind::Wal
+            };
+            let p = baseline_params(kind, params)?;
+            let dir = path_param(engine, params)?;
+            Ok(AnyIndex::Baseline(Baseline::create(
+                &dir, kind, dim, metric, p,
+            )?))
+        }
         other => Err(Error::invalid(format!(
             "unknown engine {other:?}; known engines: {}",
             ENGINES.join(", ")
@@ -169,10 +336,25 @@ fn read_magic(path: &Path) -> Result<[u8; 8]> {
     Ok(magic)
 }
 
-/// Opens an index file of any engine, chosen by its magic.
+/// Opens an index of any engine: a directory of a durable engine (recovered
+/// on open; p-hnsw in `pmem` mode) or a file chosen by its magic.
 pub fn load(path: &Path, threads: Option<usize>) -> Result<AnyIndex> {
     if threads == Some(0) {
         return Err(Error::invalid("threads must be at least 1"));
+    }
+    if path.is_dir() {
+        return match engine_at(path) {
+            Some("p-hnsw") => Ok(AnyIndex::PHnsw(PHnsw::open(
+                path,
+                PersistMode::Pmem,
+                threads,
+            )?)),
+            Some(_) => Ok(AnyIndex::Baseline(Baseline::open(path, threads)?)),
+            None => Err(Error::invalid(format!(
+                "{} holds no Vectide index",
+                path.display()
+            ))),
+        };
     }
     let magic = read_magic(path)?;
     if &magic == vectide_hnsw::persist::MAGIC {
@@ -187,6 +369,27 @@ pub fn load(path: &Path, threads: Option<usize>) -> Result<AnyIndex> {
 
 /// A description of an index file, as `(field, value)` lines for `vectide inspect`.
 pub fn inspect(path: &Path) -> Result<Vec<(String, String)>> {
+    if path.is_dir() {
+        if PHnsw::exists(path) {
+            return vectide_hnsw::phnsw::inspect::inspect(path);
+        }
+        let (kind, dim, metric, p) = vectide_hnsw::baselines::read_manifest(path)?;
+        let size = |f: &str| {
+            std::fs::metadata(path.join(f)).map_or("absent".to_string(), |m| m.len().to_string())
+        };
+        let rows = [
+            ("engine", kind.name().to_string()),
+            ("metric", metric.name().to_string()),
+            ("dim", dim.to_string()),
+            ("m", p.hnsw.m.to_string()),
+            ("ef_construction", p.hnsw.ef_construction.to_string()),
+            ("snapshot_every", p.snapshot_every.to_string()),
+            ("wal_buffer", p.wal_buffer.to_string()),
+            ("snapshot_bytes", size("snapshot.vtdx")),
+            ("wal_bytes", size("wal.log")),
+        ];
+        return Ok(rows.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+    }
     let magic = read_magic(path)?;
     if &magic == vectide_hnsw::persist::MAGIC {
         let i = vectide_hnsw::inspect(path)?;
@@ -225,6 +428,17 @@ impl AnyIndex {
     fn inner(&self) -> &dyn VectorIndex {
         match self {
             AnyIndex::Hnsw(h) => h,
+            AnyIndex::PHnsw(h) => h,
+            AnyIndex::Baseline(b) => b,
+        }
+    }
+
+    /// The volatile HNSW inside (the engine itself or the one a baseline wraps).
+    fn volatile(&self) -> Option<&Hnsw> {
+        match self {
+            AnyIndex::Hnsw(h) => Some(h),
+            AnyIndex::Baseline(b) => Some(b.inner()),
+            AnyIndex::PHnsw(_) => None,
         }
     }
 
@@ -232,12 +446,55 @@ impl AnyIndex {
     pub fn engine(&self) -> &'static str {
         match self {
             AnyIndex::Hnsw(_) => "hnsw",
+            AnyIndex::PHnsw(_) => "p-hnsw",
+            AnyIndex::Baseline(b) => b.kind().name(),
+        }
+    }
+
+    /// The P-HNSW engine, when this is one.
+    pub fn as_phnsw(&self) -> Option<&PHnsw> {
+        match self {
+            AnyIndex::PHnsw(p) => Some(p),
+            _ => None,
         }
     }
 
     /// The engine's parameters as `(name, value)` pairs.
     pub fn params(&self) -> Params {
+        let int = |v: usize| ParamValue::Int(v as i64);
         match self {
+            AnyIndex::PHnsw(h) => {
+                let p = h.params();
+                let mut out = Params::new();
+                out.insert("m".into(), int(p.m));
+                out.insert("ef_construction".into(), int(p.ef_construction));
+                out.insert("ef_search".into(), int(p.ef_search));
+                out.insert(
+                    "path".into(),
+                    ParamValue::Str(h.dir().display().to_string()),
+                );
+                out.insert(
+                    "persist".into(),
+                    ParamValue::Str(h.media_kind().to_string()),
+                );
+                out.insert("threads".into(), int(h.threads()));
+                out
+            }
+            AnyIndex::Baseline(b) => {
+                let p = b.params();
+                let mut out = Params::new();
+                out.insert("m".into(), int(p.hnsw.m));
+                out.insert("ef_construction".into(), int(p.hnsw.ef_construction));
+                out.insert("ef_search".into(), int(p.hnsw.ef_search));
+                out.insert(
+                    "path".into(),
+                    ParamValue::Str(b.dir().display().to_string()),
+                );
+                out.insert("snapshot_every".into(), int(p.snapshot_every));
+                out.insert("wal_buffer".into(), int(p.wal_buffer));
+                out.insert("threads".into(), int(b.inner().threads()));
+                out
+            }
             AnyIndex::Hnsw(h) => {
                 let p = h.params();
                 let mut out = Params::new();
@@ -265,7 +522,8 @@ impl AnyIndex {
     /// The default search-list size (`ef`) of graph engines.
     pub fn default_ef(&self) -> usize {
         match self {
-            AnyIndex::Hnsw(h) => h.params().ef_search,
+            AnyIndex::PHnsw(h) => h.params().ef_search,
+            _ => self.volatile().map_or(64, |h| h.params().ef_search),
         }
     }
 
@@ -279,6 +537,8 @@ impl AnyIndex {
     ) -> Result<()> {
         match self {
             AnyIndex::Hnsw(h) => h.insert_with_progress(seq, ids, vectors, progress),
+            AnyIndex::PHnsw(h) => h.insert_with_progress(seq, ids, vectors, progress),
+            AnyIndex::Baseline(b) => b.insert(seq, ids, vectors),
         }
     }
 
@@ -291,21 +551,33 @@ impl AnyIndex {
         filter: Option<Filter<'_>>,
     ) -> Result<Vec<Vec<Neighbor>>> {
         match self {
-            AnyIndex::Hnsw(h) => h.search_batch(queries, k, params, filter),
+            AnyIndex::PHnsw(h) => h.search_batch(queries, k, params, filter),
+            _ => self
+                .volatile()
+                .expect("volatile engines")
+                .search_batch(queries, k, params, filter),
         }
     }
 
-    /// Saves the index to a file (atomically).
+    /// Saves the index to a file (atomically). Durable engines live in their
+    /// directory: for them this is an error naming `flush`.
     pub fn save(&self, path: &Path) -> Result<()> {
         match self {
             AnyIndex::Hnsw(h) => h.save(path),
+            other => Err(Error::invalid(format!(
+                "a {} index lives in its directory and is durable on its own; \
+                 save({}) does not apply (use flush() to force durability)",
+                other.engine(),
+                path.display()
+            ))),
         }
     }
 
     /// Worker threads of batch calls.
     pub fn threads(&self) -> usize {
         match self {
-            AnyIndex::Hnsw(h) => h.threads(),
+            AnyIndex::PHnsw(h) => h.threads(),
+            _ => self.volatile().map_or(1, |h| h.threads()),
         }
     }
 }
@@ -436,5 +708,52 @@ mod tests {
             load(&dir.path().join("missing"), None),
             Err(Error::Io { .. })
         ));
+    }
+
+    #[test]
+    fn durable_engines_live_in_directories_and_recover() {
+        let dir = tempfile::tempdir().unwrap();
+        for engine in DURABLE_ENGINES {
+            let path = dir.path().join(engine);
+            let p = params(&[("path", ParamValue::Str(path.display().to_string()))]);
+            let e = create(engine, 4, Metric::L2, &Params::new()).unwrap_err();
+            assert!(e.to_string().contains("path=DIR"), "{e}");
+            let idx = open_or_create(engine, 4, Metric::L2, &p).unwrap();
+            assert_eq!(idx.engine(), *engine);
+            idx.insert(1, &[1, 2], &[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0])
+                .unwrap();
+            idx.flush().unwrap();
+            assert!(idx.save(&dir.path().join("x")).is_err() || *engine == "hnsw");
+            drop(idx);
+            assert_eq!(engine_at(&path), Some(*engine));
+            let back = open_or_create(engine, 4, Metric::L2, &p).unwrap();
+            assert_eq!(back.len(), 2, "{engine} recovers its rows");
+            drop(back);
+            let back = load(&path, Some(1)).unwrap();
+            assert!(back.contains(2));
+            drop(back);
+            let e = open_or_create(engine, 5, Metric::L2, &p).unwrap_err();
+            assert!(e.to_string().contains("4-d"), "{e}");
+            let rows = inspect(&path).unwrap();
+            assert_eq!(rows[0].1, *engine);
+        }
+        let p = params(&[(
+            "path",
+            ParamValue::Str(dir.path().join("p-hnsw").display().to_string()),
+        )]);
+        let e = open_or_create("hnsw-wal", 4, Metric::L2, &p).unwrap_err();
+        assert!(e.to_string().contains("holds a \"p-hnsw\" index"), "{e}");
+        let bad = params(&[
+            (
+                "path",
+                ParamValue::Str(dir.path().join("q").display().to_string()),
+            ),
+            ("persist", ParamValue::Str("disk".into())),
+        ]);
+        assert!(create("p-hnsw", 4, Metric::L2, &bad).is_err());
+        let rows = inspect(&dir.path().join("p-hnsw")).unwrap();
+        let get = |k: &str| rows.iter().find(|(n, _)| n == k).unwrap().1.clone();
+        assert_eq!(get("live"), "2");
+        assert!(get("nlog").contains("0 logged"), "{}", get("nlog"));
     }
 }

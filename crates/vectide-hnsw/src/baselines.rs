@@ -199,7 +199,9 @@ impl Baseline {
             let _ = std::fs::remove_file(dir.join(f));
         }
         let bytes = manifest_bytes(kind, dim, metric, &params);
-        atomic_write(&dir.join(MANIFEST_FILE), |w| w.write_all(&bytes).map_err(Error::from))?;
+        atomic_write(&dir.join(MANIFEST_FILE), |w| {
+            w.write_all(&bytes).map_err(Error::from)
+        })?;
         let wal = match kind {
             BaselineKind::Wal => Some(Wal::open(&dir.join(WAL_FILE))?.0),
             BaselineKind::Snap => None,
@@ -482,7 +484,8 @@ mod tests {
         let mut p = BaselineParams::defaults(BaselineKind::Wal);
         p.snapshot_every = 300;
         p.wal_buffer = 64;
-        let w = Baseline::create(&dir.path().join("w"), BaselineKind::Wal, dim, Metric::L2, p).unwrap();
+        let w =
+            Baseline::create(&dir.path().join("w"), BaselineKind::Wal, dim, Metric::L2, p).unwrap();
         let ids: Vec<u64> = (0..500).collect();
         let v = rows(500, dim, 1);
         w.insert(1, &ids[..400], &v[..400 * dim]).unwrap(); // snapshot after 400 rows
@@ -493,22 +496,48 @@ mod tests {
         drop(w);
         let w = Baseline::open(&dir.path().join("w"), None).unwrap();
         assert_eq!(w.len(), 498);
-        assert_eq!(w.replayed(), 102, "100 inserts and 2 deletes after the snapshot");
+        assert_eq!(
+            w.replayed(),
+            102,
+            "100 inserts and 2 deletes after the snapshot"
+        );
         assert_eq!(w.get(450).unwrap(), v[450 * dim..451 * dim].to_vec());
         assert!(!w.contains(7));
 
         let mut p = BaselineParams::defaults(BaselineKind::Snap);
         p.snapshot_every = 200;
-        let s = Baseline::create(&dir.path().join("s"), BaselineKind::Snap, dim, Metric::L2, p).unwrap();
+        let s = Baseline::create(
+            &dir.path().join("s"),
+            BaselineKind::Snap,
+            dim,
+            Metric::L2,
+            p,
+        )
+        .unwrap();
         for (b, chunk) in ids.chunks(100).enumerate() {
-            s.insert(b as u64 + 1, chunk, &v[b * 100 * dim..(b * 100 + chunk.len()) * dim]).unwrap();
+            s.insert(
+                b as u64 + 1,
+                chunk,
+                &v[b * 100 * dim..(b * 100 + chunk.len()) * dim],
+            )
+            .unwrap();
         }
         assert_eq!(s.durable_seq(), 4, "snapshots after 200 and 400 rows");
         drop(s);
         let s = Baseline::open(&dir.path().join("s"), None).unwrap();
         assert_eq!(s.len(), 400, "the rows after the last snapshot are lost");
-        assert!(Baseline::create(&dir.path().join("s"), BaselineKind::Snap, dim, Metric::L2, BaselineParams::defaults(BaselineKind::Snap)).is_err());
+        assert!(Baseline::create(
+            &dir.path().join("s"),
+            BaselineKind::Snap,
+            dim,
+            Metric::L2,
+            BaselineParams::defaults(BaselineKind::Snap)
+        )
+        .is_err());
         std::fs::write(dir.path().join("s").join(MANIFEST_FILE), b"VTDXBASE junk").unwrap();
-        assert!(matches!(Baseline::open(&dir.path().join("s"), None), Err(Error::Corrupted(_))));
+        assert!(matches!(
+            Baseline::open(&dir.path().join("s"), None),
+            Err(Error::Corrupted(_))
+        ));
     }
 }

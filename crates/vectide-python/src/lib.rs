@@ -223,13 +223,19 @@ impl PyIndex {
 
 #[pymethods]
 impl PyIndex {
-    /// Index(dim, metric="cosine", engine="hnsw", **params)
+    /// Index(dim, metric="cosine", engine="hnsw", path=None, **params)
+    ///
+    /// Durable engines (`p-hnsw`, `hnsw-snap`, `hnsw-wal`) live in the
+    /// directory `path`: an existing index there is opened (and recovered),
+    /// else a new one is created.
     #[new]
-    #[pyo3(signature = (dim, metric="cosine", engine="hnsw", **params))]
+    #[pyo3(signature = (dim, metric="cosine", engine="hnsw", path=None, **params))]
     fn new(
+        py: Python<'_>,
         dim: i64,
         metric: &str,
         engine: &str,
+        path: Option<PathBuf>,
         params: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         if dim <= 0 {
@@ -238,10 +244,70 @@ impl PyIndex {
             )));
         }
         let metric = Metric::parse(metric).map_err(to_py)?;
-        let params = params_from(params)?;
-        let inner =
-            vectide_engines::create(engine, dim as usize, metric, &params).map_err(to_py)?;
+        let mut params = params_from(params)?;
+        if let Some(p) = path {
+            params.insert("path".into(), ParamValue::Str(p.display().to_string()));
+        }
+        let inner = py
+            .detach(|| vectide_engines::open_or_create(engine, dim as usize, metric, &params))
+            .map_err(to_py)?;
         Ok(PyIndex::wrap(inner))
+    }
+
+    /// Makes everything applied so far durable (durable engines; a no-op for
+    /// `hnsw` without a saved path).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.flush()).map_err(to_py)
+    }
+
+    /// Every operation up to this sequence number is durable.
+    #[getter]
+    fn durable_seq(&self) -> u64 {
+        self.inner.durable_seq()
+    }
+
+    /// p-hnsw: what the recovery of the last open did (log entries undone,
+    /// discarded, redone; microseconds); `None` for other engines.
+    fn recovery<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(p) = self.inner.as_phnsw() else {
+            return Ok(None);
+        };
+        let r = p.recovery_report();
+        let d = PyDict::new(py);
+        d.set_item("lists_undone", r.lists_undone)?;
+        d.set_item("discarded", r.discarded)?;
+        d.set_item("redone_logged", r.redone_logged)?;
+        d.set_item("redone_complete", r.redone_complete)?;
+        d.set_item("deletes_redone", r.deletes_redone)?;
+        d.set_item("micros", r.micros)?;
+        d.set_item("media", p.media_kind())?;
+        Ok(Some(d))
+    }
+
+    /// p-hnsw: insert thread-time so far by phase, seconds (`search`,
+    /// `update`, `logging`: the paper's Figure 10); `None` for other engines.
+    fn breakdown<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(p) = self.inner.as_phnsw() else {
+            return Ok(None);
+        };
+        let b = p.breakdown();
+        let d = PyDict::new(py);
+        d.set_item("search", b.search_s)?;
+        d.set_item("update", b.update_s)?;
+        d.set_item("logging", b.logging_s)?;
+        Ok(Some(d))
+    }
+
+    /// p-hnsw: a full structural check; returns the violations found (an
+    /// empty list when sound).
+    fn check(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        match self.inner.as_phnsw() {
+            Some(p) => Ok(py.detach(|| p.check())),
+            None => Err(PyValueError::new_err(format!(
+                "check() is implemented for p-hnsw, not {}",
+                self.inner.engine()
+            ))),
+        }
     }
 
     /// Adds (or replaces) vectors under the given ids.
@@ -396,7 +462,8 @@ impl PyIndex {
         py.detach(|| self.inner.save(&path)).map_err(to_py)
     }
 
-    /// Opens an index file written by `save`.
+    /// Opens an index file written by `save`, or the directory of a durable
+    /// engine (recovering it).
     #[staticmethod]
     #[pyo3(signature = (path, threads=None))]
     fn load(py: Python<'_>, path: PathBuf, threads: Option<i64>) -> PyResult<Self> {

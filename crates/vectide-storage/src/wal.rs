@@ -206,8 +206,16 @@ mod tests {
         bytes[n - 1] ^= 1;
         std::fs::write(&p, &bytes).unwrap();
         let (w, r) = Wal::open(&p).unwrap();
-        assert_eq!(r.len(), 3, "the corrupted record and what follows are dropped");
-        assert_eq!(w.len() as usize, n - 12, "the file was cut at the torn record");
+        assert_eq!(
+            r.len(),
+            3,
+            "the corrupted record and what follows are dropped"
+        );
+        assert_eq!(
+            w.len() as usize,
+            n - 12,
+            "the file was cut at the torn record"
+        );
         drop(w);
         let mut bytes = std::fs::read(&p).unwrap();
         bytes.truncate(bytes.len() - 3);
@@ -224,6 +232,9 @@ mod tests {
         bad.extend_from_slice(&9u32.to_le_bytes());
         bad.extend_from_slice(&0u32.to_le_bytes());
         std::fs::write(&p, &bad).unwrap();
-        assert!(matches!(Wal::open(&p), Err(Error::Version { found: 9, .. })));
+        assert!(matches!(
+            Wal::open(&p),
+            Err(Error::Version { found: 9, .. })
+        ));
     }
 }

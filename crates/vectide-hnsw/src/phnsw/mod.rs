@@ -47,6 +47,7 @@ mod builder;
 pub mod check;
 pub mod crashtest;
 mod engine;
+pub mod inspect;
 mod labels;
 pub mod layout;
 mod log;
