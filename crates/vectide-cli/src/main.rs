@@ -2,9 +2,13 @@
 //!
 //! - `vectide bench` runs the ANN benchmark on the native engines only (the
 //!   Python harness `python -m vectide.bench ann` adds the peers);
-//! - `vectide inspect PATH` describes an index file after checking it.
+//! - `vectide inspect PATH` describes an index file (or index directory)
+//!   after checking it;
+//! - `vectide crash-test p-hnsw` runs the crash simulator and the SIGKILL
+//!   test of the persistent engine.
 
 mod bench;
+mod crash;
 mod dataset;
 
 use clap::{Parser, Subcommand};
@@ -26,14 +30,21 @@ struct Cli {
 enum Command {
     /// Recall/QPS sweep of native engines on an ann-benchmarks dataset.
     Bench(bench::BenchArgs),
-    /// Check an index file and print its header and counts.
+    /// Check an index file or directory and print its header and counts.
     Inspect {
-        /// Path of an index file written by `save`.
+        /// An index file written by `save`, or the directory of a durable
+        /// engine (p-hnsw: regions and both logs; hnsw-snap / hnsw-wal).
         path: PathBuf,
         /// Print JSON instead of aligned text.
         #[arg(long)]
         json: bool,
     },
+    /// Crash-consistency test: simulator crash points, then SIGKILLed
+    /// processes; exits 1 on any violation.
+    CrashTest(crash::CrashArgs),
+    /// (internal) The child process of the SIGKILL test.
+    #[command(hide = true)]
+    CrashChild(crash::ChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +52,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => bench::run(&args),
         Command::Inspect { path, json } => inspect(&path, json),
+        Command::CrashTest(args) => match crash::run(&args) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
+        Command::CrashChild(args) => crash::child(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -73,4 +90,16 @@ fn inspect(path: &std::path::Path, json: bool) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{msg:>12} [{bar:30}] {pos}/{len} {elapsed_precise}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_string());
+    bar
 }

@@ -241,7 +241,7 @@ impl Workload {
 }
 
 /// Expected label → vector after each prefix of operations.
-type Model = HashMap<u64, Vec<f32>>;
+pub type Model = HashMap<u64, Vec<f32>>;
 
 fn apply(model: &mut Model, op: &Op) {
     match op.kind {
@@ -945,3 +945,155 @@ pub const ALL_SITES: &[Site] = &[
     super::recovery::S_R_DONE,
     super::recovery::F_R_DONE,
 ];
+
+// ---- The real-process kill test (driven by `vectide crash-test`) ----
+
+/// Dimension of the kill test's vectors.
+pub const KILL_DIM: usize = 16;
+/// Labels the kill test's workload draws from.
+pub const KILL_LABELS: u64 = 3000;
+
+/// The `i`-th operation of the kill test's endless workload (a pure function
+/// of the seed and `i`): `(label, Some(vector))` inserts or replaces,
+/// `(label, None)` deletes (every fourth operation).
+pub fn kill_op(seed: u64, i: u64) -> (u64, Option<Vec<f32>>) {
+    let mut rng = Rng(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let label = rng.next() % KILL_LABELS;
+    if i % 4 == 3 {
+        (label, None)
+    } else {
+        (label, Some(vector(&mut rng, KILL_DIM)))
+    }
+}
+
+/// Parameters of the kill test's index.
+pub fn kill_params() -> PHnswParams {
+    PHnswParams {
+        hnsw: HnswParams {
+            m: 8,
+            ef_construction: 64,
+            threads: Some(1),
+            ..HnswParams::default()
+        },
+        ..PHnswParams::default()
+    }
+}
+
+/// The child side: opens (recovering) or creates the index in `dir` on
+/// real persistent-memory media, then applies operations `start, start+1,
+/// …` (sequence number `i + 1`) until `limit` or until killed, writing
+/// `ack i` to `out` after each one returns.
+pub fn kill_child(
+    dir: &Path,
+    seed: u64,
+    start: u64,
+    limit: u64,
+    out: &mut dyn std::io::Write,
+) -> Result<()> {
+    let mode = vectide_storage::PersistMode::Pmem;
+    let idx = if PHnsw::exists(dir) {
+        PHnsw::open(dir, mode, Some(1))?
+    } else {
+        PHnsw::create(dir, KILL_DIM, Metric::L2, kill_params(), mode)?
+    };
+    for i in start..start.saturating_add(limit) {
+        let (label, v) = kill_op(seed, i);
+        match v {
+            Some(v) => idx.insert(i + 1, &[label], &v)?,
+            None => {
+                idx.delete(i + 1, &[label])?;
+            }
+        }
+        writeln!(out, "ack {i}").map_err(Error::from)?;
+        out.flush().map_err(Error::from)?;
+    }
+    Ok(())
+}
+
+/// What one kill round found.
+#[derive(Debug, Clone, Default)]
+pub struct KillCheck {
+    pub violations: Vec<String>,
+    /// Wall time of the open (recovery included), microseconds.
+    pub open_micros: u64,
+    pub recovery: super::RecoveryReport,
+    pub live: usize,
+}
+
+/// The parent side after a kill: `model` holds the state after operations
+/// `..next` (all acknowledged); operation `next` may have been in flight.
+/// Opens the index (recovery runs), checks it, and on success applies the
+/// in-flight operation to the model if it took effect.
+pub fn kill_check(dir: &Path, seed: u64, model: &mut Model, next: u64) -> Result<KillCheck> {
+    let t = std::time::Instant::now();
+    let idx = PHnsw::open(dir, vectide_storage::PersistMode::Pmem, Some(1))?;
+    let mut kc = KillCheck {
+        open_micros: t.elapsed().as_micros() as u64,
+        recovery: idx.recovery_report().clone(),
+        ..Default::default()
+    };
+    let v = &mut kc.violations;
+    v.extend(idx.check());
+    if idx.durable_seq() < next {
+        v.push(format!(
+            "durable_seq {} below the last acknowledged operation {next}",
+            idx.durable_seq()
+        ));
+    }
+    let (label, new) = kill_op(seed, next);
+    let find = |label: u64, vec: &[f32]| -> Option<String> {
+        match idx.get(label) {
+            None => Some(format!("label {label} missing")),
+            Some(got) if got != vec => Some(format!("label {label} maps to another vector")),
+            Some(_) => {
+                let r = idx
+                    .search(vec, 1, &SearchParams::with_ef(64), None)
+                    .unwrap_or_default();
+                (r.first().map(|n| n.id) != Some(label))
+                    .then(|| format!("label {label} not found at rank 1 by its own vector"))
+            }
+        }
+    };
+    for (&l, vec) in model.iter() {
+        if l != label {
+            v.extend(find(l, vec));
+        }
+    }
+    let old = model.get(&label).cloned();
+    match idx.get(label) {
+        None if old.is_none() || new.is_none() => {
+            model.remove(&label);
+        }
+        None => v.push(format!(
+            "in-flight operation {next} left label {label} absent"
+        )),
+        Some(g) if Some(&g) == new.as_ref() || Some(&g) == old.as_ref() => {
+            v.extend(find(label, &g));
+            model.insert(label, g);
+        }
+        Some(_) => v.push(format!(
+            "in-flight operation {next}: label {label} half-written"
+        )),
+    }
+    kc.live = idx.len();
+    if idx.len() != model.len() {
+        v.push(format!(
+            "{} live labels, expected {}",
+            idx.len(),
+            model.len()
+        ));
+    }
+    Ok(kc)
+}
+
+/// Applies operation `i` of the kill workload to a model.
+pub fn kill_apply(model: &mut Model, seed: u64, i: u64) {
+    match kill_op(seed, i) {
+        (label, Some(v)) => {
+            model.insert(label, v);
+        }
+        (label, None) => {
+            model.remove(&label);
+        }
+    }
+}
