@@ -45,6 +45,15 @@ enum Command {
     /// (internal) The child process of the SIGKILL test.
     #[command(hide = true)]
     CrashChild(crash::ChildArgs),
+    /// Opens (recovers) an index and answers one query; prints the timings
+    /// as JSON (the recovery benchmark runs it in a fresh process).
+    OpenProbe {
+        /// An index file or the directory of a durable engine.
+        path: PathBuf,
+        /// p-hnsw media: pmem or msync.
+        #[arg(long, default_value = "pmem")]
+        persist: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -58,6 +67,7 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::CrashChild(args) => crash::child(&args),
+        Command::OpenProbe { path, persist } => open_probe(&path, &persist),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -102,4 +112,46 @@ pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     }
     bar.set_message(what.to_string());
     bar
+}
+
+/// `vectide open-probe`: open + first query, timed from `main`.
+fn open_probe(path: &std::path::Path, persist: &str) -> Result<(), String> {
+    use vectide_core::{SearchParams, VectorIndex};
+    let t0 = std::time::Instant::now();
+    let mode = vectide_storage::PersistMode::parse(persist).map_err(|e| e.to_string())?;
+    let idx = if vectide_engines::engine_at(path) == Some("p-hnsw") {
+        vectide_engines::AnyIndex::PHnsw(
+            vectide_hnsw::phnsw::PHnsw::open(path, mode, None).map_err(|e| e.to_string())?,
+        )
+    } else {
+        vectide_engines::load(path, None).map_err(|e| e.to_string())?
+    };
+    let opened = t0.elapsed();
+    let q = vec![1.0f32; idx.dim()];
+    let hits = idx
+        .search(&q, 10, &SearchParams::default(), None)
+        .map_err(|e| e.to_string())?;
+    let answered = t0.elapsed();
+    let recovery = idx.as_phnsw().map(|p| {
+        let r = p.recovery_report();
+        serde_json::json!({
+            "lists_undone": r.lists_undone, "discarded": r.discarded,
+            "redone_logged": r.redone_logged, "redone_complete": r.redone_complete,
+            "deletes_redone": r.deletes_redone, "micros": r.micros,
+        })
+    });
+    println!(
+        "{}",
+        serde_json::json!({
+            "engine": idx.engine(),
+            "len": idx.len(),
+            "hits": hits.len(),
+            "open_ms": opened.as_secs_f64() * 1e3,
+            "first_answer_ms": answered.as_secs_f64() * 1e3,
+            "recovery": recovery,
+        })
+    );
+    use std::io::Write;
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    Ok(())
 }

@@ -4,6 +4,8 @@
   libraries (see :mod:`vectide.bench.ann`).
 * ``python -m vectide.bench churn ...``: recall/QPS/memory under delete and
   re-insert churn (see :mod:`vectide.bench.churn`).
+* ``python -m vectide.bench phnsw ...``: the P-HNSW paper's figures at our
+  scale (see :mod:`vectide.bench.phnsw`).
 * ``python -m vectide.bench plot FILE.json FILE.png``: the recall/QPS plot of a
   result file (also used by the native ``vectide bench --plot``).
 * ``python -m vectide.bench table FILE.json``: its summary table.
@@ -23,6 +25,10 @@ def main(argv=None) -> int:
         from . import churn
 
         return churn.main(argv[1:])
+    if argv and argv[0] == "phnsw":  # so does phnsw
+        from . import phnsw
+
+        return phnsw.main(argv[1:])
 
     from . import ann
 
@@ -37,6 +43,7 @@ def main(argv=None) -> int:
     ann.add_arguments(p)
     p.set_defaults(func=ann.run_cli)
     sub.add_parser("churn", help="recall/QPS under delete + re-insert churn (vectide:hnsw)", add_help=False)
+    sub.add_parser("phnsw", help="P-HNSW paper figures: insert time, breakdown, recovery, msync, crash test", add_help=False)
     p = sub.add_parser("plot", help="recall/QPS plot of a result JSON")
     p.add_argument("json", metavar="FILE.json")
     p.add_argument("png", metavar="FILE.png")
