@@ -224,3 +224,36 @@ def test_churn_reclaims_slots_and_keeps_recall(tmp_path, monkeypatch):
     # The exit code reflects the checks (QPS on a tiny set is noisy, so only
     # its consistency with the report is asserted).
     assert code == (0 if all(s["checks"].values()) else 1)
+
+
+def test_phnsw_benchmark_small_run(tmp_path, monkeypatch):
+    pytest.importorskip("vectide._vectide")
+    pytest.importorskip("hnswlib")
+    from vectide.bench import phnsw
+
+    monkeypatch.setenv("VECTIDE_DATA", str(tmp_path / "data"))
+    out = tmp_path / "ph.json"
+    code = phnsw.main(
+        ["--dataset", "clustered-20k-32-angular", "--sizes", "1500,3000", "--threads", "1", "--runs", "1",
+         "--queries", "100", "--msync-rows", "300", "--msync-workers", "2", "--crash-points", "20",
+         "--kill-rounds", "2", "--kill-after", "0.1", "--out", str(out), "--plot", str(tmp_path / "plots")]
+    )
+    import json
+
+    r = json.loads(out.read_text())
+    assert code == 0
+    s = r["summary"]
+    for key in ("insert_overhead_vs_hnsw", "recovery_speedup_vs_snap", "search_qps_ratio_vs_hnsw",
+                "msync_insert_ratio_vs_wal", "hnsw_build_ratio_vs_hnswlib"):
+        assert isinstance(s[key], float) and s[key] > 0, key
+    assert set(s["recovery_ms_by_n"]) == {"1500", "3000"}
+    assert s["crash_points_checked"] == 20 and s["violations"] == 0 and s["kill_rounds"] == 2
+    assert set(r["build_s"]) == {"hnsw", "p-hnsw", "hnsw-snap", "hnsw-wal", "hnswlib"}
+    # Recovery after SIGKILL: every durable engine came back with rows.
+    for e in ("p-hnsw", "hnsw-snap", "hnsw-wal"):
+        assert r["recovery"][e]["3000"]["live_after"] > 0
+    bd = r["breakdown"]["3000"]["1"]
+    assert abs(bd["search_share"] + bd["update_share"] + bd["logging_share"] - 1) < 1e-9
+    assert "emulated" in r["note"]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "fig10_breakdown.png", "fig12_recovery.png", "fig8_insert_time.png", "fig9_insert_throughput.png"]
