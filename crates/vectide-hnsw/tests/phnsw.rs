@@ -146,7 +146,7 @@ fn upserts_deletes_and_replay_are_exact() {
         )
         .unwrap();
     assert!(r.iter().all(|n| n.id != 2));
-    let filter = |id: u64| id % 2 == 0;
+    let filter = |id: u64| id.is_multiple_of(2);
     let r = idx
         .search(
             &data[300 * dim..301 * dim],
@@ -155,7 +155,7 @@ fn upserts_deletes_and_replay_are_exact() {
             Some(&filter),
         )
         .unwrap();
-    assert!(r.len() == 10 && r.iter().all(|n| n.id % 2 == 0));
+    assert!(r.len() == 10 && r.iter().all(|n| n.id.is_multiple_of(2)));
     assert!(idx.check().is_empty(), "{:?}", idx.check());
     assert_eq!(idx.durable_seq(), 3);
     drop(idx);
