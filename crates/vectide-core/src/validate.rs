@@ -70,6 +70,32 @@ pub fn check_vector(dim: usize, metric: Metric, v: &[f32]) -> Result<()> {
 }
 
 /// L2-normalises `v` in place (callers have rejected zero vectors).
+/// A query ready for an engine: checked, and normalised into `buf` under
+/// cosine (other metrics use the query as given).
+pub fn prepare_query<'a>(
+    dim: usize,
+    metric: Metric,
+    query: &'a [f32],
+    buf: &'a mut Vec<f32>,
+) -> Result<&'a [f32]> {
+    check_vector(dim, metric, query)?;
+    if metric.normalizes() {
+        copy_normalized(metric, query, buf);
+        Ok(buf)
+    } else {
+        Ok(query)
+    }
+}
+
+/// Copies a row into `buf` (cleared first), normalised under cosine.
+pub fn copy_normalized(metric: Metric, row: &[f32], buf: &mut Vec<f32>) {
+    buf.clear();
+    buf.extend_from_slice(row);
+    if metric.normalizes() {
+        normalize(buf);
+    }
+}
+
 pub fn normalize(v: &mut [f32]) {
     let n = distance::norm_sq(v).sqrt();
     if n > 0.0 {

@@ -206,19 +206,7 @@ impl Baseline {
             BaselineKind::Wal => Some(Wal::open(&dir.join(WAL_FILE))?.0),
             BaselineKind::Snap => None,
         };
-        Ok(Baseline {
-            kind,
-            dir: dir.to_path_buf(),
-            params,
-            inner,
-            state: Mutex::new(State {
-                since_snapshot: 0,
-                wal,
-                appended: 0,
-            }),
-            durable: AtomicU64::new(0),
-            replayed: 0,
-        })
+        Ok(Self::assemble(kind, dir, params, inner, wal, 0, 0))
     }
 
     /// Opens a baseline index: loads the last snapshot and (for `hnsw-wal`)
@@ -254,7 +242,21 @@ impl Baseline {
                 Some(wal)
             }
         };
-        Ok(Baseline {
+        Ok(Self::assemble(
+            kind, dir, params, inner, wal, durable, replayed,
+        ))
+    }
+
+    fn assemble(
+        kind: BaselineKind,
+        dir: &Path,
+        params: BaselineParams,
+        inner: Hnsw,
+        wal: Option<Wal>,
+        durable: Seq,
+        replayed: usize,
+    ) -> Self {
+        Baseline {
             kind,
             dir: dir.to_path_buf(),
             params,
@@ -266,7 +268,7 @@ impl Baseline {
             }),
             durable: AtomicU64::new(durable),
             replayed,
-        })
+        }
     }
 
     /// Re-applies logged operations newer than `base`; consecutive inserts of

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vectide_core::heap::Candidate;
 use vectide_core::metric::DistanceFn;
-use vectide_core::validate::{check_batch, normalize};
+use vectide_core::validate::{check_batch, copy_normalized};
 use vectide_core::{Error, Result, Seq};
 
 /// Called with the number of rows done so far (for progress bars).
@@ -245,11 +245,7 @@ impl Hnsw {
         let work = |scratch: &mut Scratch, i: usize| {
             let r = rows[i];
             let mut v = std::mem::take(&mut scratch.query);
-            v.clear();
-            v.extend_from_slice(&vectors[r * dim..(r + 1) * dim]);
-            if self.metric.normalizes() {
-                normalize(&mut v);
-            }
+            copy_normalized(self.metric, &vectors[r * dim..(r + 1) * dim], &mut v);
             let level = self.random_level();
             self.insert_node(&store, slots[i], ids[r], seq, &v, level, scratch);
             self.publish(&store, slots[i], ids[r], seq);

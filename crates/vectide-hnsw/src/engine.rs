@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::metric::DistanceFn;
 use vectide_core::seq::SeqTracker;
-use vectide_core::validate::{check_vector, normalize};
+use vectide_core::validate::check_vector;
 use vectide_core::visited::VisitedPool;
 use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
@@ -157,15 +157,7 @@ impl Hnsw {
         query: &'a [f32],
         buf: &'a mut Vec<f32>,
     ) -> Result<&'a [f32]> {
-        check_vector(self.dim, self.metric, query)?;
-        if self.metric.normalizes() {
-            buf.clear();
-            buf.extend_from_slice(query);
-            normalize(buf);
-            Ok(buf)
-        } else {
-            Ok(query)
-        }
+        vectide_core::validate::prepare_query(self.dim, self.metric, query, buf)
     }
 
     /// Searches with a prepared scratch; results go to `out`.

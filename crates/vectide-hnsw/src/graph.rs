@@ -48,3 +48,19 @@ pub(crate) trait Graph: Sync {
         );
     }
 }
+
+/// Stores `ids` into a list `[count, entries…]`: the entries first, then the
+/// count with `Release`, so a reader never sees a count that covers entries
+/// not yet written. Returns how many were stored (at most the list's room).
+/// The caller holds the node's lock.
+pub(crate) fn store_list(list: &[AtomicU32], ids: &[u32]) -> usize {
+    let Some((count, room)) = list.split_first() else {
+        return 0;
+    };
+    let n = ids.len().min(room.len());
+    for (a, &id) in room.iter().zip(&ids[..n]) {
+        a.store(id, Ordering::Release);
+    }
+    count.store(n as u32, Ordering::Release);
+    n
+}

@@ -296,15 +296,7 @@ impl Store {
 
     /// Replaces a slot's list at a layer. The caller holds the slot's lock.
     pub(crate) fn set_list(&self, slot: u32, level: usize, ids: &[u32]) {
-        let list = self.list(slot, level);
-        if list.is_empty() {
-            return;
-        }
-        let n = ids.len().min(list.len() - 1);
-        for (a, &id) in list[1..=n].iter().zip(ids) {
-            a.store(id, Ordering::Release);
-        }
-        list[0].store(n as u32, Ordering::Release);
+        crate::graph::store_list(Store::list(self, slot, level), ids);
     }
 
     /// Appends to a list with room; returns false when full. Caller holds the lock.

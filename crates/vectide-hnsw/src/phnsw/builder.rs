@@ -33,7 +33,7 @@ use crate::search::Scratch;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
-use vectide_core::validate::{check_batch, normalize};
+use vectide_core::validate::{check_batch, copy_normalized};
 use vectide_core::{Error, Result, Seq};
 use vectide_storage::Site;
 
@@ -103,11 +103,7 @@ impl PHnsw {
         let done = AtomicUsize::new(0);
         let work = |scratch: &mut Scratch, r: usize| -> Result<()> {
             let mut v = std::mem::take(&mut scratch.query);
-            v.clear();
-            v.extend_from_slice(&vectors[r * dim..(r + 1) * dim]);
-            if self.g.metric.normalizes() {
-                normalize(&mut v);
-            }
+            copy_normalized(self.g.metric, &vectors[r * dim..(r + 1) * dim], &mut v);
             let out = self.insert_one(seq, ids[r], &v, scratch, &finish);
             scratch.query = v;
             if let Some(p) = progress {
@@ -215,15 +211,7 @@ impl PHnsw {
     /// Writes a node's list at a layer in place (entries, then the count)
     /// and persists it; the caller fences.
     pub(crate) fn write_list(&self, slot: u32, level: usize, ids: &[u32], site: Site) {
-        let list = self.graph.list(slot, level);
-        if list.is_empty() {
-            return;
-        }
-        let n = ids.len().min(list.len() - 1);
-        for (a, &id) in list[1..=n].iter().zip(ids) {
-            a.store(id, Ordering::Release);
-        }
-        list[0].store(n as u32, Ordering::Release);
+        let n = crate::graph::store_list(self.graph.list(slot, level), ids);
         if let Some((region, off, len)) = self.graph.list_range(slot, level) {
             region.persist(site, off, len.min(4 * (1 + n)));
         }

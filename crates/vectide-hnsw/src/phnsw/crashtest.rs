@@ -435,6 +435,22 @@ struct Moment<'a> {
     snap_after: &'a Snap,
 }
 
+/// `None` when `label` maps to exactly `vec` and searching `vec` finds the
+/// label at rank 1; else what is wrong.
+fn find_label(idx: &PHnsw, label: u64, vec: &[f32]) -> Option<String> {
+    match idx.get(label) {
+        None => Some(format!("label {label} missing")),
+        Some(got) if got != vec => Some(format!("label {label} maps to another vector")),
+        Some(_) => {
+            let r = idx
+                .search(vec, 1, &SearchParams::with_ef(64), None)
+                .unwrap_or_default();
+            (r.first().map(|n| n.id) != Some(label))
+                .then(|| format!("label {label} not found at rank 1 by its own vector"))
+        }
+    }
+}
+
 /// Checks a recovered index against the model; returns violations. The
 /// index runs on `media`, whose next fence (the first of the inserts that
 /// follow) is crashed once more: that image, recovered, must hold every
@@ -457,19 +473,7 @@ fn check_recovered(
         ));
     }
     let in_label = m.in_flight.map(|o| o.label);
-    let find = |label: u64, vec: &[f32]| -> Option<String> {
-        match idx.get(label) {
-            None => Some(format!("label {label} missing")),
-            Some(got) if got != vec => Some(format!("label {label} maps to another vector")),
-            Some(_) => {
-                let r = idx
-                    .search(vec, 1, &SearchParams::with_ef(64), None)
-                    .unwrap_or_default();
-                (r.first().map(|n| n.id) != Some(label))
-                    .then(|| format!("label {label} not found at rank 1 by its own vector"))
-            }
-        }
-    };
+    let find = |label: u64, vec: &[f32]| find_label(idx, label, vec);
     for (&label, vec) in m.before {
         if Some(label) == in_label {
             continue;
@@ -1041,19 +1045,7 @@ pub fn kill_check(dir: &Path, seed: u64, model: &mut Model, next: u64) -> Result
         ));
     }
     let (label, new) = kill_op(seed, next);
-    let find = |label: u64, vec: &[f32]| -> Option<String> {
-        match idx.get(label) {
-            None => Some(format!("label {label} missing")),
-            Some(got) if got != vec => Some(format!("label {label} maps to another vector")),
-            Some(_) => {
-                let r = idx
-                    .search(vec, 1, &SearchParams::with_ef(64), None)
-                    .unwrap_or_default();
-                (r.first().map(|n| n.id) != Some(label))
-                    .then(|| format!("label {label} not found at rank 1 by its own vector"))
-            }
-        }
-    };
+    let find = |label: u64, vec: &[f32]| find_label(&idx, label, vec);
     for (&l, vec) in model.iter() {
         if l != label {
             v.extend(find(l, vec));

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use vectide_core::metric::DistanceFn;
-use vectide_core::validate::{check_vector, normalize};
+use vectide_core::validate::prepare_query;
 use vectide_core::visited::VisitedPool;
 use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, SeqTracker, VectorIndex,
@@ -458,16 +458,14 @@ impl VectorIndex for PHnsw {
         if k == 0 {
             return Err(Error::invalid("k must be at least 1"));
         }
-        check_vector(self.g.dim, self.g.metric, query)?;
         let mut scratch = self.scratch.get();
         let mut qbuf = std::mem::take(&mut scratch.query);
-        let q: &[f32] = if self.g.metric.normalizes() {
-            qbuf.clear();
-            qbuf.extend_from_slice(query);
-            normalize(&mut qbuf);
-            &qbuf
-        } else {
-            query
+        let q = match prepare_query(self.g.dim, self.g.metric, query, &mut qbuf) {
+            Ok(q) => q,
+            Err(e) => {
+                scratch.query = qbuf;
+                return Err(e);
+            }
         };
         let ef = params.ef.unwrap_or(self.params.ef_search).max(k);
         let graph = &self.graph;
