@@ -6,7 +6,17 @@ package adds datasets, the benchmark harness and plots in pure Python.
 
 from __future__ import annotations
 
-__all__ = ["CorruptIndexError", "Index", "MISSING_ID", "__version__", "simd_isa"]
+__all__ = [
+    "CorruptIndexError",
+    "Index",
+    "MISSING_ID",
+    "__version__",
+    "simd_isa",
+    "connect",
+    "Database",
+    "Collection",
+    "DatabaseLockedError",
+]
 
 MISSING_ID = 2**64 - 1
 """Id used to pad missing results; reserved, rejected on insert."""
@@ -15,8 +25,12 @@ MISSING_ID = 2**64 - 1
 def __getattr__(name: str):
     # The extension is imported on first use so that the pure-Python parts
     # (``python -m vectide.datasets``) work before the native build exists.
-    if name in ("Index", "CorruptIndexError", "__version__", "simd_isa"):
+    if name in ("Index", "CorruptIndexError", "__version__", "simd_isa", "DatabaseLockedError"):
         from . import _vectide
 
         return getattr(_vectide, name)
+    if name in ("connect", "Database", "Collection"):
+        from . import db
+
+        return getattr(db, name)
     raise AttributeError(f"module 'vectide' has no attribute {name!r}")

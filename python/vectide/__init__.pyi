@@ -4,3 +4,7 @@ from ._vectide import __version__ as __version__
 from ._vectide import simd_isa as simd_isa
 
 MISSING_ID: int
+from ._vectide import DatabaseLockedError as DatabaseLockedError
+from .db import Collection as Collection
+from .db import Database as Database
+from .db import connect as connect

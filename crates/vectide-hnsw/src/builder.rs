@@ -151,6 +151,7 @@ pub(crate) fn backlink<G: Graph>(
     kept: &mut Vec<u32>,
 ) -> Backlink {
     if g.list(n, l).is_empty() {
+        buf.clear();
         return Backlink::Present;
     }
     g.neighbors_into(n, l, buf);

@@ -21,6 +21,8 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use vectide_core::{Error, Metric, Neighbor, SearchParams, VectorIndex, RESERVED_ID};
+mod db;
+
 use vectide_engines::{AnyIndex, ParamValue, Params};
 
 create_exception!(
@@ -558,6 +560,7 @@ fn simd_isa() -> &'static str {
 #[pymodule]
 fn _vectide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyIndex>()?;
+    db::register(m)?;
     m.add_function(wrap_pyfunction!(simd_isa, m)?)?;
     m.add("CorruptIndexError", m.py().get_type::<CorruptIndexError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -21,9 +21,25 @@ use vectide_core::{Error, Result};
 
 pub const WAL_MAGIC: &[u8; 8] = b"VTDXWAL\0";
 pub const WAL_VERSION: u32 = 1;
-const HEADER: usize = 16;
+/// Bytes of the file header.
+pub const HEADER: usize = 16;
 /// Largest payload accepted (a record claiming more is treated as torn).
 pub const MAX_RECORD: usize = 64 << 20;
+
+/// The 16-byte header every log file starts with.
+pub fn header_bytes() -> [u8; HEADER] {
+    let mut h = [0u8; HEADER];
+    h[..8].copy_from_slice(WAL_MAGIC);
+    h[8..12].copy_from_slice(&WAL_VERSION.to_le_bytes());
+    h
+}
+
+/// Appends one framed record (`len | crc32 | payload`) to `out`.
+pub fn frame(payload: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out.extend_from_slice(payload);
+}
 
 /// An append-only log file.
 #[derive(Debug)]
@@ -52,11 +68,8 @@ impl Wal {
             .map_err(|e| Error::io_at(path, e))?;
         let mut records = Vec::new();
         let end = if bytes.is_empty() {
-            let mut h = Vec::with_capacity(HEADER);
-            h.extend_from_slice(WAL_MAGIC);
-            h.extend_from_slice(&WAL_VERSION.to_le_bytes());
-            h.extend_from_slice(&0u32.to_le_bytes());
-            file.write_all(&h).map_err(|e| Error::io_at(path, e))?;
+            file.write_all(&header_bytes())
+                .map_err(|e| Error::io_at(path, e))?;
             file.sync_all().map_err(|e| Error::io_at(path, e))?;
             HEADER
         } else {
@@ -116,11 +129,7 @@ impl Wal {
                 payload.len()
             )));
         }
-        self.buf
-            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        self.buf
-            .extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        self.buf.extend_from_slice(payload);
+        frame(payload, &mut self.buf);
         Ok(())
     }
 

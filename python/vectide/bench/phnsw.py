@@ -267,21 +267,33 @@ def run(args) -> dict:
         "simd": vectide.simd_isa(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+    parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    unknown = parts - {"build", "recovery", "msync", "crash"}
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)} (known: build, recovery, msync, crash)")
+    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    if set(engines) - set(BUILD_ENGINES):
+        raise ValueError(f"unknown engines {sorted(set(engines) - set(BUILD_ENGINES))}")
+    rec: Dict[str, Dict[int, dict]] = {e: {} for e in DURABLE}
+    ms: Dict[str, float] = {}
+    crash = None
+    runs_all: Dict[str, Dict[str, Dict[str, List[float]]]] = {e: {} for e in engines}
     try:
         # ---- Fig. 8/9/10: insertion time, throughput, breakdown; search QPS.
-        builds: Dict[str, Dict[str, Dict[str, float]]] = {e: {} for e in BUILD_ENGINES}
+        builds: Dict[str, Dict[str, Dict[str, float]]] = {e: {} for e in engines}
         breakdown: Dict[str, Dict[str, Dict[str, float]]] = {}
         qps: Dict[str, Dict[int, float]] = {}
-        for n in sizes:
+        for n in (sizes if "build" in parts else []):
             X = X_all[:n]
             for t in args.threads:
                 best_bd = None
                 for r in range(args.runs):
-                    order = BUILD_ENGINES if r % 2 == 0 else tuple(reversed(BUILD_ENGINES))
+                    order = engines if r % 2 == 0 else tuple(reversed(engines))
                     kept = {}
                     for engine in order:
                         secs, idx, path = build(engine, X, metric, t, args, dirs)
                         _log(f"build n={n} threads={t} run={r}: {engine} {secs:.2f} s")
+                        runs_all[engine].setdefault(str(n), {}).setdefault(str(t), []).append(secs)
                         cell = builds[engine].setdefault(str(n), {})
                         if secs < cell.get(str(t), float("inf")):
                             cell[str(t)] = secs
@@ -307,6 +319,7 @@ def run(args) -> dict:
                         **{f"{k}_share": v / total for k, v in best_bd.items()},
                     }
         result["build_s"] = builds
+        result["build_runs_s"] = runs_all
         result["throughput_rows_per_s"] = {
             e: {n: {t: int(n) / s for t, s in per.items()} for n, per in v.items()} for e, v in builds.items()
         }
@@ -314,16 +327,16 @@ def run(args) -> dict:
         result["search_qps"] = {e: {str(ef): q for ef, q in v.items()} for e, v in qps.items()}
 
         # ---- Fig. 12: recovery after SIGKILL.
-        rec = recovery_times(X_all, metric, args, dirs, sizes)
+        if "recovery" in parts:
+            rec = recovery_times(X_all, metric, args, dirs, sizes)
         result["recovery"] = {e: {str(n): v for n, v in per.items()} for e, per in rec.items()}
 
         # ---- msync mode against hnsw-wal (same rows; same threads, and p-hnsw
         # also with more workers than cores so that group commit has fences
         # of concurrent inserts to share).
         Xm = X_all[: args.msync_rows]
-        ms: Dict[str, float] = {}
         runs_ms = [("hnsw-wal", 2), ("p-hnsw", 2)] + [("p-hnsw", t) for t in args.msync_workers if t != 2]
-        for r in range(2):
+        for r in range(2 if "msync" in parts else 0):
             for engine, t in (runs_ms if r == 0 else list(reversed(runs_ms))):
                 secs, idx, path = build(engine, Xm, metric, t, args, dirs, persist="msync")
                 rate = len(Xm) / secs
@@ -337,8 +350,7 @@ def run(args) -> dict:
                                    "before its buffered WAL is fdatasynced"}
 
         # ---- Crash test.
-        crash = None
-        if args.crash_points > 0 or args.kill_rounds > 0:
+        if "crash" in parts and (args.crash_points > 0 or args.kill_rounds > 0):
             _log(f"crash test: {args.crash_points} simulator points, {args.kill_rounds} SIGKILL rounds")
             p = subprocess.run(
                 [_cli(), "crash-test", "p-hnsw", "--json", "--points", str(args.crash_points),
@@ -359,8 +371,15 @@ def run(args) -> dict:
     ef0 = args.ef[0]
     snap = rec["hnsw-snap"].get(big, {}).get("ms")
     ph = rec["p-hnsw"].get(big, {}).get("ms")
+    def paired_median(a: str, c: str, t: int = 1) -> Optional[float]:
+        xa = runs_all.get(a, {}).get(str(big), {}).get(str(t), [])
+        xc = runs_all.get(c, {}).get(str(big), {}).get(str(t), [])
+        rs = sorted(x / y for x, y in zip(xa, xc) if y)
+        return rs[len(rs) // 2] if rs else None
+
     result["summary"] = {
         "insert_overhead_vs_hnsw": ratio(b("p-hnsw"), b("hnsw")),
+        "insert_overhead_vs_hnsw_paired_median": paired_median("p-hnsw", "hnsw"),
         "insert_overhead_vs_hnsw_2_threads": ratio(b("p-hnsw", 2), b("hnsw", 2)) if 2 in args.threads else None,
         "recovery_speedup_vs_snap": ratio(snap, ph),
         "recovery_speedup_vs_wal": ratio(rec["hnsw-wal"].get(big, {}).get("ms"), ph),
@@ -512,6 +531,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--msync-workers", type=_int_list, default=[2, 16], help="p-hnsw insert workers in msync mode")
     p.add_argument("--crash-points", type=int, default=1000)
     p.add_argument("--kill-rounds", type=int, default=50)
+    p.add_argument("--parts", default="build,recovery,msync,crash",
+                   help="comma-separated parts to run (default: all)")
+    p.add_argument("--engines", default=",".join(BUILD_ENGINES), help="engines of the build part")
     p.add_argument("--out", metavar="FILE.json")
     p.add_argument("--plot", metavar="DIR")
 

@@ -63,6 +63,17 @@ pub(crate) const F_DONE: Site = Site("insert.fence.none");
 pub(crate) const S_DURABLE: Site = Site("batch.durable_seq");
 pub(crate) const F_DURABLE: Site = Site("batch.fence.durable_seq");
 
+/// A back-link decision for one neighbour list, with the list it was made
+/// from (`observed[obs]`) and the list it leads to (`flat[new]`).
+#[derive(Debug, Clone)]
+struct Plan {
+    node: u32,
+    level: usize,
+    decision: Backlink,
+    obs: std::ops::Range<usize>,
+    new: std::ops::Range<usize>,
+}
+
 /// One planned neighbour-list update of step 4.
 #[derive(Debug, Clone, Copy)]
 struct ListUpdate {
@@ -399,46 +410,59 @@ impl PHnsw {
             .filter(|&(_, n)| n != new && n < next)
             .collect();
         let mut updates: Vec<ListUpdate> = Vec::with_capacity(chunk);
+        let mut plans: Vec<Plan> = Vec::with_capacity(chunk);
+        let mut observed: Vec<u32> = Vec::new();
         let mut flat: Vec<u32> = Vec::new();
         for (p, part) in pairs.chunks_mut(chunk).enumerate().skip(from_batch) {
             let t0 = Instant::now();
-            // Lock the neighbours' stripes in one global order.
+            // Plan without locks: the pruning distances are the expensive
+            // part, and neighbours' locks are held only from validation to
+            // the last fence below.
+            plans.clear();
+            observed.clear();
+            flat.clear();
+            for &(l, n) in part.iter() {
+                let plan = self.plan_backlink(n, new, l, scratch, &mut observed, &mut flat);
+                plans.push(plan);
+            }
+            // Lock the neighbours' stripes in one global order, then redo the
+            // plans whose list another insert changed in between.
             let mut stripes: Vec<usize> = part.iter().map(|&(_, n)| Self::stripe(n)).collect();
             stripes.sort_unstable();
             stripes.dedup();
             let _guards: Vec<_> = stripes.iter().map(|&s| self.locks[s].lock()).collect();
-            updates.clear();
-            flat.clear();
-            for &(l, n) in part.iter() {
-                let Scratch {
-                    neighbors: buf,
-                    sorted: ranked,
-                    fresh: kept,
-                    ..
-                } = scratch;
-                let decision = backlink(&self.graph, self.dist, n, new, l, buf, ranked, kept);
-                let old_len = match decision {
-                    Backlink::Present => continue,
-                    Backlink::Append => buf.len(),
-                    Backlink::Replace => buf.len() - 1, // `new` was pushed
-                };
-                let entry = self.logs.nlist_claim(&self.meta, owner, updates.len());
-                self.logs
-                    .nlist_write(&self.meta, entry, n, l, (new, p), &buf[..old_len], S_NL_LOG);
-                let start = flat.len();
-                match decision {
-                    Backlink::Append => {
-                        flat.extend_from_slice(&buf[..old_len]);
-                        flat.push(new);
-                    }
-                    _ => flat.extend_from_slice(kept),
+            for plan in plans.iter_mut() {
+                self.graph
+                    .neighbors_into(plan.node, plan.level, &mut scratch.neighbors);
+                if scratch.neighbors[..] != observed[plan.obs.clone()] {
+                    *plan = self.plan_backlink(
+                        plan.node,
+                        new,
+                        plan.level,
+                        scratch,
+                        &mut observed,
+                        &mut flat,
+                    );
                 }
+            }
+            updates.clear();
+            for plan in plans.iter().filter(|pl| pl.decision != Backlink::Present) {
+                let entry = self.logs.nlist_claim(&self.meta, owner, updates.len());
+                self.logs.nlist_write(
+                    &self.meta,
+                    entry,
+                    plan.node,
+                    plan.level,
+                    (new, p),
+                    &observed[plan.obs.clone()],
+                    S_NL_LOG,
+                );
                 updates.push(ListUpdate {
                     entry,
-                    node: n,
-                    level: l,
-                    start,
-                    len: flat.len() - start,
+                    node: plan.node,
+                    level: plan.level,
+                    start: plan.new.start,
+                    len: plan.new.len(),
                 });
             }
             let t1 = Instant::now();
@@ -477,6 +501,48 @@ impl PHnsw {
                 .fetch_add(d(t2, t3), Ordering::Relaxed);
         }
         changed
+    }
+
+    /// Decides how `n`'s list at `l` takes `new` (see [`backlink`]); appends
+    /// the list it saw to `observed` and the resulting list to `flat`.
+    fn plan_backlink(
+        &self,
+        n: u32,
+        new: u32,
+        l: usize,
+        scratch: &mut Scratch,
+        observed: &mut Vec<u32>,
+        flat: &mut Vec<u32>,
+    ) -> Plan {
+        let Scratch {
+            neighbors: buf,
+            sorted: ranked,
+            fresh: kept,
+            ..
+        } = scratch;
+        let decision = backlink(&self.graph, self.dist, n, new, l, buf, ranked, kept);
+        let old_len = match decision {
+            Backlink::Replace => buf.len() - 1, // `new` was pushed
+            _ => buf.len(),
+        };
+        let obs = observed.len()..observed.len() + old_len;
+        observed.extend_from_slice(&buf[..old_len]);
+        let start = flat.len();
+        match decision {
+            Backlink::Present => {}
+            Backlink::Append => {
+                flat.extend_from_slice(&buf[..old_len]);
+                flat.push(new);
+            }
+            Backlink::Replace => flat.extend_from_slice(kept),
+        }
+        Plan {
+            node: n,
+            level: l,
+            decision,
+            obs,
+            new: start..flat.len(),
+        }
     }
 
     /// Step 5: makes an insert or upsert visible, then fences. Idempotent.

@@ -1,0 +1,862 @@
+//! A collection: one engine, one point store, one write-ahead log, and the
+//! one commit path between them.
+//!
+//! **The commit path.** An operation (upsert, delete, set payload) is
+//! validated, then — under the log's lock, so that sequence order is log
+//! order — given its sequence number, its external ids mapped to internal ids
+//! and its record appended to the WAL (ids, vectors, payloads, sequence
+//! number; framed with a CRC). The writer waits for the `fdatasync` that
+//! covers the record (its own, or a group commit's), then applies the
+//! record to the engine and to the point store, in sequence order, and only
+//! then acknowledges. Readers therefore never see an operation that a crash
+//! could take back.
+//!
+//! **Recovery.** On open, the engine and the store come back as of their own
+//! durable points (`durable_seq()`); every WAL record newer than the older
+//! of the two is applied again to whichever lacks it (both are idempotent
+//! per point), so no vector survives without its payload or the reverse.
+//! P-HNSW is durable per operation, so nothing is replayed into it twice.
+//!
+//! **Checkpoints** (`Collection::checkpoint`, run by the database's background
+//! thread when the WAL grew by `checkpoint_bytes` since the last one, or
+//! `checkpoint_interval` passed with writes in between): a volatile engine is
+//! saved (`index.vtdx`), a durable one flushed; the store commits with fsync;
+//! then the WAL segments older than both are deleted, so restart time stays
+//! bounded by one snapshot load plus at most `checkpoint_bytes` of replay.
+
+use crate::commitlog::{record_seq, CommitLog, Durability};
+use crate::error::{DbError, Result};
+use crate::filter::Filter;
+use crate::ids::ExtId;
+use crate::store::{Change, IndexKind, Point, PointStore};
+use parking_lot::{Condvar, Mutex, RwLock};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use vectide_core::{Metric, SearchParams, Seq, VectorIndex};
+use vectide_engines::{AnyIndex, ParamValue, Params};
+
+/// How a collection is built (kept in the catalog).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectionConfig {
+    pub dim: usize,
+    pub metric: Metric,
+    pub engine: String,
+    pub params: Params,
+}
+
+/// Tuning of the commit path and checkpoints.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub durability: Durability,
+    /// WAL segment size before rotation (default 64 MiB).
+    pub segment_bytes: u64,
+    /// Checkpoint once the WAL grew this much (default 256 MiB).
+    pub checkpoint_bytes: u64,
+    /// ... or this long after the last one, if anything was written (60 s).
+    pub checkpoint_interval: Duration,
+    /// Worker threads of engines (None: all cores).
+    pub threads: Option<usize>,
+    /// Filters matching at most this many points are answered exactly
+    /// (default [`EXACT_MAX`]).
+    pub exact_max: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::DEFAULT,
+            segment_bytes: 64 << 20,
+            checkpoint_bytes: 256 << 20,
+            checkpoint_interval: Duration::from_secs(60),
+            threads: None,
+            exact_max: EXACT_MAX,
+        }
+    }
+}
+
+/// A point to upsert.
+#[derive(Debug, Clone)]
+pub struct PointInput {
+    pub id: ExtId,
+    pub vector: Vec<f32>,
+    /// A JSON object, or `Null` for none.
+    pub payload: Value,
+}
+
+/// A search result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    pub id: ExtId,
+    /// The engine's distance ("smaller is closer": squared L2, 1 − cos, −dot).
+    pub distance: f32,
+    pub payload: Option<Value>,
+    pub vector: Option<Vec<f32>>,
+}
+
+/// The score users see for an engine distance (Qdrant's conventions):
+/// cosine similarity (`1 − d`), the dot product (`−d`), or the Euclidean
+/// distance (`√d`, not squared).
+pub fn score(metric: Metric, distance: f32) -> f32 {
+    match metric {
+        Metric::Cosine => 1.0 - distance,
+        Metric::Ip => -distance,
+        Metric::L2 => distance.max(0.0).sqrt(),
+    }
+}
+
+/// A stored point, as `get` and `scroll` return it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub id: ExtId,
+    pub payload: Value,
+    pub vector: Option<Vec<f32>>,
+}
+
+/// Counters of a collection.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub upserted: AtomicU64,
+    pub deleted: AtomicU64,
+    pub searches: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub replayed: AtomicU64,
+}
+
+const OP_UPSERT: u8 = 1;
+const OP_DELETE: u8 = 2;
+const OP_SET_PAYLOAD: u8 = 3;
+
+/// Filters whose matches are at most this many are answered exactly, by
+/// scanning the matches, instead of by a filtered graph search.
+pub const EXACT_MAX: usize = 20_000;
+
+/// A decoded WAL record.
+#[derive(Debug)]
+struct Op {
+    seq: Seq,
+    kind: u8,
+    ids: Vec<u64>,
+    vectors: Vec<f32>,
+    changes: Vec<Change>,
+}
+
+fn put_u32(b: &mut Vec<u8>, v: u32) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let s = self
+            .b
+            .get(self.at..self.at + n)
+            .ok_or_else(|| DbError::corrupted("WAL record truncated"))?;
+        self.at += n;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    fn ext(&mut self) -> Result<ExtId> {
+        let (id, n) = ExtId::decode(&self.b[self.at..])?;
+        self.at += n;
+        Ok(id)
+    }
+    fn json(&mut self) -> Result<Value> {
+        let n = self.u32()? as usize;
+        if n == 0 {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(self.take(n)?)
+            .map_err(|e| DbError::corrupted(format!("WAL payload: {e}")))
+    }
+}
+
+fn put_json(b: &mut Vec<u8>, v: &Value) {
+    if v.is_null() {
+        put_u32(b, 0);
+    } else {
+        let s = v.to_string();
+        put_u32(b, s.len() as u32);
+        b.extend_from_slice(s.as_bytes());
+    }
+}
+
+fn decode(payload: &[u8], dim: usize) -> Result<Op> {
+    let mut r = Reader { b: payload, at: 0 };
+    let seq = r.u64()?;
+    let kind = r.u8()?;
+    let n = r.u32()? as usize;
+    if n > payload.len() {
+        return Err(DbError::corrupted(
+            "WAL record claims more points than it holds",
+        ));
+    }
+    let mut op = Op {
+        seq,
+        kind,
+        ids: Vec::with_capacity(n),
+        vectors: Vec::new(),
+        changes: Vec::with_capacity(n),
+    };
+    for _ in 0..n {
+        let id = r.u64()?;
+        let ext = r.ext()?;
+        op.ids.push(id);
+        match kind {
+            OP_UPSERT => {
+                let raw = r.take(4 * dim)?;
+                op.vectors.extend(
+                    raw.chunks_exact(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().expect("4"))),
+                );
+                let payload = r.json()?;
+                op.changes.push(Change::Upsert { id, ext, payload });
+            }
+            OP_DELETE => op.changes.push(Change::Delete { id, ext }),
+            OP_SET_PAYLOAD => {
+                let payload = r.json()?;
+                op.changes.push(Change::SetPayload { id, ext, payload });
+            }
+            k => {
+                return Err(DbError::corrupted(format!(
+                    "WAL record of unknown kind {k}"
+                )))
+            }
+        }
+    }
+    Ok(op)
+}
+
+/// One collection (see the module docs).
+pub struct Collection {
+    name: String,
+    dir: PathBuf,
+    config: CollectionConfig,
+    engine: AnyIndex,
+    log: CommitLog,
+    store: RwLock<PointStore>,
+    /// The next sequence number to apply.
+    turn: Mutex<Seq>,
+    turn_cv: Condvar,
+    last_checkpoint: Mutex<Instant>,
+    opts: Options,
+    pub counters: Counters,
+    /// What the last open did: records replayed and seconds taken.
+    pub opened_in: Duration,
+}
+
+impl std::fmt::Debug for Collection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collection")
+            .field("name", &self.name)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+const INDEX_FILE: &str = "index.vtdx";
+const INDEX_DIR: &str = "index";
+
+fn engine_params(config: &CollectionConfig, dir: &Path, threads: Option<usize>) -> Params {
+    let mut p = config.params.clone();
+    if vectide_engines::DURABLE_ENGINES.contains(&config.engine.as_str()) {
+        p.insert(
+            "path".into(),
+            ParamValue::Str(dir.join(INDEX_DIR).display().to_string()),
+        );
+    }
+    if let (Some(t), false) = (threads, p.contains_key("threads")) {
+        p.insert("threads".into(), ParamValue::Int(t as i64));
+    }
+    p
+}
+
+impl Collection {
+    /// Checks a configuration by building a throwaway engine (durable
+    /// engines are checked without touching disk: parameters only).
+    pub fn validate_config(config: &CollectionConfig) -> Result<()> {
+        if config.dim == 0 || config.dim > 65_536 {
+            return Err(DbError::invalid(format!(
+                "dim must be in 1..=65536, got {}",
+                config.dim
+            )));
+        }
+        if config.params.contains_key("path") {
+            return Err(DbError::invalid(
+                "collections place their engine themselves: do not pass path",
+            ));
+        }
+        let mut p = config.params.clone();
+        match config.engine.as_str() {
+            "p-hnsw" => {
+                p.insert("path".into(), ParamValue::Str(String::new()));
+                vectide_engines::phnsw_params(&p)?;
+                vectide_engines::persist_param(&p)?;
+            }
+            "hnsw-snap" | "hnsw-wal" => {
+                p.insert("path".into(), ParamValue::Str(String::new()));
+                let kind = if config.engine == "hnsw-snap" {
+                    vectide_hnsw::baselines::BaselineKind::Snap
+                } else {
+                    vectide_hnsw::baselines::BaselineKind::Wal
+                };
+                vectide_engines::baseline_params(kind, &p)?;
+            }
+            other => {
+                vectide_engines::create(other, config.dim, config.metric, &p)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens (recovering) or creates the collection in `dir`.
+    pub fn open(
+        name: &str,
+        dir: &Path,
+        config: CollectionConfig,
+        opts: Options,
+    ) -> Result<Collection> {
+        let t0 = Instant::now();
+        std::fs::create_dir_all(dir).map_err(|e| DbError::io_at(dir, e))?;
+        let params = engine_params(&config, dir, opts.threads);
+        let snapshot = dir.join(INDEX_FILE);
+        let engine = if config.engine == "hnsw" && snapshot.exists() {
+            let e = vectide_engines::load(&snapshot, opts.threads)?;
+            if e.dim() != config.dim || e.metric() != config.metric {
+                return Err(DbError::corrupted(format!(
+                    "{}: the engine snapshot does not match the collection",
+                    snapshot.display()
+                )));
+            }
+            e
+        } else {
+            vectide_engines::open_or_create(&config.engine, config.dim, config.metric, &params)?
+        };
+        let mut store = PointStore::open(&dir.join("points.redb"))?;
+        let (log, records) =
+            CommitLog::open(&dir.join("wal"), opts.durability, opts.segment_bytes)?;
+        let engine_durable = engine.durable_seq();
+        let mut replayed = 0u64;
+        for rec in &records {
+            let seq = record_seq(rec)?;
+            if seq <= engine_durable && seq <= store.applied_seq() {
+                continue;
+            }
+            let op = decode(rec, config.dim)?;
+            if op.seq > engine_durable {
+                Self::apply_engine(&engine, &op)?;
+            }
+            store.apply(op.seq, &op.changes)?;
+            replayed += 1;
+        }
+        let next = log.last_seq() + 1;
+        let c = Collection {
+            name: name.to_string(),
+            dir: dir.to_path_buf(),
+            config,
+            engine,
+            log,
+            store: RwLock::new(store),
+            turn: Mutex::new(next),
+            turn_cv: Condvar::new(),
+            last_checkpoint: Mutex::new(Instant::now()),
+            opts,
+            counters: Counters::default(),
+            opened_in: Duration::ZERO,
+        };
+        c.counters.replayed.store(replayed, Ordering::Relaxed);
+        Ok(Collection {
+            opened_in: t0.elapsed(),
+            ..c
+        })
+    }
+
+    fn apply_engine(engine: &AnyIndex, op: &Op) -> Result<()> {
+        match op.kind {
+            OP_UPSERT => engine.insert(op.seq, &op.ids, &op.vectors)?,
+            OP_DELETE => {
+                engine.delete(op.seq, &op.ids)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn config(&self) -> &CollectionConfig {
+        &self.config
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The engine (for benchmarks comparing with the engine alone).
+    pub fn engine(&self) -> &AnyIndex {
+        &self.engine
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.log.durability()
+    }
+
+    /// Live points.
+    pub fn len(&self) -> usize {
+        self.store.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Highest sequence number acknowledged.
+    pub fn last_seq(&self) -> Seq {
+        *self.turn.lock() - 1
+    }
+
+    /// Appends the record `make` builds, waits for its fsync, applies it in
+    /// sequence order. The record is applied even if a later one's fsync
+    /// failed; if its own failed, nothing is applied and the error returned.
+    fn commit(
+        &self,
+        make: impl FnOnce(Seq, &mut PointStore) -> Result<(Vec<u8>, Op)>,
+    ) -> Result<Seq> {
+        let (seq, op) = self.log.append(|seq| {
+            let mut store = self.store.write();
+            make(seq, &mut store)
+        })?;
+        let durable = self.log.commit(seq);
+        let mut turn = self.turn.lock();
+        while *turn != seq {
+            self.turn_cv.wait(&mut turn);
+        }
+        let result = durable.and_then(|()| {
+            Self::apply_engine(&self.engine, &op)?;
+            self.store.write().apply(seq, &op.changes)
+        });
+        *turn = seq + 1;
+        self.turn_cv.notify_all();
+        drop(turn);
+        result.map(|()| seq)
+    }
+
+    fn check_vector(&self, v: &[f32]) -> Result<()> {
+        vectide_core::validate::check_vector(self.config.dim, self.config.metric, v)
+            .map_err(DbError::from)
+    }
+
+    /// Inserts or replaces points (vectors and payloads); durable and visible
+    /// when it returns. Returns the operation's sequence number.
+    pub fn upsert(&self, points: &[PointInput]) -> Result<Seq> {
+        if points.is_empty() {
+            return Ok(self.last_seq());
+        }
+        let mut seen = HashSet::with_capacity(points.len());
+        for p in points {
+            self.check_vector(&p.vector)
+                .map_err(|e| DbError::invalid(format!("point {}: {e}", p.id)))?;
+            if !(p.payload.is_null() || p.payload.is_object()) {
+                return Err(DbError::invalid(format!(
+                    "point {}: the payload must be a JSON object",
+                    p.id
+                )));
+            }
+            if !seen.insert(&p.id) {
+                return Err(DbError::invalid(format!(
+                    "point {} appears twice in one batch",
+                    p.id
+                )));
+            }
+        }
+        let dim = self.config.dim;
+        let seq = self.commit(|seq, store| {
+            let mut b = Vec::with_capacity(16 + points.len() * (4 * dim + 64));
+            b.extend_from_slice(&seq.to_le_bytes());
+            b.push(OP_UPSERT);
+            put_u32(&mut b, points.len() as u32);
+            let mut op = Op {
+                seq,
+                kind: OP_UPSERT,
+                ids: Vec::with_capacity(points.len()),
+                vectors: Vec::with_capacity(points.len() * dim),
+                changes: Vec::with_capacity(points.len()),
+            };
+            for p in points {
+                let id = store.assign(&p.id);
+                b.extend_from_slice(&id.to_le_bytes());
+                p.id.encode(&mut b);
+                for x in &p.vector {
+                    b.extend_from_slice(&x.to_le_bytes());
+                }
+                put_json(&mut b, &p.payload);
+                op.ids.push(id);
+                op.vectors.extend_from_slice(&p.vector);
+                op.changes.push(Change::Upsert {
+                    id,
+                    ext: p.id.clone(),
+                    payload: p.payload.clone(),
+                });
+            }
+            Ok((b, op))
+        })?;
+        self.counters
+            .upserted
+            .fetch_add(points.len() as u64, Ordering::Relaxed);
+        Ok(seq)
+    }
+
+    /// The live internal ids the selector names: explicit ids (unknown ones
+    /// ignored) or every point a filter accepts.
+    fn select(&self, ids: Option<&[ExtId]>, filter: Option<&Filter>) -> Vec<(u64, ExtId)> {
+        let store = self.store.read();
+        match (ids, filter) {
+            (Some(ids), f) => ids
+                .iter()
+                .filter_map(|e| store.internal(e).map(|i| (i, e)))
+                .filter(|(i, _)| {
+                    store
+                        .get(*i)
+                        .is_some_and(|p| f.is_none_or(|f| f.eval(&p.ext, &p.payload)))
+                })
+                .map(|(i, e)| (i, e.clone()))
+                .collect(),
+            (None, Some(f)) => {
+                let cands = store.index_candidates(f);
+                let mut out: Vec<(u64, ExtId)> = match cands {
+                    Some(c) => c
+                        .into_iter()
+                        .filter_map(|i| {
+                            store
+                                .get(i)
+                                .filter(|p| f.eval(&p.ext, &p.payload))
+                                .map(|p| (i, p.ext.clone()))
+                        })
+                        .collect(),
+                    None => store
+                        .iter()
+                        .filter(|(_, p)| f.eval(&p.ext, &p.payload))
+                        .map(|(&i, p)| (i, p.ext.clone()))
+                        .collect(),
+                };
+                out.sort_unstable_by_key(|x| x.0);
+                out
+            }
+            (None, None) => Vec::new(),
+        }
+    }
+
+    fn simple_op(&self, kind: u8, targets: &[(u64, ExtId)], payload: &Value) -> Result<Seq> {
+        self.commit(|seq, _| {
+            let mut b = Vec::with_capacity(16 + targets.len() * 32);
+            b.extend_from_slice(&seq.to_le_bytes());
+            b.push(kind);
+            put_u32(&mut b, targets.len() as u32);
+            let mut op = Op {
+                seq,
+                kind,
+                ids: Vec::with_capacity(targets.len()),
+                vectors: Vec::new(),
+                changes: Vec::with_capacity(targets.len()),
+            };
+            for (id, ext) in targets {
+                b.extend_from_slice(&id.to_le_bytes());
+                ext.encode(&mut b);
+                op.ids.push(*id);
+                op.changes.push(if kind == OP_DELETE {
+                    Change::Delete {
+                        id: *id,
+                        ext: ext.clone(),
+                    }
+                } else {
+                    put_json(&mut b, payload);
+                    Change::SetPayload {
+                        id: *id,
+                        ext: ext.clone(),
+                        payload: payload.clone(),
+                    }
+                });
+            }
+            Ok((b, op))
+        })
+    }
+
+    /// Deletes points named by id or matched by a filter; returns how many.
+    pub fn delete(&self, ids: Option<&[ExtId]>, filter: Option<&Filter>) -> Result<usize> {
+        let targets = self.select(ids, filter);
+        if targets.is_empty() {
+            return Ok(0);
+        }
+        self.simple_op(OP_DELETE, &targets, &Value::Null)?;
+        self.counters
+            .deleted
+            .fetch_add(targets.len() as u64, Ordering::Relaxed);
+        Ok(targets.len())
+    }
+
+    /// Merges `payload`'s keys into the payloads of the selected points;
+    /// returns how many.
+    pub fn set_payload(
+        &self,
+        ids: Option<&[ExtId]>,
+        filter: Option<&Filter>,
+        payload: &Value,
+    ) -> Result<usize> {
+        if !payload.is_object() {
+            return Err(DbError::invalid("the payload to set must be a JSON object"));
+        }
+        let targets = self.select(ids, filter);
+        if targets.is_empty() {
+            return Ok(0);
+        }
+        self.simple_op(OP_SET_PAYLOAD, &targets, payload)?;
+        Ok(targets.len())
+    }
+
+    /// Points by id, in the order asked; unknown ids give `None`.
+    pub fn get(&self, ids: &[ExtId], with_vector: bool) -> Vec<Option<Record>> {
+        let store = self.store.read();
+        ids.iter()
+            .map(|e| {
+                let i = store.internal(e)?;
+                let p = store.get(i)?;
+                Some(Record {
+                    id: p.ext.clone(),
+                    payload: p.payload.clone(),
+                    vector: if with_vector {
+                        self.engine.get(i)
+                    } else {
+                        None
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// Points matching a filter (all without one).
+    pub fn count(&self, filter: Option<&Filter>) -> usize {
+        match filter {
+            None => self.len(),
+            Some(f) => self.select(None, Some(f)).len(),
+        }
+    }
+
+    /// A page of points ordered by id, starting at `offset` (inclusive);
+    /// returns the page and the id where the next page starts.
+    pub fn scroll(
+        &self,
+        filter: Option<&Filter>,
+        offset: Option<&ExtId>,
+        limit: usize,
+        with_vector: bool,
+    ) -> (Vec<Record>, Option<ExtId>) {
+        let store = self.store.read();
+        let mut all: Vec<(&ExtId, u64, &Point)> = store
+            .iter()
+            .filter(|(_, p)| filter.is_none_or(|f| f.eval(&p.ext, &p.payload)))
+            .filter(|(_, p)| offset.is_none_or(|o| &p.ext >= o))
+            .map(|(&i, p)| (&p.ext, i, p))
+            .collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let next = all.get(limit).map(|x| x.0.clone());
+        let page = all
+            .into_iter()
+            .take(limit)
+            .map(|(e, i, p)| Record {
+                id: e.clone(),
+                payload: p.payload.clone(),
+                vector: if with_vector {
+                    self.engine.get(i)
+                } else {
+                    None
+                },
+            })
+            .collect();
+        (page, next)
+    }
+
+    /// The `k` nearest points to `query` that pass `filter`.
+    ///
+    /// Without a filter: the engine's search. With one: the payload indexes
+    /// (or a sample of 512 points, when no index applies) estimate how many
+    /// points match. At most `exact_max` matches are answered exactly by
+    /// computing their distances; more go to the engine's filtered graph
+    /// search (the predicate is evaluated during the traversal) with `ef`
+    /// raised to `k / selectivity` (at most 4096), so that restrictive
+    /// filters keep their recall.
+    pub fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<&Filter>,
+        with_payload: bool,
+        with_vector: bool,
+    ) -> Result<Vec<Hit>> {
+        if k == 0 {
+            return Err(DbError::invalid("k (limit) must be at least 1"));
+        }
+        self.check_vector(query)?;
+        self.counters.searches.fetch_add(1, Ordering::Relaxed);
+        let store = self.store.read();
+        let filter = filter.filter(|f| !f.is_trivial());
+        let found: Vec<(u64, f32)> = match filter {
+            None => self
+                .engine
+                .search(query, k, params, None)?
+                .into_iter()
+                .map(|n| (n.id, n.distance))
+                .collect(),
+            Some(f) => {
+                let n = store.len().max(1);
+                let cands = store.index_candidates(f);
+                let estimate = match &cands {
+                    Some(c) => c.len(),
+                    None => {
+                        let step = (n / 512).max(1);
+                        let hits = store
+                            .iter()
+                            .step_by(step)
+                            .take(512)
+                            .filter(|(_, p)| f.eval(&p.ext, &p.payload))
+                            .count();
+                        let sampled = n.div_ceil(step).clamp(1, 512);
+                        hits * n / sampled
+                    }
+                };
+                if estimate <= self.opts.exact_max {
+                    let matches: Vec<u64> = match cands {
+                        Some(c) => c
+                            .into_iter()
+                            .filter(|i| store.get(*i).is_some_and(|p| f.eval(&p.ext, &p.payload)))
+                            .collect(),
+                        None => store
+                            .iter()
+                            .filter(|(_, p)| f.eval(&p.ext, &p.payload))
+                            .map(|(&i, _)| i)
+                            .collect(),
+                    };
+                    self.exact(query, k, &matches)?
+                } else {
+                    let sel = (estimate as f64 / n as f64).clamp(1e-6, 1.0);
+                    let base = params.ef.unwrap_or(self.engine.default_ef()).max(k);
+                    let ef = ((k as f64 / sel).ceil() as usize).max(base).min(4096);
+                    let pred = |i: u64| store.get(i).is_some_and(|p| f.eval(&p.ext, &p.payload));
+                    self.engine
+                        .search(query, k, &SearchParams::with_ef(ef), Some(&pred))?
+                        .into_iter()
+                        .map(|n| (n.id, n.distance))
+                        .collect()
+                }
+            }
+        };
+        Ok(found
+            .into_iter()
+            .filter_map(|(i, d)| {
+                let p = store.get(i)?;
+                Some(Hit {
+                    id: p.ext.clone(),
+                    distance: d,
+                    payload: with_payload.then(|| p.payload.clone()),
+                    vector: if with_vector {
+                        self.engine.get(i)
+                    } else {
+                        None
+                    },
+                })
+            })
+            .collect())
+    }
+
+    /// Exact top-k among `ids` by the engine's distance.
+    fn exact(&self, query: &[f32], k: usize, ids: &[u64]) -> Result<Vec<(u64, f32)>> {
+        let mut buf = Vec::new();
+        let q = vectide_core::validate::prepare_query(
+            self.config.dim,
+            self.config.metric,
+            query,
+            &mut buf,
+        )?;
+        let dist = self.config.metric.distance_fn();
+        let mut all: Vec<(u64, f32)> = ids
+            .iter()
+            .filter_map(|&i| self.engine.get(i).map(|v| (i, dist(q, &v))))
+            .collect();
+        let by = |a: &(u64, f32), b: &(u64, f32)| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0));
+        if all.len() > k {
+            all.select_nth_unstable_by(k, by);
+            all.truncate(k);
+        }
+        all.sort_by(by);
+        Ok(all)
+    }
+
+    /// Declares a payload index on `field`.
+    pub fn create_index(&self, field: &str, kind: IndexKind) -> Result<()> {
+        self.store.write().create_index(field, kind)
+    }
+
+    /// Declared payload indexes.
+    pub fn indexes(&self) -> Vec<(String, IndexKind)> {
+        self.store.read().indexes()
+    }
+
+    /// Whether the checkpoint policy calls for a checkpoint now.
+    pub fn checkpoint_due(&self) -> bool {
+        let bytes = self.log.bytes_since_checkpoint();
+        bytes >= self.opts.checkpoint_bytes
+            || (bytes > 0 && self.last_checkpoint.lock().elapsed() >= self.opts.checkpoint_interval)
+    }
+
+    /// Saves or flushes the engine, makes the store durable, and deletes the
+    /// WAL segments both cover. Writers wait while it runs.
+    pub fn checkpoint(&self) -> Result<()> {
+        let turn = self.turn.lock();
+        if self.config.engine == "hnsw" {
+            self.engine.save(&self.dir.join(INDEX_FILE))?;
+        } else {
+            self.engine.flush()?;
+        }
+        self.store.write().checkpoint()?;
+        // Every operation before the turn is applied, and the engine and the
+        // store now hold all of them durably (operations that do not touch
+        // the engine, such as payload updates, leave its own counter behind).
+        let upto = *turn - 1;
+        drop(turn);
+        self.log.truncate_through(upto)?;
+        *self.last_checkpoint.lock() = Instant::now();
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `fdatasync`s of the WAL so far (group commit shares them).
+    pub fn wal_syncs(&self) -> u64 {
+        self.log.syncs()
+    }
+
+    /// WAL segment files (for checks and metrics).
+    pub fn wal_segments(&self) -> usize {
+        self.log.segments()
+    }
+
+    /// The engine's size counters.
+    pub fn stats(&self) -> vectide_core::IndexStats {
+        self.engine.stats()
+    }
+}

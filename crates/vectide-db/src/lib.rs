@@ -1,0 +1,349 @@
+//! # vectide-db
+//!
+//! The database around the engines: named collections in a directory, user
+//! ids (u64, UUID, string), JSON payloads in redb, Qdrant-style filters and
+//! payload indexes, and one commit path per collection (WAL with group
+//! commit → engine + point store; see [`collection`]).
+//!
+//! ```text
+//! DIR/
+//!   LOCK                      flock'ed by the process that has the database open
+//!   catalog.json              the collections and their configuration (atomic rewrite)
+//!   collections/NAME/
+//!     wal/<first seq>.log     the write-ahead log (docs/format-wal.md), segments
+//!     points.redb             ids and payloads
+//!     index.vtdx | index/     the engine: a snapshot (hnsw) or its own directory
+//! ```
+//!
+//! Works with every engine through `VectorIndex`; an engine that lands later
+//! plugs in through `vectide-engines` with no change here.
+
+pub mod collection;
+pub mod commitlog;
+pub mod error;
+pub mod filter;
+pub mod ids;
+pub mod store;
+
+pub use collection::{score, Collection, CollectionConfig, Hit, Options, PointInput, Record};
+pub use commitlog::Durability;
+pub use error::{DbError, Result};
+pub use filter::Filter;
+pub use ids::ExtId;
+pub use store::IndexKind;
+
+use parking_lot::{Mutex, RwLock};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use vectide_core::Metric;
+use vectide_engines::{ParamValue, Params};
+
+const CATALOG: &str = "catalog.json";
+const CATALOG_FORMAT: &str = "vectide-catalog";
+const CATALOG_VERSION: u64 = 1;
+
+/// A collection name: 1..=64 of `[A-Za-z0-9_.-]`, not starting with a dot.
+pub fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(DbError::invalid(format!(
+            "collection names are 1..=64 characters of letters, digits, '_', '-', '.' (not first): got {name:?}"
+        )))
+    }
+}
+
+fn param_to_json(v: &ParamValue) -> Value {
+    match v {
+        ParamValue::Int(i) => json!(i),
+        ParamValue::Float(f) => json!(f),
+        ParamValue::Bool(b) => json!(b),
+        ParamValue::Str(s) => json!(s),
+    }
+}
+
+/// Engine parameters from JSON (a flat object of scalars).
+pub fn params_from_json(v: &Value) -> Result<Params> {
+    let mut out = Params::new();
+    let Some(obj) = v.as_object() else {
+        return if v.is_null() {
+            Ok(out)
+        } else {
+            Err(DbError::invalid("params must be an object"))
+        };
+    };
+    for (k, v) in obj {
+        let p = match v {
+            Value::Bool(b) => ParamValue::Bool(*b),
+            Value::Number(n) if n.is_i64() => ParamValue::Int(n.as_i64().expect("i64")),
+            Value::Number(n) => ParamValue::Float(n.as_f64().unwrap_or(f64::NAN)),
+            Value::String(s) => ParamValue::Str(s.clone()),
+            Value::Null => continue,
+            other => {
+                return Err(DbError::invalid(format!(
+                    "parameter {k} must be a scalar, got {other}"
+                )))
+            }
+        };
+        out.insert(k.clone(), p);
+    }
+    Ok(out)
+}
+
+fn config_to_json(name: &str, c: &CollectionConfig) -> Value {
+    let params: serde_json::Map<String, Value> = c
+        .params
+        .iter()
+        .map(|(k, v)| (k.clone(), param_to_json(v)))
+        .collect();
+    json!({"name": name, "dim": c.dim, "metric": c.metric.name(), "engine": c.engine, "params": params})
+}
+
+fn config_from_json(v: &Value) -> Result<(String, CollectionConfig)> {
+    let bad = |what: &str| DbError::corrupted(format!("catalog entry without a valid {what}: {v}"));
+    let name = v["name"].as_str().ok_or_else(|| bad("name"))?.to_string();
+    let dim = v["dim"].as_u64().ok_or_else(|| bad("dim"))? as usize;
+    let metric = Metric::parse(v["metric"].as_str().ok_or_else(|| bad("metric"))?)
+        .map_err(|_| bad("metric"))?;
+    let engine = v["engine"]
+        .as_str()
+        .ok_or_else(|| bad("engine"))?
+        .to_string();
+    let params = params_from_json(&v["params"]).map_err(|_| bad("params"))?;
+    Ok((
+        name,
+        CollectionConfig {
+            dim,
+            metric,
+            engine,
+            params,
+        },
+    ))
+}
+
+/// An open database (see the crate docs).
+pub struct Database {
+    dir: PathBuf,
+    _lock: File,
+    opts: Options,
+    collections: RwLock<BTreeMap<String, Arc<Collection>>>,
+    /// Serialises catalog rewrites and collection creation/removal.
+    catalog: Mutex<()>,
+    stop: Arc<AtomicBool>,
+    checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database").field("dir", &self.dir).finish()
+    }
+}
+
+fn lock_dir(dir: &Path) -> Result<File> {
+    let path = dir.join("LOCK");
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| DbError::io_at(&path, e))?;
+    // SAFETY: flock on a descriptor we own; it does not touch memory.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let mut holder = String::new();
+        let _ = f.read_to_string(&mut holder);
+        return Err(DbError::Locked {
+            path: dir.to_path_buf(),
+            holder: holder.trim().to_string(),
+        });
+    }
+    f.set_len(0).map_err(|e| DbError::io_at(&path, e))?;
+    f.rewind().map_err(|e| DbError::io_at(&path, e))?;
+    write!(f, "{}", std::process::id()).map_err(|e| DbError::io_at(&path, e))?;
+    Ok(f)
+}
+
+impl Database {
+    /// Opens (creating if needed) the database in `dir` and recovers every
+    /// collection. The directory is locked until the database is dropped.
+    pub fn open(dir: &Path, opts: Options) -> Result<Arc<Database>> {
+        std::fs::create_dir_all(dir.join("collections")).map_err(|e| DbError::io_at(dir, e))?;
+        let lock = lock_dir(dir)?;
+        let catalog_path = dir.join(CATALOG);
+        let mut collections = BTreeMap::new();
+        if catalog_path.exists() {
+            let bytes =
+                std::fs::read(&catalog_path).map_err(|e| DbError::io_at(&catalog_path, e))?;
+            let v: Value = serde_json::from_slice(&bytes)
+                .map_err(|e| DbError::corrupted(format!("{}: {e}", catalog_path.display())))?;
+            if v["format"] != CATALOG_FORMAT {
+                return Err(DbError::corrupted(format!(
+                    "{} is not a Vectide catalog",
+                    catalog_path.display()
+                )));
+            }
+            if v["version"].as_u64() != Some(CATALOG_VERSION) {
+                return Err(DbError::Engine(vectide_core::Error::Version {
+                    found: v["version"].as_u64().unwrap_or(0) as u32,
+                    supported: CATALOG_VERSION as u32,
+                }));
+            }
+            for entry in v["collections"].as_array().cloned().unwrap_or_default() {
+                let (name, config) = config_from_json(&entry)?;
+                let cdir = dir.join("collections").join(&name);
+                let c = Collection::open(&name, &cdir, config, opts.clone())?;
+                collections.insert(name, Arc::new(c));
+            }
+        }
+        let db = Arc::new(Database {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+            opts,
+            collections: RwLock::new(collections),
+            catalog: Mutex::new(()),
+            stop: Arc::new(AtomicBool::new(false)),
+            checkpointer: Mutex::new(None),
+        });
+        db.start_checkpointer();
+        Ok(db)
+    }
+
+    fn start_checkpointer(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("vectide-checkpoint".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let Some(db) = weak.upgrade() else { break };
+                    let due: Vec<Arc<Collection>> = db
+                        .collections
+                        .read()
+                        .values()
+                        .filter(|c| c.checkpoint_due())
+                        .cloned()
+                        .collect();
+                    drop(db);
+                    for c in due {
+                        if let Err(e) = c.checkpoint() {
+                            eprintln!(
+                                "vectide: checkpoint of collection {:?} failed: {e}",
+                                c.name()
+                            );
+                        }
+                    }
+                }
+            })
+            .ok();
+        *self.checkpointer.lock() = handle;
+    }
+
+    /// The database directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn write_catalog(&self, cols: &BTreeMap<String, Arc<Collection>>) -> Result<()> {
+        let entries: Vec<Value> = cols
+            .iter()
+            .map(|(n, c)| config_to_json(n, c.config()))
+            .collect();
+        let doc =
+            json!({"format": CATALOG_FORMAT, "version": CATALOG_VERSION, "collections": entries});
+        let bytes = serde_json::to_vec_pretty(&doc).map_err(|e| DbError::invalid(e.to_string()))?;
+        vectide_core::io::atomic_write(&self.dir.join(CATALOG), |w| {
+            w.write_all(&bytes).map_err(Into::into)
+        })?;
+        Ok(())
+    }
+
+    /// Creates a collection (its engine and parameters are checked first).
+    pub fn create_collection(
+        &self,
+        name: &str,
+        config: CollectionConfig,
+    ) -> Result<Arc<Collection>> {
+        check_name(name)?;
+        Collection::validate_config(&config)?;
+        let _g = self.catalog.lock();
+        if self.collections.read().contains_key(name) {
+            return Err(DbError::CollectionExists(name.to_string()));
+        }
+        let cdir = self.dir.join("collections").join(name);
+        // Leftovers of a collection whose creation or deletion a crash cut.
+        let _ = std::fs::remove_dir_all(&cdir);
+        let c = Arc::new(Collection::open(name, &cdir, config, self.opts.clone())?);
+        let mut cols = self.collections.read().clone();
+        cols.insert(name.to_string(), c.clone());
+        if let Err(e) = self.write_catalog(&cols) {
+            let _ = std::fs::remove_dir_all(&cdir);
+            return Err(e);
+        }
+        *self.collections.write() = cols;
+        Ok(c)
+    }
+
+    /// A collection by name.
+    pub fn collection(&self, name: &str) -> Result<Arc<Collection>> {
+        self.collections
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| DbError::CollectionNotFound(name.to_string()))
+    }
+
+    /// Collection names, sorted.
+    pub fn list(&self) -> Vec<String> {
+        self.collections.read().keys().cloned().collect()
+    }
+
+    /// Removes a collection and its files; returns whether it existed.
+    pub fn delete_collection(&self, name: &str) -> Result<bool> {
+        let _g = self.catalog.lock();
+        let mut cols = self.collections.read().clone();
+        let Some(c) = cols.remove(name) else {
+            return Ok(false);
+        };
+        self.write_catalog(&cols)?;
+        *self.collections.write() = cols;
+        let dir = c.dir().to_path_buf();
+        drop(c);
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(true)
+    }
+
+    /// Checkpoints every collection (what a graceful shutdown does).
+    pub fn flush(&self) -> Result<()> {
+        let cols: Vec<Arc<Collection>> = self.collections.read().values().cloned().collect();
+        for c in cols {
+            c.checkpoint()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.checkpointer.lock().take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}

@@ -1,0 +1,583 @@
+//! A collection's point store: external ids and JSON payloads in redb
+//! (`points.redb`), mirrored in memory for filters, plus payload indexes.
+//!
+//! Tables: `points` (internal id → `seq u64 | ext id | payload JSON`), `ids`
+//! (ext id bytes → internal id, every id ever assigned, so an id keeps its
+//! internal number across delete and re-insert), `meta` (`applied_seq`,
+//! `next_internal`), `indexes` (field → `keyword` | `integer`).
+//!
+//! Every operation is applied in one write transaction committed without
+//! fsync (`Durability::None`): the collection's WAL is the record of truth,
+//! and recovery replays it from `durable_seq()`, the `applied_seq` of the last
+//! fsynced commit, which a checkpoint makes ([`PointStore::checkpoint`]).
+//! Per point, the sequence number of the last write is kept: a replayed
+//! operation older than what a point holds is skipped (idempotent replay).
+
+use crate::error::{DbError, Result};
+use crate::filter::{Condition, Filter, Scalar};
+use crate::ids::ExtId;
+use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use vectide_core::Seq;
+
+const POINTS: TableDefinition<u64, &[u8]> = TableDefinition::new("points");
+const IDS: TableDefinition<&[u8], u64> = TableDefinition::new("ids");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const INDEXES: TableDefinition<&str, &str> = TableDefinition::new("indexes");
+
+/// A live point's metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    pub ext: ExtId,
+    pub payload: Value,
+    pub seq: Seq,
+}
+
+/// The kind of a payload index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum IndexKind {
+    Keyword,
+    Integer,
+}
+
+impl IndexKind {
+    pub fn parse(s: &str) -> Result<IndexKind> {
+        match s {
+            "keyword" => Ok(IndexKind::Keyword),
+            "integer" => Ok(IndexKind::Integer),
+            other => Err(DbError::invalid(format!(
+                "payload index schema must be \"keyword\" or \"integer\", got {other:?}"
+            ))),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexKind::Keyword => "keyword",
+            IndexKind::Integer => "integer",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct FieldIndex {
+    kind: Option<IndexKind>,
+    keyword: HashMap<String, HashSet<u64>>,
+    integer: BTreeMap<i64, HashSet<u64>>,
+}
+
+impl FieldIndex {
+    fn values(&self, field: &str, p: &Value, f: &mut dyn FnMut(Scalar)) {
+        crate::filter::any_value(p, field, &mut |v| {
+            match (self.kind, v) {
+                (Some(IndexKind::Keyword), Value::String(s)) => f(Scalar::Str(s.clone())),
+                (Some(IndexKind::Integer), Value::Number(n)) => {
+                    if let Some(i) = n.as_i64() {
+                        f(Scalar::Int(i))
+                    }
+                }
+                _ => {}
+            }
+            false
+        });
+    }
+
+    fn add(&mut self, field: &str, id: u64, p: &Value) {
+        let mut vals = Vec::new();
+        self.values(field, p, &mut |s| vals.push(s));
+        for s in vals {
+            match s {
+                Scalar::Str(k) => {
+                    self.keyword.entry(k).or_default().insert(id);
+                }
+                Scalar::Int(i) => {
+                    self.integer.entry(i).or_default().insert(id);
+                }
+                Scalar::Bool(_) => {}
+            }
+        }
+    }
+
+    fn remove(&mut self, field: &str, id: u64, p: &Value) {
+        let mut vals = Vec::new();
+        self.values(field, p, &mut |s| vals.push(s));
+        for s in vals {
+            match s {
+                Scalar::Str(k) => {
+                    if let Some(set) = self.keyword.get_mut(&k) {
+                        set.remove(&id);
+                        if set.is_empty() {
+                            self.keyword.remove(&k);
+                        }
+                    }
+                }
+                Scalar::Int(i) => {
+                    if let Some(set) = self.integer.get_mut(&i) {
+                        set.remove(&id);
+                        if set.is_empty() {
+                            self.integer.remove(&i);
+                        }
+                    }
+                }
+                Scalar::Bool(_) => {}
+            }
+        }
+    }
+
+    /// Ids a condition can hold for, when this index answers it.
+    fn candidates(&self, c: &Condition) -> Option<HashSet<u64>> {
+        let lookup = |s: &Scalar| -> Vec<&HashSet<u64>> {
+            match (self.kind, s) {
+                (Some(IndexKind::Keyword), Scalar::Str(k)) => {
+                    self.keyword.get(k).into_iter().collect()
+                }
+                (Some(IndexKind::Integer), Scalar::Int(i)) => {
+                    self.integer.get(i).into_iter().collect()
+                }
+                _ => Vec::new(),
+            }
+        };
+        let union = |sets: Vec<&HashSet<u64>>| sets.into_iter().flatten().copied().collect();
+        match c {
+            Condition::Match { value, .. } => Some(union(lookup(value))),
+            Condition::Any { values, .. } => Some(union(values.iter().flat_map(lookup).collect())),
+            Condition::Range { range, .. } if self.kind == Some(IndexKind::Integer) => {
+                let lo = [
+                    range.gt.map(|x| x.floor() as i64 + 1),
+                    range.gte.map(|x| x.ceil() as i64),
+                ]
+                .into_iter()
+                .flatten()
+                .max()
+                .unwrap_or(i64::MIN);
+                let hi = [
+                    range.lt.map(|x| x.ceil() as i64 - 1),
+                    range.lte.map(|x| x.floor() as i64),
+                ]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(i64::MAX);
+                if lo > hi {
+                    return Some(HashSet::new());
+                }
+                Some(union(self.integer.range(lo..=hi).map(|(_, s)| s).collect()))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One change to apply to the store (decoded from a WAL record).
+#[derive(Debug, Clone)]
+pub enum Change {
+    Upsert {
+        id: u64,
+        ext: ExtId,
+        payload: Value,
+    },
+    Delete {
+        id: u64,
+        ext: ExtId,
+    },
+    /// Merge keys into the payload.
+    SetPayload {
+        id: u64,
+        ext: ExtId,
+        payload: Value,
+    },
+}
+
+/// The point store of one collection.
+pub struct PointStore {
+    db: Database,
+    points: HashMap<u64, Point>,
+    ids: HashMap<ExtId, u64>,
+    next_internal: u64,
+    applied: Seq,
+    durable: Seq,
+    indexes: HashMap<String, FieldIndex>,
+}
+
+fn encode_point(seq: Seq, ext: &ExtId, payload: &Value) -> Vec<u8> {
+    let mut b = seq.to_le_bytes().to_vec();
+    ext.encode(&mut b);
+    b.extend_from_slice(payload.to_string().as_bytes());
+    b
+}
+
+fn decode_point(b: &[u8]) -> Result<Point> {
+    let seq = u64::from_le_bytes(
+        b.get(..8)
+            .ok_or_else(|| DbError::corrupted("point record too short"))?
+            .try_into()
+            .expect("8"),
+    );
+    let (ext, n) = ExtId::decode(&b[8..])?;
+    let payload: Value = serde_json::from_slice(&b[8 + n..])
+        .map_err(|e| DbError::corrupted(format!("point payload: {e}")))?;
+    Ok(Point { ext, payload, seq })
+}
+
+impl PointStore {
+    /// Opens (or creates) the store and loads the mirror.
+    pub fn open(path: &Path) -> Result<PointStore> {
+        let db = Database::create(path)?;
+        // Make sure the tables exist.
+        let mut w = db.begin_write()?;
+        w.set_durability(Durability::Immediate);
+        {
+            w.open_table(POINTS)?;
+            w.open_table(IDS)?;
+            w.open_table(META)?;
+            w.open_table(INDEXES)?;
+        }
+        w.commit()?;
+        let r = db.begin_read()?;
+        let mut points = HashMap::new();
+        for item in r.open_table(POINTS)?.iter()? {
+            let (k, v) = item?;
+            points.insert(k.value(), decode_point(v.value())?);
+        }
+        let mut ids = HashMap::new();
+        for item in r.open_table(IDS)?.iter()? {
+            let (k, v) = item?;
+            ids.insert(ExtId::decode(k.value())?.0, v.value());
+        }
+        let meta = r.open_table(META)?;
+        let applied = meta.get("applied_seq")?.map_or(0, |g| g.value());
+        let next_internal = meta
+            .get("next_internal")?
+            .map_or(0, |g| g.value())
+            .max(ids.values().map(|&i| i + 1).max().unwrap_or(0));
+        let mut declared = Vec::new();
+        for item in r.open_table(INDEXES)?.iter()? {
+            let (k, v) = item?;
+            declared.push((k.value().to_string(), IndexKind::parse(v.value())?));
+        }
+        drop(r);
+        let mut store = PointStore {
+            db,
+            points,
+            ids,
+            next_internal,
+            applied,
+            durable: applied,
+            indexes: HashMap::new(),
+        };
+        for (field, kind) in declared {
+            store.build_index(&field, kind);
+        }
+        Ok(store)
+    }
+
+    /// Highest sequence number applied (in memory).
+    pub fn applied_seq(&self) -> Seq {
+        self.applied
+    }
+
+    /// Highest sequence number in a durable commit.
+    pub fn durable_seq(&self) -> Seq {
+        self.durable
+    }
+
+    /// Live points.
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// The internal id of an external one (assigned, maybe not live).
+    pub fn internal(&self, ext: &ExtId) -> Option<u64> {
+        self.ids.get(ext).copied()
+    }
+
+    /// Assigns (or returns) the internal id of an external one, in memory;
+    /// the WAL record carries it, and applying makes it durable.
+    pub fn assign(&mut self, ext: &ExtId) -> u64 {
+        if let Some(&i) = self.ids.get(ext) {
+            return i;
+        }
+        let i = self.next_internal;
+        self.next_internal += 1;
+        self.ids.insert(ext.clone(), i);
+        i
+    }
+
+    /// A live point.
+    pub fn get(&self, id: u64) -> Option<&Point> {
+        self.points.get(&id)
+    }
+
+    /// Iterates over live points (unordered).
+    pub fn iter(&self) -> impl Iterator<Item = (&u64, &Point)> {
+        self.points.iter()
+    }
+
+    /// Applies one operation's changes in one transaction (no fsync).
+    /// Changes older than what a point holds are skipped.
+    pub fn apply(&mut self, seq: Seq, changes: &[Change]) -> Result<()> {
+        if seq <= self.applied {
+            // Already in the store (replay after a checkpoint of the store
+            // but not of the engine).
+            return Ok(());
+        }
+        let mut w = self.db.begin_write()?;
+        w.set_durability(Durability::None);
+        {
+            let mut pts = w.open_table(POINTS)?;
+            let mut ids = w.open_table(IDS)?;
+            let mut meta = w.open_table(META)?;
+            for c in changes {
+                match c {
+                    Change::Upsert { id, ext, payload } => {
+                        if self.points.get(id).is_some_and(|p| p.seq > seq) {
+                            continue;
+                        }
+                        let payload = if payload.is_null() {
+                            Value::Object(Map::new())
+                        } else {
+                            payload.clone()
+                        };
+                        pts.insert(*id, encode_point(seq, ext, &payload).as_slice())?;
+                        ids.insert(ext.to_bytes().as_slice(), *id)?;
+                        self.ids.insert(ext.clone(), *id);
+                        self.next_internal = self.next_internal.max(id + 1);
+                        let old = self.points.insert(
+                            *id,
+                            Point {
+                                ext: ext.clone(),
+                                payload,
+                                seq,
+                            },
+                        );
+                        self.reindex(*id, old.as_ref().map(|p| &p.payload));
+                    }
+                    Change::Delete { id, .. } => {
+                        if self.points.get(id).is_some_and(|p| p.seq <= seq) {
+                            pts.remove(*id)?;
+                            let old = self.points.remove(id);
+                            self.reindex(*id, old.as_ref().map(|p| &p.payload));
+                        }
+                    }
+                    Change::SetPayload { id, ext, payload } => {
+                        let Some(p) = self.points.get(id) else {
+                            continue;
+                        };
+                        if p.seq > seq {
+                            continue;
+                        }
+                        let mut merged = p.payload.clone();
+                        if let (Value::Object(m), Value::Object(patch)) = (&mut merged, payload) {
+                            for (k, v) in patch {
+                                m.insert(k.clone(), v.clone());
+                            }
+                        }
+                        pts.insert(*id, encode_point(seq, ext, &merged).as_slice())?;
+                        let old = self.points.insert(
+                            *id,
+                            Point {
+                                ext: ext.clone(),
+                                payload: merged,
+                                seq,
+                            },
+                        );
+                        self.reindex(*id, old.as_ref().map(|p| &p.payload));
+                    }
+                }
+            }
+            meta.insert("applied_seq", seq)?;
+            meta.insert("next_internal", self.next_internal)?;
+        }
+        w.commit()?;
+        self.applied = seq;
+        Ok(())
+    }
+
+    /// Makes everything applied durable (one fsynced commit).
+    pub fn checkpoint(&mut self) -> Result<Seq> {
+        let mut w = self.db.begin_write()?;
+        w.set_durability(Durability::Immediate);
+        {
+            let mut meta = w.open_table(META)?;
+            meta.insert("applied_seq", self.applied)?;
+            meta.insert("next_internal", self.next_internal)?;
+        }
+        w.commit()?;
+        self.durable = self.applied;
+        Ok(self.durable)
+    }
+
+    fn reindex(&mut self, id: u64, old: Option<&Value>) {
+        let new = self.points.get(&id).map(|p| p.payload.clone());
+        for (field, idx) in self.indexes.iter_mut() {
+            if let Some(o) = old {
+                idx.remove(field, id, o);
+            }
+            if let Some(n) = &new {
+                idx.add(field, id, n);
+            }
+        }
+    }
+
+    fn build_index(&mut self, field: &str, kind: IndexKind) {
+        let mut idx = FieldIndex {
+            kind: Some(kind),
+            ..Default::default()
+        };
+        for (&id, p) in &self.points {
+            idx.add(field, id, &p.payload);
+        }
+        self.indexes.insert(field.to_string(), idx);
+    }
+
+    /// Declares (durably) and builds a payload index.
+    pub fn create_index(&mut self, field: &str, kind: IndexKind) -> Result<()> {
+        if field.is_empty() || field.len() > 256 {
+            return Err(DbError::invalid("index field names are 1..=256 bytes"));
+        }
+        let mut w = self.db.begin_write()?;
+        w.set_durability(Durability::Immediate);
+        w.open_table(INDEXES)?.insert(field, kind.name())?;
+        w.commit()?;
+        self.build_index(field, kind);
+        Ok(())
+    }
+
+    /// Declared payload indexes.
+    pub fn indexes(&self) -> Vec<(String, IndexKind)> {
+        let mut v: Vec<_> = self
+            .indexes
+            .iter()
+            .filter_map(|(f, i)| i.kind.map(|k| (f.clone(), k)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Ids the filter can hold for, from the payload indexes of its `must`
+    /// conditions (intersected); `None` when no index applies.
+    pub fn index_candidates(&self, f: &Filter) -> Option<HashSet<u64>> {
+        let mut out: Option<HashSet<u64>> = None;
+        for c in &f.must {
+            let key = match c {
+                Condition::Match { key, .. }
+                | Condition::Any { key, .. }
+                | Condition::Range { key, .. } => key,
+                Condition::HasId(ids) => {
+                    let set: HashSet<u64> = ids
+                        .iter()
+                        .filter_map(|e| self.ids.get(e).copied())
+                        .collect();
+                    out = Some(match out {
+                        None => set,
+                        Some(o) => o.intersection(&set).copied().collect(),
+                    });
+                    continue;
+                }
+                _ => continue,
+            };
+            if let Some(set) = self.indexes.get(key).and_then(|i| i.candidates(c)) {
+                out = Some(match out {
+                    None => set,
+                    Some(o) => o.intersection(&set).copied().collect(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Entries in the redb points table (checks).
+    pub fn stored_points(&self) -> Result<u64> {
+        Ok(self.db.begin_read()?.open_table(POINTS)?.len()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn applies_checkpoints_and_reloads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.redb");
+        let mut s = PointStore::open(&path).unwrap();
+        let a = s.assign(&ExtId::Num(10));
+        let b = s.assign(&ExtId::Str("x".into()));
+        assert_eq!((a, b), (0, 1));
+        s.apply(
+            1,
+            &[
+                Change::Upsert {
+                    id: a,
+                    ext: ExtId::Num(10),
+                    payload: json!({"city": "Berlin", "n": 3}),
+                },
+                Change::Upsert {
+                    id: b,
+                    ext: ExtId::Str("x".into()),
+                    payload: Value::Null,
+                },
+            ],
+        )
+        .unwrap();
+        s.create_index("city", IndexKind::Keyword).unwrap();
+        s.create_index("n", IndexKind::Integer).unwrap();
+        s.apply(
+            2,
+            &[Change::SetPayload {
+                id: b,
+                ext: ExtId::Str("x".into()),
+                payload: json!({"city": "Paris"}),
+            }],
+        )
+        .unwrap();
+        // Replay of an older upsert is skipped per point.
+        s.apply(
+            3,
+            &[Change::Delete {
+                id: a,
+                ext: ExtId::Num(10),
+            }],
+        )
+        .unwrap();
+        assert_eq!(s.len(), 1);
+        let f = Filter::parse(&json!({"must": [{"key": "city", "match": {"value": "Paris"}}]}))
+            .unwrap();
+        assert_eq!(s.index_candidates(&f).unwrap(), HashSet::from([b]));
+        assert_eq!(s.checkpoint().unwrap(), 3);
+        s.apply(
+            4,
+            &[Change::Upsert {
+                id: a,
+                ext: ExtId::Num(10),
+                payload: json!({"n": 5}),
+            }],
+        )
+        .unwrap();
+        drop(s);
+        let mut s = PointStore::open(&path).unwrap();
+        assert!(
+            s.durable_seq() >= 3,
+            "the non-durable commit of seq 4 may be gone or not"
+        );
+        assert!(s.applied_seq() >= 3);
+        assert_eq!(s.get(b).unwrap().payload, json!({"city": "Paris"}));
+        assert_eq!(
+            s.assign(&ExtId::Num(10)),
+            a,
+            "internal ids are kept across deletes"
+        );
+        assert_eq!(s.assign(&ExtId::Num(11)), 2);
+        let r =
+            Filter::parse(&json!({"must": [{"key": "n", "range": {"gte": 4, "lt": 6}}]})).unwrap();
+        let c = s.index_candidates(&r).unwrap();
+        assert!(c.is_empty() || c == HashSet::from([a]));
+        assert_eq!(s.indexes().len(), 2);
+    }
+}

@@ -1,0 +1,84 @@
+"""The embedded database from Python: vectide.connect()."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+vectide = pytest.importorskip("vectide._vectide") and __import__("vectide")
+
+
+def test_collections_points_filters_and_reopen(tmp_path):
+    db = vectide.connect(tmp_path / "db")
+    docs = db.create_collection("docs", dim=8, metric="l2", m=8)
+    assert db.list_collections() == ["docs"]
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 8)).astype(np.float32)
+    payloads = [{"city": ["Berlin", "Paris", "Rome"][i % 3], "year": 2000 + i % 20} for i in range(300)]
+    docs.upsert(list(range(300)), X, payloads=payloads)
+    docs.upsert(["doc-x", "5c56c793-69f3-4fbf-87e6-c4bf54c28c26"], X[:2] + 10, payloads=[{"city": "Lima"}, None])
+    assert len(docs) == 302
+    hits = docs.search(X[5], k=3)[0]
+    assert hits[0].id == 5 and hits[0].payload["city"] == "Rome" and hits[0].score == pytest.approx(0, abs=1e-3)
+    berlin = {"must": [{"key": "city", "match": {"value": "Berlin"}}], "must_not": [{"key": "year", "range": {"gte": 2010}}]}
+    got = docs.search(X[:4], k=5, filter=berlin)
+    assert len(got) == 4 and all(h.payload["city"] == "Berlin" and h.payload["year"] < 2010 for q in got for h in q)
+    assert docs.count(berlin) == 50
+    ids, scores = docs.search_numpy(X[:2], k=4)
+    assert ids.dtype == object or ids.dtype == np.uint64
+    assert ids[0, 0] == 0 and scores.shape == (2, 4)
+    assert docs.delete(filter={"must": [{"key": "city", "match": {"value": "Rome"}}]}) == 100
+    assert docs.delete([0, 999]) == 1
+    assert docs.set_payload({"tag": 1}, ids=["doc-x"]) == 1
+    with pytest.raises(KeyError, match="999"):
+        docs.get([1, 999])
+    docs.create_index("city", "keyword")
+    assert docs.info()["indexes"] == {"city": "keyword"}
+    del docs
+    del db
+    db = vectide.connect(tmp_path / "db")
+    docs = db.get_collection("docs")
+    assert len(docs) == 201
+    (p,) = docs.get(["doc-x"])
+    assert p.payload == {"city": "Lima", "tag": 1}
+    np.testing.assert_array_equal(p.vector, X[0] + 10)
+    pts, nxt = docs.scroll(limit=5)
+    assert [x.id for x in pts] == [1, 3, 4, 6, 7] and nxt == 9
+    assert db.delete_collection("docs") and db.list_collections() == []
+
+
+def test_bad_input_and_locking(tmp_path):
+    db = vectide.connect(tmp_path / "db")
+    with pytest.raises(vectide.DatabaseLockedError):
+        vectide.connect(tmp_path / "db")
+    c = db.create_collection("c", dim=4)
+    with pytest.raises(ValueError, match="already exists"):
+        db.create_collection("c", dim=4)
+    with pytest.raises(KeyError):
+        db.get_collection("nope")
+    with pytest.raises(ValueError, match="unknown parameter"):
+        db.create_collection("d", dim=4, M=3)
+    with pytest.raises(ValueError, match="dimension"):
+        c.upsert([1], np.ones((1, 3)))
+    with pytest.raises(ValueError):
+        c.upsert([1], np.full((1, 4), np.nan))
+    with pytest.raises(ValueError, match="object"):
+        c.upsert([1], np.ones((1, 4)), payloads=[[1, 2]])
+    with pytest.raises(ValueError, match="unknown condition operator"):
+        c.search(np.ones(4), filter={"must": [{"key": "a", "regex": "x"}]})
+    with pytest.raises(ValueError, match="durability"):
+        vectide.connect(tmp_path / "other", durability="sometimes")
+    assert len(c) == 0
+
+
+@pytest.mark.parametrize("engine", ["p-hnsw", "hnsw-wal"])
+def test_durable_engines_in_collections(tmp_path, engine):
+    db = vectide.connect(tmp_path / "db", durability="always")
+    c = db.create_collection("c", dim=4, metric="cosine", engine=engine, m=8)
+    c.upsert(list(range(50)), np.random.default_rng(1).random((50, 4)) + 0.1)
+    c.checkpoint()
+    c.upsert([50], np.ones((1, 4)))
+    del c, db
+    db = vectide.connect(tmp_path / "db")
+    c = db.get_collection("c")
+    assert len(c) == 51 and c.info()["engine"] == engine

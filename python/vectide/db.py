@@ -1,0 +1,226 @@
+"""The Vectide database from Python: ``vectide.connect(path)``.
+
+Collections hold points: an id (int, UUID string or any other string key), a
+vector and a JSON payload. Filters are dicts in Qdrant's shape::
+
+    db = vectide.connect("./data")
+    docs = db.create_collection("docs", dim=384, metric="cosine")
+    docs.upsert([1, 2], vectors, payloads=[{"city": "Berlin"}, {"city": "Paris"}])
+    hits = docs.search(query, k=10, filter={"must": [{"key": "city", "match": {"value": "Berlin"}}]})
+    hits[0][0].id, hits[0][0].score, hits[0][0].payload
+
+Every write is durable when the call returns (write-ahead log, fsync; with
+``durability="group"`` concurrent writers share one fsync). Scores follow
+Qdrant: cosine similarity, dot product, or Euclidean distance (``l2``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+PointId = Union[int, str]
+
+__all__ = ["connect", "Database", "Collection", "Hit", "Point", "DatabaseLockedError"]
+
+
+def _native():
+    from . import _vectide
+
+    return _vectide
+
+
+def __getattr__(name):
+    if name == "DatabaseLockedError":
+        return _native().DatabaseLockedError
+    raise AttributeError(name)
+
+
+@dataclass
+class Hit:
+    """A search result."""
+
+    id: PointId
+    score: float
+    distance: float
+    payload: Optional[Dict[str, Any]] = None
+    vector: Optional[List[float]] = None
+
+
+@dataclass
+class Point:
+    """A stored point."""
+
+    id: PointId
+    payload: Dict[str, Any]
+    vector: Optional[np.ndarray] = None
+
+
+def _ids(ids) -> str:
+    if isinstance(ids, (int, np.integer, str)):
+        ids = [ids]
+    out = []
+    for i in ids:
+        if isinstance(i, (bool, np.bool_)):
+            raise TypeError(f"point ids are ints or strings, got {i!r}")
+        if isinstance(i, (int, np.integer)):
+            out.append(int(i))
+        elif isinstance(i, str):
+            out.append(i)
+        else:
+            out.append(str(i))  # uuid.UUID and the like
+    return json.dumps(out)
+
+
+def _rows(vectors, n: Optional[int] = None) -> np.ndarray:
+    a = np.asarray(vectors, dtype=np.float32)
+    if a.ndim == 1:
+        a = a[None, :]
+    return np.ascontiguousarray(a)
+
+
+def _filter(f) -> Optional[str]:
+    if f is None:
+        return None
+    if isinstance(f, str):
+        return f
+    return json.dumps(f)
+
+
+class Collection:
+    """A named set of points (see the module docs)."""
+
+    def __init__(self, native) -> None:
+        self._c = native
+
+    @property
+    def name(self) -> str:
+        return self._c.name
+
+    def info(self) -> Dict[str, Any]:
+        """dim, metric, engine, params, points, indexes, durability, ..."""
+        return json.loads(self._c.info())
+
+    def __len__(self) -> int:
+        return len(self._c)
+
+    def __repr__(self) -> str:
+        i = self.info()
+        return f"Collection({i['name']!r}, dim={i['dim']}, metric={i['metric']!r}, engine={i['engine']!r}, points={i['points']})"
+
+    def upsert(self, ids, vectors, payloads: Optional[Sequence[Optional[Dict[str, Any]]]] = None) -> int:
+        """Inserts or replaces points; returns the operation's sequence number."""
+        ids_json = _ids(ids)
+        rows = _rows(vectors)
+        p = None if payloads is None else json.dumps(list(payloads))
+        return self._c.upsert(ids_json, rows, p)
+
+    def search(
+        self,
+        vectors,
+        k: int = 10,
+        filter: Optional[Dict[str, Any]] = None,
+        with_payload: bool = True,
+        with_vector: bool = False,
+        ef: Optional[int] = None,
+    ) -> List[List[Hit]]:
+        """The ``k`` nearest points of each query row (a list per query)."""
+        raw = self._c.search(_rows(vectors), k, _filter(filter), ef, with_payload, with_vector)
+        return [[Hit(**h) for h in q] for q in json.loads(raw)]
+
+    def search_numpy(self, vectors, k: int = 10, filter=None, ef: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+        """Fast path: ``(ids, scores)`` arrays of shape ``(nq, k)``; ids are
+        uint64 when every id is an integer (padding ``2**64-1``), else objects
+        (padding ``None``); missing scores are NaN."""
+        res = json.loads(self._c.search(_rows(vectors), k, _filter(filter), ef, False, False))
+        numeric = all(isinstance(h["id"], int) for q in res for h in q)
+        ids = np.full((len(res), k), np.iinfo(np.uint64).max, dtype=np.uint64) if numeric else np.full((len(res), k), None, dtype=object)
+        scores = np.full((len(res), k), np.nan, dtype=np.float32)
+        for i, q in enumerate(res):
+            for j, h in enumerate(q):
+                ids[i, j] = h["id"]
+                scores[i, j] = h["score"]
+        return ids, scores
+
+    def get(self, ids, with_vector: bool = True) -> List[Point]:
+        """Points by id; raises KeyError naming the ids that are absent."""
+        raw = json.loads(self._c.get(_ids(ids), with_vector))
+        want = json.loads(_ids(ids))
+        missing = [i for i, r in zip(want, raw) if r is None]
+        if missing:
+            raise KeyError(f"ids not found: {missing}")
+        return [
+            Point(r["id"], r["payload"], np.asarray(r["vector"], dtype=np.float32) if "vector" in r else None)
+            for r in raw
+        ]
+
+    def delete(self, ids=None, filter: Optional[Dict[str, Any]] = None) -> int:
+        """Deletes points by id or by filter; returns how many were removed."""
+        return self._c.delete(None if ids is None else _ids(ids), _filter(filter))
+
+    def count(self, filter: Optional[Dict[str, Any]] = None) -> int:
+        return self._c.count(_filter(filter))
+
+    def scroll(self, filter=None, offset: Optional[PointId] = None, limit: int = 10, with_vector: bool = False):
+        """A page of points ordered by id: ``(points, next_offset)``."""
+        raw = json.loads(
+            self._c.scroll(_filter(filter), None if offset is None else json.dumps(offset), limit, with_vector)
+        )
+        pts = [Point(r["id"], r["payload"], np.asarray(r["vector"], dtype=np.float32) if "vector" in r else None) for r in raw["points"]]
+        return pts, raw["next"]
+
+    def set_payload(self, payload: Dict[str, Any], ids=None, filter=None) -> int:
+        """Merges ``payload``'s keys into the selected points' payloads."""
+        return self._c.set_payload(json.dumps(payload), None if ids is None else _ids(ids), _filter(filter))
+
+    def create_index(self, field: str, schema: str = "keyword") -> None:
+        """A payload index on ``field``: ``"keyword"`` or ``"integer"``."""
+        self._c.create_index(field, schema)
+
+    def checkpoint(self) -> None:
+        self._c.checkpoint()
+
+
+class Database:
+    """A database directory opened by this process (locked against others)."""
+
+    def __init__(self, native) -> None:
+        self._db = native
+
+    @property
+    def path(self) -> str:
+        return self._db.path
+
+    def create_collection(self, name: str, dim: int, metric: str = "cosine", engine: str = "hnsw", **params) -> Collection:
+        return Collection(self._db.create_collection(name, dim, metric, engine, json.dumps(params)))
+
+    def get_collection(self, name: str) -> Collection:
+        return Collection(self._db.collection(name))
+
+    def list_collections(self) -> List[str]:
+        return self._db.list_collections()
+
+    def delete_collection(self, name: str) -> bool:
+        return self._db.delete_collection(name)
+
+    def flush(self) -> None:
+        """Checkpoints every collection."""
+        self._db.flush()
+
+    def __repr__(self) -> str:
+        return f"Database({self.path!r}, collections={self.list_collections()})"
+
+
+def connect(path: Union[str, Path], durability: str = "group", threads: Optional[int] = None, **options) -> Database:
+    """Opens (creating if needed) the database in ``path``.
+
+    ``durability``: ``"group"`` (default: concurrent writers share one fsync
+    within 2 ms) or ``"always"`` (one fsync per operation); in both, a write
+    returns only after the fsync that covers it. ``options``:
+    ``checkpoint_bytes``, ``checkpoint_seconds``.
+    """
+    return Database(_native()._Database.open(Path(path), durability, threads, options.get("checkpoint_bytes"), options.get("checkpoint_seconds")))
