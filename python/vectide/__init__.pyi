@@ -8,3 +8,4 @@ from ._vectide import DatabaseLockedError as DatabaseLockedError
 from .db import Collection as Collection
 from .db import Database as Database
 from .db import connect as connect
+from .client import Client as Client

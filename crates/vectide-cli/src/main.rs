@@ -5,11 +5,14 @@
 //! - `vectide inspect PATH` describes an index file (or index directory)
 //!   after checking it;
 //! - `vectide crash-test p-hnsw` runs the crash simulator and the SIGKILL
-//!   test of the persistent engine.
+//!   test of the persistent engine;
+//! - `vectide serve --data DIR` serves a database over HTTP;
+//! - `vectide import --data DIR --collection NAME FILE` loads points.
 
 mod bench;
 mod crash;
 mod dataset;
+mod db;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -39,6 +42,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve a database directory over HTTP (Qdrant-compatible REST subset).
+    Serve(db::ServeArgs),
+    /// Load points from .npy, .jsonl or a dataset (HDF5 `train`) into a collection.
+    Import(db::ImportArgs),
     /// Crash-consistency test: simulator crash points, then SIGKILLed
     /// processes; exits 1 on any violation.
     CrashTest(crash::CrashArgs),
@@ -68,6 +75,8 @@ fn main() -> ExitCode {
         },
         Command::CrashChild(args) => crash::child(&args),
         Command::OpenProbe { path, persist } => open_probe(&path, &persist),
+        Command::Serve(args) => db::serve(&args),
+        Command::Import(args) => db::import(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -79,7 +88,11 @@ fn main() -> ExitCode {
 }
 
 fn inspect(path: &std::path::Path, json: bool) -> Result<(), String> {
-    let rows = vectide_engines::inspect(path).map_err(|e| e.to_string())?;
+    let rows = if path.join("catalog.json").is_file() {
+        vectide_db::inspect(path).map_err(|e| e.to_string())?
+    } else {
+        vectide_engines::inspect(path).map_err(|e| e.to_string())?
+    };
     if json {
         let map: serde_json::Map<String, serde_json::Value> = rows
             .into_iter()

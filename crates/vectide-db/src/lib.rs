@@ -347,3 +347,51 @@ impl Drop for Database {
         }
     }
 }
+
+/// `vectide inspect DIR` for a database: the catalog and, per collection,
+/// its files (read without opening: no lock, no recovery).
+pub fn inspect(dir: &Path) -> Result<Vec<(String, String)>> {
+    let path = dir.join(CATALOG);
+    let bytes = std::fs::read(&path).map_err(|e| DbError::io_at(&path, e))?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|e| DbError::corrupted(format!("{}: {e}", path.display())))?;
+    if v["format"] != CATALOG_FORMAT {
+        return Err(DbError::corrupted(format!("{} is not a Vectide catalog", path.display())));
+    }
+    let mut rows = vec![
+        ("kind".to_string(), "database".to_string()),
+        ("catalog_version".to_string(), v["version"].to_string()),
+    ];
+    let locked = std::fs::read_to_string(dir.join("LOCK")).unwrap_or_default();
+    rows.push(("last_opened_by_pid".into(), locked.trim().to_string()));
+    let size = |p: &Path| -> u64 {
+        if p.is_dir() {
+            std::fs::read_dir(p)
+                .map(|rd| rd.flatten().map(|e| e.metadata().map(|m| m.len()).unwrap_or(0)).sum())
+                .unwrap_or(0)
+        } else {
+            std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+        }
+    };
+    let entries = v["collections"].as_array().cloned().unwrap_or_default();
+    rows.push(("collections".into(), entries.len().to_string()));
+    for e in entries {
+        let (name, c) = config_from_json(&e)?;
+        let cdir = dir.join("collections").join(&name);
+        let segments = std::fs::read_dir(cdir.join("wal")).map(|rd| rd.count()).unwrap_or(0);
+        let engine_path = if cdir.join("index").is_dir() { cdir.join("index") } else { cdir.join("index.vtdx") };
+        rows.push((
+            format!("collection.{name}"),
+            format!(
+                "dim {} {} engine {}; wal {} segment(s) {} bytes; points.redb {} bytes; engine files {} bytes",
+                c.dim,
+                c.metric.name(),
+                c.engine,
+                segments,
+                size(&cdir.join("wal")),
+                size(&cdir.join("points.redb")),
+                size(&engine_path)
+            ),
+        ));
+    }
+    Ok(rows)
+}

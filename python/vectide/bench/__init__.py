@@ -29,6 +29,10 @@ def main(argv=None) -> int:
         from . import phnsw
 
         return phnsw.main(argv[1:])
+    if argv and argv[0] == "db":  # and db
+        from . import db
+
+        return db.main(argv[1:])
 
     from . import ann
 
@@ -43,6 +47,7 @@ def main(argv=None) -> int:
     ann.add_arguments(p)
     p.set_defaults(func=ann.run_cli)
     sub.add_parser("churn", help="recall/QPS under delete + re-insert churn (vectide:hnsw)", add_help=False)
+    sub.add_parser("db", help="database: upsert throughput, filtered recall, restart, server vs in-process", add_help=False)
     sub.add_parser("phnsw", help="P-HNSW paper figures: insert time, breakdown, recovery, msync, crash test", add_help=False)
     p = sub.add_parser("plot", help="recall/QPS plot of a result JSON")
     p.add_argument("json", metavar="FILE.json")

@@ -1,0 +1,243 @@
+//! `vectide serve` and `vectide import`: the database from the command line.
+
+use clap::Args;
+use serde_json::Value;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use vectide_core::Metric;
+use vectide_db::{CollectionConfig, Database, Durability, ExtId, Options, PointInput};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Database directory (created if missing).
+    #[arg(long)]
+    pub data: PathBuf,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 6333)]
+    pub port: u16,
+    /// Require this key in the `api-key` header.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// `group` (default: concurrent writers share an fsync) or `always`.
+    #[arg(long, default_value = "group")]
+    pub durability: String,
+    /// Largest request body, MiB.
+    #[arg(long, default_value_t = 64)]
+    pub body_limit_mb: usize,
+}
+
+pub fn serve(args: &ServeArgs) -> Result<(), String> {
+    let opts = Options {
+        durability: Durability::parse(&args.durability).map_err(|e| e.to_string())?,
+        ..Options::default()
+    };
+    // Every collection recovers before the server listens.
+    let db = Database::open(&args.data, opts).map_err(|e| e.to_string())?;
+    let addr: std::net::SocketAddr = format!("{}:{}", args.host, args.port)
+        .parse()
+        .map_err(|e| format!("bad --host/--port: {e}"))?;
+    let config = vectide_server::ServerConfig {
+        api_key: args.api_key.clone(),
+        body_limit: args.body_limit_mb.max(1) << 20,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(vectide_server::serve(db, addr, config))
+        .map_err(|e| e.to_string())
+}
+
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// Database directory.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Collection to fill (created when missing, with the file's dimension).
+    #[arg(long)]
+    pub collection: String,
+    /// `.npy` (float32/float64 rows; ids 0..n), a dataset name or `.hdf5`
+    /// file (its `train` rows), or `.jsonl` (`{"id", "vector", "payload"}`).
+    pub file: String,
+    #[arg(long, default_value = "cosine")]
+    pub metric: String,
+    #[arg(long, default_value = "hnsw")]
+    pub engine: String,
+    /// Rows per upsert.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+}
+
+/// Reads a `.npy` file of 2-d float rows (C order, little-endian f4 or f8).
+pub fn read_npy(path: &Path) -> Result<(usize, Vec<f32>), String> {
+    let b = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let what = path.display();
+    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
+        return Err(format!("{what}: not a .npy file"));
+    }
+    let (hlen, hstart) = match b[6] {
+        1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
+        2 | 3 => {
+            if b.len() < 12 {
+                return Err(format!("{what}: truncated header"));
+            }
+            (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12)
+        }
+        v => return Err(format!("{what}: unsupported .npy version {v}")),
+    };
+    let header = b
+        .get(hstart..hstart + hlen)
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .ok_or_else(|| format!("{what}: truncated header"))?;
+    let width = if header.contains("'<f4'") {
+        4
+    } else if header.contains("'<f8'") {
+        8
+    } else {
+        return Err(format!("{what}: only little-endian float32/float64 arrays are imported"));
+    };
+    if header.contains("'fortran_order': True") {
+        return Err(format!("{what}: Fortran-ordered arrays are not supported; save a C-ordered copy"));
+    }
+    let shape = header
+        .split("'shape':")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .map(|s| s.trim().trim_start_matches('('))
+        .ok_or_else(|| format!("{what}: no shape in the header"))?;
+    let dims: Vec<usize> = shape
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|_| format!("{what}: bad shape {shape:?}")))
+        .collect::<Result<_, _>>()?;
+    let [n, d] = dims[..] else {
+        return Err(format!("{what}: expected a 2-d array, got shape ({shape})"));
+    };
+    let data = &b[hstart + hlen..];
+    if d == 0 || data.len() != n.checked_mul(d).and_then(|x| x.checked_mul(width)).unwrap_or(usize::MAX) {
+        return Err(format!("{what}: {} data bytes do not hold a {n} x {d} array", data.len()));
+    }
+    let v = if width == 4 {
+        data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    } else {
+        data.chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("8")) as f32)
+            .collect()
+    };
+    Ok((d, v))
+}
+
+fn jsonl(path: &Path) -> Result<(usize, Vec<PointInput>), String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out = Vec::new();
+    let mut dim = 0;
+    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let line = line.map_err(|e| e.to_string())?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = format!("{}:{}", path.display(), i + 1);
+        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{at}: {e}"))?;
+        let id = ExtId::from_json(&v["id"]).map_err(|e| format!("{at}: id: {e}"))?;
+        let vector: Vec<f32> = v["vector"]
+            .as_array()
+            .ok_or_else(|| format!("{at}: vector must be a list"))?
+            .iter()
+            .map(|x| x.as_f64().map(|f| f as f32).ok_or_else(|| format!("{at}: vector components must be numbers")))
+            .collect::<Result<_, _>>()?;
+        if dim == 0 {
+            dim = vector.len();
+        }
+        out.push(PointInput {
+            id,
+            vector,
+            payload: v.get("payload").cloned().unwrap_or(Value::Null),
+        });
+    }
+    Ok((dim, out))
+}
+
+pub fn import(args: &ImportArgs) -> Result<(), String> {
+    let path = Path::new(&args.file);
+    let (dim, points): (usize, Vec<PointInput>) = match path.extension().and_then(|e| e.to_str()) {
+        Some("npy") => {
+            let (d, v) = read_npy(path)?;
+            let pts = v
+                .chunks_exact(d)
+                .enumerate()
+                .map(|(i, r)| PointInput { id: ExtId::Num(i as u64), vector: r.to_vec(), payload: Value::Null })
+                .collect();
+            (d, pts)
+        }
+        Some("jsonl") | Some("ndjson") => jsonl(path)?,
+        _ => {
+            let ds = crate::dataset::load(&args.file)?;
+            let pts = ds
+                .train
+                .chunks_exact(ds.dim)
+                .enumerate()
+                .map(|(i, r)| PointInput { id: ExtId::Num(i as u64), vector: r.to_vec(), payload: Value::Null })
+                .collect();
+            (ds.dim, pts)
+        }
+    };
+    if dim == 0 || points.is_empty() {
+        return Err(format!("{}: nothing to import", args.file));
+    }
+    let db: Arc<Database> = Database::open(&args.data, Options::default()).map_err(|e| e.to_string())?;
+    let c = match db.collection(&args.collection) {
+        Ok(c) => c,
+        Err(_) => db
+            .create_collection(
+                &args.collection,
+                CollectionConfig {
+                    dim,
+                    metric: Metric::parse(&args.metric).map_err(|e| e.to_string())?,
+                    engine: args.engine.clone(),
+                    params: Default::default(),
+                },
+            )
+            .map_err(|e| e.to_string())?,
+    };
+    let bar = crate::progress(points.len() as u64, "importing");
+    for chunk in points.chunks(args.batch.max(1)) {
+        c.upsert(chunk).map_err(|e| e.to_string())?;
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    c.checkpoint().map_err(|e| e.to_string())?;
+    println!("imported {} points into {:?} ({} live)", points.len(), args.collection, c.len());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npy_files_parse_and_bad_ones_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.npy");
+        let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+        let mut h = header.to_string();
+        while (10 + h.len() + 1) % 64 != 0 {
+            h.push(' ');
+        }
+        h.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        b.extend_from_slice(h.as_bytes());
+        for x in [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0] {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        std::fs::write(&p, &b).unwrap();
+        assert_eq!(read_npy(&p).unwrap(), (3, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        std::fs::write(&p, &b[..b.len() - 2]).unwrap();
+        assert!(read_npy(&p).unwrap_err().contains("do not hold"));
+        std::fs::write(&p, b"garbage").unwrap();
+        assert!(read_npy(&p).is_err());
+    }
+}

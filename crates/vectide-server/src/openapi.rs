@@ -1,0 +1,110 @@
+//! The OpenAPI 3.0 document of the API (`GET /openapi.json`).
+
+use serde_json::{json, Value};
+
+fn envelope(result: Value) -> Value {
+    json!({
+        "description": "success",
+        "content": {"application/json": {"schema": {
+            "type": "object",
+            "properties": {"result": result, "status": {"type": "string"}, "time": {"type": "number"}},
+            "required": ["result", "status", "time"]
+        }}}
+    })
+}
+
+fn body(schema: Value) -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": schema}}})
+}
+
+fn errors() -> Value {
+    let e = json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    json!({"400": e.clone(), "401": e.clone(), "404": e.clone(), "409": e.clone(), "413": e.clone(), "500": e})
+}
+
+fn op(summary: &str, request: Option<Value>, result: Value) -> Value {
+    let mut responses = errors();
+    responses["200"] = envelope(result);
+    let mut o = json!({
+        "summary": summary,
+        "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$"}}],
+        "responses": responses,
+    });
+    if let Some(r) = request {
+        o["requestBody"] = body(r);
+    }
+    o
+}
+
+fn r(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+/// The document.
+pub fn document() -> Value {
+    let update = r("UpdateResult");
+    let points = json!({"type": "array", "items": r("Point")});
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Vectide REST API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Collections of points (id, vector, JSON payload) with filtered vector search. The shapes are the subset of Qdrant's REST API that qdrant-client uses; scores follow Qdrant (Cosine and Dot: similarity, Euclid: distance)."
+        },
+        "paths": {
+            "/": {"get": {"summary": "Server version", "responses": {"200": {"description": "version", "content": {"application/json": {"schema": {"type": "object", "properties": {"title": {"type": "string"}, "version": {"type": "string"}}}}}}}}},
+            "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text exposition format", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+            "/collections": {"get": {"summary": "List collections", "responses": {"200": envelope(json!({"type": "object", "properties": {"collections": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}}}}))}}},
+            "/collections/{name}": {
+                "put": op("Create a collection", Some(r("CreateCollection")), json!({"type": "boolean"})),
+                "get": op("Collection info", None, json!({"type": "object"})),
+                "delete": op("Delete a collection", None, json!({"type": "boolean"}))
+            },
+            "/collections/{name}/exists": {"get": op("Whether a collection exists", None, json!({"type": "object", "properties": {"exists": {"type": "boolean"}}}))},
+            "/collections/{name}/points": {
+                "put": op("Upsert points (acknowledged after the WAL fsync)", Some(r("PointsList")), update.clone()),
+                "post": op("Retrieve points by id", Some(r("PointRequest")), points.clone())
+            },
+            "/collections/{name}/points/query": {"post": op("Query points", Some(r("QueryRequest")), json!({"type": "object", "properties": {"points": {"type": "array", "items": r("ScoredPoint")}}}))},
+            "/collections/{name}/points/query/batch": {"post": op("Batch of queries", Some(json!({"type": "object", "required": ["searches"], "properties": {"searches": {"type": "array", "items": r("QueryRequest")}}})), json!({"type": "array"}))},
+            "/collections/{name}/points/search": {"post": op("Search points", Some(r("SearchRequest")), json!({"type": "array", "items": r("ScoredPoint")}))},
+            "/collections/{name}/points/count": {"post": op("Count points", Some(json!({"type": "object", "properties": {"filter": r("Filter"), "exact": {"type": "boolean"}}})), json!({"type": "object", "properties": {"count": {"type": "integer"}}}))},
+            "/collections/{name}/points/delete": {"post": op("Delete points by id or filter", Some(r("Selector")), update.clone())},
+            "/collections/{name}/points/scroll": {"post": op("Page through points in id order", Some(r("ScrollRequest")), json!({"type": "object", "properties": {"points": points, "next_page_offset": r("PointId")}}))},
+            "/collections/{name}/points/payload": {"post": op("Merge keys into payloads", Some(json!({"allOf": [r("Selector"), {"type": "object", "required": ["payload"], "properties": {"payload": {"type": "object"}}}]})), update.clone())},
+            "/collections/{name}/index": {"put": op("Declare a payload index", Some(json!({"type": "object", "required": ["field_name", "field_schema"], "properties": {"field_name": {"type": "string", "minLength": 1}, "field_schema": {"type": "string", "enum": ["keyword", "integer"]}}})), update)}
+        },
+        "components": {"schemas": {
+            "Error": {"type": "object", "properties": {"status": {"type": "object", "properties": {"error": {"type": "string"}}}, "time": {"type": "number"}}},
+            "PointId": {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]},
+            "Vector": {"type": "array", "items": {"type": "number"}},
+            "Payload": {"type": "object", "nullable": true},
+            "Point": {"type": "object", "properties": {"id": r("PointId"), "payload": r("Payload"), "vector": {"type": "array", "items": {"type": "number"}, "nullable": true}}},
+            "PointStruct": {"type": "object", "required": ["id", "vector"], "properties": {"id": r("PointId"), "vector": r("Vector"), "payload": r("Payload")}},
+            "PointsList": {"type": "object", "properties": {"points": {"type": "array", "items": r("PointStruct")}, "batch": {"type": "object", "properties": {"ids": {"type": "array", "items": r("PointId")}, "vectors": {"type": "array", "items": r("Vector")}, "payloads": {"type": "array", "items": r("Payload")}}}}},
+            "PointRequest": {"type": "object", "required": ["ids"], "properties": {"ids": {"type": "array", "items": r("PointId")}, "with_payload": {"type": "boolean"}, "with_vector": {"type": "boolean"}}},
+            "ScoredPoint": {"type": "object", "required": ["id", "version", "score"], "properties": {"id": r("PointId"), "version": {"type": "integer"}, "score": {"type": "number"}, "payload": r("Payload")}},
+            "UpdateResult": {"type": "object", "properties": {"operation_id": {"type": "integer"}, "status": {"type": "string", "enum": ["completed"]}}},
+            "Condition": {"type": "object", "properties": {
+                "key": {"type": "string"},
+                "match": {"type": "object", "properties": {"value": {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "boolean"}]}, "any": {"type": "array"}, "except": {"type": "array"}}},
+                "range": {"type": "object", "properties": {"gt": {"type": "number"}, "gte": {"type": "number"}, "lt": {"type": "number"}, "lte": {"type": "number"}}},
+                "has_id": {"type": "array", "items": r("PointId")},
+                "is_empty": {"type": "object", "properties": {"key": {"type": "string"}}},
+                "is_null": {"type": "object", "properties": {"key": {"type": "string"}}}
+            }},
+            "Filter": {"type": "object", "properties": {"must": {"type": "array", "items": r("Condition")}, "should": {"type": "array", "items": r("Condition")}, "must_not": {"type": "array", "items": r("Condition")}}},
+            "Selector": {"type": "object", "properties": {"points": {"type": "array", "items": r("PointId")}, "filter": r("Filter")}},
+            "WithPayload": {"oneOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "string"}}]},
+            "QueryRequest": {"type": "object", "properties": {"query": {"oneOf": [r("Vector"), r("PointId"), {"type": "object", "properties": {"nearest": r("Vector")}}]}, "filter": r("Filter"), "limit": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0}, "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}, "score_threshold": {"type": "number"}, "params": {"type": "object", "properties": {"hnsw_ef": {"type": "integer", "minimum": 1}}}}},
+            "SearchRequest": {"type": "object", "required": ["vector", "limit"], "properties": {"vector": r("Vector"), "filter": r("Filter"), "limit": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0}, "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}, "score_threshold": {"type": "number"}, "params": {"type": "object", "properties": {"hnsw_ef": {"type": "integer", "minimum": 1}}}}},
+            "ScrollRequest": {"type": "object", "properties": {"filter": r("Filter"), "limit": {"type": "integer", "minimum": 0}, "offset": r("PointId"), "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}}},
+            "CreateCollection": {"type": "object", "required": ["vectors"], "properties": {
+                "vectors": {"type": "object", "required": ["size", "distance"], "properties": {"size": {"type": "integer", "minimum": 1, "maximum": 65536}, "distance": {"type": "string", "enum": ["Cosine", "Dot", "Euclid"]}}},
+                "hnsw_config": {"type": "object", "properties": {"m": {"type": "integer"}, "ef_construct": {"type": "integer"}}},
+                "vectide": {"type": "object", "properties": {"engine": {"type": "string", "enum": ["hnsw", "p-hnsw", "hnsw-snap", "hnsw-wal"]}, "params": {"type": "object"}}}
+            }}
+        }}
+    })
+}

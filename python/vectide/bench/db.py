@@ -1,0 +1,280 @@
+"""Database benchmark: the commit path, filters, restart and the server.
+
+``python -m vectide.bench db [--dataset glove-6b-50-angular-100k] --out FILE.json``
+
+Method
+------
+* **Upsert throughput.** Points/s upserting ``--upsert-points`` rows, one point
+  per call, from 1 client and from 8 concurrent client threads, into a fresh
+  ``hnsw`` collection with ``durability="always"`` and ``"group"``, against the
+  engine alone (``vectide.Index.add``, same calls, same threads) in the same
+  run. Each configuration runs twice, alternating, best kept.
+* **Filtered recall@10** at 1 %, 10 % and 50 % selectivity (payload field
+  ``pct = i % 100``, filter ``pct < s``) against exact brute force over the
+  matching points, with and without an integer payload index.
+* **Restart time.** A ``--restart-n``-point ``hnsw`` collection is built,
+  checkpointed, then given a WAL tail of 10,000 more upserts; a fresh process
+  opens the database and answers one query: the wall time from its start.
+* **Server vs in-process search QPS** on the same collection: one query per
+  call from the same Python loop, ``vectide.Client`` against ``vectide serve``
+  on loopback versus ``Collection.search`` in process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+from .. import datasets
+from .ann import _log, machine_info, write_json
+
+
+def _cli() -> str:
+    beside = Path(sys.executable).parent / "vectide"
+    if not beside.exists():
+        raise RuntimeError("the vectide CLI is not installed (run make build)")
+    return str(beside)
+
+
+def _rate(fn, X: np.ndarray, clients: int) -> float:
+    """Calls ``fn(i, row)`` for every row from ``clients`` threads; rows/s."""
+    parts = np.array_split(np.arange(len(X)), clients)
+
+    def work(idx):
+        for i in idx:
+            fn(int(i), X[i])
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in parts]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return len(X) / (time.perf_counter() - t0)
+
+
+def upsert_throughput(X: np.ndarray, metric: str, root: Path, args) -> Dict[str, Dict[str, float]]:
+    import vectide
+
+    out: Dict[str, Dict[str, float]] = {}
+    configs = [("engine", None), ("always", "always"), ("group", "group")]
+    for rnd in range(2):
+        for name, durability in (configs if rnd == 0 else list(reversed(configs))):
+            for clients in (1, 8):
+                if durability is None:
+                    idx = vectide.Index(X.shape[1], metric, m=args.m, ef_construction=args.ef_construction)
+                    rate = _rate(lambda i, v: idx.add([i], v[None, :]), X, clients)
+                    del idx
+                else:
+                    d = root / f"tp-{name}-{clients}-{rnd}"
+                    shutil.rmtree(d, ignore_errors=True)
+                    db = vectide.connect(d, durability=durability)
+                    c = db.create_collection("t", dim=X.shape[1], metric=metric, m=args.m, ef_construction=args.ef_construction)
+                    rate = _rate(lambda i, v: c.upsert([i], v[None, :], payloads=[{"i": i}]), X, clients)
+                    del c, db
+                    shutil.rmtree(d, ignore_errors=True)
+                key = f"{clients}_client" + ("s" if clients > 1 else "")
+                _log(f"upsert {name} {key}: {rate:.0f} points/s")
+                cell = out.setdefault(name, {})
+                cell[key] = max(cell.get(key, 0.0), rate)
+    return out
+
+
+def filtered_recall(X: np.ndarray, Q: np.ndarray, metric: str, root: Path, args) -> Dict[str, Dict[str, float]]:
+    import vectide
+
+    d = root / "filters"
+    shutil.rmtree(d, ignore_errors=True)
+    db = vectide.connect(d)
+    c = db.create_collection("f", dim=X.shape[1], metric=metric, m=args.m, ef_construction=args.ef_construction)
+    n = len(X)
+    for s in range(0, n, 10_000):
+        e = min(n, s + 10_000)
+        c.upsert(list(range(s, e)), X[s:e], payloads=[{"pct": i % 100} for i in range(s, e)])
+    Xn = X / np.linalg.norm(X, axis=1, keepdims=True) if metric == "cosine" else X
+    Qs = Q[: args.filter_queries]
+    pct = np.arange(n) % 100
+    out: Dict[str, Dict[str, float]] = {}
+    for indexed in (False, True):
+        if indexed:
+            c.create_index("pct", "integer")
+        for sel in (1, 10, 50):
+            mask = pct < sel
+            ids = np.nonzero(mask)[0]
+            hits = 0
+            t0 = time.perf_counter()
+            found = c.search(Qs, k=10, filter={"must": [{"key": "pct", "range": {"lt": sel}}]}, with_payload=False)
+            secs = time.perf_counter() - t0
+            for q, res in zip(Qs, found):
+                if metric == "cosine":
+                    dist = -(Xn[ids] @ (q / np.linalg.norm(q)))
+                elif metric == "ip":
+                    dist = -(X[ids] @ q)
+                else:
+                    dist = ((X[ids] - q) ** 2).sum(1)
+                truth = set(ids[np.argsort(dist, kind="stable")[:10]].tolist())
+                hits += len(truth & {h.id for h in res})
+            r = hits / (10 * len(Qs))
+            key = "indexed" if indexed else "no_index"
+            out.setdefault(key, {})[f"{sel}%"] = r
+            out.setdefault(key + "_qps", {})[f"{sel}%"] = len(Qs) / secs
+            _log(f"filtered recall@10 at {sel}% ({key}): {r:.4f}")
+    del c, db
+    shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+PROBE = r"""
+import sys, time
+t0 = time.perf_counter()
+import numpy as np, vectide
+db = vectide.connect(sys.argv[1])
+c = db.get_collection("r")
+c.search(np.ones(int(sys.argv[2]), dtype=np.float32), k=10)
+print(time.perf_counter() - t0, c.info()["replayed"], len(c), flush=True)
+"""
+
+
+def restart_time(X_all: np.ndarray, metric: str, root: Path, args) -> Dict[str, float]:
+    import vectide
+
+    n = min(args.restart_n, len(X_all) - 10_000)
+    d = root / "restart"
+    shutil.rmtree(d, ignore_errors=True)
+    db = vectide.connect(d)
+    c = db.create_collection("r", dim=X_all.shape[1], metric=metric, m=args.m, ef_construction=args.ef_construction)
+    for s in range(0, n, 10_000):
+        e = min(n, s + 10_000)
+        c.upsert(list(range(s, e)), X_all[s:e])
+    c.checkpoint()
+    for s in range(n, n + 10_000, 1000):
+        c.upsert(list(range(s, s + 1000)), X_all[s : s + 1000])
+    del c, db
+    runs = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-c", PROBE, str(d), str(X_all.shape[1])], capture_output=True, text=True, check=True)
+        wall = time.perf_counter() - t0
+        inner, replayed, live = p.stdout.split()
+        runs.append({"wall_s": wall, "open_and_query_s": float(inner), "replayed_records": int(replayed), "points": int(live)})
+        _log(f"restart of {live} points: {wall:.2f} s wall ({replayed} WAL records replayed)")
+    shutil.rmtree(d, ignore_errors=True)
+    runs.sort(key=lambda r: r["wall_s"])
+    return {"n": int(n) + 10_000, **runs[1], "runs": runs}
+
+
+def server_vs_inprocess(X: np.ndarray, Q: np.ndarray, metric: str, root: Path, args) -> Dict[str, float]:
+    import vectide
+
+    d = root / "server"
+    shutil.rmtree(d, ignore_errors=True)
+    db = vectide.connect(d)
+    c = db.create_collection("s", dim=X.shape[1], metric=metric, m=args.m, ef_construction=args.ef_construction)
+    for s in range(0, len(X), 10_000):
+        e = min(len(X), s + 10_000)
+        c.upsert(list(range(s, e)), X[s:e])
+    db.flush()
+    Qs = Q[: args.server_queries]
+    best_local = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for q in Qs:
+            c.search(q, k=10, with_payload=False)
+        best_local = max(best_local, len(Qs) / (time.perf_counter() - t0))
+    del c, db
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([_cli(), "serve", "--data", str(d), "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(url + "/healthz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.05)
+        rc = vectide.Client(url).get_collection("s")
+        rc.metric  # warm the metric lookup
+        best_remote = 0.0
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for q in Qs:
+                rc.search(q, k=10, with_payload=False)
+            best_remote = max(best_remote, len(Qs) / (time.perf_counter() - t0))
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(d, ignore_errors=True)
+    _log(f"search QPS: in process {best_local:.0f}, over HTTP {best_remote:.0f}")
+    return {"in_process_qps": best_local, "server_qps": best_remote, "ratio": best_remote / best_local}
+
+
+def run(args) -> dict:
+    ds = datasets.load(args.dataset)
+    metric = ds.metric
+    X = np.ascontiguousarray(ds.train, dtype=np.float32)
+    Q = np.ascontiguousarray(ds.test, dtype=np.float32)
+    root = Path(datasets.data_dir()) / "db-bench"
+    root.mkdir(parents=True, exist_ok=True)
+    result: Dict[str, object] = {
+        "dataset": ds.name,
+        "metric": metric,
+        "machine": machine_info(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "params": {"m": args.m, "ef_construction": args.ef_construction, "upsert_points": args.upsert_points},
+    }
+    try:
+        result["upsert_points_per_s"] = upsert_throughput(X[: args.upsert_points], metric, root, args)
+        result["filtered_recall_at_10"] = filtered_recall(X, Q, metric, root, args)
+        result["server_vs_in_process"] = server_vs_inprocess(X, Q, metric, root, args)
+        if args.restart_n > 0:
+            big = datasets.load(args.restart_dataset)
+            result["restart"] = restart_time(np.ascontiguousarray(big.train, dtype=np.float32), big.metric, root, args)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    up = result["upsert_points_per_s"]
+    result["summary"] = {
+        "group_vs_always_8_clients": up["group"]["8_clients"] / up["always"]["8_clients"],
+        "group_vs_engine_8_clients": up["group"]["8_clients"] / up["engine"]["8_clients"],
+        "always_vs_engine_1_client": up["always"]["1_client"] / up["engine"]["1_client"],
+        "filtered_recall_min": min(v for k, d in result["filtered_recall_at_10"].items() if not k.endswith("qps") for v in d.values()),
+        "server_qps_ratio": result["server_vs_in_process"]["ratio"],
+        "restart_s": (result.get("restart") or {}).get("wall_s"),
+    }
+    return result
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m vectide.bench db", description=__doc__.split("Method")[0].strip())
+    p.add_argument("--dataset", default="glove-6b-50-angular-100k")
+    p.add_argument("--restart-dataset", default="glove-6b-50-angular")
+    p.add_argument("--restart-n", type=int, default=380_000)
+    p.add_argument("--upsert-points", type=int, default=5000)
+    p.add_argument("--filter-queries", type=int, default=200)
+    p.add_argument("--server-queries", type=int, default=2000)
+    p.add_argument("--m", type=int, default=16)
+    p.add_argument("--ef-construction", type=int, default=200)
+    p.add_argument("--out", metavar="FILE.json")
+    args = p.parse_args(argv)
+    result = run(args)
+    print(json.dumps(result["summary"], indent=2))
+    print(json.dumps({k: result[k] for k in ("upsert_points_per_s", "filtered_recall_at_10", "server_vs_in_process")}, indent=1))
+    if "restart" in result:
+        print("restart:", json.dumps({k: v for k, v in result["restart"].items() if k != "runs"}))
+    if args.out:
+        write_json(result, args.out)
+        print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,207 @@
+"""``vectide.Client(url, api_key=None)``: the database surface over HTTP.
+
+The same methods as :mod:`vectide.db` (``create_collection``,
+``get_collection``, ``list_collections``, ``delete_collection``; on a
+collection ``upsert``, ``search``, ``search_numpy``, ``get``, ``delete``,
+``count``, ``scroll``, ``set_payload``, ``create_index``), talking to
+``vectide serve`` through its REST API (the Qdrant-shaped subset), with the
+standard library's ``urllib`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from .db import Hit, Point, _rows
+
+_DISTANCE = {"cosine": "Cosine", "ip": "Dot", "l2": "Euclid"}
+_METRIC = {v: k for k, v in _DISTANCE.items()}
+
+
+class ServerError(RuntimeError):
+    """An error answer of the server (``status`` holds the HTTP status)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _id_list(ids) -> List[Any]:
+    if isinstance(ids, (int, np.integer, str)):
+        ids = [ids]
+    return [int(i) if isinstance(i, (int, np.integer)) else str(i) for i in ids]
+
+
+class Client:
+    """A connection to ``vectide serve`` (see the module docs)."""
+
+    def __init__(self, url: str = "http://127.0.0.1:6333", api_key: Optional[str] = None, timeout: float = 60.0) -> None:
+        self.url = url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("content-type", "application/json")
+        if self.api_key is not None:
+            req.add_header("api-key", self.api_key)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                doc = json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                msg = json.loads(raw)["status"]["error"]
+            except (ValueError, KeyError, TypeError):
+                msg = raw.decode(errors="replace")
+            if e.code == 404 and "not found" in msg:
+                raise KeyError(msg) from None
+            if e.code in (400, 409, 413):
+                raise ValueError(msg) from None
+            raise ServerError(e.code, msg) from None
+        return doc.get("result") if isinstance(doc, dict) and "result" in doc else doc
+
+    def create_collection(self, name: str, dim: int, metric: str = "cosine", engine: str = "hnsw", **params) -> "RemoteCollection":
+        if metric not in _DISTANCE:
+            raise ValueError(f"metric must be one of {sorted(_DISTANCE)}, got {metric!r}")
+        self._call("PUT", f"/collections/{name}", {
+            "vectors": {"size": dim, "distance": _DISTANCE[metric]},
+            "vectide": {"engine": engine, "params": params},
+        })
+        return RemoteCollection(self, name)
+
+    def get_collection(self, name: str) -> "RemoteCollection":
+        if not self._call("GET", f"/collections/{name}/exists")["exists"]:
+            raise KeyError(f"collection {name!r} not found")
+        return RemoteCollection(self, name)
+
+    def list_collections(self) -> List[str]:
+        return sorted(c["name"] for c in self._call("GET", "/collections")["collections"])
+
+    def delete_collection(self, name: str) -> bool:
+        return bool(self._call("DELETE", f"/collections/{name}"))
+
+
+def _hit(metric: str, h: Dict[str, Any]) -> Hit:
+    s = float(h["score"])
+    d = {"cosine": 1.0 - s, "ip": -s, "l2": s * s}[metric]
+    return Hit(h["id"], s, d, h.get("payload"), h.get("vector"))
+
+
+class RemoteCollection:
+    """A collection behind a :class:`Client`."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self._c = client
+        self.name = name
+        self._metric: Optional[str] = None
+
+    def _path(self, suffix: str = "") -> str:
+        return f"/collections/{self.name}{suffix}"
+
+    def info(self) -> Dict[str, Any]:
+        return self._c._call("GET", self._path())
+
+    @property
+    def metric(self) -> str:
+        if self._metric is None:
+            self._metric = _METRIC[self.info()["config"]["params"]["vectors"]["distance"]]
+        return self._metric
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def upsert(self, ids, vectors, payloads=None) -> int:
+        ids = _id_list(ids)
+        rows = _rows(vectors)
+        if len(ids) != len(rows):
+            raise ValueError(f"got {len(ids)} ids but {len(rows)} vectors")
+        payloads = list(payloads) if payloads is not None else [None] * len(ids)
+        pts = [{"id": i, "vector": v.tolist(), "payload": p} for i, v, p in zip(ids, rows, payloads)]
+        return self._c._call("PUT", self._path("/points?wait=true"), {"points": pts})["operation_id"]
+
+    def search(self, vectors, k: int = 10, filter=None, with_payload: bool = True, with_vector: bool = False,
+               ef: Optional[int] = None) -> List[List[Hit]]:
+        searches = []
+        for q in _rows(vectors):
+            s: Dict[str, Any] = {"query": q.tolist(), "limit": k, "with_payload": with_payload, "with_vector": with_vector}
+            if filter is not None:
+                s["filter"] = filter
+            if ef is not None:
+                s["params"] = {"hnsw_ef": ef}
+            searches.append(s)
+        res = self._c._call("POST", self._path("/points/query/batch"), {"searches": searches})
+        m = self.metric
+        return [[_hit(m, h) for h in r["points"]] for r in res]
+
+    def search_numpy(self, vectors, k: int = 10, filter=None, ef: Optional[int] = None):
+        res = self.search(vectors, k, filter, with_payload=False, ef=ef)
+        numeric = all(isinstance(h.id, int) for q in res for h in q)
+        ids = np.full((len(res), k), np.iinfo(np.uint64).max, dtype=np.uint64) if numeric else np.full((len(res), k), None, dtype=object)
+        scores = np.full((len(res), k), np.nan, dtype=np.float32)
+        for i, q in enumerate(res):
+            for j, h in enumerate(q):
+                ids[i, j] = h.id
+                scores[i, j] = h.score
+        return ids, scores
+
+    def get(self, ids, with_vector: bool = True) -> List[Point]:
+        want = _id_list(ids)
+        recs = self._c._call("POST", self._path("/points"), {"ids": want, "with_payload": True, "with_vector": with_vector})
+        by_id = {json.dumps(r["id"]): r for r in recs}
+        missing = [i for i in want if json.dumps(i) not in by_id]
+        if missing:
+            raise KeyError(f"ids not found: {missing}")
+        out = []
+        for i in want:
+            r = by_id[json.dumps(i)]
+            v = r.get("vector")
+            out.append(Point(r["id"], r.get("payload") or {}, None if v is None else np.asarray(v, dtype=np.float32)))
+        return out
+
+    def delete(self, ids=None, filter=None) -> int:
+        if ids is None and filter is None:
+            raise ValueError("delete needs ids or a filter")
+        before = self.count()
+        body = {"points": _id_list(ids)} if ids is not None else {"filter": filter}
+        self._c._call("POST", self._path("/points/delete?wait=true"), body)
+        return before - self.count()
+
+    def count(self, filter=None) -> int:
+        body: Dict[str, Any] = {"exact": True}
+        if filter is not None:
+            body["filter"] = filter
+        return self._c._call("POST", self._path("/points/count"), body)["count"]
+
+    def scroll(self, filter=None, offset=None, limit: int = 10, with_vector: bool = False):
+        body: Dict[str, Any] = {"limit": limit, "with_payload": True, "with_vector": with_vector}
+        if filter is not None:
+            body["filter"] = filter
+        if offset is not None:
+            body["offset"] = offset
+        r = self._c._call("POST", self._path("/points/scroll"), body)
+        pts = [Point(p["id"], p.get("payload") or {}, None if p.get("vector") is None else np.asarray(p["vector"], dtype=np.float32)) for p in r["points"]]
+        return pts, r.get("next_page_offset")
+
+    def set_payload(self, payload: Dict[str, Any], ids=None, filter=None) -> int:
+        body: Dict[str, Any] = {"payload": payload}
+        if ids is not None:
+            body["points"] = _id_list(ids)
+        if filter is not None:
+            body["filter"] = filter
+        if ids is None:
+            n = self.count(filter)
+        else:
+            n = len(self._c._call("POST", self._path("/points"), {"ids": _id_list(ids), "with_payload": False}))
+        self._c._call("POST", self._path("/points/payload?wait=true"), body)
+        return n
+
+    def create_index(self, field: str, schema: str = "keyword") -> None:
+        self._c._call("PUT", self._path("/index?wait=true"), {"field_name": field, "field_schema": schema})
