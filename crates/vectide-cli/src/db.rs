@@ -96,10 +96,14 @@ pub fn read_npy(path: &Path) -> Result<(usize, Vec<f32>), String> {
     } else if header.contains("'<f8'") {
         8
     } else {
-        return Err(format!("{what}: only little-endian float32/float64 arrays are imported"));
+        return Err(format!(
+            "{what}: only little-endian float32/float64 arrays are imported"
+        ));
     };
     if header.contains("'fortran_order': True") {
-        return Err(format!("{what}: Fortran-ordered arrays are not supported; save a C-ordered copy"));
+        return Err(format!(
+            "{what}: Fortran-ordered arrays are not supported; save a C-ordered copy"
+        ));
     }
     let shape = header
         .split("'shape':")
@@ -111,17 +115,30 @@ pub fn read_npy(path: &Path) -> Result<(usize, Vec<f32>), String> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse().map_err(|_| format!("{what}: bad shape {shape:?}")))
+        .map(|s| {
+            s.parse()
+                .map_err(|_| format!("{what}: bad shape {shape:?}"))
+        })
         .collect::<Result<_, _>>()?;
     let [n, d] = dims[..] else {
         return Err(format!("{what}: expected a 2-d array, got shape ({shape})"));
     };
     let data = &b[hstart + hlen..];
-    if d == 0 || data.len() != n.checked_mul(d).and_then(|x| x.checked_mul(width)).unwrap_or(usize::MAX) {
-        return Err(format!("{what}: {} data bytes do not hold a {n} x {d} array", data.len()));
+    if d == 0
+        || data.len()
+            != n.checked_mul(d)
+                .and_then(|x| x.checked_mul(width))
+                .unwrap_or(usize::MAX)
+    {
+        return Err(format!(
+            "{what}: {} data bytes do not hold a {n} x {d} array",
+            data.len()
+        ));
     }
     let v = if width == 4 {
-        data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+        data.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
     } else {
         data.chunks_exact(8)
             .map(|c| f64::from_le_bytes(c.try_into().expect("8")) as f32)
@@ -146,7 +163,11 @@ fn jsonl(path: &Path) -> Result<(usize, Vec<PointInput>), String> {
             .as_array()
             .ok_or_else(|| format!("{at}: vector must be a list"))?
             .iter()
-            .map(|x| x.as_f64().map(|f| f as f32).ok_or_else(|| format!("{at}: vector components must be numbers")))
+            .map(|x| {
+                x.as_f64()
+                    .map(|f| f as f32)
+                    .ok_or_else(|| format!("{at}: vector components must be numbers"))
+            })
             .collect::<Result<_, _>>()?;
         if dim == 0 {
             dim = vector.len();
@@ -168,7 +189,11 @@ pub fn import(args: &ImportArgs) -> Result<(), String> {
             let pts = v
                 .chunks_exact(d)
                 .enumerate()
-                .map(|(i, r)| PointInput { id: ExtId::Num(i as u64), vector: r.to_vec(), payload: Value::Null })
+                .map(|(i, r)| PointInput {
+                    id: ExtId::Num(i as u64),
+                    vector: r.to_vec(),
+                    payload: Value::Null,
+                })
                 .collect();
             (d, pts)
         }
@@ -179,7 +204,11 @@ pub fn import(args: &ImportArgs) -> Result<(), String> {
                 .train
                 .chunks_exact(ds.dim)
                 .enumerate()
-                .map(|(i, r)| PointInput { id: ExtId::Num(i as u64), vector: r.to_vec(), payload: Value::Null })
+                .map(|(i, r)| PointInput {
+                    id: ExtId::Num(i as u64),
+                    vector: r.to_vec(),
+                    payload: Value::Null,
+                })
                 .collect();
             (ds.dim, pts)
         }
@@ -187,7 +216,8 @@ pub fn import(args: &ImportArgs) -> Result<(), String> {
     if dim == 0 || points.is_empty() {
         return Err(format!("{}: nothing to import", args.file));
     }
-    let db: Arc<Database> = Database::open(&args.data, Options::default()).map_err(|e| e.to_string())?;
+    let db: Arc<Database> =
+        Database::open(&args.data, Options::default()).map_err(|e| e.to_string())?;
     let c = match db.collection(&args.collection) {
         Ok(c) => c,
         Err(_) => db
@@ -209,7 +239,12 @@ pub fn import(args: &ImportArgs) -> Result<(), String> {
     }
     bar.finish_and_clear();
     c.checkpoint().map_err(|e| e.to_string())?;
-    println!("imported {} points into {:?} ({} live)", points.len(), args.collection, c.len());
+    println!(
+        "imported {} points into {:?} ({} live)",
+        points.len(),
+        args.collection,
+        c.len()
+    );
     Ok(())
 }
 
@@ -223,7 +258,7 @@ mod tests {
         let p = dir.path().join("a.npy");
         let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
         let mut h = header.to_string();
-        while (10 + h.len() + 1) % 64 != 0 {
+        while !(10 + h.len() + 1).is_multiple_of(64) {
             h.push(' ');
         }
         h.push('\n');
@@ -234,7 +269,10 @@ mod tests {
             b.extend_from_slice(&x.to_le_bytes());
         }
         std::fs::write(&p, &b).unwrap();
-        assert_eq!(read_npy(&p).unwrap(), (3, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        assert_eq!(
+            read_npy(&p).unwrap(),
+            (3, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+        );
         std::fs::write(&p, &b[..b.len() - 2]).unwrap();
         assert!(read_npy(&p).unwrap_err().contains("do not hold"));
         std::fs::write(&p, b"garbage").unwrap();

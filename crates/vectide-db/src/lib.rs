@@ -353,9 +353,13 @@ impl Drop for Database {
 pub fn inspect(dir: &Path) -> Result<Vec<(String, String)>> {
     let path = dir.join(CATALOG);
     let bytes = std::fs::read(&path).map_err(|e| DbError::io_at(&path, e))?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|e| DbError::corrupted(format!("{}: {e}", path.display())))?;
+    let v: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| DbError::corrupted(format!("{}: {e}", path.display())))?;
     if v["format"] != CATALOG_FORMAT {
-        return Err(DbError::corrupted(format!("{} is not a Vectide catalog", path.display())));
+        return Err(DbError::corrupted(format!(
+            "{} is not a Vectide catalog",
+            path.display()
+        )));
     }
     let mut rows = vec![
         ("kind".to_string(), "database".to_string()),
@@ -366,7 +370,11 @@ pub fn inspect(dir: &Path) -> Result<Vec<(String, String)>> {
     let size = |p: &Path| -> u64 {
         if p.is_dir() {
             std::fs::read_dir(p)
-                .map(|rd| rd.flatten().map(|e| e.metadata().map(|m| m.len()).unwrap_or(0)).sum())
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+                        .sum()
+                })
                 .unwrap_or(0)
         } else {
             std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
@@ -377,8 +385,14 @@ pub fn inspect(dir: &Path) -> Result<Vec<(String, String)>> {
     for e in entries {
         let (name, c) = config_from_json(&e)?;
         let cdir = dir.join("collections").join(&name);
-        let segments = std::fs::read_dir(cdir.join("wal")).map(|rd| rd.count()).unwrap_or(0);
-        let engine_path = if cdir.join("index").is_dir() { cdir.join("index") } else { cdir.join("index.vtdx") };
+        let segments = std::fs::read_dir(cdir.join("wal"))
+            .map(|rd| rd.count())
+            .unwrap_or(0);
+        let engine_path = if cdir.join("index").is_dir() {
+            cdir.join("index")
+        } else {
+            cdir.join("index.vtdx")
+        };
         rows.push((
             format!("collection.{name}"),
             format!(

@@ -96,14 +96,18 @@ impl IntoResponse for ApiError {
 type ApiResult = Result<Response, ApiError>;
 
 fn ok(result: Value, t0: Instant) -> ApiResult {
-    Ok(axum::Json(json!({"result": result, "status": "ok", "time": t0.elapsed().as_secs_f64()})).into_response())
+    Ok(
+        axum::Json(json!({"result": result, "status": "ok", "time": t0.elapsed().as_secs_f64()}))
+            .into_response(),
+    )
 }
 
 fn body_json(b: &Bytes) -> Result<Value, ApiError> {
     if b.iter().all(|c| c.is_ascii_whitespace()) {
         return Ok(Value::Object(Map::new()));
     }
-    let v: Value = serde_json::from_slice(b).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}")))?;
+    let v: Value = serde_json::from_slice(b)
+        .map_err(|e| ApiError::bad(format!("malformed JSON body: {e}")))?;
     if !v.is_object() {
         return Err(ApiError::bad("the request body must be a JSON object"));
     }
@@ -111,10 +115,15 @@ fn body_json(b: &Bytes) -> Result<Value, ApiError> {
 }
 
 /// Runs blocking database work off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("worker failed: {e}")))?
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("worker failed: {e}"),
+        )
+    })?
 }
 
 fn collection(app: &App, name: &str) -> Result<Arc<Collection>, ApiError> {
@@ -137,7 +146,9 @@ fn bool_field(v: &Value, key: &str, default: bool) -> Result<bool, ApiError> {
     match opt(v, key) {
         None => Ok(default),
         Some(Value::Bool(b)) => Ok(*b),
-        Some(other) => Err(ApiError::bad(format!("{key} must be true or false, got {other}"))),
+        Some(other) => Err(ApiError::bad(format!(
+            "{key} must be true or false, got {other}"
+        ))),
     }
 }
 
@@ -146,39 +157,56 @@ fn usize_field(v: &Value, key: &str, default: usize, max: usize) -> Result<usize
         None => Ok(default),
         Some(x) => match x.as_u64() {
             Some(n) if (n as usize) <= max => Ok(n as usize),
-            _ => Err(ApiError::bad(format!("{key} must be an integer in 0..={max}, got {x}"))),
+            _ => Err(ApiError::bad(format!(
+                "{key} must be an integer in 0..={max}, got {x}"
+            ))),
         },
     }
 }
 
 fn filter_field(v: &Value, key: &str) -> Result<Option<Filter>, ApiError> {
-    opt(v, key).map(|f| Filter::parse(f).map_err(ApiError::from)).transpose()
+    opt(v, key)
+        .map(|f| Filter::parse(f).map_err(ApiError::from))
+        .transpose()
 }
 
 fn ids_field(v: &Value) -> Result<Vec<ExtId>, ApiError> {
-    let arr = v.as_array().ok_or_else(|| ApiError::bad("point ids must be a list"))?;
-    arr.iter().map(|x| ExtId::from_json(x).map_err(ApiError::from)).collect()
+    let arr = v
+        .as_array()
+        .ok_or_else(|| ApiError::bad("point ids must be a list"))?;
+    arr.iter()
+        .map(|x| ExtId::from_json(x).map_err(ApiError::from))
+        .collect()
 }
 
 fn vector_of(v: &Value, dim: usize, what: &str) -> Result<Vec<f32>, ApiError> {
     match v {
         Value::Array(a) => {
             if a.len() != dim {
-                return Err(ApiError::bad(format!("{what}: wrong vector dimension: the collection has {dim}, got {}", a.len())));
+                return Err(ApiError::bad(format!(
+                    "{what}: wrong vector dimension: the collection has {dim}, got {}",
+                    a.len()
+                )));
             }
             a.iter()
                 .map(|x| {
                     x.as_f64()
                         .map(|f| f as f32)
                         .filter(|f| f.is_finite())
-                        .ok_or_else(|| ApiError::bad(format!("{what}: vector components must be finite numbers, got {x}")))
+                        .ok_or_else(|| {
+                            ApiError::bad(format!(
+                                "{what}: vector components must be finite numbers, got {x}"
+                            ))
+                        })
                 })
                 .collect()
         }
         Value::Object(_) => Err(ApiError::bad(format!(
             "{what}: named and sparse vectors are not supported; send a plain list of floats"
         ))),
-        other => Err(ApiError::bad(format!("{what}: a vector must be a list of floats, got {other}"))),
+        other => Err(ApiError::bad(format!(
+            "{what}: a vector must be a list of floats, got {other}"
+        ))),
     }
 }
 
@@ -196,11 +224,19 @@ fn payload_sel(v: &Value, default: bool) -> Result<PayloadSel, ApiError> {
         x.as_array()
             .ok_or_else(|| ApiError::bad("with_payload keys must be a list of strings"))?
             .iter()
-            .map(|k| k.as_str().map(String::from).ok_or_else(|| ApiError::bad("with_payload keys must be strings")))
+            .map(|k| {
+                k.as_str()
+                    .map(String::from)
+                    .ok_or_else(|| ApiError::bad("with_payload keys must be strings"))
+            })
             .collect()
     };
     match opt(v, "with_payload") {
-        None => Ok(if default { PayloadSel::All } else { PayloadSel::None }),
+        None => Ok(if default {
+            PayloadSel::All
+        } else {
+            PayloadSel::None
+        }),
         Some(Value::Bool(true)) => Ok(PayloadSel::All),
         Some(Value::Bool(false)) => Ok(PayloadSel::None),
         Some(x @ Value::Array(_)) => Ok(PayloadSel::Include(keys(x)?)),
@@ -213,7 +249,9 @@ fn payload_sel(v: &Value, default: bool) -> Result<PayloadSel, ApiError> {
                 Err(ApiError::bad("with_payload: expected include or exclude"))
             }
         }
-        Some(other) => Err(ApiError::bad(format!("with_payload must be a bool, a list or an object, got {other}"))),
+        Some(other) => Err(ApiError::bad(format!(
+            "with_payload must be a bool, a list or an object, got {other}"
+        ))),
     }
 }
 
@@ -222,10 +260,24 @@ fn apply_sel(sel: &PayloadSel, p: Value) -> Option<Value> {
         PayloadSel::None => None,
         PayloadSel::All => Some(p),
         PayloadSel::Include(keys) => Some(Value::Object(
-            p.as_object().map(|o| o.iter().filter(|(k, _)| keys.contains(k)).map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default(),
+            p.as_object()
+                .map(|o| {
+                    o.iter()
+                        .filter(|(k, _)| keys.contains(k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default(),
         )),
         PayloadSel::Exclude(keys) => Some(Value::Object(
-            p.as_object().map(|o| o.iter().filter(|(k, _)| !keys.contains(k)).map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default(),
+            p.as_object()
+                .map(|o| {
+                    o.iter()
+                        .filter(|(k, _)| !keys.contains(k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default(),
         )),
     }
 }
@@ -255,7 +307,12 @@ async fn openapi_doc() -> Response {
 
 async fn list_collections(State(app): State<Arc<App>>) -> ApiResult {
     let t0 = Instant::now();
-    let cols: Vec<Value> = app.db.list().into_iter().map(|n| json!({"name": n})).collect();
+    let cols: Vec<Value> = app
+        .db
+        .list()
+        .into_iter()
+        .map(|n| json!({"name": n}))
+        .collect();
     ok(json!({"collections": cols}), t0)
 }
 
@@ -268,17 +325,29 @@ fn parse_create(body: &Value) -> Result<CollectionConfig, ApiError> {
     if opt(body, "sparse_vectors").is_some() {
         return Err(ApiError::bad("sparse vectors are not supported"));
     }
-    let vectors = opt(body, "vectors").ok_or_else(|| ApiError::bad("vectors: {\"size\", \"distance\"} is required"))?;
-    let vo = vectors.as_object().ok_or_else(|| ApiError::bad("vectors must be an object"))?;
+    let vectors = opt(body, "vectors")
+        .ok_or_else(|| ApiError::bad("vectors: {\"size\", \"distance\"} is required"))?;
+    let vo = vectors
+        .as_object()
+        .ok_or_else(|| ApiError::bad("vectors must be an object"))?;
     if !vo.contains_key("size") {
-        return Err(ApiError::bad("named vectors are not supported: vectors must be {\"size\", \"distance\"}"));
+        return Err(ApiError::bad(
+            "named vectors are not supported: vectors must be {\"size\", \"distance\"}",
+        ));
     }
-    let dim = vo["size"].as_u64().filter(|&d| (1..=65_536).contains(&d)).ok_or_else(|| ApiError::bad("vectors.size must be an integer in 1..=65536"))?;
+    let dim = vo["size"]
+        .as_u64()
+        .filter(|&d| (1..=65_536).contains(&d))
+        .ok_or_else(|| ApiError::bad("vectors.size must be an integer in 1..=65536"))?;
     let metric = match vo.get("distance").and_then(|d| d.as_str()) {
         Some("Cosine") => Metric::Cosine,
         Some("Dot") => Metric::Ip,
         Some("Euclid") => Metric::L2,
-        Some(other) => return Err(ApiError::bad(format!("distance {other:?} is not supported (Cosine, Dot, Euclid)"))),
+        Some(other) => {
+            return Err(ApiError::bad(format!(
+                "distance {other:?} is not supported (Cosine, Dot, Euclid)"
+            )))
+        }
         None => return Err(ApiError::bad("vectors.distance is required")),
     };
     if opt(vectors, "multivector_config").is_some() {
@@ -288,15 +357,31 @@ fn parse_create(body: &Value) -> Result<CollectionConfig, ApiError> {
     let mut engine = "hnsw".to_string();
     if let Some(h) = opt(body, "hnsw_config") {
         if let Some(m) = opt(h, "m") {
-            params.insert("m".into(), ParamValue::Int(m.as_i64().ok_or_else(|| ApiError::bad("hnsw_config.m must be an integer"))?));
+            params.insert(
+                "m".into(),
+                ParamValue::Int(
+                    m.as_i64()
+                        .ok_or_else(|| ApiError::bad("hnsw_config.m must be an integer"))?,
+                ),
+            );
         }
         if let Some(e) = opt(h, "ef_construct") {
-            params.insert("ef_construction".into(), ParamValue::Int(e.as_i64().ok_or_else(|| ApiError::bad("hnsw_config.ef_construct must be an integer"))?));
+            params.insert(
+                "ef_construction".into(),
+                ParamValue::Int(
+                    e.as_i64().ok_or_else(|| {
+                        ApiError::bad("hnsw_config.ef_construct must be an integer")
+                    })?,
+                ),
+            );
         }
     }
     if let Some(v) = opt(body, "vectide") {
         if let Some(e) = opt(v, "engine") {
-            engine = e.as_str().ok_or_else(|| ApiError::bad("vectide.engine must be a string"))?.to_string();
+            engine = e
+                .as_str()
+                .ok_or_else(|| ApiError::bad("vectide.engine must be a string"))?
+                .to_string();
         }
         if let Some(p) = opt(v, "params") {
             params.extend(vectide_db::params_from_json(p)?);
@@ -310,10 +395,20 @@ fn parse_create(body: &Value) -> Result<CollectionConfig, ApiError> {
     })
 }
 
-async fn create_collection(State(app): State<Arc<App>>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+async fn create_collection(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let t0 = Instant::now();
     let config = parse_create(&body_json(&body)?)?;
-    blocking(move || app.db.create_collection(&name, config).map(|_| ()).map_err(ApiError::from)).await?;
+    blocking(move || {
+        app.db
+            .create_collection(&name, config)
+            .map(|_| ())
+            .map_err(ApiError::from)
+    })
+    .await?;
     ok(json!(true), t0)
 }
 
@@ -335,7 +430,12 @@ async fn get_collection(State(app): State<Arc<App>>, Path(name): Path<String>) -
     let schema: Map<String, Value> = c
         .indexes()
         .into_iter()
-        .map(|(f, k)| (f.clone(), json!({"data_type": k.name(), "points": c.count(None)})))
+        .map(|(f, k)| {
+            (
+                f.clone(),
+                json!({"data_type": k.name(), "points": c.count(None)}),
+            )
+        })
         .collect();
     ok(
         json!({
@@ -365,34 +465,60 @@ fn update_result(seq: u64) -> Value {
     json!({"operation_id": seq, "status": "completed"})
 }
 
-async fn upsert_points(State(app): State<Arc<App>>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+async fn upsert_points(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let t0 = Instant::now();
     let c = collection(&app, &name)?;
     let body = body_json(&body)?;
     let dim = c.config().dim;
     let mut points = Vec::new();
     if let Some(list) = opt(&body, "points") {
-        let arr = list.as_array().ok_or_else(|| ApiError::bad("points must be a list"))?;
+        let arr = list
+            .as_array()
+            .ok_or_else(|| ApiError::bad("points must be a list"))?;
         for (i, p) in arr.iter().enumerate() {
             let at = format!("points[{i}]");
-            let id = ExtId::from_json(p.get("id").unwrap_or(&Value::Null)).map_err(|e| ApiError::bad(format!("{at}.id: {e}")))?;
+            let id = ExtId::from_json(p.get("id").unwrap_or(&Value::Null))
+                .map_err(|e| ApiError::bad(format!("{at}.id: {e}")))?;
             let vector = vector_of(p.get("vector").unwrap_or(&Value::Null), dim, &at)?;
             let payload = p.get("payload").cloned().unwrap_or(Value::Null);
-            points.push(PointInput { id, vector, payload });
+            points.push(PointInput {
+                id,
+                vector,
+                payload,
+            });
         }
     } else if let Some(batch) = opt(&body, "batch") {
         let ids = ids_field(batch.get("ids").unwrap_or(&Value::Null))?;
-        let vectors = batch.get("vectors").and_then(|v| v.as_array()).ok_or_else(|| ApiError::bad("batch.vectors must be a list of vectors"))?;
+        let vectors = batch
+            .get("vectors")
+            .and_then(|v| v.as_array())
+            .ok_or_else(|| ApiError::bad("batch.vectors must be a list of vectors"))?;
         if vectors.len() != ids.len() {
-            return Err(ApiError::bad(format!("batch: {} ids but {} vectors", ids.len(), vectors.len())));
+            return Err(ApiError::bad(format!(
+                "batch: {} ids but {} vectors",
+                ids.len(),
+                vectors.len()
+            )));
         }
         let payloads = match opt(batch, "payloads") {
             None => vec![Value::Null; ids.len()],
             Some(Value::Array(a)) if a.len() == ids.len() => a.clone(),
-            Some(_) => return Err(ApiError::bad("batch.payloads must be a list as long as ids")),
+            Some(_) => {
+                return Err(ApiError::bad(
+                    "batch.payloads must be a list as long as ids",
+                ))
+            }
         };
         for (i, ((id, v), payload)) in ids.into_iter().zip(vectors).zip(payloads).enumerate() {
-            points.push(PointInput { id, vector: vector_of(v, dim, &format!("batch.vectors[{i}]"))?, payload });
+            points.push(PointInput {
+                id,
+                vector: vector_of(v, dim, &format!("batch.vectors[{i}]"))?,
+                payload,
+            });
         }
     } else {
         return Err(ApiError::bad("expected \"points\" or \"batch\""));
@@ -421,33 +547,60 @@ fn parse_query(c: &Collection, q: &Value, search_api: bool) -> Result<QueryReq, 
         }
     }
     let vector = if search_api {
-        Some(vector_of(q.get("vector").unwrap_or(&Value::Null), dim, "vector")?)
+        Some(vector_of(
+            q.get("vector").unwrap_or(&Value::Null),
+            dim,
+            "vector",
+        )?)
     } else {
         match opt(q, "query") {
             None => None,
             Some(v @ Value::Array(_)) => Some(vector_of(v, dim, "query")?),
-            Some(Value::Object(o)) if o.contains_key("nearest") => Some(vector_of(&o["nearest"], dim, "query.nearest")?),
+            Some(Value::Object(o)) if o.contains_key("nearest") => {
+                Some(vector_of(&o["nearest"], dim, "query.nearest")?)
+            }
             Some(id @ (Value::Number(_) | Value::String(_))) => {
                 let id = ExtId::from_json(id)?;
                 let got = c.get(std::slice::from_ref(&id), true);
-                let v = got.into_iter().next().flatten().and_then(|r| r.vector).ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("point {id} not found")))?;
+                let v = got
+                    .into_iter()
+                    .next()
+                    .flatten()
+                    .and_then(|r| r.vector)
+                    .ok_or_else(|| {
+                        ApiError(StatusCode::NOT_FOUND, format!("point {id} not found"))
+                    })?;
                 Some(v)
             }
-            Some(other) => return Err(ApiError::bad(format!("query must be a vector, {{\"nearest\": vector}} or a point id; got {other}"))),
+            Some(other) => {
+                return Err(ApiError::bad(format!(
+                    "query must be a vector, {{\"nearest\": vector}} or a point id; got {other}"
+                )))
+            }
         }
     };
     let ef = match opt(q, "params").and_then(|p| opt(p, "hnsw_ef")) {
         None => None,
-        Some(e) => Some(e.as_u64().filter(|&x| (1..=100_000).contains(&x)).ok_or_else(|| ApiError::bad("params.hnsw_ef must be in 1..=100000"))? as usize),
+        Some(e) => Some(
+            e.as_u64()
+                .filter(|&x| (1..=100_000).contains(&x))
+                .ok_or_else(|| ApiError::bad("params.hnsw_ef must be in 1..=100000"))?
+                as usize,
+        ),
     };
     let threshold = match opt(q, "score_threshold") {
         None => None,
-        Some(t) => Some(t.as_f64().filter(|x| x.is_finite()).ok_or_else(|| ApiError::bad("score_threshold must be a number"))? as f32),
+        Some(t) => Some(
+            t.as_f64()
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| ApiError::bad("score_threshold must be a number"))?
+                as f32,
+        ),
     };
     Ok(QueryReq {
         vector,
         filter: filter_field(q, "filter")?,
-        limit: usize_field(q, if search_api { "limit" } else { "limit" }, 10, 100_000)?,
+        limit: usize_field(q, "limit", 10, 100_000)?,
         offset: usize_field(q, "offset", 0, 1_000_000)?,
         ef,
         sel: payload_sel(q, !search_api)?,
@@ -475,7 +628,14 @@ fn run_query(c: &Collection, q: &QueryReq) -> Result<Vec<Value>, ApiError> {
         None => SearchParams::default(),
     };
     let want_payload = !matches!(q.sel, PayloadSel::None);
-    let hits = c.search(vector, q.offset + q.limit, &params, q.filter.as_ref(), want_payload, q.with_vector)?;
+    let hits = c.search(
+        vector,
+        q.offset + q.limit,
+        &params,
+        q.filter.as_ref(),
+        want_payload,
+        q.with_vector,
+    )?;
     Ok(hits
         .into_iter()
         .skip(q.offset)
@@ -495,7 +655,11 @@ fn run_query(c: &Collection, q: &QueryReq) -> Result<Vec<Value>, ApiError> {
         .collect())
 }
 
-async fn query_points(State(app): State<Arc<App>>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+async fn query_points(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let t0 = Instant::now();
     let c = collection(&app, &name)?;
     let body = body_json(&body)?;
@@ -507,12 +671,19 @@ async fn query_points(State(app): State<Arc<App>>, Path(name): Path<String>, bod
     ok(json!({"points": pts}), t0)
 }
 
-async fn query_batch(State(app): State<Arc<App>>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+async fn query_batch(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let t0 = Instant::now();
     let c = collection(&app, &name)?;
     let body = body_json(&body)?;
     let out = blocking(move || {
-        let searches = body.get("searches").and_then(|s| s.as_array()).ok_or_else(|| ApiError::bad("searches must be a list"))?;
+        let searches = body
+            .get("searches")
+            .and_then(|s| s.as_array())
+            .ok_or_else(|| ApiError::bad("searches must be a list"))?;
         searches
             .iter()
             .map(|s| {
@@ -525,7 +696,11 @@ async fn query_batch(State(app): State<Arc<App>>, Path(name): Path<String>, body
     ok(Value::Array(out), t0)
 }
 
-async fn search_points(State(app): State<Arc<App>>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+async fn search_points(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let t0 = Instant::now();
     let c = collection(&app, &name)?;
     let body = body_json(&body)?;
@@ -537,7 +712,11 @@ async fn search_points(State(app): State<Arc<App>>, Path(name): Path<String>, bo
     ok(Value::Array(pts), t0)
 }
 
-async fn retrieve_points(State(app): State<Arc<App>>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+async fn retrieve_points(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let t0 = Instant::now();
     let c = collection(&app, &name)?;
     let body = body_json(&body)?;
@@ -553,7 +732,11 @@ async fn retrieve_points(State(app): State<Arc<App>>, Path(name): Path<String>, 
     ok(Value::Array(out), t0)
 }
 
-async fn count_points(State(app): State<Arc<App>>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+async fn count_points(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let t0 = Instant::now();
     let c = collection(&app, &name)?;
     let body = body_json(&body)?;
@@ -571,7 +754,11 @@ fn selector(body: &Value) -> Result<(Option<Vec<ExtId>>, Option<Filter>), ApiErr
     Ok((ids, filter))
 }
 
-async fn delete_points(State(app): State<Arc<App>>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+async fn delete_points(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let t0 = Instant::now();
     let c = collection(&app, &name)?;
     let body = body_json(&body)?;
@@ -584,31 +771,51 @@ async fn delete_points(State(app): State<Arc<App>>, Path(name): Path<String>, bo
     ok(update_result(seq), t0)
 }
 
-async fn scroll_points(State(app): State<Arc<App>>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+async fn scroll_points(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let t0 = Instant::now();
     let c = collection(&app, &name)?;
     let body = body_json(&body)?;
     if opt(&body, "order_by").is_some() {
-        return Err(ApiError::bad("order_by is not supported (points come in id order)"));
+        return Err(ApiError::bad(
+            "order_by is not supported (points come in id order)",
+        ));
     }
     let filter = filter_field(&body, "filter")?;
     let offset = opt(&body, "offset").map(ExtId::from_json).transpose()?;
     let limit = usize_field(&body, "limit", 10, 100_000)?;
     let sel = payload_sel(&body, true)?;
     let with_vector = bool_field(&body, "with_vector", false)?;
-    let (page, next) = blocking(move || Ok(c.scroll(filter.as_ref(), offset.as_ref(), limit, with_vector))).await?;
-    let points: Vec<Value> = page.into_iter().map(|r| record_json(&r.id, apply_sel(&sel, r.payload), r.vector)).collect();
-    ok(json!({"points": points, "next_page_offset": next.map(|n| n.to_json())}), t0)
+    let (page, next) =
+        blocking(move || Ok(c.scroll(filter.as_ref(), offset.as_ref(), limit, with_vector)))
+            .await?;
+    let points: Vec<Value> = page
+        .into_iter()
+        .map(|r| record_json(&r.id, apply_sel(&sel, r.payload), r.vector))
+        .collect();
+    ok(
+        json!({"points": points, "next_page_offset": next.map(|n| n.to_json())}),
+        t0,
+    )
 }
 
-async fn set_payload(State(app): State<Arc<App>>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+async fn set_payload(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let t0 = Instant::now();
     let c = collection(&app, &name)?;
     let body = body_json(&body)?;
     if opt(&body, "key").is_some() {
         return Err(ApiError::bad("setting a nested key is not supported"));
     }
-    let payload = opt(&body, "payload").cloned().ok_or_else(|| ApiError::bad("payload is required"))?;
+    let payload = opt(&body, "payload")
+        .cloned()
+        .ok_or_else(|| ApiError::bad("payload is required"))?;
     let (ids, filter) = selector(&body)?;
     let seq = blocking(move || {
         c.set_payload(ids.as_deref(), filter.as_ref(), &payload)?;
@@ -618,15 +825,28 @@ async fn set_payload(State(app): State<Arc<App>>, Path(name): Path<String>, body
     ok(update_result(seq), t0)
 }
 
-async fn create_index(State(app): State<Arc<App>>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+async fn create_index(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let t0 = Instant::now();
     let c = collection(&app, &name)?;
     let body = body_json(&body)?;
-    let field = opt(&body, "field_name").and_then(|f| f.as_str()).ok_or_else(|| ApiError::bad("field_name is required"))?.to_string();
+    let field = opt(&body, "field_name")
+        .and_then(|f| f.as_str())
+        .ok_or_else(|| ApiError::bad("field_name is required"))?
+        .to_string();
     let kind = match opt(&body, "field_schema") {
         Some(Value::String(s)) => IndexKind::parse(s)?,
-        Some(Value::Object(o)) => IndexKind::parse(o.get("type").and_then(|t| t.as_str()).unwrap_or(""))?,
-        _ => return Err(ApiError::bad("field_schema must be \"keyword\" or \"integer\"")),
+        Some(Value::Object(o)) => {
+            IndexKind::parse(o.get("type").and_then(|t| t.as_str()).unwrap_or(""))?
+        }
+        _ => {
+            return Err(ApiError::bad(
+                "field_schema must be \"keyword\" or \"integer\"",
+            ))
+        }
     };
     let seq = blocking(move || {
         c.create_index(&field, kind)?;
@@ -649,21 +869,41 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         out.push_str(&format!("vectide_request_seconds_count{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}\n"));
     }
     drop(m);
-    out.push_str("# HELP vectide_points Live points per collection.\n# TYPE vectide_points gauge\n");
+    out.push_str(
+        "# HELP vectide_points Live points per collection.\n# TYPE vectide_points gauge\n",
+    );
     let mut sizes = String::from("# HELP vectide_index_bytes Engine memory (or region) bytes per collection.\n# TYPE vectide_index_bytes gauge\n");
     for name in app.db.list() {
         if let Ok(c) = app.db.collection(&name) {
-            out.push_str(&format!("vectide_points{{collection=\"{name}\"}} {}\n", c.len()));
-            sizes.push_str(&format!("vectide_index_bytes{{collection=\"{name}\"}} {}\n", c.stats().memory_bytes));
+            out.push_str(&format!(
+                "vectide_points{{collection=\"{name}\"}} {}\n",
+                c.len()
+            ));
+            sizes.push_str(&format!(
+                "vectide_index_bytes{{collection=\"{name}\"}} {}\n",
+                c.stats().memory_bytes
+            ));
         }
     }
     out.push_str(&sizes);
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        out,
+    )
+        .into_response()
 }
 
 // ---------------------------------------------------------------- middleware
 
-async fn auth_and_metrics(State(app): State<Arc<App>>, headers: HeaderMap, req: Request, next: Next) -> Response {
+async fn auth_and_metrics(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    req: Request,
+    next: Next,
+) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
@@ -672,8 +912,15 @@ async fn auth_and_metrics(State(app): State<Arc<App>>, headers: HeaderMap, req: 
     let method = req.method().to_string();
     let t0 = Instant::now();
     let resp = match &app.config.api_key {
-        Some(key) if route != "/healthz" && headers.get("api-key").and_then(|v| v.to_str().ok()) != Some(key.as_str()) => {
-            ApiError(StatusCode::UNAUTHORIZED, "missing or wrong api-key header".into()).into_response()
+        Some(key)
+            if route != "/healthz"
+                && headers.get("api-key").and_then(|v| v.to_str().ok()) != Some(key.as_str()) =>
+        {
+            ApiError(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong api-key header".into(),
+            )
+            .into_response()
         }
         _ => next.run(req).await,
     };
@@ -703,9 +950,17 @@ pub fn router(db: Arc<Database>, config: ServerConfig) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi_doc))
         .route("/collections", get(list_collections))
-        .route("/collections/{name}", put(create_collection).get(get_collection).delete(delete_collection))
+        .route(
+            "/collections/{name}",
+            put(create_collection)
+                .get(get_collection)
+                .delete(delete_collection),
+        )
         .route("/collections/{name}/exists", get(collection_exists))
-        .route("/collections/{name}/points", put(upsert_points).post(retrieve_points))
+        .route(
+            "/collections/{name}/points",
+            put(upsert_points).post(retrieve_points),
+        )
         .route("/collections/{name}/points/query", post(query_points))
         .route("/collections/{name}/points/query/batch", post(query_batch))
         .route("/collections/{name}/points/search", post(search_points))
@@ -715,20 +970,29 @@ pub fn router(db: Arc<Database>, config: ServerConfig) -> Router {
         .route("/collections/{name}/points/payload", post(set_payload))
         .route("/collections/{name}/index", put(create_index))
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(app.clone(), auth_and_metrics))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            auth_and_metrics,
+        ))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(app)
 }
 
 /// Serves until SIGINT or SIGTERM, then checkpoints every collection.
-pub async fn serve(db: Arc<Database>, addr: std::net::SocketAddr, config: ServerConfig) -> std::io::Result<()> {
+pub async fn serve(
+    db: Arc<Database>,
+    addr: std::net::SocketAddr,
+    config: ServerConfig,
+) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("vectide: listening on http://{}", listener.local_addr()?);
     let app = router(db.clone(), config);
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let ctrl_c = tokio::signal::ctrl_c();
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
             tokio::select! {
                 _ = ctrl_c => {}
                 _ = term.recv() => {}
