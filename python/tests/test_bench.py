@@ -236,7 +236,8 @@ def test_phnsw_benchmark_small_run(tmp_path, monkeypatch):
     code = phnsw.main(
         ["--dataset", "clustered-20k-32-angular", "--sizes", "1500,3000", "--threads", "1", "--runs", "1",
          "--queries", "100", "--msync-rows", "300", "--msync-workers", "2", "--crash-points", "20",
-         "--kill-rounds", "2", "--kill-after", "0.1", "--out", str(out), "--plot", str(tmp_path / "plots")]
+         "--kill-rounds", "2", "--kill-after", "0.1", "--snapshot-every", "1000",
+         "--out", str(out), "--plot", str(tmp_path / "plots")]
     )
     import json
 

@@ -6,8 +6,8 @@
 //!   written. After a crash it comes back as of its last snapshot.
 //! - `hnsw-wal` ([`BaselineKind::Wal`]): the volatile [`Hnsw`] plus a
 //!   write-ahead log of every insert and delete (`docs/format-wal.md`),
-//!   buffered in memory and `fdatasync`ed when the buffer reaches
-//!   `wal_buffer` bytes; optionally a snapshot every `snapshot_every` rows,
+//!   written to the file per operation and `fdatasync`ed once `wal_buffer`
+//!   bytes accumulated since the last sync; optionally a snapshot every `snapshot_every` rows,
 //!   which truncates the log. Recovery loads the last snapshot and replays
 //!   the log after it (rebuilding the graph, as the paper's HNSW_WAL does).
 //!
@@ -54,7 +54,7 @@ pub struct BaselineParams {
     /// Rows inserted between two snapshots (0: never; default 100,000 for
     /// `hnsw-snap`, 0 for `hnsw-wal`).
     pub snapshot_every: usize,
-    /// `hnsw-wal`: bytes buffered before an `fdatasync` (default 1 MiB).
+    /// `hnsw-wal`: bytes written between two `fdatasync`s (default 1 MiB).
     pub wal_buffer: usize,
 }
 
@@ -383,11 +383,14 @@ impl Baseline {
             };
             encode_record(&mut rec, seq, kind, id, v);
             wal.append(&rec)?;
-            if wal.buffered() >= self.params.wal_buffer {
+            if wal.unsynced() >= self.params.wal_buffer as u64 {
                 wal.sync()?;
                 self.durable.fetch_max(st.appended, Ordering::AcqRel);
             }
         }
+        // Each operation reaches the file (the page cache) before it is
+        // applied; fdatasync waits for `wal_buffer` bytes.
+        wal.write_out()?;
         st.appended = st.appended.max(seq);
         Ok(())
     }

@@ -106,7 +106,7 @@ pub(crate) fn plan_links<G: Graph>(
             g,
             dist,
             v,
-            Candidate::new(cur_dist, cur),
+            &[Candidate::new(cur_dist, cur)],
             ef_construction,
             l,
             scratch,

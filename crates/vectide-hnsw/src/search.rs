@@ -59,7 +59,7 @@ pub(crate) fn search_layer<G: Graph, A: Fn(u32) -> bool>(
     store: &G,
     dist: DistanceFn,
     q: &[f32],
-    entry: Candidate,
+    entries: &[Candidate],
     ef: usize,
     level: usize,
     scratch: &mut Scratch,
@@ -76,10 +76,13 @@ pub(crate) fn search_layer<G: Graph, A: Fn(u32) -> bool>(
     visited.reset(store.slots());
     candidates.clear();
     top.reset(ef);
-    visited.insert(entry.node);
-    candidates.push(Reverse(entry));
-    if admit(entry.node) {
-        top.push(entry.dist.0, entry.node);
+    for &entry in entries {
+        if visited.insert(entry.node) {
+            candidates.push(Reverse(entry));
+            if admit(entry.node) {
+                top.push(entry.dist.0, entry.node);
+            }
+        }
     }
     while let Some(Reverse(c)) = candidates.pop() {
         if c.dist > Dist(top.threshold()) {
@@ -143,16 +146,22 @@ pub(crate) fn knn<G: Graph, A: Fn(u32) -> bool>(
     for level in (1..=top_level).rev() {
         (cur, cur_dist) = greedy(g, dist, q, cur, cur_dist, level, &mut scratch.neighbors);
     }
-    search_layer(
-        g,
-        dist,
-        q,
+    // The entry point seeds layer 0 too: it reaches every node (the
+    // reachability repair keeps it so), while the greedy descent's end may
+    // not. A search with a small `ef` never expands it (it is far); an
+    // exhaustive one then sees the whole graph.
+    let seeds = [
         Candidate::new(cur_dist, cur),
-        ef,
-        0,
-        scratch,
-        admit,
-    );
+        Candidate::new(
+            if cur == ep {
+                cur_dist
+            } else {
+                dist(q, g.vector(ep))
+            },
+            ep,
+        ),
+    ];
+    search_layer(g, dist, q, &seeds, ef, 0, scratch, admit);
     let Scratch { top, sorted, .. } = scratch;
     top.drain_sorted_into(sorted);
 }

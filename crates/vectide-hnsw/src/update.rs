@@ -69,6 +69,19 @@ impl Hnsw {
         Ok(removed)
     }
 
+    /// Links every live node that the entry point cannot reach (HNSW's
+    /// pruning of a neighbour's list can, rarely, drop a node's last
+    /// in-edge; consolidations run this too). Inserts and deletes wait;
+    /// searches go on. Returns the nodes relinked.
+    pub fn repair_reachability(&self) -> usize {
+        let _exclusive = self.mutate.write();
+        let used = self.alloc.lock().next as usize;
+        let store = self.store.read();
+        // Tombstones stay in the graph until a consolidation: searches walk
+        // them, so reachability goes through them too.
+        self.reconnect_unreachable(&store, used, &vec![false; used])
+    }
+
     /// Repairs the graph around every pending delete and reclaims their
     /// slots. Returns how many slots were reclaimed.
     pub fn consolidate(&self) -> usize {
@@ -133,12 +146,17 @@ impl Hnsw {
         };
         let mut buf = Vec::new();
         let mut reach = vec![false; used];
-        let mark = |from: u32, reach: &mut Vec<bool>, buf: &mut Vec<u32>| {
+        // In-edges from reachable nodes: a node may give up a neighbour only
+        // if another reachable node still links to it, so that relinking one
+        // node never strands another.
+        let mut indeg = vec![0u32; used];
+        let mark = |from: u32, reach: &mut Vec<bool>, indeg: &mut Vec<u32>, buf: &mut Vec<u32>| {
             let mut stack = vec![from];
             reach[from as usize] = true;
             while let Some(x) = stack.pop() {
                 store.neighbors_into(x, 0, buf);
                 for &y in buf.iter() {
+                    indeg[y as usize] += 1;
                     if live(y) && !reach[y as usize] {
                         reach[y as usize] = true;
                         stack.push(y);
@@ -146,36 +164,32 @@ impl Hnsw {
                 }
             }
         };
-        mark(ep, &mut reach, &mut buf);
+        mark(ep, &mut reach, &mut indeg, &mut buf);
         let missing: Vec<u32> = (0..used as u32)
             .filter(|&s| live(s) && !reach[s as usize])
             .collect();
         if missing.is_empty() {
             return 0;
         }
-        let mut indeg = vec![0u32; used];
-        for s in (0..used as u32).filter(|&s| live(s)) {
-            store.neighbors_into(s, 0, &mut buf);
-            for &y in &buf {
-                indeg[y as usize] += 1;
-            }
-        }
         let mut scratch = self.scratch.get();
         let mut list = Vec::new();
         let mut cands = Vec::new();
         let mut ranked = Vec::new();
         let mut relinked = 0;
-        for &x in &missing {
-            if reach[x as usize] {
+        let mut queue: std::collections::VecDeque<u32> = missing.into_iter().collect();
+        let mut budget = queue.len() * 4 + 16;
+        while let Some(x) = queue.pop_front() {
+            if reach[x as usize] || budget == 0 {
                 continue;
             }
+            budget -= 1;
             let v = store.vector(x);
             let entry = Candidate::new((self.dist)(v, store.vector(ep)), ep);
             search_layer(
                 store,
                 self.dist,
                 v,
-                entry,
+                &[entry],
                 self.params.ef_construction,
                 0,
                 &mut scratch,
@@ -185,14 +199,31 @@ impl Hnsw {
             top.drain_sorted_into(sorted);
             cands.clear();
             cands.extend(sorted.iter().map(|c| c.node));
+            // Every reachable node with room is a candidate too (the search
+            // above may only have found full ones).
+            for s in 0..used as u32 {
+                if live(s) && reach[s as usize] && s != x && !cands.contains(&s) {
+                    store.neighbors_into(s, 0, &mut list);
+                    if list.len() < store.cap(0) {
+                        cands.push(s);
+                    }
+                }
+            }
             rank_from(store, self.dist, x, &cands, &mut ranked);
+            // A neighbour list with room first; else a full one gives up a
+            // neighbour another reachable node also links.
+            let mut choice = None;
             for c in &ranked {
-                let y = c.node;
-                let _g = store.lock(y);
-                store.neighbors_into(y, 0, &mut list);
+                store.neighbors_into(c.node, 0, &mut list);
                 if list.len() < store.cap(0) {
-                    list.push(x);
-                } else {
+                    choice = Some((c.node, None));
+                    break;
+                }
+            }
+            if choice.is_none() {
+                for c in &ranked {
+                    let y = c.node;
+                    store.neighbors_into(y, 0, &mut list);
                     let vy = store.vector(y);
                     let victim = list
                         .iter()
@@ -202,16 +233,34 @@ impl Hnsw {
                             (self.dist)(vy, store.vector(*a.1))
                                 .total_cmp(&(self.dist)(vy, store.vector(*b.1)))
                         })
-                        .map(|(i, &z)| (i, z));
-                    let Some((i, z)) = victim else { continue };
-                    indeg[z as usize] -= 1;
-                    list[i] = x;
+                        .map(|(i, _)| i);
+                    if let Some(i) = victim {
+                        choice = Some((y, Some(i)));
+                        break;
+                    }
+                }
+            }
+            let Some((y, slot_in_list)) = choice else {
+                continue; // the next repair (or consolidation) tries again
+            };
+            {
+                let _g = store.lock(y);
+                store.neighbors_into(y, 0, &mut list);
+                match slot_in_list {
+                    None => list.push(x),
+                    Some(i) => list[i] = x,
                 }
                 store.set_list(y, 0, &list);
-                indeg[x as usize] += 1;
-                relinked += 1;
-                mark(x, &mut reach, &mut buf);
-                break;
+            }
+            relinked += 1;
+            // An eviction can strand what was reachable only through a
+            // cycle: recompute reachability from scratch and queue whatever
+            // is missing now.
+            reach.iter_mut().for_each(|r| *r = false);
+            indeg.iter_mut().for_each(|d| *d = 0);
+            mark(ep, &mut reach, &mut indeg, &mut buf);
+            if slot_in_list.is_some() {
+                queue.extend((0..used as u32).filter(|&s| live(s) && !reach[s as usize]));
             }
         }
         relinked

@@ -49,6 +49,7 @@ pub struct Wal {
     buf: Vec<u8>,
     /// Bytes in the file (synced or at least written).
     len: u64,
+    unsynced: u64,
     syncs: u64,
 }
 
@@ -115,6 +116,7 @@ impl Wal {
                 file,
                 buf: Vec::new(),
                 len: end as u64,
+                unsynced: 0,
                 syncs: 0,
             },
             records,
@@ -138,16 +140,30 @@ impl Wal {
         self.buf.len()
     }
 
-    /// Writes the buffer and `fdatasync`s: every record appended so far is
-    /// durable when this returns.
-    pub fn sync(&mut self) -> Result<()> {
+    /// Writes the buffer to the file (the OS page cache: it survives a
+    /// process crash, not a power loss) without `fdatasync`.
+    pub fn write_out(&mut self) -> Result<()> {
         if !self.buf.is_empty() {
             self.file
                 .write_all(&self.buf)
                 .map_err(|e| Error::io_at(&self.path, e))?;
             self.len += self.buf.len() as u64;
+            self.unsynced += self.buf.len() as u64;
             self.buf.clear();
         }
+        Ok(())
+    }
+
+    /// Bytes written since the last `fdatasync` (buffered ones included).
+    pub fn unsynced(&self) -> u64 {
+        self.unsynced + self.buf.len() as u64
+    }
+
+    /// Writes the buffer and `fdatasync`s: every record appended so far is
+    /// durable when this returns.
+    pub fn sync(&mut self) -> Result<()> {
+        self.write_out()?;
+        self.unsynced = 0;
         self.file
             .sync_data()
             .map_err(|e| Error::io_at(&self.path, e))?;
@@ -158,6 +174,7 @@ impl Wal {
     /// Drops every record (after a checkpoint made them redundant).
     pub fn truncate(&mut self) -> Result<()> {
         self.buf.clear();
+        self.unsynced = 0;
         self.file
             .set_len(HEADER as u64)
             .map_err(|e| Error::io_at(&self.path, e))?;
