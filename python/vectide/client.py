@@ -5,14 +5,17 @@ The same methods as :mod:`vectide.db` (``create_collection``,
 collection ``upsert``, ``search``, ``search_numpy``, ``get``, ``delete``,
 ``count``, ``scroll``, ``set_payload``, ``create_index``), talking to
 ``vectide serve`` through its REST API (the Qdrant-shaped subset), with the
-standard library's ``urllib`` only.
+standard library's ``http.client`` only. Each thread keeps one persistent
+(keep-alive) connection; a request that finds its reused connection closed
+by the server is sent once more on a new one.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
-import urllib.request
+import threading
+import urllib.parse
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -43,29 +46,65 @@ class Client:
 
     def __init__(self, url: str = "http://127.0.0.1:6333", api_key: Optional[str] = None, timeout: float = 60.0) -> None:
         self.url = url.rstrip("/")
+        u = urllib.parse.urlsplit(self.url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"url must look like http://host:port, got {url!r}")
+        self._scheme = u.scheme
+        self._host = u.hostname
+        self._port = u.port
+        self._prefix = u.path.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
+        self._local = threading.local()
+
+    def _connection(self) -> "tuple[http.client.HTTPConnection, bool]":
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn, True
+        cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+        conn = cls(self._host, self._port, timeout=self.timeout)
+        self._local.conn = conn
+        return conn, False
+
+    def close(self) -> None:
+        """Closes this thread's connection (a new one opens on demand)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
 
     def _call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("content-type", "application/json")
+        headers = {"content-type": "application/json"}
         if self.api_key is not None:
-            req.add_header("api-key", self.api_key)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                doc = json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as e:
-            raw = e.read()
+            headers["api-key"] = self.api_key
+        for attempt in (0, 1):
+            conn, reused = self._connection()
+            try:
+                conn.request(method, self._prefix + path, body=data, headers=headers)
+                r = conn.getresponse()
+                raw = r.read()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.close()
+                if not reused or attempt == 1:
+                    raise
+            except BaseException:
+                self.close()
+                raise
+        if r.will_close:
+            self.close()
+        if r.status >= 400:
             try:
                 msg = json.loads(raw)["status"]["error"]
             except (ValueError, KeyError, TypeError):
                 msg = raw.decode(errors="replace")
-            if e.code == 404 and "not found" in msg:
+            if r.status == 404 and "not found" in msg:
                 raise KeyError(msg) from None
-            if e.code in (400, 409, 413):
+            if r.status in (400, 409, 413):
                 raise ValueError(msg) from None
-            raise ServerError(e.code, msg) from None
+            raise ServerError(r.status, msg) from None
+        doc = json.loads(raw or b"null")
         return doc.get("result") if isinstance(doc, dict) and "result" in doc else doc
 
     def create_collection(self, name: str, dim: int, metric: str = "cosine", engine: str = "hnsw", **params) -> "RemoteCollection":

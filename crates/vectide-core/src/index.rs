@@ -82,6 +82,21 @@ pub trait VectorIndex: Send + Sync {
         self.search_into(query, k, params, filter, &mut out)?;
         Ok(out)
     }
+    /// Exact distances from `query` to the live ids among `ids` (absent ids
+    /// are skipped), appended to `out` in the order of `ids`. Used for exact
+    /// search over a small candidate set (e.g. a selective payload filter).
+    /// The default reads each vector with [`VectorIndex::get`]; engines
+    /// override it to read in place without allocating.
+    fn distances(&self, query: &[f32], ids: &[u64], out: &mut Vec<Neighbor>) -> Result<()> {
+        let mut buf = Vec::new();
+        let q = crate::validate::prepare_query(self.dim(), self.metric(), query, &mut buf)?;
+        let dist = self.metric().distance_fn();
+        out.extend(
+            ids.iter()
+                .filter_map(|&id| self.get(id).map(|v| Neighbor::new(id, dist(q, &v)))),
+        );
+        Ok(())
+    }
     /// The stored vector of an id (normalised under cosine).
     fn get(&self, id: u64) -> Option<Vec<f32>>;
     /// Whether the id is live.

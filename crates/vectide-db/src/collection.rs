@@ -35,7 +35,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use vectide_core::{Metric, SearchParams, Seq, VectorIndex};
+use vectide_core::{Metric, Neighbor, SearchParams, Seq, VectorIndex};
 use vectide_engines::{AnyIndex, ParamValue, Params};
 
 /// How a collection is built (kept in the catalog).
@@ -725,9 +725,8 @@ impl Collection {
                 .collect(),
             Some(f) => {
                 let n = store.len().max(1);
-                let cands = store.index_candidates(f);
-                let estimate = match &cands {
-                    Some(c) => c.len(),
+                let estimate = match store.index_estimate(f) {
+                    Some(c) => c,
                     None => {
                         let step = (n / 512).max(1);
                         let hits = store
@@ -741,7 +740,7 @@ impl Collection {
                     }
                 };
                 if estimate <= self.opts.exact_max {
-                    let matches: Vec<u64> = match cands {
+                    let matches: Vec<u64> = match store.index_candidates(f) {
                         Some(c) => c
                             .into_iter()
                             .filter(|i| store.get(*i).is_some_and(|p| f.eval(&p.ext, &p.payload)))
@@ -786,25 +785,16 @@ impl Collection {
 
     /// Exact top-k among `ids` by the engine's distance.
     fn exact(&self, query: &[f32], k: usize, ids: &[u64]) -> Result<Vec<(u64, f32)>> {
-        let mut buf = Vec::new();
-        let q = vectide_core::validate::prepare_query(
-            self.config.dim,
-            self.config.metric,
-            query,
-            &mut buf,
-        )?;
-        let dist = self.config.metric.distance_fn();
-        let mut all: Vec<(u64, f32)> = ids
-            .iter()
-            .filter_map(|&i| self.engine.get(i).map(|v| (i, dist(q, &v))))
-            .collect();
-        let by = |a: &(u64, f32), b: &(u64, f32)| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0));
+        let mut all = Vec::with_capacity(ids.len());
+        self.engine.distances(query, ids, &mut all)?;
+        let by =
+            |a: &Neighbor, b: &Neighbor| a.distance.total_cmp(&b.distance).then(a.id.cmp(&b.id));
         if all.len() > k {
             all.select_nth_unstable_by(k, by);
             all.truncate(k);
         }
         all.sort_by(by);
-        Ok(all)
+        Ok(all.into_iter().map(|n| (n.id, n.distance)).collect())
     }
 
     /// Declares a payload index on `field`.

@@ -7,12 +7,16 @@
 //!
 //! **Group commit.** Writers append records to a shared buffer under a lock
 //! and then wait for a flush that covers their record. The first waiter
-//! without a flush in progress leads: in `group` mode it waits up to the
-//! window (a few milliseconds, less once no more writers arrive) so that
-//! concurrent writers join, then writes the buffer and `fdatasync`s once for
-//! all of them, outside the lock; the others wait on a condition variable.
-//! In `always` mode the leader flushes at once. In both modes a writer
-//! returns only after the `fdatasync` covering its record.
+//! without a flush in progress leads: it writes the buffer and `fdatasync`s
+//! once for every record in it, outside the lock; the others wait on a
+//! condition variable. Writers that append while a flush runs are covered
+//! by the next one, so concurrent writers share syncs in both modes.
+//! In `group` mode the leader also waits, before flushing, for as many
+//! writers as the previous flush covered (or as are waiting now) to append,
+//! up to the window (a few milliseconds): a lone writer never waits, a busy
+//! collection batches more per sync. In `always` mode the leader flushes at
+//! once. In both modes a writer returns only after an `fdatasync` that
+//! started after its record was appended.
 //!
 //! **Rotation and truncation.** The leader starts a new segment when the
 //! active one exceeds the segment size; `truncate_through(seq)` deletes the
@@ -24,6 +28,7 @@ use parking_lot::{Condvar, Mutex};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vectide_core::Seq;
 use vectide_storage::wal::{frame, header_bytes, Wal};
@@ -77,12 +82,18 @@ struct State {
     /// Writers waiting for a flush (the leader's window ends early when they
     /// are all in).
     waiting: usize,
-    active: File,
+    /// Records the last flush covered (how many the next leader waits for).
+    last_batch: u64,
+    /// A group-commit leader waits for appends (they notify `joined`).
+    leader_waiting: bool,
+    active: Arc<File>,
     active_len: u64,
     segments: Vec<Segment>,
     /// Bytes written since the last checkpoint.
     since_checkpoint: u64,
     syncs: u64,
+    /// Group-commit windows a leader waited in.
+    windows: u64,
     failed: Option<String>,
 }
 
@@ -93,6 +104,7 @@ pub struct CommitLog {
     segment_bytes: u64,
     state: Mutex<State>,
     flushed: Condvar,
+    joined: Condvar,
 }
 
 fn segment_name(first: Seq) -> String {
@@ -179,14 +191,18 @@ impl CommitLog {
                     synced: last_seq,
                     flushing: false,
                     waiting: 0,
-                    active,
+                    last_batch: 0,
+                    leader_waiting: false,
+                    active: Arc::new(active),
                     active_len,
                     segments,
                     since_checkpoint: 0,
                     syncs: 0,
+                    windows: 0,
                     failed: None,
                 }),
                 flushed: Condvar::new(),
+                joined: Condvar::new(),
             },
             records,
         ))
@@ -218,6 +234,9 @@ impl CommitLog {
         debug_assert_eq!(record_seq(&payload).ok(), Some(seq));
         frame(&payload, &mut st.buf);
         st.appended = seq;
+        if st.leader_waiting {
+            self.joined.notify_one();
+        }
         Ok((seq, out))
     }
 
@@ -241,30 +260,35 @@ impl CommitLog {
             }
             st.flushing = true;
             if let Durability::Group { window } = self.durability {
-                // Let concurrent writers join, but not longer than the window
-                // and not once every waiter's record is in.
-                let until = Instant::now() + window;
-                while Instant::now() < until {
-                    let before = st.appended;
-                    self.flushed.wait_for(&mut st, Duration::from_micros(200));
-                    if st.appended == before && st.waiting <= 1 {
-                        break;
+                // Wait for as many writers as the last flush covered (or as
+                // wait now), at most the window; a lone writer never waits.
+                let expect = st.last_batch.max(st.waiting as u64);
+                if expect > 1 {
+                    let until = Instant::now() + window;
+                    st.windows += 1;
+                    st.leader_waiting = true;
+                    while st.appended - st.synced < expect {
+                        if self.joined.wait_until(&mut st, until).timed_out() {
+                            break;
+                        }
                     }
+                    st.leader_waiting = false;
                 }
             }
             let buf = std::mem::take(&mut st.buf);
             let target = st.appended;
-            let file = st.active.try_clone();
+            let file = Arc::clone(&st.active);
             drop(st);
-            let res = file.map_err(DbError::from).and_then(|mut f| {
-                f.write_all(&buf)?;
-                f.sync_data()?;
-                Ok(())
-            });
+            let res = (|| -> std::io::Result<()> {
+                (&*file).write_all(&buf)?;
+                file.sync_data()
+            })()
+            .map_err(DbError::from);
             st = self.state.lock();
             st.flushing = false;
             match res {
                 Ok(()) => {
+                    st.last_batch = target - st.synced;
                     st.synced = st.synced.max(target);
                     st.active_len += buf.len() as u64;
                     st.since_checkpoint += buf.len() as u64;
@@ -293,7 +317,7 @@ impl CommitLog {
         debug_assert!(st.buf.is_empty() && st.synced == st.appended);
         let first = st.appended + 1;
         let (f, path) = create_segment(&self.dir, first)?;
-        st.active = f;
+        st.active = Arc::new(f);
         st.active_len = header_bytes().len() as u64;
         st.segments.push(Segment { first, path });
         Ok(())
@@ -307,6 +331,11 @@ impl CommitLog {
     /// `fdatasync`s so far.
     pub fn syncs(&self) -> u64 {
         self.state.lock().syncs
+    }
+
+    /// How often a group-commit leader waited for others to join.
+    pub fn windows(&self) -> u64 {
+        self.state.lock().windows
     }
 
     /// After a checkpoint covering every record `<= seq`: rotates, then
@@ -404,5 +433,17 @@ mod tests {
         }
         assert_eq!(log.last_seq(), 200);
         assert!(log.syncs() < 200, "{} fsyncs for 200 commits", log.syncs());
+    }
+
+    #[test]
+    fn a_lone_writer_never_waits_for_a_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = CommitLog::open(dir.path(), Durability::DEFAULT, 1 << 20).unwrap();
+        for _ in 0..30 {
+            let (seq, ()) = log.append(|s| Ok((rec(s, b"payload"), ()))).unwrap();
+            log.commit(seq).unwrap();
+        }
+        assert_eq!(log.syncs(), 30, "one fsync per sequential commit");
+        assert_eq!(log.windows(), 0, "no window opened without concurrency");
     }
 }

@@ -125,23 +125,19 @@ impl FieldIndex {
         }
     }
 
-    /// Ids a condition can hold for, when this index answers it.
-    fn candidates(&self, c: &Condition) -> Option<HashSet<u64>> {
-        let lookup = |s: &Scalar| -> Vec<&HashSet<u64>> {
+    /// The posting sets a condition selects (their union is what it can
+    /// hold for), when this index answers it; borrowed, nothing copied.
+    fn postings(&self, c: &Condition) -> Option<Vec<&HashSet<u64>>> {
+        let lookup = |s: &Scalar| -> Option<&HashSet<u64>> {
             match (self.kind, s) {
-                (Some(IndexKind::Keyword), Scalar::Str(k)) => {
-                    self.keyword.get(k).into_iter().collect()
-                }
-                (Some(IndexKind::Integer), Scalar::Int(i)) => {
-                    self.integer.get(i).into_iter().collect()
-                }
-                _ => Vec::new(),
+                (Some(IndexKind::Keyword), Scalar::Str(k)) => self.keyword.get(k),
+                (Some(IndexKind::Integer), Scalar::Int(i)) => self.integer.get(i),
+                _ => None,
             }
         };
-        let union = |sets: Vec<&HashSet<u64>>| sets.into_iter().flatten().copied().collect();
         match c {
-            Condition::Match { value, .. } => Some(union(lookup(value))),
-            Condition::Any { values, .. } => Some(union(values.iter().flat_map(lookup).collect())),
+            Condition::Match { value, .. } => Some(lookup(value).into_iter().collect()),
+            Condition::Any { values, .. } => Some(values.iter().filter_map(lookup).collect()),
             Condition::Range { range, .. } if self.kind == Some(IndexKind::Integer) => {
                 let lo = [
                     range.gt.map(|x| x.floor() as i64 + 1),
@@ -160,9 +156,9 @@ impl FieldIndex {
                 .min()
                 .unwrap_or(i64::MAX);
                 if lo > hi {
-                    return Some(HashSet::new());
+                    return Some(Vec::new());
                 }
-                Some(union(self.integer.range(lo..=hi).map(|(_, s)| s).collect()))
+                Some(self.integer.range(lo..=hi).map(|(_, s)| s).collect())
             }
             _ => None,
         }
@@ -459,36 +455,62 @@ impl PointStore {
         v
     }
 
-    /// Ids the filter can hold for, from the payload indexes of its `must`
-    /// conditions (intersected); `None` when no index applies.
-    pub fn index_candidates(&self, f: &Filter) -> Option<HashSet<u64>> {
-        let mut out: Option<HashSet<u64>> = None;
-        for c in &f.must {
-            let key = match c {
-                Condition::Match { key, .. }
-                | Condition::Any { key, .. }
-                | Condition::Range { key, .. } => key,
-                Condition::HasId(ids) => {
-                    let set: HashSet<u64> = ids
-                        .iter()
-                        .filter_map(|e| self.ids.get(e).copied())
-                        .collect();
-                    out = Some(match out {
-                        None => set,
-                        Some(o) => o.intersection(&set).copied().collect(),
-                    });
-                    continue;
-                }
-                _ => continue,
-            };
-            if let Some(set) = self.indexes.get(key).and_then(|i| i.candidates(c)) {
-                out = Some(match out {
-                    None => set,
-                    Some(o) => o.intersection(&set).copied().collect(),
-                });
+    /// The ids a `must` condition can hold for, as borrowed posting sets,
+    /// when a payload index (or `has_id`) answers it.
+    fn must_postings<'a>(
+        &'a self,
+        c: &Condition,
+        has_id: &'a mut HashSet<u64>,
+    ) -> Option<Vec<&'a HashSet<u64>>> {
+        match c {
+            Condition::Match { key, .. }
+            | Condition::Any { key, .. }
+            | Condition::Range { key, .. } => self.indexes.get(key).and_then(|i| i.postings(c)),
+            Condition::HasId(ids) => {
+                has_id.extend(ids.iter().filter_map(|e| self.ids.get(e).copied()));
+                Some(vec![&*has_id])
             }
+            _ => None,
         }
-        out
+    }
+
+    /// An upper bound on how many points the filter accepts, from the sizes
+    /// of the index postings of its `must` conditions (the smallest); `None`
+    /// when no index applies. Costs one lookup per condition, copies nothing.
+    pub fn index_estimate(&self, f: &Filter) -> Option<usize> {
+        f.must
+            .iter()
+            .filter_map(|c| {
+                let mut tmp = HashSet::new();
+                self.must_postings(c, &mut tmp)
+                    .map(|sets| sets.iter().map(|s| s.len()).sum::<usize>())
+            })
+            .min()
+    }
+
+    /// Ids the filter can hold for, from the payload indexes of its `must`
+    /// conditions: the condition with the fewest postings gives the
+    /// candidates, the others check membership. `None` when no index applies.
+    pub fn index_candidates(&self, f: &Filter) -> Option<HashSet<u64>> {
+        let mut tmps: Vec<HashSet<u64>> = (0..f.must.len()).map(|_| HashSet::new()).collect();
+        let mut answered: Vec<Vec<&HashSet<u64>>> = f
+            .must
+            .iter()
+            .zip(tmps.iter_mut())
+            .filter_map(|(c, tmp)| self.must_postings(c, tmp))
+            .collect();
+        if answered.is_empty() {
+            return None;
+        }
+        answered.sort_by_key(|sets| sets.iter().map(|s| s.len()).sum::<usize>());
+        let (first, rest) = answered.split_first().expect("not empty");
+        Some(
+            first
+                .iter()
+                .flat_map(|s| s.iter().copied())
+                .filter(|id| rest.iter().all(|sets| sets.iter().any(|s| s.contains(id))))
+                .collect(),
+        )
     }
 
     /// Entries in the redb points table (checks).
@@ -501,6 +523,52 @@ impl PointStore {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn index_candidates_intersect_the_must_conditions() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = PointStore::open(&dir.path().join("p.redb")).unwrap();
+        s.create_index("city", IndexKind::Keyword).unwrap();
+        s.create_index("n", IndexKind::Integer).unwrap();
+        let cities = ["a", "b", "c"];
+        let changes: Vec<Change> = (0..300u64)
+            .map(|i| {
+                let ext = ExtId::Num(i);
+                let id = s.assign(&ext);
+                Change::Upsert {
+                    id,
+                    ext,
+                    payload: json!({"city": cities[(i % 3) as usize], "n": (i * 7) % 10, "t": i % 2}),
+                }
+            })
+            .collect();
+        s.apply(1, &changes).unwrap();
+        let filters = [
+            json!({"must": [{"key": "city", "match": {"value": "a"}}, {"key": "n", "range": {"gte": 3, "lt": 7}}]}),
+            json!({"must": [{"key": "city", "match": {"any": ["b", "c"]}}, {"key": "n", "match": {"value": 4}}]}),
+            json!({"must": [{"key": "n", "range": {"gt": 8}}, {"has_id": [1, 9, 19, 29, 1000]}]}),
+            json!({"must": [{"key": "t", "match": {"value": 1}}, {"key": "city", "match": {"value": "c"}}]}),
+        ];
+        for fj in &filters {
+            let f = Filter::parse(fj).unwrap();
+            let exact: HashSet<u64> = s
+                .iter()
+                .filter(|(_, p)| f.eval(&p.ext, &p.payload))
+                .map(|(&i, _)| i)
+                .collect();
+            let cands = s.index_candidates(&f).unwrap();
+            assert!(cands.is_superset(&exact), "{fj}");
+            if !fj.to_string().contains("\"t\"") {
+                assert_eq!(cands, exact, "every condition is indexed: {fj}");
+            }
+            let est = s.index_estimate(&f).unwrap();
+            assert!(est >= exact.len() && est <= s.len(), "{fj}: estimate {est}");
+        }
+        let unindexed =
+            Filter::parse(&json!({"must": [{"key": "t", "match": {"value": 1}}]})).unwrap();
+        assert!(s.index_candidates(&unindexed).is_none());
+        assert!(s.index_estimate(&unindexed).is_none());
+    }
 
     #[test]
     fn applies_checkpoints_and_reloads() {

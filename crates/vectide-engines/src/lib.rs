@@ -605,6 +605,14 @@ impl VectorIndex for AnyIndex {
     ) -> Result<()> {
         self.inner().search_into(query, k, params, filter, out)
     }
+    fn distances(
+        &self,
+        query: &[f32],
+        ids: &[u64],
+        out: &mut Vec<Neighbor>,
+    ) -> vectide_core::Result<()> {
+        self.inner().distances(query, ids, out)
+    }
     fn get(&self, id: u64) -> Option<Vec<f32>> {
         self.inner().get(id)
     }
@@ -708,6 +716,50 @@ mod tests {
             load(&dir.path().join("missing"), None),
             Err(Error::Io { .. })
         ));
+    }
+
+    #[test]
+    fn in_place_distances_match_get_and_the_metric() {
+        let dir = tempfile::tempdir().unwrap();
+        let dim = 6;
+        let vecs: Vec<f32> = (0..40 * dim)
+            .map(|i| ((i * 37 % 101) as f32) - 50.0)
+            .collect();
+        let ids: Vec<u64> = (0..40).map(|i| i * 3 + 1).collect();
+        let query = [0.5, -1.0, 2.0, 0.0, 1.5, -0.5];
+        for metric in [Metric::L2, Metric::Ip, Metric::Cosine] {
+            for engine in ENGINES {
+                let path = dir.path().join(format!("{engine}-{metric:?}"));
+                let p = if DURABLE_ENGINES.contains(engine) {
+                    params(&[("path", ParamValue::Str(path.display().to_string()))])
+                } else {
+                    Params::new()
+                };
+                let idx = open_or_create(engine, dim, metric, &p).unwrap();
+                idx.insert(1, &ids, &vecs).unwrap();
+                idx.delete(2, &[ids[5]]).unwrap();
+                // Unknown and deleted ids are skipped.
+                let asked = [ids[0], 999, ids[5], ids[7], ids[39]];
+                let mut got = Vec::new();
+                idx.distances(&query, &asked, &mut got).unwrap();
+                let mut q = Vec::new();
+                let q = vectide_core::validate::prepare_query(dim, metric, &query, &mut q).unwrap();
+                let want: Vec<(u64, f32)> = asked
+                    .iter()
+                    .filter_map(|&i| idx.get(i).map(|v| (i, metric.distance_fn()(q, &v))))
+                    .collect();
+                assert_eq!(got.len(), 3, "{engine} {metric:?}");
+                for (g, (id, d)) in got.iter().zip(&want) {
+                    assert_eq!(g.id, *id, "{engine} {metric:?}");
+                    assert!(
+                        (g.distance - d).abs() <= 1e-4 * d.abs().max(1.0),
+                        "{engine} {metric:?}: {} vs {d}",
+                        g.distance
+                    );
+                }
+                assert!(idx.distances(&query[..3], &asked, &mut got).is_err());
+            }
+        }
     }
 
     #[test]

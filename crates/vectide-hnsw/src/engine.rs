@@ -276,6 +276,21 @@ impl VectorIndex for Hnsw {
         result
     }
 
+    fn distances(&self, query: &[f32], ids: &[u64], out: &mut Vec<Neighbor>) -> Result<()> {
+        let mut scratch = self.scratch.get();
+        let mut qbuf = std::mem::take(&mut scratch.query);
+        let result = self.prepare_query(query, &mut qbuf).map(|q| {
+            let store = self.store.read();
+            let map = self.ids.lock();
+            out.extend(ids.iter().filter_map(|&id| {
+                let slot = map.get(&id)?.slot;
+                Some(Neighbor::new(id, (self.dist)(q, store.vector(slot))))
+            }));
+        });
+        scratch.query = qbuf;
+        result
+    }
+
     fn get(&self, id: u64) -> Option<Vec<f32>> {
         let store = self.store.read();
         let slot = self.ids.lock().get(&id)?.slot;

@@ -495,6 +495,20 @@ impl VectorIndex for PHnsw {
         Ok(())
     }
 
+    fn distances(&self, query: &[f32], ids: &[u64], out: &mut Vec<Neighbor>) -> Result<()> {
+        use crate::graph::Graph;
+        let mut scratch = self.scratch.get();
+        let mut qbuf = std::mem::take(&mut scratch.query);
+        let result = prepare_query(self.g.dim, self.g.metric, query, &mut qbuf).map(|q| {
+            out.extend(ids.iter().filter_map(|&id| {
+                let s = self.labels.get(&self.graph, id)?;
+                Some(Neighbor::new(id, (self.dist)(q, self.graph.vector(s))))
+            }));
+        });
+        scratch.query = qbuf;
+        result
+    }
+
     fn get(&self, id: u64) -> Option<Vec<f32>> {
         use crate::graph::Graph;
         self.labels
