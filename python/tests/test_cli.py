@@ -74,3 +74,51 @@ def test_native_bench_rejects_unknown_engine(tmp_path, monkeypatch):
         capture_output=True, text=True, env=os.environ.copy(),
     )
     assert out.returncode == 1 and "unknown engine" in out.stderr
+
+
+def test_import_reads_npy_hdf5_and_jsonl_and_rejects_bad_files(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    rng = np.random.default_rng(3)
+    data = tmp_path / "db"
+    env = {**os.environ, "VECTIDE_PYTHON": sys.executable}
+
+    def run(*args):
+        return subprocess.run([_cli(), "import", "--data", str(data), *args], capture_output=True, text=True, env=env)
+
+    X = rng.normal(size=(120, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    r = run("--collection", "a", "--metric", "l2", str(tmp_path / "x.npy"))
+    assert r.returncode == 0, r.stderr
+    H = rng.normal(size=(80, 6))
+    with h5py.File(tmp_path / "x.hdf5", "w") as f:
+        f["train"] = H  # float64 and no test/neighbors: only `train` is needed
+    r = run("--collection", "b", "--metric", "l2", str(tmp_path / "x.hdf5"))
+    assert r.returncode == 0, r.stderr
+    lines = [json.dumps({"id": f"doc-{i}", "vector": rng.normal(size=6).tolist(), "payload": {"i": i}}) for i in range(30)]
+    (tmp_path / "x.jsonl").write_text("\n".join(lines) + "\n")
+    r = run("--collection", "c", str(tmp_path / "x.jsonl"))
+    assert r.returncode == 0, r.stderr
+
+    with h5py.File(tmp_path / "bad.hdf5", "w") as f:
+        f["vectors"] = H
+    r = run("--collection", "d", str(tmp_path / "bad.hdf5"))
+    assert r.returncode != 0 and "train" in r.stderr
+    (tmp_path / "torn.npy").write_bytes((tmp_path / "x.npy").read_bytes()[:200])
+    r = run("--collection", "a", str(tmp_path / "torn.npy"))
+    assert r.returncode != 0 and "torn.npy" in r.stderr
+    r = run("--collection", "a", str(tmp_path / "x.jsonl"))  # into an existing 6-d collection: 30 more points
+    assert r.returncode == 0, r.stderr
+    np.save(tmp_path / "wide.npy", rng.normal(size=(5, 7)).astype(np.float32))
+    r = run("--collection", "a", str(tmp_path / "wide.npy"))
+    assert r.returncode != 0 and "dimension" in r.stderr.lower()
+
+    db = vectide.connect(data)
+    try:
+        a, b, c = (db.get_collection(n) for n in "abc")
+        assert (a.count(), b.count(), c.count()) == (150, 80, 30)
+        got = a.get([7])[0]
+        np.testing.assert_allclose(got.vector, X[7], rtol=1e-6)
+        np.testing.assert_allclose(b.get([5])[0].vector, H[5].astype(np.float32), rtol=1e-6)
+        assert c.get(["doc-4"])[0].payload == {"i": 4}
+    finally:
+        db.close()

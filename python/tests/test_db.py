@@ -71,6 +71,32 @@ def test_bad_input_and_locking(tmp_path):
     assert len(c) == 0
 
 
+def test_close_releases_the_lock_and_handles_fail(tmp_path):
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(40, 4)).astype(np.float32)
+    with vectide.connect(tmp_path / "db") as db:
+        c = db.create_collection("c", dim=4, metric="l2", engine="p-hnsw")
+        c.upsert(list(range(40)), X, payloads=[{"i": i} for i in range(40)])
+        gone = db.create_collection("gone", dim=4)
+        assert db.delete_collection("gone")
+        with pytest.raises(RuntimeError, match="closed"):
+            gone.upsert([1], X[:1])
+    # The with-block closed it: this process (or another) can open it again,
+    # while the old handles refuse to work.
+    with pytest.raises(RuntimeError, match="closed"):
+        c.search(X[0])
+    with pytest.raises(RuntimeError, match="closed"):
+        db.get_collection("c")
+    db.close()  # idempotent
+    with vectide.connect(tmp_path / "db") as again:
+        c2 = again.get_collection("c")
+        assert len(c2) == 40 and c2.get([7])[0].payload == {"i": 7}
+        assert again.list_collections() == ["c"]
+    # A collection handle keeps an unclosed database open on its own.
+    c3 = vectide.connect(tmp_path / "db").get_collection("c")
+    assert c3.search(X[3], k=1)[0][0].id == 3
+
+
 @pytest.mark.parametrize("engine", ["p-hnsw", "hnsw-wal"])
 def test_durable_engines_in_collections(tmp_path, engine):
     db = vectide.connect(tmp_path / "db", durability="always")

@@ -577,6 +577,25 @@ def _cmd_export(args) -> int:
     return 0
 
 
+def _cmd_train_npy(args) -> int:
+    h5py = _h5py()
+    src = Path(args.file)
+    if not src.is_file():
+        raise ValueError(f"{src}: no such file")
+    try:
+        f = h5py.File(src, "r")
+    except OSError as e:
+        raise ValueError(f"{src}: not an HDF5 file ({e})") from None
+    with f:
+        if "train" not in f:
+            raise ValueError(f"{src}: no 'train' dataset (has: {', '.join(sorted(f.keys())) or 'nothing'})")
+        train = f["train"][()]
+    if train.ndim != 2 or train.dtype.kind not in "fiu":
+        raise ValueError(f"{src}: 'train' must be a 2-d numeric array, got {train.dtype} {train.shape}")
+    np.save(args.out, np.ascontiguousarray(train, dtype=np.float32))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m vectide.datasets",
@@ -593,6 +612,10 @@ def main(argv=None) -> int:
     p.add_argument("dataset", metavar="NAME|PATH")
     p.add_argument("--force", action="store_true", help="rewrite even when up to date")
     p.set_defaults(func=_cmd_export)
+    p = sub.add_parser("train-npy", help="write the 'train' rows of any HDF5 file to a float32 .npy (for vectide import)")
+    p.add_argument("file", metavar="FILE.hdf5")
+    p.add_argument("out", metavar="OUT.npy")
+    p.set_defaults(func=_cmd_train_npy)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -211,6 +211,19 @@ class Database:
         """Checkpoints every collection."""
         self._db.flush()
 
+    def close(self) -> None:
+        """Checkpoints and closes every collection and releases the directory
+        lock (another process may then open it). Collection handles then
+        raise ``RuntimeError``. Idempotent; ``with vectide.connect(p) as db:``
+        calls it on exit."""
+        self._db.close()
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return f"Database({self.path!r}, collections={self.list_collections()})"
 
@@ -218,9 +231,10 @@ class Database:
 def connect(path: Union[str, Path], durability: str = "group", threads: Optional[int] = None, **options) -> Database:
     """Opens (creating if needed) the database in ``path``.
 
-    ``durability``: ``"group"`` (default: concurrent writers share one fsync
-    within 2 ms) or ``"always"`` (one fsync per operation); in both, a write
-    returns only after the fsync that covers it. ``options``:
+    ``durability``: ``"group"`` (default: when several writers are active,
+    the fsync waits up to 2 ms for them to join; a lone writer never waits)
+    or ``"always"`` (the fsync starts at once); in both, a write returns only
+    after an fsync that covers it. ``options``:
     ``checkpoint_bytes``, ``checkpoint_seconds``.
     """
     return Database(_native()._Database.open(Path(path), durability, threads, options.get("checkpoint_bytes"), options.get("checkpoint_seconds")))

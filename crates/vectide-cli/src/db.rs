@@ -58,8 +58,9 @@ pub struct ImportArgs {
     /// Collection to fill (created when missing, with the file's dimension).
     #[arg(long)]
     pub collection: String,
-    /// `.npy` (float32/float64 rows; ids 0..n), a dataset name or `.hdf5`
-    /// file (its `train` rows), or `.jsonl` (`{"id", "vector", "payload"}`).
+    /// `.npy` (float32/float64 rows; ids 0..n), `.hdf5`/`.h5` (its `train`
+    /// rows; ids 0..n), `.jsonl` (`{"id", "vector", "payload"}`), or a known
+    /// dataset name (its `train` rows).
     pub file: String,
     #[arg(long, default_value = "cosine")]
     pub metric: String,
@@ -181,36 +182,58 @@ fn jsonl(path: &Path) -> Result<(usize, Vec<PointInput>), String> {
     Ok((dim, out))
 }
 
+/// The `train` rows of an HDF5 file, read by `vectide.datasets train-npy`
+/// (h5py) into a temporary `.npy`.
+fn hdf5_train(path: &Path) -> Result<(usize, Vec<f32>), String> {
+    if !path.is_file() {
+        return Err(format!("{}: no such file", path.display()));
+    }
+    let tmp = tempfile::Builder::new()
+        .suffix(".npy")
+        .tempfile()
+        .map_err(|e| format!("cannot create a temporary file: {e}"))?;
+    let py = crate::dataset::python();
+    let st = std::process::Command::new(&py)
+        .args(["-m", "vectide.datasets", "train-npy"])
+        .arg(path)
+        .arg(tmp.path())
+        .status()
+        .map_err(|e| format!("cannot run {} to read the HDF5 file: {e}", py.display()))?;
+    if !st.success() {
+        return Err(format!(
+            "{}: reading its 'train' rows failed",
+            path.display()
+        ));
+    }
+    read_npy(tmp.path())
+}
+
+fn numbered(d: usize, v: &[f32]) -> Vec<PointInput> {
+    v.chunks_exact(d)
+        .enumerate()
+        .map(|(i, r)| PointInput {
+            id: ExtId::Num(i as u64),
+            vector: r.to_vec(),
+            payload: Value::Null,
+        })
+        .collect()
+}
+
 pub fn import(args: &ImportArgs) -> Result<(), String> {
     let path = Path::new(&args.file);
     let (dim, points): (usize, Vec<PointInput>) = match path.extension().and_then(|e| e.to_str()) {
+        Some("hdf5") | Some("h5") => {
+            let (d, v) = hdf5_train(path)?;
+            (d, numbered(d, &v))
+        }
         Some("npy") => {
             let (d, v) = read_npy(path)?;
-            let pts = v
-                .chunks_exact(d)
-                .enumerate()
-                .map(|(i, r)| PointInput {
-                    id: ExtId::Num(i as u64),
-                    vector: r.to_vec(),
-                    payload: Value::Null,
-                })
-                .collect();
-            (d, pts)
+            (d, numbered(d, &v))
         }
         Some("jsonl") | Some("ndjson") => jsonl(path)?,
         _ => {
             let ds = crate::dataset::load(&args.file)?;
-            let pts = ds
-                .train
-                .chunks_exact(ds.dim)
-                .enumerate()
-                .map(|(i, r)| PointInput {
-                    id: ExtId::Num(i as u64),
-                    vector: r.to_vec(),
-                    payload: Value::Null,
-                })
-                .collect();
-            (ds.dim, pts)
+            (ds.dim, numbered(ds.dim, &ds.train))
         }
     };
     if dim == 0 || points.is_empty() {

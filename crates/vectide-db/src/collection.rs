@@ -33,7 +33,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use vectide_core::{Metric, Neighbor, SearchParams, Seq, VectorIndex};
 use vectide_engines::{AnyIndex, ParamValue, Params};
@@ -254,6 +254,9 @@ pub struct Collection {
     turn_cv: Condvar,
     last_checkpoint: Mutex<Instant>,
     opts: Options,
+    /// Set when the database closes or the collection is deleted: writes
+    /// and searches through a remaining handle then fail with `Closed`.
+    closed: AtomicBool,
     pub counters: Counters,
     /// What the last open did: records replayed and seconds taken.
     pub opened_in: Duration,
@@ -375,6 +378,7 @@ impl Collection {
             turn_cv: Condvar::new(),
             last_checkpoint: Mutex::new(Instant::now()),
             opts,
+            closed: AtomicBool::new(false),
             counters: Counters::default(),
             opened_in: Duration::ZERO,
         };
@@ -438,6 +442,7 @@ impl Collection {
         &self,
         make: impl FnOnce(Seq, &mut PointStore) -> Result<(Vec<u8>, Op)>,
     ) -> Result<Seq> {
+        self.check_open()?;
         let (seq, op) = self.log.append(|seq| {
             let mut store = self.store.write();
             make(seq, &mut store)
@@ -455,6 +460,24 @@ impl Collection {
         self.turn_cv.notify_all();
         drop(turn);
         result.map(|()| seq)
+    }
+
+    /// Marks the collection closed (see [`DbError::Closed`]); operations
+    /// already past the check finish, and recovery covers them.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Collection::close`] ran.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.is_closed() {
+            return Err(DbError::Closed(format!("collection {:?}", self.name)));
+        }
+        Ok(())
     }
 
     fn check_vector(&self, v: &[f32]) -> Result<()> {
@@ -540,12 +563,12 @@ impl Collection {
             (None, Some(f)) => {
                 let cands = store.index_candidates(f);
                 let mut out: Vec<(u64, ExtId)> = match cands {
-                    Some(c) => c
+                    Some((c, exact)) => c
                         .into_iter()
                         .filter_map(|i| {
                             store
                                 .get(i)
-                                .filter(|p| f.eval(&p.ext, &p.payload))
+                                .filter(|p| exact || f.eval(&p.ext, &p.payload))
                                 .map(|p| (i, p.ext.clone()))
                         })
                         .collect(),
@@ -709,6 +732,7 @@ impl Collection {
         with_payload: bool,
         with_vector: bool,
     ) -> Result<Vec<Hit>> {
+        self.check_open()?;
         if k == 0 {
             return Err(DbError::invalid("k (limit) must be at least 1"));
         }
@@ -741,7 +765,8 @@ impl Collection {
                 };
                 if estimate <= self.opts.exact_max {
                     let matches: Vec<u64> = match store.index_candidates(f) {
-                        Some(c) => c
+                        Some((c, true)) => c,
+                        Some((c, false)) => c
                             .into_iter()
                             .filter(|i| store.get(*i).is_some_and(|p| f.eval(&p.ext, &p.payload)))
                             .collect(),
@@ -799,6 +824,7 @@ impl Collection {
 
     /// Declares a payload index on `field`.
     pub fn create_index(&self, field: &str, kind: IndexKind) -> Result<()> {
+        self.check_open()?;
         self.store.write().create_index(field, kind)
     }
 

@@ -20,6 +20,10 @@ pub enum DbError {
     /// Another process holds the database directory (409).
     #[error("database {path} is locked by another process (pid {holder}); close it first")]
     Locked { path: PathBuf, holder: String },
+    /// A handle used after its database was closed or its collection
+    /// deleted (409).
+    #[error("{0} is closed (its database was closed or the collection deleted)")]
+    Closed(String),
     /// Bytes on disk that fail their checks.
     #[error("corrupted data: {0}")]
     Corrupted(String),
@@ -57,7 +61,7 @@ impl DbError {
         match self {
             DbError::InvalidInput(_) => 400,
             DbError::CollectionNotFound(_) => 404,
-            DbError::CollectionExists(_) | DbError::Locked { .. } => 409,
+            DbError::CollectionExists(_) | DbError::Locked { .. } | DbError::Closed(_) => 409,
             DbError::Engine(e) => match e {
                 vectide_core::Error::InvalidInput(_)
                 | vectide_core::Error::DimensionMismatch { .. } => 400,

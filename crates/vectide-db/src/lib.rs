@@ -137,7 +137,8 @@ fn config_from_json(v: &Value) -> Result<(String, CollectionConfig)> {
 /// An open database (see the crate docs).
 pub struct Database {
     dir: PathBuf,
-    _lock: File,
+    /// The flock'ed LOCK file; `None` once closed.
+    lock: Mutex<Option<File>>,
     opts: Options,
     collections: RwLock<BTreeMap<String, Arc<Collection>>>,
     /// Serialises catalog rewrites and collection creation/removal.
@@ -211,7 +212,7 @@ impl Database {
         }
         let db = Arc::new(Database {
             dir: dir.to_path_buf(),
-            _lock: lock,
+            lock: Mutex::new(Some(lock)),
             opts,
             collections: RwLock::new(collections),
             catalog: Mutex::new(()),
@@ -272,6 +273,41 @@ impl Database {
         Ok(())
     }
 
+    fn check_open(&self) -> Result<()> {
+        if self.lock.lock().is_none() {
+            return Err(DbError::Closed(format!("database {}", self.dir.display())));
+        }
+        Ok(())
+    }
+
+    /// Checkpoints every collection, closes them (remaining handles then
+    /// fail with [`DbError::Closed`]) and releases the directory lock, so
+    /// that another process may open the database. Idempotent. A
+    /// collection's files close when its last handle is dropped.
+    pub fn close(&self) -> Result<()> {
+        let _g = self.catalog.lock();
+        if self.lock.lock().is_none() {
+            return Ok(());
+        }
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.checkpointer.lock().take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        let cols = std::mem::take(&mut *self.collections.write());
+        let mut first_err = None;
+        for c in cols.values() {
+            c.close();
+            if let Err(e) = c.checkpoint() {
+                first_err.get_or_insert(e);
+            }
+        }
+        drop(cols);
+        *self.lock.lock() = None;
+        first_err.map_or(Ok(()), Err)
+    }
+
     /// Creates a collection (its engine and parameters are checked first).
     pub fn create_collection(
         &self,
@@ -281,6 +317,7 @@ impl Database {
         check_name(name)?;
         Collection::validate_config(&config)?;
         let _g = self.catalog.lock();
+        self.check_open()?;
         if self.collections.read().contains_key(name) {
             return Err(DbError::CollectionExists(name.to_string()));
         }
@@ -300,6 +337,7 @@ impl Database {
 
     /// A collection by name.
     pub fn collection(&self, name: &str) -> Result<Arc<Collection>> {
+        self.check_open()?;
         self.collections
             .read()
             .get(name)
@@ -315,12 +353,14 @@ impl Database {
     /// Removes a collection and its files; returns whether it existed.
     pub fn delete_collection(&self, name: &str) -> Result<bool> {
         let _g = self.catalog.lock();
+        self.check_open()?;
         let mut cols = self.collections.read().clone();
         let Some(c) = cols.remove(name) else {
             return Ok(false);
         };
         self.write_catalog(&cols)?;
         *self.collections.write() = cols;
+        c.close();
         let dir = c.dir().to_path_buf();
         drop(c);
         let _ = std::fs::remove_dir_all(&dir);

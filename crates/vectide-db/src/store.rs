@@ -65,18 +65,19 @@ struct FieldIndex {
     kind: Option<IndexKind>,
     keyword: HashMap<String, HashSet<u64>>,
     integer: BTreeMap<i64, HashSet<u64>>,
+    /// Numbers an integer index cannot hold (fractions, beyond i64): while
+    /// any is stored, the index does not answer ranges (they would miss it).
+    non_integers: usize,
 }
 
 impl FieldIndex {
-    fn values(&self, field: &str, p: &Value, f: &mut dyn FnMut(Scalar)) {
+    /// The indexable values of `field` in a payload; `None` stands for a
+    /// number an integer index cannot hold.
+    fn values(&self, field: &str, p: &Value, f: &mut dyn FnMut(Option<Scalar>)) {
         crate::filter::any_value(p, field, &mut |v| {
             match (self.kind, v) {
-                (Some(IndexKind::Keyword), Value::String(s)) => f(Scalar::Str(s.clone())),
-                (Some(IndexKind::Integer), Value::Number(n)) => {
-                    if let Some(i) = n.as_i64() {
-                        f(Scalar::Int(i))
-                    }
-                }
+                (Some(IndexKind::Keyword), Value::String(s)) => f(Some(Scalar::Str(s.clone()))),
+                (Some(IndexKind::Integer), Value::Number(n)) => f(n.as_i64().map(Scalar::Int)),
                 _ => {}
             }
             false
@@ -88,13 +89,14 @@ impl FieldIndex {
         self.values(field, p, &mut |s| vals.push(s));
         for s in vals {
             match s {
-                Scalar::Str(k) => {
+                Some(Scalar::Str(k)) => {
                     self.keyword.entry(k).or_default().insert(id);
                 }
-                Scalar::Int(i) => {
+                Some(Scalar::Int(i)) => {
                     self.integer.entry(i).or_default().insert(id);
                 }
-                Scalar::Bool(_) => {}
+                Some(Scalar::Bool(_)) => {}
+                None => self.non_integers += 1,
             }
         }
     }
@@ -104,7 +106,9 @@ impl FieldIndex {
         self.values(field, p, &mut |s| vals.push(s));
         for s in vals {
             match s {
-                Scalar::Str(k) => {
+                None => self.non_integers = self.non_integers.saturating_sub(1),
+                Some(Scalar::Bool(_)) => {}
+                Some(Scalar::Str(k)) => {
                     if let Some(set) = self.keyword.get_mut(&k) {
                         set.remove(&id);
                         if set.is_empty() {
@@ -112,7 +116,7 @@ impl FieldIndex {
                         }
                     }
                 }
-                Scalar::Int(i) => {
+                Some(Scalar::Int(i)) => {
                     if let Some(set) = self.integer.get_mut(&i) {
                         set.remove(&id);
                         if set.is_empty() {
@@ -120,25 +124,33 @@ impl FieldIndex {
                         }
                     }
                 }
-                Scalar::Bool(_) => {}
             }
         }
     }
 
     /// The posting sets a condition selects (their union is what it can
     /// hold for), when this index answers it; borrowed, nothing copied.
+    /// A condition on a value of another type than the index holds is not
+    /// answered (`None`): the filter then scans.
     fn postings(&self, c: &Condition) -> Option<Vec<&HashSet<u64>>> {
+        static EMPTY: std::sync::LazyLock<HashSet<u64>> = std::sync::LazyLock::new(HashSet::new);
         let lookup = |s: &Scalar| -> Option<&HashSet<u64>> {
             match (self.kind, s) {
-                (Some(IndexKind::Keyword), Scalar::Str(k)) => self.keyword.get(k),
-                (Some(IndexKind::Integer), Scalar::Int(i)) => self.integer.get(i),
+                (Some(IndexKind::Keyword), Scalar::Str(k)) => {
+                    Some(self.keyword.get(k).unwrap_or(&EMPTY))
+                }
+                (Some(IndexKind::Integer), Scalar::Int(i)) => {
+                    Some(self.integer.get(i).unwrap_or(&EMPTY))
+                }
                 _ => None,
             }
         };
         match c {
-            Condition::Match { value, .. } => Some(lookup(value).into_iter().collect()),
-            Condition::Any { values, .. } => Some(values.iter().filter_map(lookup).collect()),
-            Condition::Range { range, .. } if self.kind == Some(IndexKind::Integer) => {
+            Condition::Match { value, .. } => lookup(value).map(|s| vec![s]),
+            Condition::Any { values, .. } => values.iter().map(lookup).collect(),
+            Condition::Range { range, .. }
+                if self.kind == Some(IndexKind::Integer) && self.non_integers == 0 =>
+            {
                 let lo = [
                     range.gt.map(|x| x.floor() as i64 + 1),
                     range.gte.map(|x| x.ceil() as i64),
@@ -490,8 +502,11 @@ impl PointStore {
 
     /// Ids the filter can hold for, from the payload indexes of its `must`
     /// conditions: the condition with the fewest postings gives the
-    /// candidates, the others check membership. `None` when no index applies.
-    pub fn index_candidates(&self, f: &Filter) -> Option<HashSet<u64>> {
+    /// candidates, the others check membership; sorted, without duplicates.
+    /// The flag says whether the candidates are exactly the matches (every
+    /// condition is a `must` an index answered), so that they need no
+    /// further check. `None` when no index applies.
+    pub fn index_candidates(&self, f: &Filter) -> Option<(Vec<u64>, bool)> {
         let mut tmps: Vec<HashSet<u64>> = (0..f.must.len()).map(|_| HashSet::new()).collect();
         let mut answered: Vec<Vec<&HashSet<u64>>> = f
             .must
@@ -502,15 +517,17 @@ impl PointStore {
         if answered.is_empty() {
             return None;
         }
+        let exact = answered.len() == f.must.len() && f.should.is_empty() && f.must_not.is_empty();
         answered.sort_by_key(|sets| sets.iter().map(|s| s.len()).sum::<usize>());
         let (first, rest) = answered.split_first().expect("not empty");
-        Some(
-            first
-                .iter()
-                .flat_map(|s| s.iter().copied())
-                .filter(|id| rest.iter().all(|sets| sets.iter().any(|s| s.contains(id))))
-                .collect(),
-        )
+        let mut out: Vec<u64> = first
+            .iter()
+            .flat_map(|s| s.iter().copied())
+            .filter(|id| rest.iter().all(|sets| sets.iter().any(|s| s.contains(id))))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        Some((out, exact))
     }
 
     /// Entries in the redb points table (checks).
@@ -556,9 +573,13 @@ mod tests {
                 .filter(|(_, p)| f.eval(&p.ext, &p.payload))
                 .map(|(&i, _)| i)
                 .collect();
-            let cands = s.index_candidates(&f).unwrap();
+            let (cands, is_exact) = s.index_candidates(&f).unwrap();
+            assert!(cands.windows(2).all(|w| w[0] < w[1]), "{fj}");
+            let cands: HashSet<u64> = cands.into_iter().collect();
             assert!(cands.is_superset(&exact), "{fj}");
-            if !fj.to_string().contains("\"t\"") {
+            let all_indexed = !fj.to_string().contains("\"t\"");
+            assert_eq!(is_exact, all_indexed, "{fj}");
+            if all_indexed {
                 assert_eq!(cands, exact, "every condition is indexed: {fj}");
             }
             let est = s.index_estimate(&f).unwrap();
@@ -568,6 +589,44 @@ mod tests {
             Filter::parse(&json!({"must": [{"key": "t", "match": {"value": 1}}]})).unwrap();
         assert!(s.index_candidates(&unindexed).is_none());
         assert!(s.index_estimate(&unindexed).is_none());
+        // A value of the wrong type for the index, or a fraction in an
+        // integer field, makes the index step aside rather than miss points.
+        let wrong =
+            Filter::parse(&json!({"must": [{"key": "city", "match": {"value": 3}}]})).unwrap();
+        assert!(s.index_candidates(&wrong).is_none());
+        let id = s.assign(&ExtId::Num(5000));
+        s.apply(
+            2,
+            &[Change::Upsert {
+                id,
+                ext: ExtId::Num(5000),
+                payload: json!({"n": 4.5}),
+            }],
+        )
+        .unwrap();
+        let r =
+            Filter::parse(&json!({"must": [{"key": "n", "range": {"gt": 4, "lt": 5}}]})).unwrap();
+        assert!(
+            s.index_candidates(&r).is_none(),
+            "4.5 is not in the integer index"
+        );
+        let m = Filter::parse(&json!({"must": [{"key": "n", "match": {"value": 4}}]})).unwrap();
+        assert!(
+            s.index_candidates(&m).is_some(),
+            "integer matches stay exact"
+        );
+        s.apply(
+            3,
+            &[Change::Delete {
+                id,
+                ext: ExtId::Num(5000),
+            }],
+        )
+        .unwrap();
+        assert!(
+            s.index_candidates(&r).is_some(),
+            "answered again once the fraction is gone"
+        );
     }
 
     #[test]
@@ -617,7 +676,7 @@ mod tests {
         assert_eq!(s.len(), 1);
         let f = Filter::parse(&json!({"must": [{"key": "city", "match": {"value": "Paris"}}]}))
             .unwrap();
-        assert_eq!(s.index_candidates(&f).unwrap(), HashSet::from([b]));
+        assert_eq!(s.index_candidates(&f).unwrap(), (vec![b], true));
         assert_eq!(s.checkpoint().unwrap(), 3);
         s.apply(
             4,
@@ -644,8 +703,8 @@ mod tests {
         assert_eq!(s.assign(&ExtId::Num(11)), 2);
         let r =
             Filter::parse(&json!({"must": [{"key": "n", "range": {"gte": 4, "lt": 6}}]})).unwrap();
-        let c = s.index_candidates(&r).unwrap();
-        assert!(c.is_empty() || c == HashSet::from([a]));
+        let (c, _) = s.index_candidates(&r).unwrap();
+        assert!(c.is_empty() || c == vec![a]);
         assert_eq!(s.indexes().len(), 2);
     }
 }

@@ -165,6 +165,52 @@ fn a_second_opener_gets_a_clear_error() {
 }
 
 #[test]
+fn close_releases_the_lock_and_stale_handles_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), opts()).unwrap();
+    let a = db.create_collection("a", cfg(4, "hnsw")).unwrap();
+    let b = db.create_collection("b", cfg(4, "p-hnsw")).unwrap();
+    a.upsert(&points(50, 4, 1)).unwrap();
+    b.upsert(&points(20, 4, 2)).unwrap();
+    // A deleted collection's handle refuses writes and searches.
+    assert!(db.delete_collection("b").unwrap());
+    let e = b.upsert(&points(1, 4, 3)).unwrap_err();
+    assert!(matches!(e, DbError::Closed(_)), "{e}");
+    assert!(e.to_string().contains("\"b\""), "{e}");
+    let q = [0.0f32; 4];
+    assert!(matches!(
+        b.search(&q, 3, &SearchParams::default(), None, false, false),
+        Err(DbError::Closed(_))
+    ));
+    // Closing checkpoints, releases the lock while `db` is still alive, and
+    // is idempotent; handles then fail, and the collection's files close
+    // when the last handle drops.
+    db.close().unwrap();
+    db.close().unwrap();
+    assert!(matches!(
+        a.delete(Some(&[ExtId::Num(1)]), None),
+        Err(DbError::Closed(_))
+    ));
+    assert!(matches!(db.collection("a"), Err(DbError::Closed(_))));
+    assert!(matches!(
+        db.create_collection("c", cfg(4, "hnsw")),
+        Err(DbError::Closed(_))
+    ));
+    drop((a, b));
+    let again = Database::open(dir.path(), opts()).unwrap();
+    assert_eq!(again.list(), vec!["a".to_string()]);
+    let a = again.collection("a").unwrap();
+    assert_eq!(a.len(), 50, "the stale handle changed nothing");
+    assert_eq!(
+        a.counters
+            .replayed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "close checkpointed"
+    );
+}
+
+#[test]
 fn bad_input_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::open(dir.path(), opts()).unwrap();

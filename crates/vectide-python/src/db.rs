@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyKeyError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use vectide_core::{Metric, SearchParams};
 use vectide_db::{
     score, Collection, CollectionConfig, Database, DbError, Durability, ExtId, Filter, IndexKind,
@@ -32,7 +32,7 @@ fn to_py(e: DbError) -> PyErr {
         DbError::Corrupted(_) => CorruptIndexError::new_err(msg),
         DbError::Io { .. } => PyOSError::new_err(msg),
         DbError::Engine(e) => crate::to_py(e),
-        DbError::Store(_) => PyRuntimeError::new_err(msg),
+        DbError::Store(_) | DbError::Closed(_) => PyRuntimeError::new_err(msg),
     }
 }
 
@@ -121,13 +121,12 @@ impl PyDatabase {
         let c = py
             .detach(|| self.db.create_collection(name, config))
             .map_err(to_py)?;
-        Ok(PyCollection { c })
+        Ok(PyCollection::new(&self.db, &c))
     }
 
     fn collection(&self, name: &str) -> PyResult<PyCollection> {
-        Ok(PyCollection {
-            c: self.db.collection(name).map_err(to_py)?,
-        })
+        let c = self.db.collection(name).map_err(to_py)?;
+        Ok(PyCollection::new(&self.db, &c))
     }
 
     fn list_collections(&self) -> Vec<String> {
@@ -136,6 +135,11 @@ impl PyDatabase {
 
     fn delete_collection(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
         py.detach(|| self.db.delete_collection(name)).map_err(to_py)
+    }
+
+    /// Checkpoints and closes every collection and releases the lock.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.db.close()).map_err(to_py)
     }
 
     /// Checkpoints every collection.
@@ -152,7 +156,30 @@ impl PyDatabase {
 /// One collection.
 #[pyclass(name = "_Collection", module = "vectide", frozen)]
 pub struct PyCollection {
-    c: Arc<Collection>,
+    /// Keeps the database open while a collection handle is alive (a
+    /// handle may outlive the Python `Database` object).
+    _db: Arc<Database>,
+    /// Weak, so that `Database.close()` (or deleting the collection)
+    /// really closes the collection's files.
+    c: Weak<Collection>,
+    name: String,
+}
+
+impl PyCollection {
+    fn new(db: &Arc<Database>, c: &Arc<Collection>) -> Self {
+        PyCollection {
+            _db: db.clone(),
+            c: Arc::downgrade(c),
+            name: c.name().to_string(),
+        }
+    }
+
+    fn col(&self) -> PyResult<Arc<Collection>> {
+        self.c
+            .upgrade()
+            .filter(|c| !c.is_closed())
+            .ok_or_else(|| to_py(DbError::Closed(format!("collection {:?}", self.name))))
+    }
 }
 
 #[pymethods]
@@ -166,8 +193,9 @@ impl PyCollection {
         vectors: &Bound<'_, PyAny>,
         payloads_json: Option<&str>,
     ) -> PyResult<u64> {
+        let c = self.col()?;
         let ids = ids_from(ids_json)?;
-        let dim = self.c.config().dim;
+        let dim = c.config().dim;
         let rows = as_rows(vectors, dim, "vectors")?;
         let flat = rows.as_slice()?;
         if flat.len() != ids.len() * dim {
@@ -201,7 +229,7 @@ impl PyCollection {
                 payload,
             })
             .collect();
-        py.detach(|| self.c.upsert(&points)).map_err(to_py)
+        py.detach(|| c.upsert(&points)).map_err(to_py)
     }
 
     /// Searches each query row; returns JSON: a list (per query) of hits
@@ -218,6 +246,7 @@ impl PyCollection {
         with_payload: bool,
         with_vector: bool,
     ) -> PyResult<String> {
+        let c = self.col()?;
         if k <= 0 {
             return Err(PyValueError::new_err(format!(
                 "k must be at least 1, got {k}"
@@ -233,14 +262,14 @@ impl PyCollection {
             }
         };
         let filter = filter_from(filter_json)?;
-        let dim = self.c.config().dim;
+        let dim = c.config().dim;
         let rows = as_rows(queries, dim, "queries")?;
         let flat = rows.as_slice()?;
-        let metric = self.c.config().metric;
+        let metric = c.config().metric;
         let out: Result<Vec<Value>, DbError> = py.detach(|| {
             flat.chunks_exact(dim)
                 .map(|q| {
-                    let hits = self.c.search(q, k as usize, &params, filter.as_ref(), with_payload, with_vector)?;
+                    let hits = c.search(q, k as usize, &params, filter.as_ref(), with_payload, with_vector)?;
                     Ok(Value::Array(
                         hits.into_iter()
                             .map(|h| {
@@ -264,8 +293,9 @@ impl PyCollection {
     /// Points by id (JSON list, `null` for unknown ids).
     #[pyo3(signature = (ids_json, with_vector=true))]
     fn get(&self, py: Python<'_>, ids_json: &str, with_vector: bool) -> PyResult<String> {
+        let c = self.col()?;
         let ids = ids_from(ids_json)?;
-        let recs = py.detach(|| self.c.get(&ids, with_vector));
+        let recs = py.detach(|| c.get(&ids, with_vector));
         let v: Vec<Value> = recs
             .into_iter()
             .map(|r| match r {
@@ -289,19 +319,21 @@ impl PyCollection {
         ids_json: Option<&str>,
         filter_json: Option<&str>,
     ) -> PyResult<usize> {
+        let c = self.col()?;
         let ids = ids_json.map(ids_from).transpose()?;
         let filter = filter_from(filter_json)?;
         if ids.is_none() && filter.is_none() {
             return Err(PyValueError::new_err("delete needs ids or a filter"));
         }
-        py.detach(|| self.c.delete(ids.as_deref(), filter.as_ref()))
+        py.detach(|| c.delete(ids.as_deref(), filter.as_ref()))
             .map_err(to_py)
     }
 
     #[pyo3(signature = (filter_json=None))]
     fn count(&self, py: Python<'_>, filter_json: Option<&str>) -> PyResult<usize> {
+        let c = self.col()?;
         let filter = filter_from(filter_json)?;
-        Ok(py.detach(|| self.c.count(filter.as_ref())))
+        Ok(py.detach(|| c.count(filter.as_ref())))
     }
 
     /// A page ordered by id: JSON `{"points": [...], "next": id|null}`.
@@ -314,14 +346,13 @@ impl PyCollection {
         limit: usize,
         with_vector: bool,
     ) -> PyResult<String> {
+        let c = self.col()?;
         let filter = filter_from(filter_json)?;
         let offset = offset_json
             .map(|t| parse_json(t, "offset").and_then(|v| ExtId::from_json(&v).map_err(to_py)))
             .transpose()?;
-        let (page, next) = py.detach(|| {
-            self.c
-                .scroll(filter.as_ref(), offset.as_ref(), limit, with_vector)
-        });
+        let (page, next) =
+            py.detach(|| c.scroll(filter.as_ref(), offset.as_ref(), limit, with_vector));
         let points: Vec<Value> = page
             .into_iter()
             .map(|r| {
@@ -343,30 +374,30 @@ impl PyCollection {
         ids_json: Option<&str>,
         filter_json: Option<&str>,
     ) -> PyResult<usize> {
+        let c = self.col()?;
         let payload = parse_json(payload_json, "payload")?;
         let ids = ids_json.map(ids_from).transpose()?;
         let filter = filter_from(filter_json)?;
-        py.detach(|| {
-            self.c
-                .set_payload(ids.as_deref(), filter.as_ref(), &payload)
-        })
-        .map_err(to_py)
+        py.detach(|| c.set_payload(ids.as_deref(), filter.as_ref(), &payload))
+            .map_err(to_py)
     }
 
     fn create_index(&self, py: Python<'_>, field: &str, kind: &str) -> PyResult<()> {
+        let c = self.col()?;
         let kind = IndexKind::parse(kind).map_err(to_py)?;
-        py.detach(|| self.c.create_index(field, kind))
-            .map_err(to_py)
+        py.detach(|| c.create_index(field, kind)).map_err(to_py)
     }
 
     /// Checkpoints the collection now.
     fn checkpoint(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.c.checkpoint()).map_err(to_py)
+        let c = self.col()?;
+        py.detach(|| c.checkpoint()).map_err(to_py)
     }
 
     /// JSON description: name, dim, metric, engine, params, points, indexes.
-    fn info(&self) -> String {
-        let cfg = self.c.config();
+    fn info(&self) -> PyResult<String> {
+        let c = self.col()?;
+        let cfg = c.config();
         let params: serde_json::Map<String, Value> = cfg
             .params
             .iter()
@@ -382,29 +413,28 @@ impl PyCollection {
                 )
             })
             .collect();
-        let indexes: serde_json::Map<String, Value> = self
-            .c
+        let indexes: serde_json::Map<String, Value> = c
             .indexes()
             .into_iter()
             .map(|(f, k)| (f, json!(k.name())))
             .collect();
-        json!({
-            "name": self.c.name(), "dim": cfg.dim, "metric": cfg.metric.name(), "engine": cfg.engine,
-            "params": params, "points": self.c.len(), "indexes": indexes,
-            "durability": self.c.durability().name(), "last_seq": self.c.last_seq(),
-            "opened_seconds": self.c.opened_in.as_secs_f64(),
-            "replayed": self.c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
+        Ok(json!({
+            "name": c.name(), "dim": cfg.dim, "metric": cfg.metric.name(), "engine": cfg.engine,
+            "params": params, "points": c.len(), "indexes": indexes,
+            "durability": c.durability().name(), "last_seq": c.last_seq(),
+            "opened_seconds": c.opened_in.as_secs_f64(),
+            "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
         })
-        .to_string()
+        .to_string())
     }
 
-    fn __len__(&self) -> usize {
-        self.c.len()
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.col()?.len())
     }
 
     #[getter]
     fn name(&self) -> String {
-        self.c.name().to_string()
+        self.name.clone()
     }
 }
 
