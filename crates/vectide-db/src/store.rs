@@ -479,7 +479,12 @@ impl PointStore {
             | Condition::Any { key, .. }
             | Condition::Range { key, .. } => self.indexes.get(key).and_then(|i| i.postings(c)),
             Condition::HasId(ids) => {
-                has_id.extend(ids.iter().filter_map(|e| self.ids.get(e).copied()));
+                // `ids` never forgets an id: keep the live ones only.
+                has_id.extend(
+                    ids.iter()
+                        .filter_map(|e| self.ids.get(e).copied())
+                        .filter(|i| self.points.contains_key(i)),
+                );
                 Some(vec![&*has_id])
             }
             _ => None,
@@ -627,6 +632,9 @@ mod tests {
             s.index_candidates(&r).is_some(),
             "answered again once the fraction is gone"
         );
+        // has_id names only live points, so its candidates are exact.
+        let h = Filter::parse(&json!({"must": [{"has_id": [5000, 3]}]})).unwrap();
+        assert_eq!(s.index_candidates(&h).unwrap(), (vec![3], true));
     }
 
     #[test]
