@@ -72,6 +72,81 @@ pub struct ImportArgs {
 }
 
 /// Reads a `.npy` file of 2-d float rows (C order, little-endian f4 or f8).
+#[derive(clap::Args)]
+pub struct RepairArgs {
+    /// The database directory (not open in another process).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `vectide repair`: cuts each damaged WAL at its first bad record and
+/// reports what was dropped (see `vectide_db::repair`).
+pub fn repair(args: &RepairArgs) -> Result<(), String> {
+    let report = vectide_db::repair(&args.data, vectide_db::Options::default())
+        .map_err(|e| e.to_string())?;
+    let rows: Vec<serde_json::Value> = report
+        .iter()
+        .map(|r| {
+            let w = &r.wal;
+            serde_json::json!({
+                "collection": r.collection,
+                "damaged": w.damage.is_some(),
+                "segment": w.damage.as_ref().map(|d| d.0.display().to_string()),
+                "offset": w.damage.as_ref().map(|d| d.1),
+                "reason": w.damage.as_ref().map(|d| d.2.clone()),
+                "kept_through_seq": w.kept_through,
+                "dropped_records": w.dropped_records,
+                "dropped_seqs": w.dropped_seqs.map(|(a, b)| [a, b]),
+                "dropped_bytes": w.dropped_bytes,
+                "removed_segments": w.removed_segments.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+                "points_without_vector_deleted": r.orphans_removed.iter().map(|e| e.to_json()).collect::<Vec<_>>(),
+                "stale_vectors_removed": r.stale_vectors_removed,
+            })
+        })
+        .collect();
+    if args.json {
+        println!("{}", serde_json::Value::Array(rows));
+        return Ok(());
+    }
+    for (r, row) in report.iter().zip(&rows) {
+        let w = &r.wal;
+        match &w.damage {
+            None => println!("{}: the log is sound; nothing changed", r.collection),
+            Some((seg, off, why)) => {
+                println!("{}: damaged WAL", r.collection);
+                println!("  segment          {}", seg.display());
+                println!("  first bad record at byte {off}: {why}");
+                println!(
+                    "  kept             records through sequence number {}",
+                    w.kept_through
+                );
+                match w.dropped_seqs {
+                    Some((a, b)) => println!(
+                        "  dropped          {} readable record(s), sequence numbers {a}..={b}, and the damaged bytes ({} bytes in all)",
+                        w.dropped_records, w.dropped_bytes
+                    ),
+                    None => println!("  dropped          {} damaged byte(s), no readable record", w.dropped_bytes),
+                }
+                for p in &w.removed_segments {
+                    println!("  removed segment  {}", p.display());
+                }
+                println!(
+                    "  points deleted (payload without vector after the cut): {}",
+                    row["points_without_vector_deleted"]
+                );
+                println!(
+                    "  stale vectors removed from the engine: {}",
+                    r.stale_vectors_removed
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn read_npy(path: &Path) -> Result<(usize, Vec<f32>), String> {
     let b = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let what = path.display();

@@ -7,7 +7,8 @@
 //! - `vectide crash-test p-hnsw` runs the crash simulator and the SIGKILL
 //!   test of the persistent engine;
 //! - `vectide serve --data DIR` serves a database over HTTP;
-//! - `vectide import --data DIR --collection NAME FILE` loads points.
+//! - `vectide import --data DIR --collection NAME FILE` loads points;
+//! - `vectide repair --data DIR` salvages a database whose WAL is damaged.
 
 mod bench;
 mod crash;
@@ -46,6 +47,9 @@ enum Command {
     Serve(db::ServeArgs),
     /// Load points from .npy, .jsonl or a dataset (HDF5 `train`) into a collection.
     Import(db::ImportArgs),
+    /// Salvage a database whose write-ahead log is damaged: keep the records
+    /// before the damage, drop the rest, and print exactly what was dropped.
+    Repair(db::RepairArgs),
     /// Crash-consistency test: simulator crash points, then SIGKILLed
     /// processes; exits 1 on any violation.
     CrashTest(crash::CrashArgs),
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
         Command::OpenProbe { path, persist } => open_probe(&path, &persist),
         Command::Serve(args) => db::serve(&args),
         Command::Import(args) => db::import(&args),
+        Command::Repair(args) => db::repair(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -53,8 +53,16 @@ pub struct Options {
     pub durability: Durability,
     /// WAL segment size before rotation (default 64 MiB).
     pub segment_bytes: u64,
-    /// Checkpoint once the WAL grew this much (default 256 MiB).
+    /// Checkpoint once the WAL tail that a restart would replay exceeds
+    /// `checkpoint_ratio` times the index's size, but never below
+    /// `checkpoint_min_bytes` nor above `checkpoint_bytes` (defaults 0.05,
+    /// 1 MiB, 256 MiB). Replaying a byte of WAL into a graph index costs
+    /// about a hundred times more than loading a byte of its snapshot, so the
+    /// tail is kept small next to the index: restart time stays bounded
+    /// however often the process dies.
     pub checkpoint_bytes: u64,
+    pub checkpoint_min_bytes: u64,
+    pub checkpoint_ratio: f64,
     /// ... or this long after the last one, if anything was written (60 s).
     pub checkpoint_interval: Duration,
     /// Worker threads of engines (None: all cores).
@@ -70,6 +78,8 @@ impl Default for Options {
             durability: Durability::DEFAULT,
             segment_bytes: 64 << 20,
             checkpoint_bytes: 256 << 20,
+            checkpoint_min_bytes: 1 << 20,
+            checkpoint_ratio: 0.05,
             checkpoint_interval: Duration::from_secs(60),
             threads: None,
             exact_max: EXACT_MAX,
@@ -349,11 +359,31 @@ impl Collection {
         } else {
             vectide_engines::open_or_create(&config.engine, config.dim, config.metric, &params)?
         };
-        let mut store = PointStore::open(&dir.join("points.redb"))?;
-        let (log, records) =
-            CommitLog::open(&dir.join("wal"), opts.durability, opts.segment_bytes)?;
+        let store_path = dir.join("points.redb");
+        let mut store = crate::guard::catch_corruption(&store_path.display().to_string(), || {
+            PointStore::open(&store_path)
+        })?;
         let engine_durable = engine.durable_seq();
+        let wal_dir = dir.join("wal");
+        let (log, records) = CommitLog::open(
+            &wal_dir,
+            opts.durability,
+            opts.segment_bytes,
+            engine_durable.max(store.applied_seq()),
+        )?;
+        // The store applies every operation: the log must continue right
+        // after what it holds, or acknowledged operations are missing.
+        if let Some(first) = records.first().map(|r| record_seq(r)).transpose()? {
+            if first > store.applied_seq() + 1 {
+                return Err(DbError::corrupted(format!(
+                    "{}: the log starts at sequence number {first} but the point store holds only up to {}: records are missing",
+                    wal_dir.display(),
+                    store.applied_seq()
+                )));
+            }
+        }
         let mut replayed = 0u64;
+        let mut replayed_bytes = 0u64;
         for rec in &records {
             let seq = record_seq(rec)?;
             if seq <= engine_durable && seq <= store.applied_seq() {
@@ -365,7 +395,9 @@ impl Collection {
             }
             store.apply(op.seq, &op.changes)?;
             replayed += 1;
+            replayed_bytes += rec.len() as u64 + 8;
         }
+        log.set_bytes_since_checkpoint(replayed_bytes);
         let next = log.last_seq() + 1;
         let c = Collection {
             name: name.to_string(),
@@ -383,6 +415,12 @@ impl Collection {
             opened_in: Duration::ZERO,
         };
         c.counters.replayed.store(replayed, Ordering::Relaxed);
+        // After a long replay, checkpoint now: a process that keeps dying
+        // before its first background checkpoint would otherwise replay an
+        // ever longer tail at each start.
+        if replayed_bytes >= c.checkpoint_threshold() {
+            c.checkpoint()?;
+        }
         Ok(Collection {
             opened_in: t0.elapsed(),
             ..c
@@ -836,8 +874,22 @@ impl Collection {
     /// Whether the checkpoint policy calls for a checkpoint now.
     pub fn checkpoint_due(&self) -> bool {
         let bytes = self.log.bytes_since_checkpoint();
-        bytes >= self.opts.checkpoint_bytes
+        bytes >= self.checkpoint_threshold()
             || (bytes > 0 && self.last_checkpoint.lock().elapsed() >= self.opts.checkpoint_interval)
+    }
+
+    /// WAL bytes (counted from what a restart would replay) that make a
+    /// checkpoint due (see [`Options::checkpoint_bytes`]).
+    pub fn checkpoint_threshold(&self) -> u64 {
+        let o = &self.opts;
+        let index = self.engine.stats().memory_bytes as f64 * o.checkpoint_ratio;
+        let cap = o.checkpoint_bytes.max(1);
+        (index as u64).clamp(o.checkpoint_min_bytes.min(cap), cap)
+    }
+
+    /// WAL bytes a restart now would replay (about).
+    pub fn wal_tail_bytes(&self) -> u64 {
+        self.log.bytes_since_checkpoint()
     }
 
     /// Saves or flushes the engine, makes the store durable, and deletes the
@@ -859,6 +911,35 @@ impl Collection {
         *self.last_checkpoint.lock() = Instant::now();
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Makes the store and the engine agree after a repair cut the WAL
+    /// (either may hold operations from after the cut): points the store
+    /// holds without a vector in the engine are deleted (returned), and
+    /// vectors the engine holds for points the store deleted are removed
+    /// from the engine (counted). The caller checkpoints afterwards.
+    pub fn remove_orphans(&self) -> Result<(Vec<ExtId>, usize)> {
+        let (orphans, stale): (Vec<ExtId>, Vec<u64>) = {
+            let store = self.store.read();
+            let orphans = store
+                .iter()
+                .filter(|(&id, _)| !self.engine.contains(id))
+                .map(|(_, p)| p.ext.clone())
+                .collect();
+            let stale = store
+                .assigned()
+                .filter(|&id| store.get(id).is_none() && self.engine.contains(id))
+                .collect();
+            (orphans, stale)
+        };
+        if !orphans.is_empty() {
+            self.delete(Some(&orphans), None)?;
+        }
+        if !stale.is_empty() {
+            let turn = self.turn.lock();
+            self.engine.delete(*turn - 1, &stale)?;
+        }
+        Ok((orphans, stale.len()))
     }
 
     /// `fdatasync`s of the WAL so far (group commit shares them).

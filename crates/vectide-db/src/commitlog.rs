@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vectide_core::Seq;
-use vectide_storage::wal::{frame, header_bytes, Wal};
+use vectide_storage::wal::{frame, header_bytes, scan, Scan, HEADER};
 
 /// When an acknowledged write is durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,37 +134,237 @@ pub fn record_seq(payload: &[u8]) -> Result<Seq> {
         .ok_or_else(|| DbError::corrupted("WAL record shorter than its sequence number"))
 }
 
+/// The first sequence numbers of the segment files in `dir`, ascending.
+fn segment_firsts(dir: &Path) -> Result<Vec<Seq>> {
+    let mut firsts: Vec<Seq> = std::fs::read_dir(dir)
+        .map_err(|e| DbError::io_at(dir, e))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_suffix(".log").and_then(|s| s.parse::<Seq>().ok())
+        })
+        .collect();
+    firsts.sort_unstable();
+    Ok(firsts)
+}
+
+/// Scans one segment and checks it: no bad record unless it is the torn
+/// tail of the last segment, and sequence numbers that start at the
+/// segment's name and continue the previous segment's without a gap.
+fn read_segment(
+    path: &Path,
+    bytes: &[u8],
+    first: Seq,
+    expect: &mut Option<Seq>,
+    last: bool,
+) -> Result<Scan> {
+    let s = scan(path, bytes)?;
+    if let Some(bad) = &s.bad {
+        if bad.next_valid.is_some() {
+            return Err(vectide_storage::wal::damaged(path, bad, "").into());
+        }
+        if !last {
+            return Err(
+                vectide_storage::wal::damaged(path, bad, ", and later segments follow it").into(),
+            );
+        }
+    }
+    if s.torn_header && !last {
+        return Err(DbError::corrupted(format!(
+            "{}: header cut short, and later segments follow it",
+            path.display()
+        )));
+    }
+    if let Some(want) = *expect {
+        if first != want {
+            return Err(DbError::corrupted(format!(
+                "{}: the previous segment ends at sequence number {}, this one starts at {first}: records are missing; run `vectide repair`",
+                path.display(),
+                want - 1
+            )));
+        }
+    }
+    let mut next = first;
+    for (off, r) in &s.records {
+        let seq = record_seq(&bytes[r.clone()])?;
+        if seq != next {
+            return Err(DbError::corrupted(format!(
+                "{}: record at byte {off} has sequence number {seq}, expected {next}; run `vectide repair`",
+                path.display()
+            )));
+        }
+        next += 1;
+    }
+    *expect = Some(next);
+    Ok(s)
+}
+
+/// What [`repair`] found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// The damaged segment and the offset of the first bad record, with the
+    /// reason; `None` when the log was sound.
+    pub damage: Option<(PathBuf, u64, String)>,
+    /// The last sequence number kept.
+    pub kept_through: Seq,
+    /// Readable records after the damage that were dropped: their count
+    /// and sequence-number range.
+    pub dropped_records: usize,
+    pub dropped_seqs: Option<(Seq, Seq)>,
+    /// Bytes removed (the damaged segment's tail and later segments).
+    pub dropped_bytes: u64,
+    /// Later segment files deleted.
+    pub removed_segments: Vec<PathBuf>,
+}
+
+/// Every readable record from `at` on, resynchronising past bad bytes:
+/// what a repair reports as dropped.
+fn salvage_from(bytes: &[u8], mut at: usize) -> Vec<Seq> {
+    let mut out = Vec::new();
+    while at + 8 <= bytes.len() {
+        match vectide_storage::wal::frame_at(bytes, at) {
+            Ok(r) => {
+                if let Ok(seq) = record_seq(&bytes[r.clone()]) {
+                    out.push(seq);
+                }
+                at = r.end;
+            }
+            Err(_) => at += 1,
+        }
+    }
+    out
+}
+
+/// Cuts the log in `dir` at its first damage (see [`CommitLog::open`]): the
+/// damaged segment is truncated before the bad record and every later
+/// segment deleted. Returns what was dropped; a sound log is left as it is.
+pub fn repair(dir: &Path) -> Result<RepairReport> {
+    let mut rep = RepairReport::default();
+    if !dir.exists() {
+        return Ok(rep);
+    }
+    let firsts = segment_firsts(dir)?;
+    let mut expect = None;
+    let mut damaged_at = None;
+    for (i, &first) in firsts.iter().enumerate() {
+        let path = dir.join(segment_name(first));
+        let bytes = std::fs::read(&path).map_err(|e| DbError::io_at(&path, e))?;
+        let last = i + 1 == firsts.len();
+        let before = expect;
+        match read_segment(&path, &bytes, first, &mut expect, last) {
+            Ok(s) => {
+                if let Some((_, r)) = s.records.last() {
+                    rep.kept_through = record_seq(&bytes[r.clone()])?;
+                }
+            }
+            Err(e @ DbError::Engine(vectide_core::Error::Version { .. })) => return Err(e),
+            Err(e) => {
+                // Keep the records that precede the damage in this segment.
+                let s = scan(&path, &bytes).unwrap_or_default();
+                let mut keep = HEADER as u64;
+                let mut next = before.unwrap_or(first);
+                if before.is_none_or(|b| b == first) {
+                    for (off, r) in &s.records {
+                        if record_seq(&bytes[r.clone()]).ok() != Some(next) {
+                            break;
+                        }
+                        keep = off + 8 + r.len() as u64;
+                        rep.kept_through = next;
+                        next += 1;
+                    }
+                }
+                rep.damage = Some((path.clone(), keep, e.to_string()));
+                damaged_at = Some((i, path, bytes, keep));
+                break;
+            }
+        }
+    }
+    let Some((i, path, bytes, keep)) = damaged_at else {
+        return Ok(rep);
+    };
+    let mut dropped = salvage_from(&bytes, keep as usize);
+    rep.dropped_bytes += bytes.len() as u64 - keep;
+    for &first in &firsts[i + 1..] {
+        let p = dir.join(segment_name(first));
+        let b = std::fs::read(&p).map_err(|e| DbError::io_at(&p, e))?;
+        dropped.extend(salvage_from(&b, HEADER.min(b.len())));
+        rep.dropped_bytes += b.len() as u64;
+        std::fs::remove_file(&p).map_err(|e| DbError::io_at(&p, e))?;
+        rep.removed_segments.push(p);
+    }
+    rep.dropped_records = dropped.len();
+    rep.dropped_seqs = dropped
+        .iter()
+        .min()
+        .zip(dropped.iter().max())
+        .map(|(a, b)| (*a, *b));
+    let f = OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .map_err(|e| DbError::io_at(&path, e))?;
+    if bytes.len() < HEADER || bytes[..8] != header_bytes()[..8] {
+        f.set_len(0).map_err(|e| DbError::io_at(&path, e))?;
+        (&f).write_all(&header_bytes())
+            .map_err(|e| DbError::io_at(&path, e))?;
+    } else {
+        f.set_len(keep).map_err(|e| DbError::io_at(&path, e))?;
+    }
+    f.sync_all().map_err(|e| DbError::io_at(&path, e))?;
+    vectide_core::io::sync_dir(dir)?;
+    Ok(rep)
+}
+
 impl CommitLog {
     /// Opens the log in `dir` and returns it with every valid record (their
-    /// payloads, oldest first). A torn tail of the last segment is cut.
+    /// payloads, oldest first). Only a torn tail of the last segment is cut;
+    /// a bad record anywhere else, a segment that ends early, or a gap in the
+    /// sequence numbers is [`DbError::Corrupted`] naming the segment and
+    /// offset (`vectide repair` salvages what precedes it). New records get
+    /// sequence numbers above both the log's last one and `floor` (what the
+    /// engine and the store hold already).
     pub fn open(
         dir: &Path,
         durability: Durability,
         segment_bytes: u64,
+        floor: Seq,
     ) -> Result<(CommitLog, Vec<Vec<u8>>)> {
         std::fs::create_dir_all(dir).map_err(|e| DbError::io_at(dir, e))?;
-        let mut firsts: Vec<Seq> = std::fs::read_dir(dir)
-            .map_err(|e| DbError::io_at(dir, e))?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.strip_suffix(".log").and_then(|s| s.parse::<Seq>().ok())
-            })
-            .collect();
-        firsts.sort_unstable();
+        let firsts = segment_firsts(dir)?;
         let mut records = Vec::new();
         let mut segments = Vec::new();
-        for &first in &firsts {
+        let mut cut = None;
+        let mut expect: Option<Seq> = None;
+        for (i, &first) in firsts.iter().enumerate() {
             let path = dir.join(segment_name(first));
-            let (wal, recs) = Wal::open(&path)?;
-            drop(wal);
-            records.extend(recs);
+            let bytes = std::fs::read(&path).map_err(|e| DbError::io_at(&path, e))?;
+            let last = i + 1 == firsts.len();
+            let s = read_segment(&path, &bytes, first, &mut expect, last)?;
+            if s.end < bytes.len() as u64 || s.torn_header {
+                cut = Some((path.clone(), s.end.max(HEADER as u64), s.torn_header));
+            }
+            records.extend(s.payloads(&bytes).map(<[u8]>::to_vec));
             segments.push(Segment { first, path });
         }
-        let last_seq = match records.last() {
+        // Every check passed: now cut the torn tail of the last segment.
+        if let Some((path, end, torn_header)) = cut {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|e| DbError::io_at(&path, e))?;
+            if torn_header {
+                f.set_len(0).map_err(|e| DbError::io_at(&path, e))?;
+                f.write_all(&header_bytes())
+                    .map_err(|e| DbError::io_at(&path, e))?;
+            } else {
+                f.set_len(end).map_err(|e| DbError::io_at(&path, e))?;
+            }
+            f.sync_all().map_err(|e| DbError::io_at(&path, e))?;
+        }
+        let mut last_seq = match records.last() {
             Some(r) => record_seq(r)?,
             None => firsts.last().map_or(0, |f| f.saturating_sub(1)),
         };
+        last_seq = last_seq.max(floor);
         // Append to a fresh segment: the old ones stay as they are.
         let first = last_seq + 1;
         let (active, path) = if segments.last().is_some_and(|s| s.first == first) {
@@ -323,9 +523,16 @@ impl CommitLog {
         Ok(())
     }
 
-    /// Bytes made durable since the last checkpoint.
+    /// Bytes made durable since the last checkpoint (counting, after an
+    /// open, the tail that open replayed).
     pub fn bytes_since_checkpoint(&self) -> u64 {
         self.state.lock().since_checkpoint
+    }
+
+    /// Sets the count of [`CommitLog::bytes_since_checkpoint`] (an open
+    /// sets it to the bytes it replayed).
+    pub fn set_bytes_since_checkpoint(&self, bytes: u64) {
+        self.state.lock().since_checkpoint = bytes;
     }
 
     /// `fdatasync`s so far.
@@ -387,7 +594,7 @@ mod tests {
     #[test]
     fn records_survive_reopen_rotation_and_truncation() {
         let dir = tempfile::tempdir().unwrap();
-        let (log, recs) = CommitLog::open(dir.path(), Durability::Always, 4096).unwrap();
+        let (log, recs) = CommitLog::open(dir.path(), Durability::Always, 4096, 0).unwrap();
         assert!(recs.is_empty());
         for i in 0..100u64 {
             let (seq, ()) = log.append(|s| Ok((rec(s, &[i as u8; 100]), ()))).unwrap();
@@ -396,7 +603,7 @@ mod tests {
         }
         assert!(log.segments() > 1, "rotated past 4 KiB");
         drop(log);
-        let (log, recs) = CommitLog::open(dir.path(), Durability::DEFAULT, 4096).unwrap();
+        let (log, recs) = CommitLog::open(dir.path(), Durability::DEFAULT, 4096, 0).unwrap();
         assert_eq!(recs.len(), 100);
         assert_eq!(record_seq(&recs[99]).unwrap(), 100);
         assert_eq!(log.last_seq(), 100);
@@ -405,7 +612,7 @@ mod tests {
         let (seq, ()) = log.append(|s| Ok((rec(s, b"x"), ()))).unwrap();
         log.commit(seq).unwrap();
         drop(log);
-        let (_, recs) = CommitLog::open(dir.path(), Durability::DEFAULT, 4096).unwrap();
+        let (_, recs) = CommitLog::open(dir.path(), Durability::DEFAULT, 4096, 0).unwrap();
         let seqs: Vec<Seq> = recs.iter().map(|r| record_seq(r).unwrap()).collect();
         assert_eq!(*seqs.last().unwrap(), 101);
         assert!(seqs[0] <= 61, "records after 60 are kept");
@@ -415,7 +622,7 @@ mod tests {
     #[test]
     fn concurrent_writers_share_fsyncs() {
         let dir = tempfile::tempdir().unwrap();
-        let (log, _) = CommitLog::open(dir.path(), Durability::DEFAULT, 1 << 20).unwrap();
+        let (log, _) = CommitLog::open(dir.path(), Durability::DEFAULT, 1 << 20, 0).unwrap();
         let log = Arc::new(log);
         let threads: Vec<_> = (0..8)
             .map(|_| {
@@ -438,7 +645,7 @@ mod tests {
     #[test]
     fn a_lone_writer_never_waits_for_a_group() {
         let dir = tempfile::tempdir().unwrap();
-        let (log, _) = CommitLog::open(dir.path(), Durability::DEFAULT, 1 << 20).unwrap();
+        let (log, _) = CommitLog::open(dir.path(), Durability::DEFAULT, 1 << 20, 0).unwrap();
         for _ in 0..30 {
             let (seq, ()) = log.append(|s| Ok((rec(s, b"payload"), ()))).unwrap();
             log.commit(seq).unwrap();

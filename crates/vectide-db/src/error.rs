@@ -99,20 +99,40 @@ impl From<serde_json::Error> for DbError {
     }
 }
 
+/// A redb error: damage its checks found is `Corrupted`, the rest `Store`.
+fn from_redb(storage: Option<&redb::StorageError>, e: &dyn std::fmt::Display) -> DbError {
+    match storage {
+        Some(redb::StorageError::Corrupted(m)) => DbError::Corrupted(format!("payload store: {m}")),
+        _ => DbError::Store(e.to_string()),
+    }
+}
+
+impl From<redb::StorageError> for DbError {
+    fn from(e: redb::StorageError) -> Self {
+        from_redb(Some(&e), &e)
+    }
+}
+
+impl From<redb::Error> for DbError {
+    fn from(e: redb::Error) -> Self {
+        match &e {
+            redb::Error::Corrupted(m) => DbError::Corrupted(format!("payload store: {m}")),
+            _ => DbError::Store(e.to_string()),
+        }
+    }
+}
+
 macro_rules! store_err {
-    ($($t:ty),*) => {$(
-        impl From<$t> for DbError {
-            fn from(e: $t) -> Self {
-                DbError::Store(e.to_string())
+    ($($t:ident),*) => {$(
+        impl From<redb::$t> for DbError {
+            fn from(e: redb::$t) -> Self {
+                let storage = match &e {
+                    redb::$t::Storage(s) => Some(s),
+                    _ => None,
+                };
+                from_redb(storage, &e)
             }
         }
     )*};
 }
-store_err!(
-    redb::Error,
-    redb::DatabaseError,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError
-);
+store_err!(DatabaseError, TransactionError, TableError, CommitError);

@@ -22,6 +22,7 @@ pub mod collection;
 pub mod commitlog;
 pub mod error;
 pub mod filter;
+mod guard;
 pub mod ids;
 pub mod store;
 
@@ -115,7 +116,11 @@ fn config_to_json(name: &str, c: &CollectionConfig) -> Value {
 fn config_from_json(v: &Value) -> Result<(String, CollectionConfig)> {
     let bad = |what: &str| DbError::corrupted(format!("catalog entry without a valid {what}: {v}"));
     let name = v["name"].as_str().ok_or_else(|| bad("name"))?.to_string();
-    let dim = v["dim"].as_u64().ok_or_else(|| bad("dim"))? as usize;
+    check_name(&name).map_err(|_| bad("name"))?;
+    let dim = v["dim"]
+        .as_u64()
+        .filter(|d| (1..=65_536).contains(d))
+        .ok_or_else(|| bad("dim"))? as usize;
     let metric = Metric::parse(v["metric"].as_str().ok_or_else(|| bad("metric"))?)
         .map_err(|_| bad("metric"))?;
     let engine = v["engine"]
@@ -178,37 +183,96 @@ fn lock_dir(dir: &Path) -> Result<File> {
     Ok(f)
 }
 
+/// The collections the catalog in `dir` lists (none without a catalog).
+fn read_catalog(dir: &Path) -> Result<Vec<(String, CollectionConfig)>> {
+    let catalog_path = dir.join(CATALOG);
+    if !catalog_path.exists() {
+        return Ok(Vec::new());
+    }
+    let bytes = std::fs::read(&catalog_path).map_err(|e| DbError::io_at(&catalog_path, e))?;
+    let v: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| DbError::corrupted(format!("{}: {e}", catalog_path.display())))?;
+    if v["format"] != CATALOG_FORMAT {
+        return Err(DbError::corrupted(format!(
+            "{} is not a Vectide catalog",
+            catalog_path.display()
+        )));
+    }
+    if v["version"].as_u64() != Some(CATALOG_VERSION) {
+        return Err(DbError::Engine(vectide_core::Error::Version {
+            found: v["version"].as_u64().unwrap_or(0) as u32,
+            supported: CATALOG_VERSION as u32,
+        }));
+    }
+    let entries = v["collections"].as_array().ok_or_else(|| {
+        DbError::corrupted(format!(
+            "{}: no list of collections",
+            catalog_path.display()
+        ))
+    })?;
+    entries.iter().map(config_from_json).collect()
+}
+
+/// What `repair` did to one collection.
+#[derive(Debug, Clone)]
+pub struct CollectionRepair {
+    pub collection: String,
+    /// The WAL cut (see [`commitlog::repair`]).
+    pub wal: commitlog::RepairReport,
+    /// Points whose vector the engine no longer holds after the cut (their
+    /// payloads were in the store): deleted so that store and engine agree.
+    pub orphans_removed: Vec<ExtId>,
+    /// Vectors the engine still held for points the store had deleted
+    /// (operations after the cut that reached the store): removed.
+    pub stale_vectors_removed: usize,
+}
+
+/// Salvages a database whose WAL is damaged: every collection's log is cut
+/// at its first damage (the records before it are kept, the damaged record
+/// and everything after it dropped) and the database is opened and
+/// replayed. The engine and the point store come back as of their own
+/// durable points, which may lie beyond the cut; they are then made to
+/// agree: points left with a payload but no vector are deleted (and listed),
+/// vectors of points the store had deleted are removed. Finally the
+/// database checkpoints and closes. Returns what was dropped, per
+/// collection. Needs the directory unlocked.
+pub fn repair(dir: &Path, opts: Options) -> Result<Vec<CollectionRepair>> {
+    let mut out = Vec::new();
+    {
+        let _lock = lock_dir(dir)?;
+        for (name, _) in read_catalog(dir)? {
+            let wal = commitlog::repair(&dir.join("collections").join(&name).join("wal"))?;
+            out.push(CollectionRepair {
+                collection: name,
+                wal,
+                orphans_removed: Vec::new(),
+                stale_vectors_removed: 0,
+            });
+        }
+    }
+    let db = Database::open(dir, opts)?;
+    for r in &mut out {
+        if r.wal.damage.is_none() {
+            continue;
+        }
+        let c = db.collection(&r.collection)?;
+        (r.orphans_removed, r.stale_vectors_removed) = c.remove_orphans()?;
+    }
+    db.close()?;
+    Ok(out)
+}
+
 impl Database {
     /// Opens (creating if needed) the database in `dir` and recovers every
     /// collection. The directory is locked until the database is dropped.
     pub fn open(dir: &Path, opts: Options) -> Result<Arc<Database>> {
         std::fs::create_dir_all(dir.join("collections")).map_err(|e| DbError::io_at(dir, e))?;
         let lock = lock_dir(dir)?;
-        let catalog_path = dir.join(CATALOG);
         let mut collections = BTreeMap::new();
-        if catalog_path.exists() {
-            let bytes =
-                std::fs::read(&catalog_path).map_err(|e| DbError::io_at(&catalog_path, e))?;
-            let v: Value = serde_json::from_slice(&bytes)
-                .map_err(|e| DbError::corrupted(format!("{}: {e}", catalog_path.display())))?;
-            if v["format"] != CATALOG_FORMAT {
-                return Err(DbError::corrupted(format!(
-                    "{} is not a Vectide catalog",
-                    catalog_path.display()
-                )));
-            }
-            if v["version"].as_u64() != Some(CATALOG_VERSION) {
-                return Err(DbError::Engine(vectide_core::Error::Version {
-                    found: v["version"].as_u64().unwrap_or(0) as u32,
-                    supported: CATALOG_VERSION as u32,
-                }));
-            }
-            for entry in v["collections"].as_array().cloned().unwrap_or_default() {
-                let (name, config) = config_from_json(&entry)?;
-                let cdir = dir.join("collections").join(&name);
-                let c = Collection::open(&name, &cdir, config, opts.clone())?;
-                collections.insert(name, Arc::new(c));
-            }
+        for (name, config) in read_catalog(dir)? {
+            let cdir = dir.join("collections").join(&name);
+            let c = Collection::open(&name, &cdir, config, opts.clone())?;
+            collections.insert(name, Arc::new(c));
         }
         let db = Arc::new(Database {
             dir: dir.to_path_buf(),

@@ -317,6 +317,12 @@ impl PointStore {
     }
 
     /// A live point.
+    /// Every internal id ever assigned (live or deleted: the map never
+    /// forgets an id).
+    pub fn assigned(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ids.values().copied()
+    }
+
     pub fn get(&self, id: u64) -> Option<&Point> {
         self.points.get(&id)
     }

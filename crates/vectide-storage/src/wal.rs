@@ -4,15 +4,23 @@
 //! ```text
 //! file   := header record*
 //! header := "VTDXWAL\0" (8) | version u32 | reserved u32      (16 bytes)
-//! record := len u32 | crc32(payload) u32 | payload (len bytes)
+//! record := len u32 | crc32(payload) u32 | payload (len bytes, len >= 1)
 //! ```
 //!
 //! Appends go to an in-memory buffer; [`Wal::sync`] writes it and
 //! `fdatasync`s. A record is durable once a `sync` that followed it
-//! returned. Replay ([`Wal::open`]) returns every complete record whose CRC
-//! matches, stops at the first one that does not (a torn tail: the crash
-//! came in the middle of a write) and truncates the file there, so the next
-//! append continues a clean log.
+//! returned.
+//!
+//! **Torn tail or damage.** [`scan`] reads the records in order and stops at
+//! the first one that is not valid (its length runs past the end of the file
+//! or is out of range, or its CRC does not match). What follows decides what
+//! that means: if no valid record starts anywhere after it, the bad bytes are
+//! a *torn tail* (a crash during the last, never acknowledged write) and
+//! [`Wal::open`] cuts them off; if a valid record does follow, the log is
+//! *damaged* in the middle, which no crash produces, and opening fails with a
+//! [`Error::Corrupted`] naming the file and offset, so that acknowledged
+//! records are never dropped silently. A clean truncation at a record
+//! boundary cannot be told from a log that simply ended there.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -41,6 +49,130 @@ pub fn frame(payload: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(payload);
 }
 
+/// Where a log stops being readable, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRecord {
+    /// Byte offset of the first invalid record.
+    pub offset: u64,
+    /// What is wrong with it.
+    pub reason: String,
+    /// Offset of the first valid record after it, if any: `Some` means the
+    /// log is damaged in the middle, `None` that the bad bytes are a tail.
+    pub next_valid: Option<u64>,
+}
+
+/// The result of reading a log's bytes without changing them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// `(offset, payload range)` of every valid record before the first bad
+    /// one, oldest first.
+    pub records: Vec<(u64, std::ops::Range<usize>)>,
+    /// End of the valid prefix (where the next record would go).
+    pub end: u64,
+    /// The first invalid record, if the valid prefix does not reach the end.
+    pub bad: Option<BadRecord>,
+    /// The header itself is a prefix of a valid header cut short (a crash
+    /// while the file was being created): the log is empty.
+    pub torn_header: bool,
+}
+
+impl Scan {
+    /// Whether the bad bytes, if any, are only a torn tail.
+    pub fn is_clean_or_torn(&self) -> bool {
+        self.bad.as_ref().is_none_or(|b| b.next_valid.is_none())
+    }
+
+    /// The payloads of the valid records.
+    pub fn payloads<'a>(&'a self, bytes: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.records.iter().map(move |(_, r)| &bytes[r.clone()])
+    }
+}
+
+/// The payload range of the valid record at byte `at`, or why there is none.
+pub fn frame_at(bytes: &[u8], at: usize) -> std::result::Result<std::ops::Range<usize>, String> {
+    let head = bytes
+        .get(at..at + 8)
+        .ok_or_else(|| format!("{} bytes of a record header", bytes.len() - at))?;
+    let n = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+    if n == 0 || n > MAX_RECORD {
+        return Err(format!("record length {n} out of range 1..={MAX_RECORD}"));
+    }
+    let end = at + 8 + n;
+    if end > bytes.len() {
+        return Err(format!(
+            "record of {n} bytes runs {} bytes past the end",
+            end - bytes.len()
+        ));
+    }
+    if crc32fast::hash(&bytes[at + 8..end]) != crc {
+        return Err(format!("CRC mismatch in a record of {n} bytes"));
+    }
+    Ok(at + 8..end)
+}
+
+/// Reads a whole log file's bytes (see the module docs): the valid records,
+/// and where and how the valid prefix ends. Fails only on a bad header.
+pub fn scan(path: &Path, bytes: &[u8]) -> Result<Scan> {
+    if bytes.len() < HEADER {
+        let h = header_bytes();
+        if h[..bytes.len()] == *bytes {
+            return Ok(Scan {
+                torn_header: true,
+                ..Scan::default()
+            });
+        }
+    }
+    if bytes.len() < HEADER || &bytes[..8] != WAL_MAGIC {
+        return Err(Error::corrupted(format!(
+            "{}: not a Vectide WAL (bad magic)",
+            path.display()
+        )));
+    }
+    let v = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if v != WAL_VERSION {
+        return Err(Error::Version {
+            found: v,
+            supported: WAL_VERSION,
+        });
+    }
+    let mut out = Scan::default();
+    let mut at = HEADER;
+    while at < bytes.len() {
+        match frame_at(bytes, at) {
+            Ok(r) => {
+                out.records.push((at as u64, r.clone()));
+                at = r.end;
+            }
+            Err(reason) => {
+                // Is there a valid record anywhere after the bad one? Most
+                // offsets fail on the length word alone, so this is cheap.
+                let next_valid = (at + 1..bytes.len().saturating_sub(8))
+                    .find(|&p| frame_at(bytes, p).is_ok())
+                    .map(|p| p as u64);
+                out.bad = Some(BadRecord {
+                    offset: at as u64,
+                    reason,
+                    next_valid,
+                });
+                break;
+            }
+        }
+    }
+    out.end = at as u64;
+    Ok(out)
+}
+
+/// The error for a log damaged in the middle.
+pub fn damaged(path: &Path, bad: &BadRecord, what: &str) -> Error {
+    Error::corrupted(format!(
+        "{}: damaged at byte {} ({}){what}; run `vectide repair` to salvage the records before it",
+        path.display(),
+        bad.offset,
+        bad.reason,
+    ))
+}
+
 /// An append-only log file.
 #[derive(Debug)]
 pub struct Wal {
@@ -55,7 +187,8 @@ pub struct Wal {
 
 impl Wal {
     /// Opens (or creates) the log and returns it with the payloads of its
-    /// valid records, oldest first. A torn tail is cut off.
+    /// valid records, oldest first. A torn tail is cut off; a log damaged in
+    /// the middle (a valid record after a bad one) is an error.
     pub fn open(path: &Path) -> Result<(Wal, Vec<Vec<u8>>)> {
         let mut file = OpenOptions::new()
             .read(true)
@@ -67,55 +200,34 @@ impl Wal {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| Error::io_at(path, e))?;
-        let mut records = Vec::new();
-        let end = if bytes.is_empty() {
+        let s = scan(path, &bytes)?;
+        if let Some(bad) = s.bad.as_ref().filter(|b| b.next_valid.is_some()) {
+            return Err(damaged(path, bad, ""));
+        }
+        let records = s.payloads(&bytes).map(<[u8]>::to_vec).collect();
+        let end = if bytes.is_empty() || s.torn_header {
+            file.set_len(0).map_err(|e| Error::io_at(path, e))?;
+            file.seek(SeekFrom::Start(0))
+                .map_err(|e| Error::io_at(path, e))?;
             file.write_all(&header_bytes())
                 .map_err(|e| Error::io_at(path, e))?;
             file.sync_all().map_err(|e| Error::io_at(path, e))?;
-            HEADER
+            HEADER as u64
         } else {
-            if bytes.len() < HEADER || &bytes[..8] != WAL_MAGIC {
-                return Err(Error::corrupted(format!(
-                    "{}: not a Vectide WAL (bad magic)",
-                    path.display()
-                )));
+            if s.end < bytes.len() as u64 {
+                file.set_len(s.end).map_err(|e| Error::io_at(path, e))?;
+                file.sync_all().map_err(|e| Error::io_at(path, e))?;
             }
-            let v = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-            if v != WAL_VERSION {
-                return Err(Error::Version {
-                    found: v,
-                    supported: WAL_VERSION,
-                });
-            }
-            let mut at = HEADER;
-            while at + 8 <= bytes.len() {
-                let n = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4")) as usize;
-                let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("4"));
-                if n > MAX_RECORD || at + 8 + n > bytes.len() {
-                    break;
-                }
-                let payload = &bytes[at + 8..at + 8 + n];
-                if crc32fast::hash(payload) != crc {
-                    break;
-                }
-                records.push(payload.to_vec());
-                at += 8 + n;
-            }
-            at
+            s.end
         };
-        if (end as u64) < bytes.len().max(HEADER) as u64 {
-            file.set_len(end as u64)
-                .map_err(|e| Error::io_at(path, e))?;
-            file.sync_all().map_err(|e| Error::io_at(path, e))?;
-        }
-        file.seek(SeekFrom::Start(end as u64))
+        file.seek(SeekFrom::Start(end))
             .map_err(|e| Error::io_at(path, e))?;
         Ok((
             Wal {
                 path: path.to_path_buf(),
                 file,
                 buf: Vec::new(),
-                len: end as u64,
+                len: end,
                 unsynced: 0,
                 syncs: 0,
             },
@@ -125,9 +237,9 @@ impl Wal {
 
     /// Appends a record to the buffer (not yet durable).
     pub fn append(&mut self, payload: &[u8]) -> Result<()> {
-        if payload.len() > MAX_RECORD {
+        if payload.is_empty() || payload.len() > MAX_RECORD {
             return Err(Error::invalid(format!(
-                "WAL record of {} bytes exceeds the {MAX_RECORD}-byte limit",
+                "WAL record of {} bytes is outside 1..={MAX_RECORD}",
                 payload.len()
             )));
         }
@@ -215,14 +327,15 @@ mod tests {
         let (mut w, r) = Wal::open(&p).unwrap();
         assert!(r.is_empty() && w.is_empty());
         w.append(b"one").unwrap();
-        w.append(b"").unwrap();
+        assert!(w.append(b"").is_err(), "empty records are refused");
+        w.append(b"x").unwrap();
         w.append(&[7u8; 1000]).unwrap();
         assert!(w.buffered() > 1000);
         w.sync().unwrap();
         w.append(b"lost: never synced").unwrap();
         drop(w);
         let (mut w, r) = Wal::open(&p).unwrap();
-        assert_eq!(r, vec![b"one".to_vec(), vec![], vec![7u8; 1000]]);
+        assert_eq!(r, vec![b"one".to_vec(), b"x".to_vec(), vec![7u8; 1000]]);
         w.append(b"four").unwrap();
         w.sync().unwrap();
         drop(w);
@@ -252,6 +365,11 @@ mod tests {
         drop(w);
         let (_, r) = Wal::open(&p).unwrap();
         assert!(r.is_empty());
+        // A header cut short by a crash at creation is an empty log.
+        std::fs::write(&p, &header_bytes()[..5]).unwrap();
+        let (w, r) = Wal::open(&p).unwrap();
+        assert!(r.is_empty() && w.len() as usize == HEADER);
+        drop(w);
         std::fs::write(&p, b"garbage garbage garbage").unwrap();
         assert!(matches!(Wal::open(&p), Err(Error::Corrupted(_))));
         let mut bad = WAL_MAGIC.to_vec();
@@ -262,5 +380,62 @@ mod tests {
             Wal::open(&p),
             Err(Error::Version { found: 9, .. })
         ));
+    }
+
+    fn log_of(p: &Path, payloads: &[&[u8]]) -> Vec<u8> {
+        let (mut w, _) = Wal::open(p).unwrap();
+        for x in payloads {
+            w.append(x).unwrap();
+        }
+        w.sync().unwrap();
+        drop(w);
+        std::fs::read(p).unwrap()
+    }
+
+    #[test]
+    fn damage_before_valid_records_is_an_error_not_a_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w");
+        let clean = log_of(&p, &[b"first record", b"second record", b"third record"]);
+        // A flipped byte in the first record: valid records follow it.
+        let mut bytes = clean.clone();
+        bytes[HEADER + 10] ^= 0x40;
+        std::fs::write(&p, &bytes).unwrap();
+        let err = Wal::open(&p).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Corrupted(_)), "{msg}");
+        assert!(msg.contains(&format!("byte {HEADER}")), "{msg}");
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            bytes,
+            "a damaged log is left as it is"
+        );
+        let s = scan(&p, &bytes).unwrap();
+        assert_eq!(s.records.len(), 0);
+        assert_eq!(
+            s.bad.as_ref().unwrap().next_valid,
+            Some((HEADER + 8 + 12) as u64)
+        );
+        // A zeroed length word in the middle: also damage.
+        let mut bytes = clean.clone();
+        let second = HEADER + 8 + 12;
+        bytes[second..second + 4].fill(0);
+        std::fs::write(&p, &bytes).unwrap();
+        assert!(matches!(Wal::open(&p), Err(Error::Corrupted(_))));
+        // Zeros after the last record (a file extended but never written):
+        // a torn tail, cut.
+        let mut bytes = clean.clone();
+        bytes.extend_from_slice(&[0u8; 4096]);
+        std::fs::write(&p, &bytes).unwrap();
+        let (w, r) = Wal::open(&p).unwrap();
+        assert_eq!(r.len(), 3);
+        assert_eq!(w.len() as usize, clean.len());
+        drop(w);
+        // Garbage after the last record: torn, cut.
+        let mut bytes = clean.clone();
+        bytes.extend((0..300u32).map(|i| (i * 7919 % 251) as u8));
+        std::fs::write(&p, &bytes).unwrap();
+        let (_, r) = Wal::open(&p).unwrap();
+        assert_eq!(r.len(), 3);
     }
 }
