@@ -382,6 +382,13 @@ impl Collection {
                 )));
             }
         }
+        if engine_durable < store.engine_checkpoint() {
+            return Err(DbError::corrupted(format!(
+                "{}: the engine holds operations only through sequence number {engine_durable}, but the last checkpoint made it durable through {}: its files lost data the log no longer holds",
+                dir.display(),
+                store.engine_checkpoint()
+            )));
+        }
         let mut replayed = 0u64;
         let mut replayed_bytes = 0u64;
         for rec in &records {
@@ -901,7 +908,7 @@ impl Collection {
         } else {
             self.engine.flush()?;
         }
-        self.store.write().checkpoint()?;
+        self.store.write().checkpoint(self.engine.durable_seq())?;
         // Every operation before the turn is applied, and the engine and the
         // store now hold all of them durably (operations that do not touch
         // the engine, such as payload updates, leave its own counter behind).

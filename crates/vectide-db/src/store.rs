@@ -205,6 +205,7 @@ pub struct PointStore {
     next_internal: u64,
     applied: Seq,
     durable: Seq,
+    engine_checkpoint: Seq,
     indexes: HashMap<String, FieldIndex>,
 }
 
@@ -255,6 +256,7 @@ impl PointStore {
         }
         let meta = r.open_table(META)?;
         let applied = meta.get("applied_seq")?.map_or(0, |g| g.value());
+        let engine_checkpoint = meta.get("engine_seq")?.map_or(0, |g| g.value());
         let next_internal = meta
             .get("next_internal")?
             .map_or(0, |g| g.value())
@@ -272,6 +274,7 @@ impl PointStore {
             next_internal,
             applied,
             durable: applied,
+            engine_checkpoint,
             indexes: HashMap::new(),
         };
         for (field, kind) in declared {
@@ -412,18 +415,27 @@ impl PointStore {
         Ok(())
     }
 
-    /// Makes everything applied durable (one fsynced commit).
-    pub fn checkpoint(&mut self) -> Result<Seq> {
+    /// Makes everything applied durable (one fsynced commit), recording the
+    /// engine's durable point as of the same checkpoint (`engine_seq`).
+    pub fn checkpoint(&mut self, engine_seq: Seq) -> Result<Seq> {
         let mut w = self.db.begin_write()?;
         w.set_durability(Durability::Immediate);
         {
             let mut meta = w.open_table(META)?;
             meta.insert("applied_seq", self.applied)?;
             meta.insert("next_internal", self.next_internal)?;
+            meta.insert("engine_seq", engine_seq)?;
         }
         w.commit()?;
         self.durable = self.applied;
+        self.engine_checkpoint = engine_seq;
         Ok(self.durable)
+    }
+
+    /// The engine's durable point recorded by the last checkpoint: an engine
+    /// that comes back below it lost data the log no longer holds.
+    pub fn engine_checkpoint(&self) -> Seq {
+        self.engine_checkpoint
     }
 
     fn reindex(&mut self, id: u64, old: Option<&Value>) {
@@ -691,7 +703,7 @@ mod tests {
         let f = Filter::parse(&json!({"must": [{"key": "city", "match": {"value": "Paris"}}]}))
             .unwrap();
         assert_eq!(s.index_candidates(&f).unwrap(), (vec![b], true));
-        assert_eq!(s.checkpoint().unwrap(), 3);
+        assert_eq!(s.checkpoint(0).unwrap(), 3);
         s.apply(
             4,
             &[Change::Upsert {

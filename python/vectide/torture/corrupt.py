@@ -1,0 +1,169 @@
+"""The corruption matrix: every file of a database damaged in turn.
+
+A template database holds one collection per durable kind of engine state:
+``h`` (``hnsw``: snapshot + WAL tail), ``p`` (``p-hnsw``, msync), ``s``
+(``hnsw-snap``) and ``w`` (``hnsw-wal``). For every file in it (catalog, WAL
+segments, point stores, engine files) and every damage (flip 8 bytes, zero
+512 bytes, truncate) at its start, middle and end, a copy is damaged and
+opened in a fresh process, which reads every point and runs a search. Each
+case is classified:
+
+- ``intact``: it opens and every point is as written;
+- ``torn-tail``: it opens and only the last acknowledged operations of a
+  collection are missing: damage at the very end of the last WAL segment is
+  indistinguishable from a write torn by a crash (``docs/format-wal.md``);
+- ``typed-error``: opening fails with a Vectide error naming the damage;
+- ``undetected``: it opens with different data where the format has no
+  checksum by design (P-HNSW node data, ``docs/format-phnsw.md``);
+- ``violation``: a crash, a panic, a hang, or different data anywhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+DIM = 8
+ENGINES = {"h": "hnsw", "p": "p-hnsw", "s": "hnsw-snap", "w": "hnsw-wal"}
+
+
+def build_template(path: Path) -> None:
+    import vectide
+
+    rng = np.random.default_rng(5)
+    with vectide.connect(path) as db:
+        for name, engine in ENGINES.items():
+            kw = {"m": 8, "ef_construction": 32}
+            if engine == "p-hnsw":
+                kw["persist"] = "msync"
+            c = db.create_collection(name, dim=DIM, metric="l2", engine=engine, **kw)
+            c.upsert(list(range(300)), rng.standard_normal((300, DIM)).astype(np.float32),
+                     payloads=[{"i": i, "f": float(rng.standard_normal())} for i in range(300)])
+            c.checkpoint()
+            for i in range(300, 340):
+                c.upsert([i], rng.standard_normal((1, DIM)).astype(np.float32), payloads=[{"i": i}])
+            c.delete(list(range(0, 20)))
+            c.set_payload({"late": True}, ids=[25])
+    # Dropped without a final checkpoint: the WAL tails stay.
+
+
+def probe(path: Path) -> dict:
+    """Opens the database, reads everything, searches; a JSON-able digest."""
+    import vectide
+
+    try:
+        db = vectide.connect(path)
+        out = {}
+        for name in sorted(db.list_collections()):
+            c = db.get_collection(name)
+            pts, offset = [], None
+            while True:
+                page, offset = c.scroll(offset=offset, limit=256, with_vector=True)
+                pts += page
+                if offset is None:
+                    break
+            c.search(np.zeros(DIM, dtype=np.float32), k=5)
+            out[name] = {
+                json.dumps(p.id): hashlib.sha1(np.asarray(p.vector, dtype=np.float32).tobytes()
+                                               + json.dumps(p.payload, sort_keys=True).encode()).hexdigest()[:16]
+                for p in pts
+            }
+        db.close()
+        return {"ok": True, "collections": out}
+    except BaseException as e:  # noqa: BLE001 - classified by the parent
+        return {"ok": False, "type": type(e).__module__ + "." + type(e).__name__, "message": str(e)[:500]}
+
+
+DAMAGES = [(kind, where) for kind in ("flip", "zero", "truncate") for where in ("start", "middle", "end")]
+
+
+def damage(file: Path, kind: str, where: str) -> None:
+    b = bytearray(file.read_bytes())
+    n = len(b)
+    if n == 0:
+        return
+    if kind == "truncate":
+        keep = {"start": 0, "middle": n // 2, "end": max(0, n - 8)}[where]
+        del b[keep:]
+    else:
+        width = 8 if kind == "flip" else 512
+        width = min(width, n)
+        at = {"start": 0, "middle": max(0, n // 2 - width // 2), "end": n - width}[where]
+        for i in range(at, at + width):
+            b[i] = b[i] ^ 0xFF if kind == "flip" else 0
+    file.write_bytes(bytes(b))
+
+
+def _is_last_wal_segment(rel: Path, files: List[Path]) -> bool:
+    if rel.parent.name != "wal":
+        return False
+    siblings = sorted(f for f in files if f.parent == rel.parent)
+    return siblings[-1] == rel
+
+
+def classify(rel: Path, kind: str, where: str, files: List[Path], want: dict, got: dict, rc: int, err: str) -> str:
+    if rc != 0 or "panicked" in err or (not got.get("ok") and "Panic" in got.get("type", "")):
+        return "violation"
+    if not got.get("ok"):
+        t = got.get("type", "")
+        return "typed-error" if t.startswith("vectide.") or t.endswith(("Error", "Exception")) and got.get("message") else "violation"
+    if got["collections"] == want["collections"]:
+        return "intact"
+    coll = rel.parts[1] if rel.parts[0] == "collections" else None
+    changed = {k for k in want["collections"] if got["collections"].get(k) != want["collections"][k]}
+    if coll and changed <= {coll}:
+        if where == "end" and _is_last_wal_segment(rel, files):
+            return "torn-tail"
+        if ENGINES.get(coll) == "p-hnsw" and rel.parts[2] == "index" and rel.name.startswith("nodes"):
+            return "undetected"
+    return "violation"
+
+
+def run(quick: bool, workdir: Path, python: str = sys.executable) -> dict:
+    template = workdir / "template"
+    build_template(template)
+    files = sorted(p.relative_to(template) for p in template.rglob("*") if p.is_file() and p.name != "LOCK")
+    want = probe(template)
+    assert want["ok"], want
+    damages = DAMAGES
+    if quick:
+        damages = [("flip", "middle"), ("truncate", "middle"), ("flip", "end")]
+    cases = []
+    for rel in files:
+        for kind, where in damages:
+            case_dir = workdir / "case"
+            shutil.rmtree(case_dir, ignore_errors=True)
+            shutil.copytree(template, case_dir)
+            damage(case_dir / rel, kind, where)
+            t0 = time.perf_counter()
+            try:
+                p = subprocess.run([python, "-m", "vectide.torture", "probe", "--dir", str(case_dir)],
+                                   capture_output=True, text=True, timeout=300)
+                rc, out, err = p.returncode, p.stdout, p.stderr
+            except subprocess.TimeoutExpired:
+                rc, out, err = -999, "", "timed out (hang)"
+            try:
+                got = json.loads(out.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                got = {"ok": False, "type": "none", "message": ""}
+            outcome = classify(rel, kind, where, files, want, got, rc, err)
+            cases.append({
+                "file": str(rel), "damage": kind, "where": where, "outcome": outcome,
+                "error": None if got.get("ok") else f"{got.get('type')}: {got.get('message')}",
+                "exit": rc, "stderr": err[-400:] if outcome == "violation" else "",
+                "seconds": round(time.perf_counter() - t0, 3),
+            })
+    counts: Dict[str, int] = {}
+    for c in cases:
+        counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
+    return {"files": [str(f) for f in files], "cases": cases,
+            "summary": {"cases": len(cases), **counts, "violations": counts.get("violation", 0)}}

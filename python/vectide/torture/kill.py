@@ -1,0 +1,370 @@
+"""SIGKILL torture: writers under load, killed at random, checked exactly.
+
+Targets: ``server`` (``vectide serve``, writers over HTTP in this process),
+``db`` (the embedded database in a child process) and the durable engines
+opened directly in a child process: ``p-hnsw:pmem``, ``p-hnsw:msync``,
+``hnsw-snap``, ``hnsw-wal``. A child prints ``B writer id kind seed`` before
+each operation and ``A writer`` after it returned; the parent reads the
+lines, kills the child at a random moment, reopens the data itself and
+checks every id against the acknowledged history (see ``oracle``).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from .oracle import DELETE, SET_PAYLOAD, UPSERT, Oracle, identify, payload, vector
+
+DIM = 8
+ENGINE_TARGETS = ["p-hnsw:pmem", "p-hnsw:msync", "hnsw-snap", "hnsw-wal"]
+GRAPH = {"m": 8, "ef_construction": 32}
+
+
+def _cli() -> str:
+    beside = Path(sys.executable).parent / "vectide"
+    return str(beside) if beside.exists() else "vectide"
+
+
+# ---------------------------------------------------------------- the child
+
+def _open_engine(target: str, path: str):
+    import vectide
+
+    engine, _, persist = target.partition(":")
+    kw = dict(GRAPH)
+    if persist:
+        kw["persist"] = persist
+    return vectide.Index(dim=DIM, metric="l2", engine=engine, path=path, **kw)
+
+
+def child(target: str, path: str, seed: int, writers: int, n_ids: int) -> None:
+    """Runs writers forever (until killed), printing B/A lines."""
+    out_lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with out_lock:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    if target == "db":
+        import vectide
+
+        db = vectide.connect(path)
+        try:
+            col = db.get_collection("t")
+        except KeyError:
+            col = db.create_collection("t", dim=DIM, metric="l2", engine="hnsw", **GRAPH)
+        kinds = [UPSERT] * 5 + [DELETE] * 2 + [SET_PAYLOAD] * 2
+
+        def op(kind, id_, s):
+            if kind == UPSERT:
+                col.upsert([id_], vector(s, DIM)[None, :], payloads=[payload(s)])
+            elif kind == DELETE:
+                col.delete([id_])
+            else:
+                col.set_payload(payload(s), ids=[id_])
+    else:
+        idx = _open_engine(target, path)
+        flush = target.startswith("hnsw-")  # durable at flush: flush acknowledges
+        kinds = [UPSERT] * 5 + [DELETE] * 2
+
+        def op(kind, id_, s):
+            if kind == UPSERT:
+                idx.add(np.array([id_], dtype=np.uint64), vector(s, DIM)[None, :])
+            else:
+                idx.delete(np.array([id_], dtype=np.uint64))
+            if flush:
+                idx.flush()
+
+    locks = [threading.Lock() for _ in range(n_ids)]
+    say("R")
+
+    def writer(w: int) -> None:
+        rng = random.Random(seed * 1000 + w)
+        while True:
+            id_ = rng.randrange(n_ids)
+            kind = rng.choice(kinds)
+            s = rng.randrange(1, 2**31)
+            with locks[id_]:
+                say(f"B {w} {id_} {kind} {s}")
+                op(kind, id_, s)
+                say(f"A {w}")
+
+    threads = [threading.Thread(target=writer, args=(w,), daemon=True) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+# ---------------------------------------------------------------- reading back
+
+def _read_engine(target: str, path: str, oracle: Oracle) -> Dict[int, object]:
+    idx = _open_engine(target, path)
+    found = {}
+    for id_, want in oracle.expected.items():
+        cands = oracle.uncertain.get(id_, [want])
+        if id_ in idx:
+            v = idx.get(np.array([id_], dtype=np.uint64))[0]
+            found[id_] = identify(v, None, cands, DIM)
+        else:
+            found[id_] = None
+    problems = idx.check() if target.startswith("p-hnsw") else []
+    del idx
+    gc.collect()
+    if problems:
+        found["__structure__"] = problems
+    return found
+
+
+def _read_points(get, oracle: Oracle) -> Dict[int, object]:
+    ids = list(oracle.expected)
+    found = {}
+    for lo in range(0, len(ids), 256):
+        chunk = ids[lo : lo + 256]
+        for id_, rec in zip(chunk, get(chunk)):
+            want = oracle.expected[id_]
+            cands = oracle.uncertain.get(id_, [want])
+            found[id_] = None if rec is None else identify(rec[0], rec[1], cands, DIM)
+    return found
+
+
+def _db_get(col):
+    def get(ids):
+        raw = json.loads(col._c.get(json.dumps(ids), True))
+        return [None if r is None else (r["vector"], r["payload"]) for r in raw]
+
+    return get
+
+
+# ---------------------------------------------------------------- rounds
+
+def _round_times(quick: bool, rng: random.Random) -> float:
+    return rng.uniform(0.1, 0.6) if quick else rng.uniform(0.2, 2.0)
+
+
+def run_child_target(target: str, rounds: int, writers: int, n_ids: int, quick: bool, seed: int, workdir: Path) -> dict:
+    rng = random.Random(seed)
+    path = str(workdir / target.replace(":", "-"))
+    if target.startswith("p-hnsw:pmem") and Path("/dev/shm").is_dir():
+        path = tempfile.mkdtemp(prefix="vectide-torture-", dir="/dev/shm") + "/idx"
+    oracle = Oracle(n_ids)
+    violations: List[str] = []
+    opens = []
+    acked_per_round = []
+    try:
+        for r in range(rounds):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "vectide.torture", "child", "--target", target, "--dir", path,
+                 "--seed", str(seed * 100 + r), "--writers", str(writers), "--ids", str(n_ids)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+            )
+            ready = threading.Event()
+            before = oracle.acked
+
+            def reader():
+                for line in proc.stdout:
+                    if not line.endswith("\n"):
+                        break
+                    parts = line.split()
+                    if parts[0] == "R":
+                        ready.set()
+                    elif parts[0] == "B":
+                        oracle.begin(int(parts[1]), int(parts[2]), parts[3], int(parts[4]))
+                    elif parts[0] == "A":
+                        oracle.ack(int(parts[1]))
+
+            t = threading.Thread(target=reader, daemon=True)
+            t.start()
+            if not ready.wait(120):
+                proc.kill()
+                raise RuntimeError(f"{target}: the child did not start: {proc.stderr.read()}")
+            time.sleep(_round_times(quick, rng))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            t.join()
+            err = proc.stderr.read()
+            if "panicked" in err or "Traceback" in err:
+                violations.append(f"round {r}: the child failed before the kill: {err[-2000:]}")
+            oracle.crashed()
+            acked_per_round.append(oracle.acked - before)
+            t0 = time.perf_counter()
+            if target == "db":
+                import vectide
+
+                db = vectide.connect(path)
+                opens.append(time.perf_counter() - t0)
+                try:
+                    col = db.get_collection("t")
+                    found = _read_points(_db_get(col), oracle)
+                except KeyError:
+                    found = {i: None for i in oracle.expected}
+                db.close()
+            else:
+                found = _read_engine(target, path, oracle)
+                opens.append(time.perf_counter() - t0)
+            structure = found.pop("__structure__", None)
+            if structure:
+                violations.append(f"round {r}: structural check: {structure[:5]}")
+            bad = oracle.check(found, DIM)
+            violations += [f"round {r}: {b}" for b in bad]
+    finally:
+        if "/dev/shm/" in path:
+            shutil.rmtree(str(Path(path).parent), ignore_errors=True)
+    return {
+        "target": target,
+        "rounds": rounds,
+        "writers": writers,
+        "ids": n_ids,
+        "acknowledged_ops_checked": oracle.acked,
+        "acked_per_round": acked_per_round,
+        "violations": len(violations),
+        "violation_examples": violations[:20],
+        "open_s": _stats(opens),
+    }
+
+
+def _stats(xs: List[float]) -> dict:
+    if not xs:
+        return {}
+    s = sorted(xs)
+    return {"min": s[0], "median": s[len(s) // 2], "max": s[-1]}
+
+
+# ---------------------------------------------------------------- the server
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Server:
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> float:
+        """Starts the server; returns the seconds until it answered a query
+        (or its health check, before the collection exists)."""
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen([_cli(), "serve", "--data", str(self.data), "--port", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 300
+        body = json.dumps({"vector": [0.0] * DIM, "limit": 1}).encode()
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-2000:]}")
+            try:
+                req = urllib.request.Request(self.url + "/collections/t/points/search", data=body, method="POST",
+                                             headers={"content-type": "application/json"})
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    if r.status == 200:
+                        return time.perf_counter() - t0
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    return time.perf_counter() - t0
+            except OSError:
+                pass
+            time.sleep(0.01)
+        raise RuntimeError("server did not start")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+def run_server(rounds: int, writers: int, n_ids: int, quick: bool, seed: int, workdir: Path) -> dict:
+    import vectide
+
+    rng = random.Random(seed)
+    server = _Server(workdir / "server-db")
+    oracle = Oracle(n_ids)
+    violations: List[str] = []
+    restarts: List[float] = []
+    acked_per_round = []
+    locks = [threading.Lock() for _ in range(n_ids)]
+    try:
+        server.start()
+        client = vectide.Client(server.url, timeout=30)
+        if "t" not in client.list_collections():
+            client.create_collection("t", dim=DIM, metric="l2", engine="hnsw", **GRAPH)
+        for r in range(rounds):
+            stop = threading.Event()
+            before = oracle.acked
+
+            def writer(w: int) -> None:
+                c = vectide.Client(server.url, timeout=30)
+                col = c.get_collection("t")
+                wr = random.Random(seed * 7919 + r * 31 + w)
+                kinds = [UPSERT] * 5 + [DELETE] * 2 + [SET_PAYLOAD] * 2
+                while not stop.is_set():
+                    id_ = wr.randrange(n_ids)
+                    kind = wr.choice(kinds)
+                    s = wr.randrange(1, 2**31)
+                    with locks[id_]:
+                        oracle.begin(w, id_, kind, s)
+                        try:
+                            if kind == UPSERT:
+                                col.upsert([id_], vector(s, DIM)[None, :], payloads=[payload(s)])
+                            elif kind == DELETE:
+                                col._c._call("POST", col._path("/points/delete?wait=true"), {"points": [id_]})
+                            else:
+                                col.set_payload(payload(s), ids=[id_])
+                        except Exception:
+                            return  # the server died: the operation stays in flight
+                        oracle.ack(w)
+
+            threads = [threading.Thread(target=writer, args=(w,), daemon=True) for w in range(writers)]
+            for t in threads:
+                t.start()
+            time.sleep(_round_times(quick, rng))
+            server.kill()
+            stop.set()
+            for t in threads:
+                t.join(60)
+            oracle.crashed()
+            acked_per_round.append(oracle.acked - before)
+            restarts.append(server.start())
+            col = vectide.Client(server.url, timeout=60).get_collection("t")
+
+            def get(ids):
+                recs = col._c._call("POST", col._path("/points"), {"ids": ids, "with_payload": True, "with_vector": True})
+                by = {r["id"]: r for r in recs}
+                return [None if i not in by else (by[i]["vector"], by[i].get("payload") or {}) for i in ids]
+
+            bad = oracle.check(_read_points(get, oracle), DIM)
+            violations += [f"round {r}: {b}" for b in bad]
+    finally:
+        server.kill()
+    return {
+        "target": "server",
+        "rounds": rounds,
+        "writers": writers,
+        "ids": n_ids,
+        "acknowledged_ops_checked": oracle.acked,
+        "acked_per_round": acked_per_round,
+        "violations": len(violations),
+        "violation_examples": violations[:20],
+        "restart_s": _stats(restarts),
+        "restart_all_s": restarts,
+    }

@@ -1,0 +1,106 @@
+"""The acknowledged history of a torture run, and the check against it.
+
+Writers serialise operations per id (one lock per id), so the state of an id
+is exactly the effect of its last acknowledged operation, except where an
+operation on it was in flight when the process died: then either the state
+before it or after it is correct, and the one found becomes the truth.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+# The state of an id: None (absent) or (vector seed, payload seed).
+State = Optional[Tuple[int, int]]
+
+UPSERT, DELETE, SET_PAYLOAD = "u", "d", "p"
+
+
+def vector(seed: int, dim: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+
+
+def payload(seed: int) -> dict:
+    """A payload whose floats need every bit to compare equal."""
+    rng = np.random.default_rng(seed + 7_919)
+    return {
+        "s": seed,
+        "f": float(rng.standard_normal() * 10 ** int(rng.integers(-8, 9))),
+        "tags": [f"t{seed % 7}", "x"],
+        "n": {"big": int(rng.integers(0, 2**62)), "neg": -float(rng.random())},
+    }
+
+
+def after(state: State, kind: str, seed: int) -> State:
+    if kind == UPSERT:
+        return (seed, seed)
+    if kind == DELETE:
+        return None
+    if kind == SET_PAYLOAD:
+        return None if state is None else (state[0], seed)
+    raise ValueError(kind)
+
+
+class Oracle:
+    """Expected state per id, and the operations in flight per writer."""
+
+    def __init__(self, n_ids: int) -> None:
+        self.expected: Dict[int, State] = {i: None for i in range(n_ids)}
+        self.inflight: Dict[int, Tuple[int, str, int]] = {}
+        self.uncertain: Dict[int, List[State]] = {}
+        self.acked = 0
+        self.lock = threading.Lock()
+
+    def begin(self, writer: int, id_: int, kind: str, seed: int) -> None:
+        with self.lock:
+            self.inflight[writer] = (id_, kind, seed)
+
+    def ack(self, writer: int) -> None:
+        with self.lock:
+            id_, kind, seed = self.inflight.pop(writer)
+            self.expected[id_] = after(self.expected[id_], kind, seed)
+            self.acked += 1
+
+    def crashed(self) -> None:
+        """The process died: what was in flight may or may not have happened."""
+        with self.lock:
+            for id_, kind, seed in self.inflight.values():
+                before = self.expected[id_]
+                self.uncertain[id_] = [before, after(before, kind, seed)]
+            self.inflight.clear()
+
+    def check(self, found: Dict[int, State], dim: int) -> List[str]:
+        """Compares the states found after recovery; returns the violations
+        and adopts the outcome of each in-flight operation."""
+        bad = []
+        for id_, want in self.expected.items():
+            got = found.get(id_)
+            allowed = self.uncertain.get(id_, [want])
+            if got not in allowed:
+                bad.append(f"id {id_}: found {describe(got)}, acknowledged {' or '.join(describe(a) for a in allowed)}")
+            else:
+                self.expected[id_] = got
+        self.uncertain.clear()
+        return bad
+
+
+def describe(s: State) -> str:
+    return "absent" if s is None else f"vector#{s[0]}/payload#{s[1]}"
+
+
+def identify(vec: Optional[np.ndarray], pay: Optional[dict], candidates: List[State], dim: int) -> State:
+    """Which candidate state a stored (vector, payload) is, or a marker state
+    (-1, -1) when it is none of them (a wrong vector or payload)."""
+    if vec is None:
+        return None
+    for c in candidates:
+        if c is None:
+            continue
+        if np.array_equal(np.asarray(vec, dtype=np.float32), vector(c[0], dim)) and (
+            pay is None or pay == payload(c[1])
+        ):
+            return c
+    return (-1, -1)
