@@ -15,7 +15,7 @@ PY_DEPS := numpy h5py matplotlib pytest tqdm maturin \
 
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock pyproject.toml
 
-.PHONY: all venv build demo test test-rust test-python lint bench bench-native clean
+.PHONY: all venv build demo test test-rust test-python lint bench bench-native torture clean
 
 all: build
 
@@ -66,6 +66,13 @@ bench-native: build
 	mkdir -p bench-results
 	$(VENV)/bin/vectide bench --dataset glove-6b-50-angular --engines vectide:hnsw \
 		--k 10 --threads 1 --out bench-results/native-glove-6b-50.json
+
+# The torture tools of issue 10 at full size (SIGKILL rounds of the server,
+# the database and every durable engine; the corruption and bad-input
+# matrices). Small versions run in `make test` (python/tests/test_torture.py).
+torture: build
+	mkdir -p bench-results
+	$(PY) -m vectide.torture --out bench-results/torture.json all --rounds 30
 
 clean:
 	rm -rf target $(VENV) bench-results

@@ -70,6 +70,9 @@ pub struct Options {
     /// Filters matching at most this many points are answered exactly
     /// (default [`EXACT_MAX`]).
     pub exact_max: usize,
+    /// Open for `repair`: an engine and a store that disagree are opened
+    /// (to be reconciled) instead of refused.
+    pub repair: bool,
 }
 
 impl Default for Options {
@@ -83,6 +86,7 @@ impl Default for Options {
             checkpoint_interval: Duration::from_secs(60),
             threads: None,
             exact_max: EXACT_MAX,
+            repair: false,
         }
     }
 }
@@ -365,22 +369,37 @@ impl Collection {
         })?;
         let engine_durable = engine.durable_seq();
         let wal_dir = dir.join("wal");
+        let held = engine_durable.max(store.applied_seq());
         let (log, records) = CommitLog::open(
             &wal_dir,
             opts.durability,
             opts.segment_bytes,
-            engine_durable.max(store.applied_seq()),
+            if opts.repair { held } else { 0 },
         )?;
+        // Both sides apply an operation only after its record is durable,
+        // so neither can be ahead of the log unless the log lost records.
+        if held > log.last_seq() {
+            return Err(DbError::corrupted(format!(
+                "{}: the log ends at sequence number {} but the engine or the point store holds operations through {held}: acknowledged records were lost from the log; `vectide repair` reconciles what is left",
+                wal_dir.display(),
+                log.last_seq()
+            )));
+        }
         // The store applies every operation: the log must continue right
         // after what it holds, or acknowledged operations are missing.
-        if let Some(first) = records.first().map(|r| record_seq(r)).transpose()? {
-            if first > store.applied_seq() + 1 {
-                return Err(DbError::corrupted(format!(
-                    "{}: the log starts at sequence number {first} but the point store holds only up to {}: records are missing",
-                    wal_dir.display(),
-                    store.applied_seq()
-                )));
-            }
+        let first = records
+            .first()
+            .map(|r| record_seq(r))
+            .transpose()?
+            .unwrap_or(log.first_seq())
+            .min(log.first_seq());
+        if first > store.applied_seq() + 1 {
+            return Err(DbError::corrupted(format!(
+                "{}: the log starts at sequence number {first} but the point store holds only up to {}: records are missing (is {} damaged or replaced?)",
+                wal_dir.display(),
+                store.applied_seq(),
+                store_path.display()
+            )));
         }
         if engine_durable < store.engine_checkpoint() {
             return Err(DbError::corrupted(format!(
@@ -405,6 +424,23 @@ impl Collection {
             replayed_bytes += rec.len() as u64 + 8;
         }
         log.set_bytes_since_checkpoint(replayed_bytes);
+        // After replay, the engine and the store hold the same live points
+        // (each applies every operation, the engine first). A difference
+        // means an engine or store file lost or changed data.
+        if !opts.repair {
+            let missing = store.iter().filter(|(&id, _)| !engine.contains(id)).count();
+            let stale = store
+                .assigned()
+                .filter(|&id| store.get(id).is_none() && engine.contains(id))
+                .count();
+            if missing > 0 || stale > 0 {
+                return Err(DbError::corrupted(format!(
+                    "{}: the engine and the point store disagree ({missing} of the store's {} points have no vector, {stale} deleted points still have one): a file of the engine or the store is damaged; `vectide repair` deletes the points that lost their vector",
+                    dir.display(),
+                    store.len()
+                )));
+            }
+        }
         let next = log.last_seq() + 1;
         let c = Collection {
             name: name.to_string(),
@@ -781,6 +817,7 @@ impl Collection {
         if k == 0 {
             return Err(DbError::invalid("k (limit) must be at least 1"));
         }
+        vectide_core::limits::check_k(k)?;
         self.check_vector(query)?;
         self.counters.searches.fetch_add(1, Ordering::Relaxed);
         let store = self.store.read();

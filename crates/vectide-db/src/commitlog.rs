@@ -360,25 +360,32 @@ impl CommitLog {
             }
             f.sync_all().map_err(|e| DbError::io_at(&path, e))?;
         }
-        let mut last_seq = match records.last() {
+        let log_last = match records.last() {
             Some(r) => record_seq(r)?,
             None => firsts.last().map_or(0, |f| f.saturating_sub(1)),
         };
-        last_seq = last_seq.max(floor);
-        // Append to a fresh segment: the old ones stay as they are.
-        let first = last_seq + 1;
-        let (active, path) = if segments.last().is_some_and(|s| s.first == first) {
-            let path = dir.join(segment_name(first));
-            let f = OpenOptions::new()
-                .append(true)
-                .open(&path)
-                .map_err(|e| DbError::io_at(&path, e))?;
-            segments.pop();
-            (f, path)
-        } else {
-            create_segment(dir, first)?
+        let last_seq = log_last.max(floor);
+        // Append to the last segment (its torn tail is cut), so that an open
+        // leaves no new file behind; a new segment only when the engine or
+        // the store is ahead of the log (after a repair cut it).
+        let (active, path, first) = match segments.pop() {
+            Some(seg) if last_seq == log_last => {
+                let f = OpenOptions::new()
+                    .append(true)
+                    .open(&seg.path)
+                    .map_err(|e| DbError::io_at(&seg.path, e))?;
+                (f, seg.path, seg.first)
+            }
+            other => {
+                segments.extend(other);
+                let (f, p) = create_segment(dir, last_seq + 1)?;
+                (f, p, last_seq + 1)
+            }
         };
-        let active_len = active.metadata().map(|m| m.len()).unwrap_or(0);
+        let active_len = active
+            .metadata()
+            .map_err(|e| DbError::io_at(&path, e))?
+            .len();
         segments.push(Segment { first, path });
         Ok((
             CommitLog {
@@ -411,6 +418,12 @@ impl CommitLog {
     /// The durability mode.
     pub fn durability(&self) -> Durability {
         self.durability
+    }
+
+    /// The sequence number the oldest segment starts at: records before it
+    /// were made redundant by a checkpoint.
+    pub fn first_seq(&self) -> Seq {
+        self.state.lock().segments.first().map_or(1, |s| s.first)
     }
 
     /// Highest sequence number appended so far.

@@ -227,7 +227,8 @@ pub struct CollectionRepair {
     pub stale_vectors_removed: usize,
 }
 
-/// Salvages a database whose WAL is damaged: every collection's log is cut
+/// Salvages a database whose WAL or engine files are damaged: every
+/// collection's log is cut
 /// at its first damage (the records before it are kept, the damaged record
 /// and everything after it dropped) and the database is opened and
 /// replayed. The engine and the point store come back as of their own
@@ -250,11 +251,14 @@ pub fn repair(dir: &Path, opts: Options) -> Result<Vec<CollectionRepair>> {
             });
         }
     }
-    let db = Database::open(dir, opts)?;
+    let db = Database::open(
+        dir,
+        Options {
+            repair: true,
+            ..opts
+        },
+    )?;
     for r in &mut out {
-        if r.wal.damage.is_none() {
-            continue;
-        }
         let c = db.collection(&r.collection)?;
         (r.orphans_removed, r.stale_vectors_removed) = c.remove_orphans()?;
     }

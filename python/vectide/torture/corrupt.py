@@ -40,20 +40,24 @@ def build_template(path: Path) -> None:
     import vectide
 
     rng = np.random.default_rng(5)
-    with vectide.connect(path) as db:
-        for name, engine in ENGINES.items():
-            kw = {"m": 8, "ef_construction": 32}
-            if engine == "p-hnsw":
-                kw["persist"] = "msync"
-            c = db.create_collection(name, dim=DIM, metric="l2", engine=engine, **kw)
-            c.upsert(list(range(300)), rng.standard_normal((300, DIM)).astype(np.float32),
-                     payloads=[{"i": i, "f": float(rng.standard_normal())} for i in range(300)])
-            c.checkpoint()
-            for i in range(300, 340):
-                c.upsert([i], rng.standard_normal((1, DIM)).astype(np.float32), payloads=[{"i": i}])
-            c.delete(list(range(0, 20)))
-            c.set_payload({"late": True}, ids=[25])
-    # Dropped without a final checkpoint: the WAL tails stay.
+    db = vectide.connect(path)
+    for name, engine in ENGINES.items():
+        kw = {"m": 8, "ef_construction": 32}
+        if engine == "p-hnsw":
+            kw["persist"] = "msync"
+        c = db.create_collection(name, dim=DIM, metric="l2", engine=engine, **kw)
+        c.upsert(list(range(300)), rng.standard_normal((300, DIM)).astype(np.float32),
+                 payloads=[{"i": i, "f": float(rng.standard_normal())} for i in range(300)])
+        c.checkpoint()
+        for i in range(300, 340):
+            c.upsert([i], rng.standard_normal((1, DIM)).astype(np.float32), payloads=[{"i": i}])
+        c.delete(list(range(0, 20)))
+        c.set_payload({"late": True}, ids=[25])
+    # Dropped without close (no final checkpoint): the WAL tails stay.
+    del c, db
+    import gc
+
+    gc.collect()
 
 
 def probe(path: Path) -> dict:
