@@ -146,7 +146,6 @@ def test_save_load_roundtrip_and_corruption(tmp_path):
         (lambda i: i.add([1, 2], np.ones((1, 4))), "ids|vectors"),
         (lambda i: i.add([5, 5], np.ones((2, 4))), "duplicate"),
         (lambda i: i.add([-1], np.ones((1, 4))), "non-negative"),
-        (lambda i: i.add([1.5], np.ones((1, 4))), "integers"),
         (lambda i: i.add([1], np.ones((1, 2, 4))), "dimensions"),
         (lambda i: i.search(np.ones(4), k=0), "k must"),
         (lambda i: i.search(np.ones(4), k=-3), "k must"),
@@ -162,6 +161,27 @@ def test_bad_input_raises_and_changes_nothing(call, match):
         call(idx)
     assert len(idx) == 1 and 100 in idx
     np.testing.assert_allclose(idx.get([100]), np.full((1, 4), 0.5), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda i: i.add([1.5], np.ones((1, 4))), "position 0 holds a float"),
+        (lambda i: i.add([1, None], np.ones((2, 4))), "position 1 holds a NoneType"),
+        (lambda i: i.add([True], np.ones((1, 4))), "position 0 holds a bool"),
+        (lambda i: i.add(np.array(["a"]), np.ones((1, 4))), "dtype <U1"),
+        (lambda i: i.add(["a"], np.ones((1, 4))), "position 0 holds a str"),
+        (lambda i: i.search(np.ones(4), k=2.0), "k must be an int"),
+        (lambda i: i.search(np.ones(4), k=True), "k must be an int"),
+        (lambda i: i.search(np.ones(4), k=1, ef="64"), "ef must be an int"),
+    ],
+)
+def test_wrong_types_raise_type_error_and_change_nothing(call, match):
+    idx = vectide.Index(4, metric="cosine")
+    idx.add([100], np.ones((1, 4)))
+    with pytest.raises(TypeError, match=match):
+        call(idx)
+    assert len(idx) == 1 and 100 in idx
 
 
 def test_constructor_errors():

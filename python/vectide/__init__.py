@@ -17,6 +17,7 @@ __all__ = [
     "Collection",
     "DatabaseLockedError",
     "Client",
+    "LIMITS",
 ]
 
 MISSING_ID = 2**64 - 1
@@ -26,7 +27,7 @@ MISSING_ID = 2**64 - 1
 def __getattr__(name: str):
     # The extension is imported on first use so that the pure-Python parts
     # (``python -m vectide.datasets``) work before the native build exists.
-    if name in ("Index", "CorruptIndexError", "__version__", "simd_isa", "DatabaseLockedError"):
+    if name in ("Index", "CorruptIndexError", "__version__", "simd_isa", "DatabaseLockedError", "LIMITS"):
         from . import _vectide
 
         return getattr(_vectide, name)

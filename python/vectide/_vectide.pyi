@@ -8,6 +8,17 @@ import numpy.typing as npt
 
 __version__: str
 MISSING_ID: int
+LIMITS: dict[str, Union[int, float]]
+"""The documented bounds of sizes (``vectide_core::limits``): ``MAX_K``
+(100,000: ``k``, ``limit``, ``offset + limit``), ``MAX_BATCH_RESULTS``
+(2**24: ``nq * k`` of one call), ``MAX_EF`` (100,000), ``MAX_DIM`` (65,536),
+``MIN_M``/``MAX_M`` (2/256), ``MAX_THREADS`` (256), p-hnsw's
+``MAX_NLOG_ENTRIES`` (4096), ``MAX_NLIST_ENTRIES`` (65,536),
+``MAX_INITIAL_CAPACITY`` (2**24 rows) and ``MAX_INITIAL_BYTES`` (64 GiB),
+``MAX_SNAPSHOT_EVERY``, ``MAX_WAL_BUFFER`` (1 GiB), ``MAX_CHECKPOINT_SECONDS``
+(one year), ``JSON_INT_MIN``/``JSON_INT_MAX`` (payload integers). An integer
+argument beyond its bound is a ``ValueError``; a non-integer (bool, float,
+str, None where not optional) a ``TypeError``."""
 
 _Ids = Union[npt.ArrayLike, Iterable[int]]
 _Path = Union[str, "PathLike[str]"]
@@ -19,9 +30,11 @@ class Index:
     """An approximate nearest-neighbour index over float32 vectors.
 
     ``Index(dim, metric="cosine", engine="hnsw", **params)``; for ``hnsw`` the
-    params are ``m`` (16), ``ef_construction`` (200), ``ef_search`` (64),
-    ``seed``, ``consolidate_fraction`` (0.05), ``repair_alpha`` (1.0) and
-    ``threads`` (default: all cores).
+    params are ``m`` (16; 2..=256), ``ef_construction`` (200; 1..=100,000),
+    ``ef_search`` (64; 1..=100,000), ``seed``, ``consolidate_fraction`` (0.05),
+    ``repair_alpha`` (1.0) and ``threads`` (default: all cores; 1..=256).
+    ``dim`` is 1..=65,536. Out-of-range values are a ``ValueError`` naming
+    the parameter and its range (see ``LIMITS``).
     """
 
     def __init__(
@@ -46,7 +59,10 @@ class Index:
     def check(self) -> list[str]:
         """p-hnsw: structural violations (empty when sound)."""
     def add(self, ids: _Ids, vectors: npt.ArrayLike) -> None:
-        """Adds vectors (n x dim, float32/float64, C or F order); an existing id is replaced."""
+        """Adds vectors (n x dim, float32/float64, C or F order); an existing id is replaced.
+
+        Ids are integers in 0..2**64-2: an array of floats, bools or strings
+        (or a list holding one) is a TypeError naming the first position."""
     def search(
         self,
         queries: npt.ArrayLike,
@@ -58,6 +74,10 @@ class Index:
 
         A 1-D query gives arrays of shape (1, k). Missing results are padded with
         id 2**64-1 and distance +inf. ``filter`` is an allow-list of ids.
+        ``k`` is 1..=100,000 and ``ef`` 1..=100,000 (else ValueError; a
+        non-integer is a TypeError); ``nq * k`` is at most 2**24 per call
+        (a larger batch is a ValueError: split it). Memory is allocated by
+        the result arrays only, never by ``k`` beyond them.
         """
     def delete(self, ids: _Ids) -> int:
         """Deletes ids (absent ones are ignored); returns how many were removed."""
@@ -66,7 +86,8 @@ class Index:
     def save(self, path: _Path) -> None:
         """Writes the index atomically (temp file, fsync, rename)."""
     @staticmethod
-    def load(path: _Path, threads: Optional[int] = None) -> "Index": ...
+    def load(path: _Path, threads: Optional[int] = None) -> "Index":
+        """Opens a saved index or a durable engine's directory; ``threads`` is 1..=256."""
     def params(self) -> dict[str, Any]: ...
     def stats(self) -> dict[str, int]: ...
     def __len__(self) -> int: ...
@@ -116,7 +137,8 @@ class _Collection:
         ef: Optional[int] = None,
         with_payload: bool = True,
         with_vector: bool = False,
-    ) -> str: ...
+    ) -> str:
+        """``k`` 1..=100,000, ``ef`` 1..=100,000, ``nq * k`` at most 2**24."""
     def get(self, ids_json: str, with_vector: bool = True) -> str: ...
     def delete(self, ids_json: Optional[str] = None, filter_json: Optional[str] = None) -> int: ...
     def count(self, filter_json: Optional[str] = None) -> int: ...
@@ -126,7 +148,8 @@ class _Collection:
         offset_json: Optional[str] = None,
         limit: int = 10,
         with_vector: bool = False,
-    ) -> str: ...
+    ) -> str:
+        """``limit`` 0..=100,000."""
     def set_payload(self, payload_json: str, ids_json: Optional[str] = None, filter_json: Optional[str] = None) -> int: ...
     def create_index(self, field: str, kind: str) -> None: ...
     def checkpoint(self) -> None: ...

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .db import Hit, Point, _rows
+from .db import Hit, Point, _check_params, _dumps, _id_value, _id_values, _int, _rows
 
 _DISTANCE = {"cosine": "Cosine", "ip": "Dot", "l2": "Euclid"}
 _METRIC = {v: k for k, v in _DISTANCE.items()}
@@ -36,9 +36,16 @@ class ServerError(RuntimeError):
 
 
 def _id_list(ids) -> List[Any]:
-    if isinstance(ids, (int, np.integer, str)):
-        ids = [ids]
-    return [int(i) if isinstance(i, (int, np.integer)) else str(i) for i in ids]
+    return _id_values(ids)
+
+
+def _finite_rows(vectors) -> np.ndarray:
+    rows = _rows(vectors)
+    bad = np.argwhere(~np.isfinite(rows))
+    if len(bad):
+        r, c = bad[0]
+        raise ValueError(f"vector {r}: non-finite value {rows[r, c]} at position {c}")
+    return rows
 
 
 class Client:
@@ -74,7 +81,7 @@ class Client:
             self._local.conn = None
 
     def _call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
+        data = None if body is None else _dumps(body, "request").encode()
         headers = {"content-type": "application/json"}
         if self.api_key is not None:
             headers["api-key"] = self.api_key
@@ -110,9 +117,10 @@ class Client:
     def create_collection(self, name: str, dim: int, metric: str = "cosine", engine: str = "hnsw", **params) -> "RemoteCollection":
         if metric not in _DISTANCE:
             raise ValueError(f"metric must be one of {sorted(_DISTANCE)}, got {metric!r}")
+        dim = _int(dim, "dim")
         self._call("PUT", f"/collections/{name}", {
             "vectors": {"size": dim, "distance": _DISTANCE[metric]},
-            "vectide": {"engine": engine, "params": params},
+            "vectide": {"engine": engine, "params": _check_params(params)},
         })
         return RemoteCollection(self, name)
 
@@ -159,7 +167,7 @@ class RemoteCollection:
 
     def upsert(self, ids, vectors, payloads=None) -> int:
         ids = _id_list(ids)
-        rows = _rows(vectors)
+        rows = _finite_rows(vectors)
         if len(ids) != len(rows):
             raise ValueError(f"got {len(ids)} ids but {len(rows)} vectors")
         payloads = list(payloads) if payloads is not None else [None] * len(ids)
@@ -168,8 +176,15 @@ class RemoteCollection:
 
     def search(self, vectors, k: int = 10, filter=None, with_payload: bool = True, with_vector: bool = False,
                ef: Optional[int] = None) -> List[List[Hit]]:
+        k = _int(k, "k")
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        if ef is not None:
+            ef = _int(ef, "ef")
+        if filter is not None and not isinstance(filter, dict):
+            raise TypeError(f"filter must be a dict, got {type(filter).__name__}")
         searches = []
-        for q in _rows(vectors):
+        for q in _finite_rows(vectors):
             s: Dict[str, Any] = {"query": q.tolist(), "limit": k, "with_payload": with_payload, "with_vector": with_vector}
             if filter is not None:
                 s["filter"] = filter
@@ -220,11 +235,11 @@ class RemoteCollection:
         return self._c._call("POST", self._path("/points/count"), body)["count"]
 
     def scroll(self, filter=None, offset=None, limit: int = 10, with_vector: bool = False):
-        body: Dict[str, Any] = {"limit": limit, "with_payload": True, "with_vector": with_vector}
+        body: Dict[str, Any] = {"limit": _int(limit, "limit"), "with_payload": True, "with_vector": with_vector}
         if filter is not None:
             body["filter"] = filter
         if offset is not None:
-            body["offset"] = offset
+            body["offset"] = _id_value(offset)
         r = self._c._call("POST", self._path("/points/scroll"), body)
         pts = [Point(p["id"], p.get("payload") or {}, None if p.get("vector") is None else np.asarray(p["vector"], dtype=np.float32)) for p in r["points"]]
         return pts, r.get("next_page_offset")

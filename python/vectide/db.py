@@ -12,18 +12,28 @@ vector and a JSON payload. Filters are dicts in Qdrant's shape::
 Every write is durable when the call returns (write-ahead log, fsync; with
 ``durability="group"`` concurrent writers share one fsync). Scores follow
 Qdrant: cosine similarity, dot product, or Euclidean distance (``l2``).
+
+Ids are ``int`` (0 to 2**64-1; numpy integers too), ``str`` or
+``uuid.UUID``; anything else is a ``TypeError`` naming its position.
+Payload numbers round-trip exactly (integers within -2**63..2**64-1; NaN
+and infinities are refused). Sizes have documented bounds
+(``vectide.LIMITS``): ``k`` and ``limit`` at most 100,000, ``ef`` at most
+100,000, ``dim`` at most 65,536, ``threads`` at most 256, ``nq * k`` of one
+call at most 2**24; beyond, ``ValueError``; a non-integer, ``TypeError``.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-PointId = Union[int, str]
+PointId = Union[int, str, uuid.UUID]
 
 __all__ = ["connect", "Database", "Collection", "Hit", "Point", "DatabaseLockedError"]
 
@@ -60,20 +70,76 @@ class Point:
     vector: Optional[np.ndarray] = None
 
 
+_MAX_ID = 2**64 - 1
+
+
+def _id_value(i, pos: Optional[int] = None):
+    """One point id as JSON-ready value: an int in 0..2**64-1, a str, or a
+    UUID (as its string); a TypeError names the position and the type of
+    anything else (floats, None, bools, bytes …)."""
+    where = "" if pos is None else f" at position {pos}"
+    if isinstance(i, (bool, np.bool_)):
+        raise TypeError(f"point ids are int, str or uuid.UUID; got bool {i!r}{where}")
+    if isinstance(i, (int, np.integer)):
+        v = int(i)
+        if not 0 <= v <= _MAX_ID:
+            raise ValueError(f"integer point ids must be in 0..2**64-1; got {v}{where}")
+        return v
+    if isinstance(i, str):
+        return i
+    if isinstance(i, uuid.UUID):
+        return str(i)
+    raise TypeError(f"point ids are int, str or uuid.UUID; got {type(i).__name__} {i!r:.60}{where}")
+
+
+def _id_values(ids) -> List[Any]:
+    """A list of ids (or one id) as JSON-ready values (see ``_id_value``)."""
+    if isinstance(ids, (int, np.integer, str, uuid.UUID, bool, np.bool_)):
+        return [_id_value(ids)]
+    if isinstance(ids, (bytes, bytearray, Mapping)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"ids must be one id or a sequence of ids, got {type(ids).__name__}")
+    return [_id_value(i, pos) for pos, i in enumerate(ids)]
+
+
 def _ids(ids) -> str:
-    if isinstance(ids, (int, np.integer, str)):
-        ids = [ids]
-    out = []
-    for i in ids:
-        if isinstance(i, (bool, np.bool_)):
-            raise TypeError(f"point ids are ints or strings, got {i!r}")
-        if isinstance(i, (int, np.integer)):
-            out.append(int(i))
-        elif isinstance(i, str):
-            out.append(i)
-        else:
-            out.append(str(i))  # uuid.UUID and the like
-    return json.dumps(out)
+    return json.dumps(_id_values(ids))
+
+
+def _int(value, name: str) -> int:
+    """An integer argument (numpy integers too; bools and floats are a TypeError)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r:.60}")
+    return int(value)
+
+
+def _json_default(o):
+    # numpy scalars are numbers (and numpy bools are bools).
+    if isinstance(o, np.bool_):
+        return bool(o)
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+def _dumps(value, what: str) -> str:
+    """JSON text of a payload or filter: NaN and infinities are refused
+    (JSON has no such numbers), as are values nested too deeply."""
+    try:
+        return json.dumps(value, allow_nan=False, default=_json_default)
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
+    except RecursionError:
+        raise ValueError(f"{what}: nested too deeply") from None
+
+
+def _check_params(params: Dict[str, Any]) -> Dict[str, Any]:
+    """Engine parameters: NaN and infinities are named (JSON cannot carry them)."""
+    for k, v in params.items():
+        if isinstance(v, (float, np.floating)) and not np.isfinite(v):
+            raise ValueError(f"parameter {k} must be a finite number, got {v}")
+    return params
 
 
 def _rows(vectors, n: Optional[int] = None) -> np.ndarray:
@@ -88,7 +154,9 @@ def _filter(f) -> Optional[str]:
         return None
     if isinstance(f, str):
         return f
-    return json.dumps(f)
+    if not isinstance(f, Mapping):
+        raise TypeError(f"filter must be a dict (or JSON text), got {type(f).__name__}")
+    return _dumps(f, "filter")
 
 
 class Collection:
@@ -116,7 +184,7 @@ class Collection:
         """Inserts or replaces points; returns the operation's sequence number."""
         ids_json = _ids(ids)
         rows = _rows(vectors)
-        p = None if payloads is None else json.dumps(list(payloads))
+        p = None if payloads is None else _dumps(list(payloads), "payloads")
         return self._c.upsert(ids_json, rows, p)
 
     def search(
@@ -136,6 +204,7 @@ class Collection:
         """Fast path: ``(ids, scores)`` arrays of shape ``(nq, k)``; ids are
         uint64 when every id is an integer (padding ``2**64-1``), else objects
         (padding ``None``); missing scores are NaN."""
+        # The native call checks k (and nq * k) before anything is allocated here.
         res = json.loads(self._c.search(_rows(vectors), k, _filter(filter), ef, False, False))
         numeric = all(isinstance(h["id"], int) for q in res for h in q)
         ids = np.full((len(res), k), np.iinfo(np.uint64).max, dtype=np.uint64) if numeric else np.full((len(res), k), None, dtype=object)
@@ -168,14 +237,14 @@ class Collection:
     def scroll(self, filter=None, offset: Optional[PointId] = None, limit: int = 10, with_vector: bool = False):
         """A page of points ordered by id: ``(points, next_offset)``."""
         raw = json.loads(
-            self._c.scroll(_filter(filter), None if offset is None else json.dumps(offset), limit, with_vector)
+            self._c.scroll(_filter(filter), None if offset is None else json.dumps(_id_value(offset)), limit, with_vector)
         )
         pts = [Point(r["id"], r["payload"], np.asarray(r["vector"], dtype=np.float32) if "vector" in r else None) for r in raw["points"]]
         return pts, raw["next"]
 
     def set_payload(self, payload: Dict[str, Any], ids=None, filter=None) -> int:
         """Merges ``payload``'s keys into the selected points' payloads."""
-        return self._c.set_payload(json.dumps(payload), None if ids is None else _ids(ids), _filter(filter))
+        return self._c.set_payload(_dumps(payload, "payload"), None if ids is None else _ids(ids), _filter(filter))
 
     def create_index(self, field: str, schema: str = "keyword") -> None:
         """A payload index on ``field``: ``"keyword"`` or ``"integer"``."""
@@ -196,7 +265,7 @@ class Database:
         return self._db.path
 
     def create_collection(self, name: str, dim: int, metric: str = "cosine", engine: str = "hnsw", **params) -> Collection:
-        return Collection(self._db.create_collection(name, dim, metric, engine, json.dumps(params)))
+        return Collection(self._db.create_collection(name, dim, metric, engine, _dumps(_check_params(params), "params")))
 
     def get_collection(self, name: str) -> Collection:
         return Collection(self._db.collection(name))

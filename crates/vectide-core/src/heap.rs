@@ -61,11 +61,15 @@ pub struct TopK {
     heap: BinaryHeap<Candidate>,
 }
 
+/// Entries a new [`TopK`] reserves up front: the heap grows by what a search
+/// really keeps, never by an (outside) `k` alone.
+const TOPK_PREALLOC: usize = 256;
+
 impl TopK {
     pub fn new(k: usize) -> Self {
         TopK {
             k,
-            heap: BinaryHeap::with_capacity(k + 1),
+            heap: BinaryHeap::with_capacity(k.saturating_add(1).min(TOPK_PREALLOC)),
         }
     }
 
@@ -148,6 +152,18 @@ mod tests {
         let got: Vec<u32> = out.iter().map(|c| c.node).collect();
         assert_eq!(got, vec![5, 1, 3]);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_huge_k_allocates_by_what_is_kept() {
+        // Reserving k + 1 entries up front would abort the process here.
+        let mut t = TopK::new(1 << 40);
+        assert!(t.heap.capacity() <= TOPK_PREALLOC);
+        for i in 0..10 {
+            t.push(i as f32, i);
+        }
+        assert_eq!(t.len(), 10);
+        assert!(!t.is_full());
     }
 
     #[test]

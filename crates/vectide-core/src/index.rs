@@ -70,7 +70,8 @@ pub trait VectorIndex: Send + Sync {
         filter: Option<Filter<'_>>,
         out: &mut Vec<Neighbor>,
     ) -> Result<()>;
-    /// Like [`VectorIndex::search_into`], returning a new vector.
+    /// Like [`VectorIndex::search_into`], returning a new vector (sized by
+    /// the results found, not by `k`).
     fn search(
         &self,
         query: &[f32],
@@ -78,7 +79,7 @@ pub trait VectorIndex: Send + Sync {
         params: &SearchParams,
         filter: Option<Filter<'_>>,
     ) -> Result<Vec<Neighbor>> {
-        let mut out = Vec::with_capacity(k);
+        let mut out = Vec::new();
         self.search_into(query, k, params, filter, &mut out)?;
         Ok(out)
     }
@@ -114,4 +115,67 @@ pub trait VectorIndex: Send + Sync {
     fn durable_seq(&self) -> Seq;
     /// Sizes and counters.
     fn stats(&self) -> IndexStats;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An index of one point, to exercise the trait's default methods.
+    struct One;
+
+    impl VectorIndex for One {
+        fn dim(&self) -> usize {
+            2
+        }
+        fn metric(&self) -> Metric {
+            Metric::L2
+        }
+        fn insert(&self, _: Seq, _: &[u64], _: &[f32]) -> Result<()> {
+            Ok(())
+        }
+        fn delete(&self, _: Seq, _: &[u64]) -> Result<usize> {
+            Ok(0)
+        }
+        fn search_into(
+            &self,
+            _: &[f32],
+            k: usize,
+            _: &SearchParams,
+            _: Option<Filter<'_>>,
+            out: &mut Vec<Neighbor>,
+        ) -> Result<()> {
+            out.clear();
+            out.extend([Neighbor::new(7, 0.5)].into_iter().take(k));
+            Ok(())
+        }
+        fn get(&self, _: u64) -> Option<Vec<f32>> {
+            None
+        }
+        fn contains(&self, id: u64) -> bool {
+            id == 7
+        }
+        fn len(&self) -> usize {
+            1
+        }
+        fn flush(&self) -> Result<()> {
+            Ok(())
+        }
+        fn durable_seq(&self) -> Seq {
+            0
+        }
+        fn stats(&self) -> IndexStats {
+            IndexStats::default()
+        }
+    }
+
+    #[test]
+    fn search_allocates_by_the_results_not_by_k() {
+        // Reserving `k` entries up front would abort the process here.
+        let got = One
+            .search(&[0.0, 0.0], usize::MAX / 2, &SearchParams::default(), None)
+            .unwrap();
+        assert_eq!(got, vec![Neighbor::new(7, 0.5)]);
+        assert!(got.capacity() < 64);
+    }
 }

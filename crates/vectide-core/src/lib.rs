@@ -3,8 +3,9 @@
 //! What every Vectide engine shares: the [`Metric`]s and their SIMD distance
 //! kernels (runtime CPU dispatch), the top-k heap, the reusable visited set,
 //! the operation-sequence watermark, input validation, atomic file writes,
-//! the [`VectorIndex`] trait that every engine implements and the one
-//! [`Error`] type.
+//! the [`VectorIndex`] trait that every engine implements, the one
+//! [`Error`] type and the documented bounds of every outside input
+//! ([`limits`]).
 //!
 //! Distances are "smaller is closer" everywhere: squared L2 for
 //! [`Metric::L2`], `1 - cos` for [`Metric::Cosine`] (vectors are normalised at
@@ -15,6 +16,7 @@ pub mod error;
 pub mod heap;
 pub mod index;
 pub mod io;
+pub mod limits;
 pub mod metric;
 pub mod seq;
 pub mod validate;

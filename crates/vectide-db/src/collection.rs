@@ -290,6 +290,11 @@ const INDEX_DIR: &str = "index";
 
 fn engine_params(config: &CollectionConfig, dir: &Path, threads: Option<usize>) -> Params {
     let mut p = config.params.clone();
+    // Catalogs written before `threads` was bounded may hold more: clamp
+    // them rather than refuse to open the collection.
+    if let Some(ParamValue::Int(t)) = p.get_mut("threads") {
+        *t = (*t).clamp(1, vectide_core::limits::MAX_THREADS as i64);
+    }
     if vectide_engines::DURABLE_ENGINES.contains(&config.engine.as_str()) {
         p.insert(
             "path".into(),

@@ -278,3 +278,22 @@ fn restarts_replay_a_bounded_tail() {
     // checkpoint at open).
     assert!(max <= 200, "replayed per restart: {replayed:?}");
 }
+
+#[test]
+fn catalogs_from_before_the_thread_bound_still_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg();
+    c.engine = "p-hnsw".into();
+    c.params.insert("threads".into(), ParamValue::Int(2));
+    let db = Database::open(dir.path(), opts()).unwrap();
+    db.create_collection("docs", c).unwrap().upsert(&[point(1)]).unwrap();
+    db.close().unwrap();
+    drop(db);
+    let catalog = dir.path().join("catalog.json");
+    let text = std::fs::read_to_string(&catalog).unwrap();
+    let text = text.replace("\"threads\": 2", "\"threads\":2");
+    assert!(text.contains("\"threads\":2"), "{text}");
+    std::fs::write(&catalog, text.replace("\"threads\":2", "\"threads\":1500")).unwrap();
+    let db = Database::open(dir.path(), opts()).unwrap();
+    assert_eq!(db.collection("docs").unwrap().len(), 1);
+}

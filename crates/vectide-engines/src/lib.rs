@@ -11,7 +11,7 @@ use std::fmt;
 use std::io::Read;
 use std::path::Path;
 use vectide_core::{
-    Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
+    limits, Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
 };
 use vectide_hnsw::baselines::{Baseline, BaselineKind, BaselineParams};
 use vectide_hnsw::phnsw::{PHnsw, PHnswParams};
@@ -57,6 +57,19 @@ impl ParamValue {
             ParamValue::Int(v) if *v >= 0 => Ok(*v as usize),
             other => Err(Error::invalid(format!(
                 "parameter {key} must be a non-negative integer, got {other}"
+            ))),
+        }
+    }
+
+    /// An integer in `lo..=hi` (the documented range of `key`, see
+    /// [`vectide_core::limits`]); the error names both.
+    fn as_bounded(&self, key: &str, lo: usize, hi: usize) -> Result<usize> {
+        match self {
+            ParamValue::Int(v) if *v >= 0 && (*v as u64) <= hi as u64 && *v as usize >= lo => {
+                Ok(*v as usize)
+            }
+            other => Err(Error::invalid(format!(
+                "parameter {key} must be an integer in {lo}..={hi}, got {other}"
             ))),
         }
     }
@@ -119,13 +132,15 @@ fn unknown_params(engine: &str, params: &Params, known: &[&str]) -> Result<()> {
     )))
 }
 
+/// `threads`: `1..=MAX_THREADS` (a pool spawns its threads when built).
 fn threads_param(params: &Params) -> Result<Option<usize>> {
     match params.get("threads") {
         None => Ok(None),
-        Some(v) => match v.as_usize("threads")? {
-            0 => Err(Error::invalid("threads must be at least 1")),
-            n => Ok(Some(n)),
-        },
+        Some(ParamValue::Int(0)) => Err(Error::invalid(format!(
+            "threads must be at least 1 (and at most {})",
+            limits::MAX_THREADS
+        ))),
+        Some(v) => v.as_bounded("threads", 1, limits::MAX_THREADS).map(Some),
     }
 }
 
@@ -148,9 +163,9 @@ fn graph_params(params: &Params) -> Result<HnswParams> {
     let mut p = HnswParams::default();
     for (key, value) in params {
         match key.as_str() {
-            "m" => p.m = value.as_usize(key)?,
-            "ef_construction" => p.ef_construction = value.as_usize(key)?,
-            "ef_search" => p.ef_search = value.as_usize(key)?,
+            "m" => p.m = value.as_bounded(key, limits::MIN_M, limits::MAX_M)?,
+            "ef_construction" => p.ef_construction = value.as_bounded(key, 1, limits::MAX_EF)?,
+            "ef_search" => p.ef_search = value.as_bounded(key, 1, limits::MAX_EF)?,
             "seed" => p.seed = value.as_usize(key)? as u64,
             "consolidate_fraction" => p.consolidate_fraction = value.as_f64(key)?,
             "repair_alpha" => p.repair_alpha = value.as_f64(key)? as f32,
@@ -200,9 +215,15 @@ pub fn phnsw_params(params: &Params) -> Result<PHnswParams> {
     };
     for (key, value) in params {
         match key.as_str() {
-            "nlog_entries" => p.nlog_entries = value.as_usize(key)?,
-            "nlist_entries" => p.nlist_entries = value.as_usize(key)?,
-            "initial_capacity" => p.initial_capacity = value.as_usize(key)?,
+            "nlog_entries" => {
+                p.nlog_entries = value.as_bounded(key, 1, limits::MAX_NLOG_ENTRIES)?
+            }
+            "nlist_entries" => {
+                p.nlist_entries = value.as_bounded(key, 1, limits::MAX_NLIST_ENTRIES)?
+            }
+            "initial_capacity" => {
+                p.initial_capacity = value.as_bounded(key, 0, limits::MAX_INITIAL_CAPACITY)?
+            }
             _ => {}
         }
     }
@@ -226,8 +247,10 @@ pub fn baseline_params(kind: BaselineKind, params: &Params) -> Result<BaselinePa
     p.hnsw = graph_params(params)?;
     for (key, value) in params {
         match key.as_str() {
-            "snapshot_every" => p.snapshot_every = value.as_usize(key)?,
-            "wal_buffer" => p.wal_buffer = value.as_usize(key)?.max(1),
+            "snapshot_every" => {
+                p.snapshot_every = value.as_bounded(key, 0, limits::MAX_SNAPSHOT_EVERY)?
+            }
+            "wal_buffer" => p.wal_buffer = value.as_bounded(key, 0, limits::MAX_WAL_BUFFER)?.max(1),
             _ => {}
         }
     }
@@ -254,6 +277,7 @@ pub fn open_or_create(
     metric: Metric,
     params: &Params,
 ) -> Result<AnyIndex> {
+    limits::check_dim(dim)?;
     if !DURABLE_ENGINES.contains(&engine) {
         return create(engine, dim, metric, params);
     }
@@ -286,6 +310,7 @@ pub fn open_or_create(
 
 /// Creates an empty index of the named engine.
 pub fn create(engine: &str, dim: usize, metric: Metric, params: &Params) -> Result<AnyIndex> {
+    limits::check_dim(dim)?;
     match engine {
         "hnsw" => Ok(AnyIndex::Hnsw(Hnsw::new(
             dim,
@@ -294,6 +319,15 @@ pub fn create(engine: &str, dim: usize, metric: Metric, params: &Params) -> Resu
         )?)),
         "p-hnsw" => {
             let p = phnsw_params(params)?;
+            let bytes = p.initial_capacity.saturating_mul(dim).saturating_mul(4);
+            if bytes > limits::MAX_INITIAL_BYTES {
+                return Err(Error::invalid(format!(
+                    "initial_capacity {} × dim {dim} preallocates {bytes} bytes of vectors; \
+                     at most {} are allowed (the file grows on its own)",
+                    p.initial_capacity,
+                    limits::MAX_INITIAL_BYTES
+                )));
+            }
             let dir = path_param(engine, params)?;
             Ok(AnyIndex::PHnsw(PHnsw::create(
                 &dir,
@@ -339,8 +373,8 @@ fn read_magic(path: &Path) -> Result<[u8; 8]> {
 /// Opens an index of any engine: a directory of a durable engine (recovered
 /// on open; p-hnsw in `pmem` mode) or a file chosen by its magic.
 pub fn load(path: &Path, threads: Option<usize>) -> Result<AnyIndex> {
-    if threads == Some(0) {
-        return Err(Error::invalid("threads must be at least 1"));
+    if let Some(t) = threads {
+        limits::check_threads(t)?;
     }
     if path.is_dir() {
         return match engine_at(path) {
@@ -679,7 +713,10 @@ mod tests {
             &params(&[("m", ParamValue::Float(1.5))]),
         )
         .unwrap_err();
-        assert!(e.to_string().contains("non-negative integer"), "{e}");
+        assert!(
+            e.to_string().contains("m must be an integer in 2..=256"),
+            "{e}"
+        );
         let e = create(
             "hnsw",
             8,
@@ -688,6 +725,93 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("at least 1"), "{e}");
+    }
+
+    #[test]
+    fn every_numeric_param_has_a_bound() {
+        // Issue 10 item 6: `threads: 1500` used to start 1500 threads.
+        let e = create(
+            "hnsw",
+            8,
+            Metric::L2,
+            &params(&[("threads", ParamValue::Int(1500))]),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("threads must be an integer in 1..=256"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let numeric: &[(&str, &[&str])] = &[
+            ("hnsw", &["m", "ef_construction", "ef_search", "threads"]),
+            (
+                "p-hnsw",
+                &[
+                    "m",
+                    "ef_construction",
+                    "ef_search",
+                    "threads",
+                    "nlog_entries",
+                    "nlist_entries",
+                    "initial_capacity",
+                ],
+            ),
+            (
+                "hnsw-wal",
+                &[
+                    "m",
+                    "ef_construction",
+                    "ef_search",
+                    "threads",
+                    "snapshot_every",
+                    "wal_buffer",
+                ],
+            ),
+        ];
+        for (engine, keys) in numeric {
+            for key in *keys {
+                for bad in [
+                    ParamValue::Int(i64::MAX),
+                    ParamValue::Int(-1),
+                    ParamValue::Float(16.5),
+                    ParamValue::Bool(true),
+                    ParamValue::Str("16".into()),
+                ] {
+                    let path = dir.path().join(format!("{engine}-{key}"));
+                    let p = params(&[
+                        (key, bad.clone()),
+                        ("path", ParamValue::Str(path.display().to_string())),
+                    ]);
+                    let p = if *engine == "hnsw" {
+                        params(&[(key, bad.clone())])
+                    } else {
+                        p
+                    };
+                    let e = open_or_create(engine, 8, Metric::L2, &p).unwrap_err();
+                    let msg = e.to_string();
+                    assert!(
+                        matches!(e, Error::InvalidInput(_)),
+                        "{engine} {key}={bad}: {msg}"
+                    );
+                    assert!(msg.contains(key), "{engine} {key}={bad}: {msg}");
+                    assert!(!path.exists(), "{engine} {key}={bad} left files behind");
+                }
+            }
+        }
+        // Preallocation is bounded in bytes too.
+        let p = params(&[
+            ("initial_capacity", ParamValue::Int(1 << 24)),
+            (
+                "path",
+                ParamValue::Str(dir.path().join("big").display().to_string()),
+            ),
+        ]);
+        let e = create("p-hnsw", 65_536, Metric::L2, &p).unwrap_err();
+        assert!(e.to_string().contains("initial_capacity"), "{e}");
+        let e = create("hnsw", 65_537, Metric::L2, &Params::new()).unwrap_err();
+        assert!(e.to_string().contains("dim must be in 1..=65536"), "{e}");
+        assert!(load(dir.path(), Some(limits::MAX_THREADS + 1)).is_err());
     }
 
     #[test]

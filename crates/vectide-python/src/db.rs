@@ -1,15 +1,17 @@
 //! The embedded database for Python: `vectide._vectide.Database` and
 //! `Collection`. Ids, payloads and filters cross as JSON text (the pure-Python
 //! `vectide.db` module turns them into Python objects); vectors as numpy
-//! arrays. Every call releases the GIL.
+//! arrays. Every call releases the GIL. Sizes (`k`, `limit`, `ef`, `dim`,
+//! `threads` …) are checked against [`vectide_core::limits`] first:
+//! `TypeError` for a non-integer, `ValueError` beyond the bound.
 
-use crate::{as_rows, CorruptIndexError};
-use pyo3::exceptions::{PyKeyError, PyOSError, PyRuntimeError, PyValueError};
+use crate::{as_rows, int_arg, opt_int_arg, CorruptIndexError};
+use pyo3::exceptions::{PyKeyError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
-use vectide_core::{Metric, SearchParams};
+use vectide_core::{limits, Metric, SearchParams};
 use vectide_db::{
     score, Collection, CollectionConfig, Database, DbError, Durability, ExtId, Filter, IndexKind,
     Options, PointInput,
@@ -37,8 +39,11 @@ fn to_py(e: DbError) -> PyErr {
 }
 
 fn parse_json(text: &str, what: &str) -> PyResult<Value> {
-    serde_json::from_str(text)
-        .map_err(|e| PyValueError::new_err(format!("{what}: malformed JSON: {e}")))
+    let v = serde_json::from_str(text)
+        .map_err(|e| PyValueError::new_err(format!("{what}: malformed JSON: {e}")))?;
+    limits::check_json_integers(text.as_bytes())
+        .map_err(|e| PyValueError::new_err(format!("{what}: {e}")))?;
+    Ok(v)
 }
 
 fn ids_from(text: &str) -> PyResult<Vec<ExtId>> {
@@ -70,26 +75,37 @@ impl PyDatabase {
         py: Python<'_>,
         path: PathBuf,
         durability: &str,
-        threads: Option<usize>,
-        checkpoint_bytes: Option<u64>,
-        checkpoint_seconds: Option<f64>,
+        threads: Option<&Bound<'_, PyAny>>,
+        checkpoint_bytes: Option<&Bound<'_, PyAny>>,
+        checkpoint_seconds: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let threads =
+            opt_int_arg(threads, "threads", 1, limits::MAX_THREADS as u64)?.map(|t| t as usize);
         let mut opts = Options {
             durability: Durability::parse(durability).map_err(to_py)?,
             threads,
             ..Options::default()
         };
-        if threads == Some(0) {
-            return Err(PyValueError::new_err("threads must be at least 1"));
-        }
-        if let Some(b) = checkpoint_bytes {
+        if let Some(b) = opt_int_arg(checkpoint_bytes, "checkpoint_bytes", 0, i64::MAX as u64)? {
             opts.checkpoint_bytes = b.max(1);
         }
-        if let Some(s) = checkpoint_seconds {
-            if !(s.is_finite() && s > 0.0) {
-                return Err(PyValueError::new_err("checkpoint_seconds must be positive"));
+        if let Some(s) = checkpoint_seconds.filter(|s| !s.is_none()) {
+            let tn = s.get_type().name()?.to_string();
+            let secs: f64 = if tn == "bool" || tn == "bool_" {
+                None
+            } else {
+                s.extract().ok()
             }
-            opts.checkpoint_interval = std::time::Duration::from_secs_f64(s);
+            .ok_or_else(|| {
+                PyTypeError::new_err(format!("checkpoint_seconds must be a number, got {tn}"))
+            })?;
+            if !(secs.is_finite() && secs > 0.0 && secs <= limits::MAX_CHECKPOINT_SECONDS) {
+                return Err(PyValueError::new_err(format!(
+                    "checkpoint_seconds must be in (0, {}], got {secs:?}",
+                    limits::MAX_CHECKPOINT_SECONDS
+                )));
+            }
+            opts.checkpoint_interval = std::time::Duration::from_secs_f64(secs);
         }
         let db = py.detach(|| Database::open(&path, opts)).map_err(to_py)?;
         Ok(PyDatabase { db })
@@ -99,16 +115,12 @@ impl PyDatabase {
         &self,
         py: Python<'_>,
         name: &str,
-        dim: i64,
+        dim: &Bound<'_, PyAny>,
         metric: &str,
         engine: &str,
         params_json: &str,
     ) -> PyResult<PyCollection> {
-        if dim <= 0 {
-            return Err(PyValueError::new_err(format!(
-                "dim must be positive, got {dim}"
-            )));
-        }
+        let dim = int_arg(dim, "dim", 1, limits::MAX_DIM as u64)?;
         let metric = Metric::parse(metric).map_err(crate::to_py)?;
         let params =
             vectide_db::params_from_json(&parse_json(params_json, "params")?).map_err(to_py)?;
@@ -234,37 +246,30 @@ impl PyCollection {
 
     /// Searches each query row; returns JSON: a list (per query) of hits
     /// `{"id", "score", "distance", "payload"?, "vector"?}`.
-    #[pyo3(signature = (queries, k=10, filter_json=None, ef=None, with_payload=true, with_vector=false))]
+    #[pyo3(signature = (queries, k=None, filter_json=None, ef=None, with_payload=true, with_vector=false))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
         py: Python<'_>,
         queries: &Bound<'_, PyAny>,
-        k: i64,
+        k: Option<&Bound<'_, PyAny>>,
         filter_json: Option<&str>,
-        ef: Option<i64>,
+        ef: Option<&Bound<'_, PyAny>>,
         with_payload: bool,
         with_vector: bool,
     ) -> PyResult<String> {
         let c = self.col()?;
-        if k <= 0 {
-            return Err(PyValueError::new_err(format!(
-                "k must be at least 1, got {k}"
-            )));
-        }
-        let params = match ef {
+        let k = opt_int_arg(k, "k", 1, limits::MAX_K as u64)?.unwrap_or(10) as i64;
+        let params = match opt_int_arg(ef, "ef", 1, limits::MAX_EF as u64)? {
             None => SearchParams::default(),
-            Some(e) if e > 0 => SearchParams::with_ef(e as usize),
-            Some(e) => {
-                return Err(PyValueError::new_err(format!(
-                    "ef must be at least 1, got {e}"
-                )))
-            }
+            Some(e) => SearchParams::with_ef(e as usize),
         };
         let filter = filter_from(filter_json)?;
         let dim = c.config().dim;
         let rows = as_rows(queries, dim, "queries")?;
         let flat = rows.as_slice()?;
+        limits::check_batch_results(flat.len() / dim, k as usize)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let metric = c.config().metric;
         let out: Result<Vec<Value>, DbError> = py.detach(|| {
             flat.chunks_exact(dim)
@@ -337,16 +342,17 @@ impl PyCollection {
     }
 
     /// A page ordered by id: JSON `{"points": [...], "next": id|null}`.
-    #[pyo3(signature = (filter_json=None, offset_json=None, limit=10, with_vector=false))]
+    #[pyo3(signature = (filter_json=None, offset_json=None, limit=None, with_vector=false))]
     fn scroll(
         &self,
         py: Python<'_>,
         filter_json: Option<&str>,
         offset_json: Option<&str>,
-        limit: usize,
+        limit: Option<&Bound<'_, PyAny>>,
         with_vector: bool,
     ) -> PyResult<String> {
         let c = self.col()?;
+        let limit = opt_int_arg(limit, "limit", 0, limits::MAX_K as u64)?.unwrap_or(10) as usize;
         let filter = filter_from(filter_json)?;
         let offset = offset_json
             .map(|t| parse_json(t, "offset").and_then(|v| ExtId::from_json(&v).map_err(to_py)))

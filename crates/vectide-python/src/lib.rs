@@ -4,8 +4,10 @@
 //! Arrays cross the boundary without copies when they are already C-ordered
 //! `float32` / `uint64`; anything else (float64, Fortran order, lists) is
 //! converted once by numpy. Every batch call releases the GIL and runs on the
-//! engine's thread pool. Errors become Python exceptions: `ValueError` for bad
-//! input, `KeyError` for missing ids, `OSError` for I/O and
+//! engine's thread pool. Errors become Python exceptions: `TypeError` for an
+//! argument of the wrong type, `ValueError` for bad input (a size beyond its
+//! documented bound in [`vectide_core::limits`], exported as
+//! `vectide.LIMITS`), `KeyError` for missing ids, `OSError` for I/O and
 //! `vectide.CorruptIndexError` (a `ValueError`) for damaged files.
 
 use numpy::ndarray::Array2;
@@ -20,7 +22,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use vectide_core::{Error, Metric, Neighbor, SearchParams, VectorIndex, RESERVED_ID};
+use vectide_core::{limits, Error, Metric, Neighbor, SearchParams, VectorIndex, RESERVED_ID};
 mod db;
 
 use vectide_engines::{AnyIndex, ParamValue, Params};
@@ -46,6 +48,74 @@ fn to_py(e: Error) -> PyErr {
     }
 }
 
+/// The Python type name of `obj`, for messages.
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// `operator.index(obj)`: the Python int of an integer-like object.
+fn py_index<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    obj.py().import("operator")?.call_method1("index", (obj,))
+}
+
+/// An integer argument `name` in `lo..=hi`: a `TypeError` when `obj` is
+/// not an integer (Python or numpy; bools, floats and strings are refused),
+/// a `ValueError` naming the range when it lies outside (however large).
+pub(crate) fn int_arg(obj: &Bound<'_, PyAny>, name: &str, lo: u64, hi: u64) -> PyResult<u64> {
+    let type_err = || {
+        PyTypeError::new_err(format!(
+            "{name} must be an int, got {} {}",
+            type_name(obj),
+            obj.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    };
+    if obj.is_instance_of::<PyBool>() {
+        return Err(type_err());
+    }
+    // The common case (a Python int) costs no lookup: searches call this per query.
+    let int = if obj.is_instance_of::<PyInt>() {
+        obj.clone()
+    } else {
+        let tn = type_name(obj);
+        if tn == "bool" || tn == "bool_" {
+            return Err(type_err()); // numpy bools
+        }
+        // numpy integers and other objects with __index__.
+        py_index(obj).map_err(|_| type_err())?
+    };
+    let range_err = |shown: String| {
+        PyValueError::new_err(format!("{name} must be in {lo}..={hi}, got {shown}"))
+    };
+    match int.extract::<i64>() {
+        Ok(v) if v >= 0 && (v as u64) >= lo && (v as u64) <= hi => Ok(v as u64),
+        Ok(v) => Err(range_err(v.to_string())),
+        Err(_) => {
+            let mut shown = int.repr().map(|r| r.to_string()).unwrap_or_default();
+            if shown.len() > 40 {
+                shown.truncate(40);
+                shown.push('…');
+            }
+            Err(range_err(shown))
+        }
+    }
+}
+
+/// An optional integer argument (`None` passes through).
+pub(crate) fn opt_int_arg(
+    obj: Option<&Bound<'_, PyAny>>,
+    name: &str,
+    lo: u64,
+    hi: u64,
+) -> PyResult<Option<u64>> {
+    match obj {
+        Some(o) if !o.is_none() => int_arg(o, name, lo, hi).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// Converts keyword arguments into engine parameters (None values are skipped).
 fn params_from(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Params> {
     let mut out = Params::new();
@@ -57,20 +127,24 @@ fn params_from(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Params> {
         if v.is_none() {
             continue;
         }
-        let value = if v.is_instance_of::<PyBool>() {
-            ParamValue::Bool(v.extract()?)
-        } else if v.is_instance_of::<PyInt>() {
-            ParamValue::Int(v.extract().map_err(|_| {
-                PyValueError::new_err(format!("parameter {key} is out of range: {v}"))
+        let tn = type_name(&v);
+        let np = kwargs.py().import("numpy")?;
+        let np_is = |t: &str| -> PyResult<bool> { v.is_instance(&np.getattr(t)?) };
+        let value = if v.is_instance_of::<PyBool>() || np_is("bool_")? {
+            ParamValue::Bool(v.is_truthy()?)
+        } else if v.is_instance_of::<PyInt>() || np_is("integer")? {
+            // Python and numpy integers.
+            let int = py_index(&v)?;
+            ParamValue::Int(int.extract().map_err(|_| {
+                PyValueError::new_err(format!("parameter {key} is out of range: {int}"))
             })?)
-        } else if v.is_instance_of::<PyFloat>() {
+        } else if v.is_instance_of::<PyFloat>() || np_is("floating")? {
             ParamValue::Float(v.extract()?)
         } else if v.is_instance_of::<PyString>() {
             ParamValue::Str(v.extract()?)
         } else {
             return Err(PyTypeError::new_err(format!(
-                "parameter {key} must be an int, float, bool or str, got {}",
-                v.get_type().name()?
+                "parameter {key} must be an int, float, bool or str, got {tn}"
             )));
         };
         out.insert(key, value);
@@ -143,8 +217,10 @@ fn as_rows<'py>(obj: &Bound<'py, PyAny>, dim: usize, what: &str) -> PyResult<Row
         .ok_or_else(|| PyValueError::new_err(format!("{what} could not be read as float32 rows")))
 }
 
-/// A uint64 id vector from any integer array-like; negative, non-integer or
-/// too-large ids are a `ValueError`.
+/// A uint64 id vector from any integer array-like. An array of another
+/// dtype (float, bool, str …), or a list holding a non-integer, is a
+/// `TypeError` naming the first offending position and its type; negative
+/// or too large ids are a `ValueError`.
 fn as_ids<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, u64>> {
     if let Ok(a) = obj.cast::<PyArray1<u64>>() {
         if a.is_c_contiguous() {
@@ -153,7 +229,10 @@ fn as_ids<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, u64>> 
     }
     let py = obj.py();
     let np = py.import("numpy")?;
-    let arr = np.call_method1("atleast_1d", (np.call_method1("asarray", (obj,))?,))?;
+    let arr = np
+        .call_method1("asarray", (obj,))
+        .map_err(|e| PyTypeError::new_err(format!("ids must be a sequence of integers: {e}")))?;
+    let arr = np.call_method1("atleast_1d", (arr,))?;
     let ndim: usize = arr.getattr("ndim")?.extract()?;
     if ndim != 1 {
         return Err(PyValueError::new_err(format!(
@@ -161,6 +240,38 @@ fn as_ids<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, u64>> 
         )));
     }
     let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
+    // The first item of the caller's sequence that is not an integer (a
+    // list [1, 2.5] became a float array: name 2.5, not 1.0).
+    let first_bad = || -> PyResult<PyErr> {
+        if obj.hasattr("dtype")? {
+            let dt = arr.getattr("dtype")?.str()?.to_string();
+            return Ok(PyTypeError::new_err(format!(
+                "ids must be integers, got an array of dtype {dt}"
+            )));
+        }
+        let operator = py.import("operator")?;
+        let Ok(items) = obj.try_iter() else {
+            return Ok(PyTypeError::new_err(format!(
+                "ids must be integers, got {} {}",
+                type_name(obj),
+                obj.repr()?
+            )));
+        };
+        for (pos, item) in items.enumerate() {
+            let item = item?;
+            let tn = type_name(&item);
+            let is_int = !(item.is_instance_of::<PyBool>() || tn == "bool" || tn == "bool_")
+                && (item.is_instance_of::<PyInt>()
+                    || operator.call_method1("index", (&item,)).is_ok());
+            if !is_int {
+                return Ok(PyTypeError::new_err(format!(
+                    "ids must be integers: position {pos} holds a {tn} ({})",
+                    item.repr()?
+                )));
+            }
+        }
+        Ok(PyTypeError::new_err("ids must be integers"))
+    };
     match kind.as_str() {
         "u" => {}
         "i" => {
@@ -168,28 +279,40 @@ fn as_ids<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, u64>> 
             if len > 0 {
                 let min: i64 = arr.call_method0("min")?.extract()?;
                 if min < 0 {
+                    let pos: usize = arr.call_method0("argmin")?.extract()?;
                     return Err(PyValueError::new_err(format!(
-                        "ids must be non-negative integers, got {min}"
+                        "ids must be non-negative integers, got {min} at position {pos}"
                     )));
                 }
             }
         }
         "O" => {
-            // Python ints beyond int64: let numpy check each against uint64.
+            // Python ints (possibly beyond int64) or anything else: check
+            // each, then let numpy convert to uint64 (range errors).
+            let items = arr.call_method0("tolist")?;
+            for (pos, item) in items.try_iter()?.enumerate() {
+                let item = item?;
+                let tn = type_name(&item);
+                if item.is_instance_of::<PyBool>() || !item.is_instance_of::<PyInt>() {
+                    return Err(PyTypeError::new_err(format!(
+                        "ids must be integers: position {pos} holds a {tn} ({})",
+                        item.repr()?
+                    )));
+                }
+                let ok = item.extract::<u64>().is_ok_and(|v| v != RESERVED_ID);
+                if !ok {
+                    return Err(PyValueError::new_err(format!(
+                        "ids must be integers in [0, 2**64-2]: position {pos} holds {}",
+                        item.repr()?
+                    )));
+                }
+            }
             let kwargs = PyDict::new(py);
             kwargs.set_item("dtype", np.getattr("uint64")?)?;
-            let converted = np
-                .call_method("array", (obj,), Some(&kwargs))
-                .map_err(|e| {
-                    PyValueError::new_err(format!("ids must be integers in [0, 2**64-2]: {e}"))
-                })?;
+            let converted = np.call_method("array", (items,), Some(&kwargs))?;
             return np.call_method1("atleast_1d", (converted,))?.extract();
         }
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "ids must be integers, got an array of dtype kind {other:?}"
-            )))
-        }
+        _ => return Err(first_bad()?),
     }
     let kwargs = PyDict::new(py);
     kwargs.set_item("dtype", np.getattr("uint64")?)?;
@@ -234,17 +357,13 @@ impl PyIndex {
     #[pyo3(signature = (dim, metric="cosine", engine="hnsw", path=None, **params))]
     fn new(
         py: Python<'_>,
-        dim: i64,
+        dim: &Bound<'_, PyAny>,
         metric: &str,
         engine: &str,
         path: Option<PathBuf>,
         params: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        if dim <= 0 {
-            return Err(PyValueError::new_err(format!(
-                "dim must be a positive integer, got {dim}"
-            )));
-        }
+        let dim = int_arg(dim, "dim", 1, limits::MAX_DIM as u64)?;
         let metric = Metric::parse(metric).map_err(to_py)?;
         let mut params = params_from(params)?;
         if let Some(p) = path {
@@ -338,31 +457,22 @@ impl PyIndex {
     /// Searches the `k` nearest neighbours of each query row.
     ///
     /// Returns `(ids uint64[nq, k], distances float32[nq, k])`, closest first;
-    /// missing results are padded with id 2**64-1 and distance +inf.
-    #[pyo3(signature = (queries, k=10, ef=None, filter=None))]
+    /// missing results are padded with id 2**64-1 and distance +inf. `k` is
+    /// at most `MAX_K` (100,000), `ef` at most `MAX_EF` (100,000) and
+    /// `nq * k` at most `MAX_BATCH_RESULTS` (2**24): a larger batch is a
+    /// `ValueError` that says how to split it.
+    #[pyo3(signature = (queries, k=None, ef=None, filter=None))]
     fn search<'py>(
         &self,
         py: Python<'py>,
         queries: &Bound<'py, PyAny>,
-        k: i64,
-        ef: Option<i64>,
+        k: Option<&Bound<'py, PyAny>>,
+        ef: Option<&Bound<'py, PyAny>>,
         filter: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-        if k <= 0 {
-            return Err(PyValueError::new_err(format!(
-                "k must be at least 1, got {k}"
-            )));
-        }
-        let k = k as usize;
-        let ef = match ef {
-            None => self.ef.load(Ordering::Relaxed),
-            Some(e) if e > 0 => e as usize,
-            Some(e) => {
-                return Err(PyValueError::new_err(format!(
-                    "ef must be at least 1, got {e}"
-                )))
-            }
-        };
+        let k = opt_int_arg(k, "k", 1, limits::MAX_K as u64)?.unwrap_or(10) as usize;
+        let ef = opt_int_arg(ef, "ef", 1, limits::MAX_EF as u64)?
+            .map_or_else(|| self.ef.load(Ordering::Relaxed), |e| e as usize);
         let allowed: Option<HashSet<u64>> = match filter {
             None => None,
             Some(f) => Some(as_ids(f)?.as_slice()?.iter().copied().collect()),
@@ -370,6 +480,7 @@ impl PyIndex {
         let q = as_rows(queries, self.inner.dim(), "queries")?;
         let qs = q.as_slice()?;
         let nq = qs.len() / self.inner.dim();
+        limits::check_batch_results(nq, k).map_err(to_py)?;
         let params = SearchParams::with_ef(ef);
         let pred = allowed.as_ref().map(|set| move |id: u64| set.contains(&id));
         let filter_ref: Option<&(dyn Fn(u64) -> bool + Sync)> =
@@ -385,7 +496,7 @@ impl PyIndex {
                     }
                 };
                 if nq == 1 {
-                    let mut out = Vec::with_capacity(k);
+                    let mut out = Vec::new();
                     self.inner
                         .search_into(qs, k, &params, filter_ref, &mut out)?;
                     fill(0, &out);
@@ -468,16 +579,9 @@ impl PyIndex {
     /// engine (recovering it).
     #[staticmethod]
     #[pyo3(signature = (path, threads=None))]
-    fn load(py: Python<'_>, path: PathBuf, threads: Option<i64>) -> PyResult<Self> {
-        let threads = match threads {
-            None => None,
-            Some(t) if t > 0 => Some(t as usize),
-            Some(t) => {
-                return Err(PyValueError::new_err(format!(
-                    "threads must be at least 1, got {t}"
-                )))
-            }
-        };
+    fn load(py: Python<'_>, path: PathBuf, threads: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let threads =
+            opt_int_arg(threads, "threads", 1, limits::MAX_THREADS as u64)?.map(|t| t as usize);
         let inner = py
             .detach(|| vectide_engines::load(&path, threads))
             .map_err(to_py)?;
@@ -511,12 +615,8 @@ impl PyIndex {
     }
 
     #[setter]
-    fn set_ef_search(&self, ef: i64) -> PyResult<()> {
-        if ef <= 0 {
-            return Err(PyValueError::new_err(format!(
-                "ef_search must be at least 1, got {ef}"
-            )));
-        }
+    fn set_ef_search(&self, ef: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ef = int_arg(ef, "ef_search", 1, limits::MAX_EF as u64)?;
         self.ef.store(ef as usize, Ordering::Relaxed);
         Ok(())
     }
@@ -565,5 +665,23 @@ fn _vectide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CorruptIndexError", m.py().get_type::<CorruptIndexError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MISSING_ID", RESERVED_ID)?;
+    let l = PyDict::new(m.py());
+    l.set_item("MAX_K", limits::MAX_K)?;
+    l.set_item("MAX_BATCH_RESULTS", limits::MAX_BATCH_RESULTS)?;
+    l.set_item("MAX_EF", limits::MAX_EF)?;
+    l.set_item("MAX_DIM", limits::MAX_DIM)?;
+    l.set_item("MIN_M", limits::MIN_M)?;
+    l.set_item("MAX_M", limits::MAX_M)?;
+    l.set_item("MAX_THREADS", limits::MAX_THREADS)?;
+    l.set_item("MAX_NLOG_ENTRIES", limits::MAX_NLOG_ENTRIES)?;
+    l.set_item("MAX_NLIST_ENTRIES", limits::MAX_NLIST_ENTRIES)?;
+    l.set_item("MAX_INITIAL_CAPACITY", limits::MAX_INITIAL_CAPACITY)?;
+    l.set_item("MAX_INITIAL_BYTES", limits::MAX_INITIAL_BYTES)?;
+    l.set_item("MAX_SNAPSHOT_EVERY", limits::MAX_SNAPSHOT_EVERY)?;
+    l.set_item("MAX_WAL_BUFFER", limits::MAX_WAL_BUFFER)?;
+    l.set_item("MAX_CHECKPOINT_SECONDS", limits::MAX_CHECKPOINT_SECONDS)?;
+    l.set_item("JSON_INT_MIN", i64::MIN)?;
+    l.set_item("JSON_INT_MAX", u64::MAX)?;
+    m.add("LIMITS", l)?;
     Ok(())
 }

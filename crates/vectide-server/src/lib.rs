@@ -11,7 +11,16 @@
 //! - Errors are JSON `{"status": {"error": "..."}, "time": t}` with a 4xx/5xx
 //!   status: 400 for bad input and for what we do not support (named or
 //!   sparse vectors, other distances), 404 for unknown collections, 401 for a
-//!   missing or wrong `api-key`, 413 for bodies over the limit.
+//!   missing or wrong `api-key` (compared in constant time), 413 for bodies
+//!   over the limit, 415 for a body declared as something else than JSON.
+//! - Every number that sizes work has a documented bound
+//!   ([`vectide_core::limits`]): `limit` and `offset + limit` at most
+//!   100,000, `hnsw_ef` at most 100,000, `vectors.size` at most 65,536,
+//!   engine parameters (`threads` at most 256, …) checked by the engine
+//!   registry, a query batch at most 2**24 result cells; beyond, 400.
+//! - JSON numbers round-trip exactly (floats are parsed to the exact double);
+//!   integers outside `-2**63..=2**64-1`, which JSON readers cannot keep
+//!   exactly, are refused with 400.
 //! - Writes are acknowledged after the fsync that covers them (the database's
 //!   commit path), whatever `wait` says.
 //! - Engine work runs on tokio's blocking pool; handlers never panic on input.
@@ -30,7 +39,7 @@ use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
-use vectide_core::{Metric, SearchParams};
+use vectide_core::{limits, Metric, SearchParams};
 use vectide_db::{
     score, Collection, CollectionConfig, Database, DbError, ExtId, Filter, IndexKind, PointInput,
 };
@@ -108,6 +117,7 @@ fn body_json(b: &Bytes) -> Result<Value, ApiError> {
     }
     let v: Value = serde_json::from_slice(b)
         .map_err(|e| ApiError::bad(format!("malformed JSON body: {e}")))?;
+    limits::check_json_integers(b).map_err(|e| ApiError::bad(e.to_string()))?;
     if !v.is_object() {
         return Err(ApiError::bad("the request body must be a JSON object"));
     }
@@ -337,8 +347,14 @@ fn parse_create(body: &Value) -> Result<CollectionConfig, ApiError> {
     }
     let dim = vo["size"]
         .as_u64()
-        .filter(|&d| (1..=65_536).contains(&d))
-        .ok_or_else(|| ApiError::bad("vectors.size must be an integer in 1..=65536"))?;
+        .filter(|&d| (1..=limits::MAX_DIM as u64).contains(&d))
+        .ok_or_else(|| {
+            ApiError::bad(format!(
+                "vectors.size must be an integer in 1..={}, got {}",
+                limits::MAX_DIM,
+                vo["size"]
+            ))
+        })?;
     let metric = match vo.get("distance").and_then(|d| d.as_str()) {
         Some("Cosine") => Metric::Cosine,
         Some("Dot") => Metric::Ip,
@@ -583,9 +599,13 @@ fn parse_query(c: &Collection, q: &Value, search_api: bool) -> Result<QueryReq, 
         None => None,
         Some(e) => Some(
             e.as_u64()
-                .filter(|&x| (1..=100_000).contains(&x))
-                .ok_or_else(|| ApiError::bad("params.hnsw_ef must be in 1..=100000"))?
-                as usize,
+                .filter(|&x| (1..=limits::MAX_EF as u64).contains(&x))
+                .ok_or_else(|| {
+                    ApiError::bad(format!(
+                        "params.hnsw_ef must be an integer in 1..={}, got {e}",
+                        limits::MAX_EF
+                    ))
+                })? as usize,
         ),
     };
     let threshold = match opt(q, "score_threshold") {
@@ -597,11 +617,14 @@ fn parse_query(c: &Collection, q: &Value, search_api: bool) -> Result<QueryReq, 
                 as f32,
         ),
     };
+    let limit = usize_field(q, "limit", 10, limits::MAX_K)?;
+    let offset = usize_field(q, "offset", 0, limits::MAX_K)?;
+    limits::check_page(offset, limit).map_err(|e| ApiError::bad(e.to_string()))?;
     Ok(QueryReq {
         vector,
         filter: filter_field(q, "filter")?,
-        limit: usize_field(q, "limit", 10, 100_000)?,
-        offset: usize_field(q, "offset", 0, 1_000_000)?,
+        limit,
+        offset,
         ef,
         sel: payload_sel(q, !search_api)?,
         with_vector: bool_field(q, "with_vector", false)?,
@@ -684,12 +707,23 @@ async fn query_batch(
             .get("searches")
             .and_then(|s| s.as_array())
             .ok_or_else(|| ApiError::bad("searches must be a list"))?;
-        searches
+        // Every request is checked before any runs; together they may ask
+        // for at most MAX_BATCH_RESULTS results.
+        let queries = searches
             .iter()
-            .map(|s| {
-                let q = parse_query(&c, s, false)?;
-                Ok(json!({"points": run_query(&c, &q)?}))
-            })
+            .map(|s| parse_query(&c, s, false))
+            .collect::<Result<Vec<QueryReq>, ApiError>>()?;
+        let cells: usize = queries.iter().map(|q| q.offset + q.limit).sum();
+        if cells > limits::MAX_BATCH_RESULTS {
+            return Err(ApiError::bad(format!(
+                "the batch asks for {cells} results (sum of offset + limit); at most {} \
+                 per request: split it",
+                limits::MAX_BATCH_RESULTS
+            )));
+        }
+        queries
+            .iter()
+            .map(|q| Ok(json!({"points": run_query(&c, q)?})))
             .collect::<Result<Vec<Value>, ApiError>>()
     })
     .await?;
@@ -786,7 +820,7 @@ async fn scroll_points(
     }
     let filter = filter_field(&body, "filter")?;
     let offset = opt(&body, "offset").map(ExtId::from_json).transpose()?;
-    let limit = usize_field(&body, "limit", 10, 100_000)?;
+    let limit = usize_field(&body, "limit", 10, limits::MAX_K)?;
     let sel = payload_sel(&body, true)?;
     let with_vector = bool_field(&body, "with_vector", false)?;
     let (page, next) =
@@ -898,6 +932,90 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 
 // ---------------------------------------------------------------- middleware
 
+/// Whether two secrets are equal, in time that depends on their lengths
+/// only: every byte of `given` is compared (against `expected`, or against
+/// itself once `expected` is exhausted), differences are OR-folded without
+/// an early exit, and the lengths join the fold. Like
+/// `hmac.compare_digest`, it reveals at most the lengths, never where the
+/// first difference is.
+fn secret_eq(expected: &[u8], given: &[u8]) -> bool {
+    let mut diff = (expected.len() ^ given.len()) as u64;
+    for (i, &g) in given.iter().enumerate() {
+        let e = expected.get(i).copied().unwrap_or(!g);
+        diff |= u64::from(e ^ g);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// Whether the request may pass: `/healthz` always, else with the api-key
+/// when one is configured.
+fn authorized(app: &App, route: &str, headers: &HeaderMap) -> bool {
+    let Some(key) = &app.config.api_key else {
+        return true;
+    };
+    if route == "/healthz" {
+        return true;
+    }
+    match headers.get("api-key") {
+        Some(given) => secret_eq(key.as_bytes(), given.as_bytes()),
+        None => false,
+    }
+}
+
+/// A body declared as anything else than JSON (`application/json`,
+/// `application/*+json`); a request without a content type is read as JSON.
+fn non_json_body(method: &axum::http::Method, headers: &HeaderMap) -> Option<String> {
+    use axum::http::Method;
+    if !matches!(*method, Method::PUT | Method::POST | Method::PATCH) {
+        return None;
+    }
+    let ct = headers.get(axum::http::header::CONTENT_TYPE)?;
+    let text = ct.to_str().unwrap_or("").to_ascii_lowercase();
+    let essence = text.split(';').next().unwrap_or("").trim();
+    let json = essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    (!json).then(|| {
+        format!(
+            "request bodies are JSON: expected content-type application/json, got {:?}",
+            String::from_utf8_lossy(ct.as_bytes())
+        )
+    })
+}
+
+/// Gives error answers that axum produced itself (413 body limit, 405,
+/// rejected path parameters …) the JSON error shape of the API.
+async fn json_error(resp: Response) -> Response {
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if status.as_u16() < 400 || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let msg = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("request refused")
+            .to_string()
+    } else {
+        text
+    };
+    let mut out = ApiError(status, msg).into_response();
+    for (name, value) in parts.headers.iter() {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
 async fn auth_and_metrics(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -911,18 +1029,16 @@ async fn auth_and_metrics(
         .unwrap_or_else(|| "unmatched".into());
     let method = req.method().to_string();
     let t0 = Instant::now();
-    let resp = match &app.config.api_key {
-        Some(key)
-            if route != "/healthz"
-                && headers.get("api-key").and_then(|v| v.to_str().ok()) != Some(key.as_str()) =>
-        {
-            ApiError(
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong api-key header".into(),
-            )
-            .into_response()
-        }
-        _ => next.run(req).await,
+    let resp = if !authorized(&app, &route, &headers) {
+        ApiError(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong api-key header".into(),
+        )
+        .into_response()
+    } else if let Some(msg) = non_json_body(req.method(), &headers) {
+        ApiError(StatusCode::UNSUPPORTED_MEDIA_TYPE, msg).into_response()
+    } else {
+        json_error(next.run(req).await).await
     };
     let status = resp.status().as_u16();
     let mut m = app.metrics.lock();
@@ -1004,4 +1120,299 @@ pub async fn serve(
         .await
         .map_err(std::io::Error::other)?
         .map_err(std::io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    #[test]
+    fn secrets_compare_without_early_exit() {
+        assert!(secret_eq(b"s3cret", b"s3cret"));
+        assert!(!secret_eq(b"s3cret", b"s3creT"));
+        assert!(!secret_eq(b"s3cret", b"S3cret"));
+        assert!(!secret_eq(b"s3cret", b"s3cre"));
+        assert!(!secret_eq(b"s3cret", b"s3crett"));
+        assert!(!secret_eq(b"s3cret", b""));
+        assert!(!secret_eq(b"", b"x"));
+        assert!(secret_eq(b"", b""));
+        // A byte that equals its own complement cannot exist, so a longer
+        // key never matches a shorter one, whatever it holds.
+        assert!(!secret_eq(b"ab", b"ab\x00"));
+    }
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        app: Router,
+    }
+
+    fn fixture(api_key: Option<&str>) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(dir.path(), vectide_db::Options::default()).unwrap();
+        let app = router(
+            db,
+            ServerConfig {
+                api_key: api_key.map(String::from),
+                body_limit: 1 << 20,
+            },
+        );
+        Fixture { _dir: dir, app }
+    }
+
+    async fn call(
+        app: &Router,
+        method: &str,
+        uri: &str,
+        body: &[u8],
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let mut req = axum::http::Request::builder().method(method).uri(uri);
+        let mut has_type = false;
+        for (k, v) in headers {
+            has_type |= k.eq_ignore_ascii_case("content-type");
+            req = req.header(*k, *v);
+        }
+        if !has_type {
+            req = req.header("content-type", "application/json");
+        }
+        let resp = app
+            .clone()
+            .oneshot(req.body(Body::from(body.to_vec())).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string());
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        if status >= 400 {
+            assert_eq!(
+                ct.as_deref(),
+                Some("application/json"),
+                "{status}: {bytes:?}"
+            );
+        }
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    fn error(doc: &Value) -> &str {
+        doc["status"]["error"].as_str().unwrap_or("")
+    }
+
+    #[tokio::test]
+    async fn engine_threads_beyond_the_bound_are_400() {
+        let f = fixture(None);
+        let before = std::fs::read_dir("/proc/self/task").map(|d| d.count()).ok();
+        let body = br#"{"vectors": {"size": 3, "distance": "Euclid"}, "vectide": {"params": {"threads": 1500}}}"#;
+        let (code, doc) = call(&f.app, "PUT", "/collections/x", body, &[]).await;
+        assert_eq!(code, 400, "{doc}");
+        assert!(
+            error(&doc).contains("threads must be an integer in 1..=256"),
+            "{doc}"
+        );
+        if let (Some(b), Ok(d)) = (before, std::fs::read_dir("/proc/self/task")) {
+            assert!(d.count() < b + 64, "threads were started");
+        }
+        let (code, doc) = call(&f.app, "GET", "/collections/x/exists", b"", &[]).await;
+        assert_eq!((code, &doc["result"]["exists"]), (200, &json!(false)));
+        for params in [
+            r#"{"m": 100000}"#,
+            r#"{"ef_construction": 1e9}"#,
+            r#"{"ef_search": -1}"#,
+            r#"{"threads": true}"#,
+            r#"{"threads": "8"}"#,
+        ] {
+            let body = format!(
+                r#"{{"vectors": {{"size": 3, "distance": "Dot"}}, "vectide": {{"params": {params}}}}}"#
+            );
+            let (code, doc) = call(&f.app, "PUT", "/collections/y", body.as_bytes(), &[]).await;
+            assert_eq!(code, 400, "{params}: {doc}");
+        }
+        let (code, doc) = call(
+            &f.app,
+            "PUT",
+            "/collections/z",
+            br#"{"vectors": {"size": 65537, "distance": "Dot"}}"#,
+            &[],
+        )
+        .await;
+        assert!(code == 400 && error(&doc).contains("1..=65536"), "{doc}");
+    }
+
+    #[tokio::test]
+    async fn payload_numbers_round_trip_over_http() {
+        let f = fixture(None);
+        let (code, _) = call(
+            &f.app,
+            "PUT",
+            "/collections/c",
+            br#"{"vectors": {"size": 2, "distance": "Euclid"}}"#,
+            &[],
+        )
+        .await;
+        assert_eq!(code, 200);
+        let nums = "[15028.519667320139, 0.30000000000000004, 1e-320, 5e-324, 1.7976931348623157e308, -0.0, 9223372036854775807, 18446744073709551615, -9223372036854775808]";
+        let body =
+            format!(r#"{{"points": [{{"id": 1, "vector": [1, 2], "payload": {{"v": {nums}}}}}]}}"#);
+        let (code, doc) = call(
+            &f.app,
+            "PUT",
+            "/collections/c/points?wait=true",
+            body.as_bytes(),
+            &[],
+        )
+        .await;
+        assert_eq!(code, 200, "{doc}");
+        let (code, doc) = call(
+            &f.app,
+            "POST",
+            "/collections/c/points",
+            br#"{"ids": [1]}"#,
+            &[],
+        )
+        .await;
+        assert_eq!(code, 200, "{doc}");
+        let want: Value = serde_json::from_str(nums).unwrap();
+        let got = &doc["result"][0]["payload"]["v"];
+        assert_eq!(
+            got[0].as_f64().unwrap().to_bits(),
+            15028.519667320139f64.to_bits()
+        );
+        assert_eq!(got, &want);
+        assert_eq!(got.to_string(), "[15028.519667320139,0.30000000000000004,1e-320,5e-324,1.7976931348623157e+308,-0.0,9223372036854775807,18446744073709551615,-9223372036854775808]");
+        // Integers JSON cannot keep exactly are refused, not rounded.
+        let (code, doc) = call(&f.app, "PUT", "/collections/c/points?wait=true", br#"{"points": [{"id": 2, "vector": [1, 2], "payload": {"big": 18446744073709551616}}]}"#, &[]).await;
+        assert!(code == 400 && error(&doc).contains("2**64-1"), "{doc}");
+        let (_, doc) = call(&f.app, "POST", "/collections/c/points/count", b"{}", &[]).await;
+        assert_eq!(doc["result"]["count"], 1);
+    }
+
+    #[tokio::test]
+    async fn sizes_and_ids_beyond_their_bounds_are_400() {
+        let f = fixture(None);
+        call(
+            &f.app,
+            "PUT",
+            "/collections/c",
+            br#"{"vectors": {"size": 2, "distance": "Euclid"}}"#,
+            &[],
+        )
+        .await;
+        call(
+            &f.app,
+            "PUT",
+            "/collections/c/points",
+            br#"{"points": [{"id": 1, "vector": [1, 2]}]}"#,
+            &[],
+        )
+        .await;
+        for body in [
+            &br#"{"query": [1, 2], "limit": 100001}"#[..],
+            br#"{"query": [1, 2], "limit": 1000000000}"#,
+            br#"{"query": [1, 2], "limit": 100000, "offset": 1}"#,
+            br#"{"query": [1, 2], "offset": 1000000}"#,
+            br#"{"query": [1, 2], "limit": -1}"#,
+            br#"{"query": [1, 2], "limit": 1.5}"#,
+            br#"{"query": [1, 2], "limit": "10"}"#,
+            br#"{"query": [1, 2], "params": {"hnsw_ef": 100001}}"#,
+            br#"{"limit": 100001}"#,
+            br#"{"query": 1.5}"#,
+            br#"{"query": true}"#,
+        ] {
+            let (code, doc) = call(&f.app, "POST", "/collections/c/points/query", body, &[]).await;
+            assert_eq!(code, 400, "{}: {doc}", String::from_utf8_lossy(body));
+        }
+        let (code, doc) = call(
+            &f.app,
+            "POST",
+            "/collections/c/points/query",
+            br#"{"query": [1, 2], "limit": 100000}"#,
+            &[],
+        )
+        .await;
+        assert_eq!(code, 200, "{doc}");
+        let (code, doc) = call(
+            &f.app,
+            "POST",
+            "/collections/c/points/scroll",
+            br#"{"limit": 100001}"#,
+            &[],
+        )
+        .await;
+        assert_eq!(code, 400, "{doc}");
+        let one = r#"{"query": [1, 2], "limit": 100000}"#;
+        let batch = format!(r#"{{"searches": [{}]}}"#, vec![one; 200].join(","));
+        let (code, doc) = call(
+            &f.app,
+            "POST",
+            "/collections/c/points/query/batch",
+            batch.as_bytes(),
+            &[],
+        )
+        .await;
+        assert!(code == 400 && error(&doc).contains("split"), "{doc}");
+        for id in [
+            "1.5",
+            "null",
+            "true",
+            "{}",
+            "[1]",
+            "-1",
+            "18446744073709551616",
+        ] {
+            let body = format!(r#"{{"points": [{{"id": {id}, "vector": [1, 2]}}]}}"#);
+            let (code, doc) =
+                call(&f.app, "PUT", "/collections/c/points", body.as_bytes(), &[]).await;
+            assert_eq!(code, 400, "id {id}: {doc}");
+        }
+        let (_, doc) = call(&f.app, "POST", "/collections/c/points/count", b"{}", &[]).await;
+        assert_eq!(doc["result"]["count"], 1);
+    }
+
+    #[tokio::test]
+    async fn refusals_by_the_framework_are_json_too() {
+        let f = fixture(Some("s3cret"));
+        let key = [("api-key", "s3cret")];
+        let (code, doc) = call(&f.app, "GET", "/collections", b"", &[]).await;
+        assert!(code == 401 && error(&doc).contains("api-key"), "{doc}");
+        let (code, _) = call(&f.app, "GET", "/collections", b"", &[("api-key", "s3creT")]).await;
+        assert_eq!(code, 401);
+        let (code, _) = call(&f.app, "GET", "/collections", b"", &key).await;
+        assert_eq!(code, 200);
+        let big = vec![b' '; 2 << 20];
+        let (code, doc) = call(&f.app, "PUT", "/collections/c", &big, &key).await;
+        assert!(code == 413 && !error(&doc).is_empty(), "{doc}");
+        let (code, doc) = call(&f.app, "PATCH", "/collections/c", b"{}", &key).await;
+        assert!(code == 405 && !error(&doc).is_empty(), "{doc}");
+        let body = br#"{"vectors": {"size": 2, "distance": "Euclid"}}"#;
+        let (code, doc) = call(
+            &f.app,
+            "PUT",
+            "/collections/c",
+            body,
+            &[key[0], ("content-type", "text/plain")],
+        )
+        .await;
+        assert!(
+            code == 415 && error(&doc).contains("application/json"),
+            "{doc}"
+        );
+        let (code, _) = call(
+            &f.app,
+            "PUT",
+            "/collections/c",
+            body,
+            &[key[0], ("content-type", "application/json; charset=utf-8")],
+        )
+        .await;
+        assert_eq!(code, 200);
+    }
 }

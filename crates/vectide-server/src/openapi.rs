@@ -1,6 +1,7 @@
 //! The OpenAPI 3.0 document of the API (`GET /openapi.json`).
 
 use serde_json::{json, Value};
+use vectide_core::limits;
 
 fn envelope(result: Value) -> Value {
     json!({
@@ -19,7 +20,7 @@ fn body(schema: Value) -> Value {
 
 fn errors() -> Value {
     let e = json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
-    json!({"400": e.clone(), "401": e.clone(), "404": e.clone(), "409": e.clone(), "413": e.clone(), "500": e})
+    json!({"400": e.clone(), "401": e.clone(), "404": e.clone(), "409": e.clone(), "413": e.clone(), "415": e.clone(), "500": e})
 }
 
 fn op(summary: &str, request: Option<Value>, result: Value) -> Value {
@@ -43,13 +44,17 @@ fn r(name: &str) -> Value {
 /// The document.
 pub fn document() -> Value {
     let update = r("UpdateResult");
+    // The documented bounds (vectide_core::limits); beyond them, 400.
+    let limit = json!({"type": "integer", "minimum": 0, "maximum": limits::MAX_K, "description": format!("at most {}; offset + limit at most {}", limits::MAX_K, limits::MAX_K)});
+    let offset = json!({"type": "integer", "minimum": 0, "maximum": limits::MAX_K, "description": format!("offset + limit at most {}", limits::MAX_K)});
+    let search_params = json!({"type": "object", "properties": {"hnsw_ef": {"type": "integer", "minimum": 1, "maximum": limits::MAX_EF}}});
     let points = json!({"type": "array", "items": r("Point")});
     json!({
         "openapi": "3.0.3",
         "info": {
             "title": "Vectide REST API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Collections of points (id, vector, JSON payload) with filtered vector search. The shapes are the subset of Qdrant's REST API that qdrant-client uses; scores follow Qdrant (Cosine and Dot: similarity, Euclid: distance)."
+            "description": format!("Collections of points (id, vector, JSON payload) with filtered vector search. The shapes are the subset of Qdrant's REST API that qdrant-client uses; scores follow Qdrant (Cosine and Dot: similarity, Euclid: distance). Bounds: limit and offset + limit at most {k}, hnsw_ef at most {ef}, vectors.size at most {dim}, engine threads at most {threads}, a query batch at most {cells} results (sum of offset + limit); payload integers within -2**63..2**64-1 (floats round-trip exactly); request bodies are application/json.", k = limits::MAX_K, ef = limits::MAX_EF, dim = limits::MAX_DIM, threads = limits::MAX_THREADS, cells = limits::MAX_BATCH_RESULTS)
         },
         "paths": {
             "/": {"get": {"summary": "Server version", "responses": {"200": {"description": "version", "content": {"application/json": {"schema": {"type": "object", "properties": {"title": {"type": "string"}, "version": {"type": "string"}}}}}}}}},
@@ -67,7 +72,7 @@ pub fn document() -> Value {
                 "post": op("Retrieve points by id", Some(r("PointRequest")), points.clone())
             },
             "/collections/{name}/points/query": {"post": op("Query points", Some(r("QueryRequest")), json!({"type": "object", "properties": {"points": {"type": "array", "items": r("ScoredPoint")}}}))},
-            "/collections/{name}/points/query/batch": {"post": op("Batch of queries", Some(json!({"type": "object", "required": ["searches"], "properties": {"searches": {"type": "array", "items": r("QueryRequest")}}})), json!({"type": "array"}))},
+            "/collections/{name}/points/query/batch": {"post": op("Batch of queries (together at most MAX_BATCH_RESULTS results)", Some(json!({"type": "object", "required": ["searches"], "properties": {"searches": {"type": "array", "items": r("QueryRequest")}}})), json!({"type": "array"}))},
             "/collections/{name}/points/search": {"post": op("Search points", Some(r("SearchRequest")), json!({"type": "array", "items": r("ScoredPoint")}))},
             "/collections/{name}/points/count": {"post": op("Count points", Some(json!({"type": "object", "properties": {"filter": r("Filter"), "exact": {"type": "boolean"}}})), json!({"type": "object", "properties": {"count": {"type": "integer"}}}))},
             "/collections/{name}/points/delete": {"post": op("Delete points by id or filter", Some(r("Selector")), update.clone())},
@@ -77,7 +82,7 @@ pub fn document() -> Value {
         },
         "components": {"schemas": {
             "Error": {"type": "object", "properties": {"status": {"type": "object", "properties": {"error": {"type": "string"}}}, "time": {"type": "number"}}},
-            "PointId": {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]},
+            "PointId": {"oneOf": [{"type": "integer", "minimum": 0, "maximum": u64::MAX}, {"type": "string", "minLength": 1, "maxLength": vectide_db::ids::MAX_KEY_BYTES}]},
             "Vector": {"type": "array", "items": {"type": "number"}},
             "Payload": {"type": "object", "nullable": true},
             "Point": {"type": "object", "properties": {"id": r("PointId"), "payload": r("Payload"), "vector": {"type": "array", "items": {"type": "number"}, "nullable": true}}},
@@ -97,13 +102,25 @@ pub fn document() -> Value {
             "Filter": {"type": "object", "properties": {"must": {"type": "array", "items": r("Condition")}, "should": {"type": "array", "items": r("Condition")}, "must_not": {"type": "array", "items": r("Condition")}}},
             "Selector": {"type": "object", "properties": {"points": {"type": "array", "items": r("PointId")}, "filter": r("Filter")}},
             "WithPayload": {"oneOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "string"}}]},
-            "QueryRequest": {"type": "object", "properties": {"query": {"oneOf": [r("Vector"), r("PointId"), {"type": "object", "properties": {"nearest": r("Vector")}}]}, "filter": r("Filter"), "limit": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0}, "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}, "score_threshold": {"type": "number"}, "params": {"type": "object", "properties": {"hnsw_ef": {"type": "integer", "minimum": 1}}}}},
-            "SearchRequest": {"type": "object", "required": ["vector", "limit"], "properties": {"vector": r("Vector"), "filter": r("Filter"), "limit": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0}, "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}, "score_threshold": {"type": "number"}, "params": {"type": "object", "properties": {"hnsw_ef": {"type": "integer", "minimum": 1}}}}},
-            "ScrollRequest": {"type": "object", "properties": {"filter": r("Filter"), "limit": {"type": "integer", "minimum": 0}, "offset": r("PointId"), "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}}},
+            "QueryRequest": {"type": "object", "properties": {"query": {"oneOf": [r("Vector"), r("PointId"), {"type": "object", "properties": {"nearest": r("Vector")}}]}, "filter": r("Filter"), "limit": limit.clone(), "offset": offset.clone(), "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}, "score_threshold": {"type": "number"}, "params": search_params.clone()}},
+            "SearchRequest": {"type": "object", "required": ["vector", "limit"], "properties": {"vector": r("Vector"), "filter": r("Filter"), "limit": limit.clone(), "offset": offset, "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}, "score_threshold": {"type": "number"}, "params": search_params}},
+            "ScrollRequest": {"type": "object", "properties": {"filter": r("Filter"), "limit": limit, "offset": r("PointId"), "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}}},
             "CreateCollection": {"type": "object", "required": ["vectors"], "properties": {
-                "vectors": {"type": "object", "required": ["size", "distance"], "properties": {"size": {"type": "integer", "minimum": 1, "maximum": 65536}, "distance": {"type": "string", "enum": ["Cosine", "Dot", "Euclid"]}}},
-                "hnsw_config": {"type": "object", "properties": {"m": {"type": "integer"}, "ef_construct": {"type": "integer"}}},
-                "vectide": {"type": "object", "properties": {"engine": {"type": "string", "enum": ["hnsw", "p-hnsw", "hnsw-snap", "hnsw-wal"]}, "params": {"type": "object"}}}
+                "vectors": {"type": "object", "required": ["size", "distance"], "properties": {"size": {"type": "integer", "minimum": 1, "maximum": limits::MAX_DIM}, "distance": {"type": "string", "enum": ["Cosine", "Dot", "Euclid"]}}},
+                "hnsw_config": {"type": "object", "properties": {"m": {"type": "integer", "minimum": limits::MIN_M, "maximum": limits::MAX_M}, "ef_construct": {"type": "integer", "minimum": 1, "maximum": limits::MAX_EF}}},
+                "vectide": {"type": "object", "properties": {"engine": {"type": "string", "enum": ["hnsw", "p-hnsw", "hnsw-snap", "hnsw-wal"]}, "params": {
+                    "type": "object",
+                    "description": format!(
+                        "Engine parameters; unknown names are refused and every number is bounded (beyond, 400): \
+                         m {}..={}, ef_construction and ef_search 1..={}, threads 1..={}, seed 0..=2**63-1, \
+                         consolidate_fraction (0, 1], repair_alpha 1..=4; p-hnsw: persist pmem|msync, nlog_entries 1..={}, \
+                         nlist_entries 1..={}, initial_capacity 0..={} (and at most {} bytes of vectors); \
+                         hnsw-snap/hnsw-wal: snapshot_every 0..={}, wal_buffer 0..={}.",
+                        limits::MIN_M, limits::MAX_M, limits::MAX_EF, limits::MAX_THREADS, limits::MAX_NLOG_ENTRIES,
+                        limits::MAX_NLIST_ENTRIES, limits::MAX_INITIAL_CAPACITY, limits::MAX_INITIAL_BYTES,
+                        limits::MAX_SNAPSHOT_EVERY, limits::MAX_WAL_BUFFER
+                    )
+                }}}
             }}
         }}
     })

@@ -136,8 +136,12 @@ def run(quick: bool, workdir: Path, python: str = sys.executable) -> dict:
     template = workdir / "template"
     build_template(template)
     files = sorted(p.relative_to(template) for p in template.rglob("*") if p.is_file() and p.name != "LOCK")
-    want = probe(template)
+    # Opening checkpoints on close and changes the files: probe a copy.
+    pristine = workdir / "pristine"
+    shutil.copytree(template, pristine)
+    want = probe(pristine)
     assert want["ok"], want
+    shutil.rmtree(pristine)
     damages = DAMAGES
     if quick:
         damages = [("flip", "middle"), ("truncate", "middle"), ("flip", "end")]
