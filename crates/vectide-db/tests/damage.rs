@@ -286,7 +286,10 @@ fn catalogs_from_before_the_thread_bound_still_open() {
     c.engine = "p-hnsw".into();
     c.params.insert("threads".into(), ParamValue::Int(2));
     let db = Database::open(dir.path(), opts()).unwrap();
-    db.create_collection("docs", c).unwrap().upsert(&[point(1)]).unwrap();
+    db.create_collection("docs", c)
+        .unwrap()
+        .upsert(&[point(1)])
+        .unwrap();
     db.close().unwrap();
     drop(db);
     let catalog = dir.path().join("catalog.json");
