@@ -122,3 +122,47 @@ def test_import_reads_npy_hdf5_and_jsonl_and_rejects_bad_files(tmp_path):
         assert c.get(["doc-4"])[0].payload == {"i": 4}
     finally:
         db.close()
+
+
+def test_size_flags_have_bounds(tmp_path):
+    env = {**os.environ, "VECTIDE_PYTHON": sys.executable}
+    for args, name in [
+        (["bench", "--dataset", "x", "--k", "1000000000"], "--k"),
+        (["bench", "--dataset", "x", "--threads", "100000"], "--threads"),
+        (["bench", "--dataset", "x", "--ef", "10,999999999"], "--ef"),
+        (["serve", "--data", str(tmp_path / "d"), "--body-limit-mb", str(2**60)], "--body-limit-mb"),
+        (["import", "--data", str(tmp_path / "d"), "--collection", "c", "--batch", "0", "x.npy"], "--batch"),
+    ]:
+        r = subprocess.run([_cli(), *args], capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 1 and name in r.stderr and "panicked" not in r.stderr, (args, r.stderr)
+
+
+def test_repair_salvages_a_damaged_wal_and_reports_what_was_dropped(tmp_path):
+    data = tmp_path / "db"
+    db = vectide.connect(data)
+    c = db.create_collection("docs", dim=4, metric="l2")
+    for i in range(50):
+        c.upsert([i], np.full((1, 4), i, dtype=np.float32), payloads=[{"i": i}])
+    del c, db  # dies without a checkpoint
+    import gc
+
+    gc.collect()
+    (seg,) = sorted((data / "collections/docs/wal").iterdir())
+    b = bytearray(seg.read_bytes())
+    b[len(b) // 2 : len(b) // 2 + 8] = bytes(x ^ 0xFF for x in b[len(b) // 2 : len(b) // 2 + 8])
+    seg.write_bytes(bytes(b))
+    with pytest.raises(vectide.CorruptIndexError, match=seg.name):
+        vectide.connect(data)
+    r = subprocess.run([_cli(), "repair", "--data", str(data), "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    (rep,) = json.loads(r.stdout)
+    assert rep["damaged"] and rep["segment"].endswith(seg.name)
+    kept = rep["kept_through_seq"]
+    assert 0 < kept < 50 and rep["dropped_seqs"][1] == 50
+    with vectide.connect(data) as db:
+        # The hnsw engine replayed the kept prefix; points after it lost
+        # their vectors and were deleted (and listed).
+        assert len(db.get_collection("docs")) == kept
+        assert len(rep["points_without_vector_deleted"]) == 50 - kept
+    r = subprocess.run([_cli(), "repair", "--data", str(data)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "sound" in r.stdout

@@ -165,8 +165,20 @@ fn sweep_point(index: &AnyIndex, ds: &Dataset, nq: usize, k: usize, ef: usize) -
 }
 
 pub fn run(args: &BenchArgs) -> Result<(), String> {
-    if args.k == 0 || args.runs == 0 || args.threads == 0 {
-        return Err("--k, --runs and --threads must be at least 1".into());
+    {
+        use vectide_core::limits::{self, check_range};
+        let check = || -> vectide_core::Result<()> {
+            check_range("--k", args.k, 1, limits::MAX_K)?;
+            check_range("--threads", args.threads, 1, limits::MAX_THREADS)?;
+            check_range("--runs", args.runs, 1, 1000)?;
+            check_range("--m", args.m, limits::MIN_M, limits::MAX_M)?;
+            check_range("--ef-construction", args.ef_construction, 1, limits::MAX_EF)?;
+            for &ef in &args.ef {
+                check_range("--ef", ef, 1, limits::MAX_EF)?;
+            }
+            Ok(())
+        };
+        check().map_err(|e| e.to_string())?;
     }
     if args.ef.is_empty() {
         return Err("--ef needs at least one value".into());

@@ -23,12 +23,19 @@ pub struct ServeArgs {
     /// `group` (default: concurrent writers share an fsync) or `always`.
     #[arg(long, default_value = "group")]
     pub durability: String,
-    /// Largest request body, MiB.
+    /// Largest request body, MiB (1..=4096).
     #[arg(long, default_value_t = 64)]
     pub body_limit_mb: usize,
 }
 
+/// The largest `--body-limit-mb` (4 GiB).
+const MAX_BODY_MB: usize = 4096;
+/// The largest `--batch` of `import`.
+const MAX_IMPORT_BATCH: usize = 1_000_000;
+
 pub fn serve(args: &ServeArgs) -> Result<(), String> {
+    vectide_core::limits::check_range("--body-limit-mb", args.body_limit_mb, 1, MAX_BODY_MB)
+        .map_err(|e| e.to_string())?;
     let opts = Options {
         durability: Durability::parse(&args.durability).map_err(|e| e.to_string())?,
         ..Options::default()
@@ -40,7 +47,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("bad --host/--port: {e}"))?;
     let config = vectide_server::ServerConfig {
         api_key: args.api_key.clone(),
-        body_limit: args.body_limit_mb.max(1) << 20,
+        body_limit: args.body_limit_mb << 20,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -66,7 +73,7 @@ pub struct ImportArgs {
     pub metric: String,
     #[arg(long, default_value = "hnsw")]
     pub engine: String,
-    /// Rows per upsert.
+    /// Rows per upsert (1..=1000000).
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
 }
@@ -295,6 +302,8 @@ fn numbered(d: usize, v: &[f32]) -> Vec<PointInput> {
 }
 
 pub fn import(args: &ImportArgs) -> Result<(), String> {
+    vectide_core::limits::check_range("--batch", args.batch, 1, MAX_IMPORT_BATCH)
+        .map_err(|e| e.to_string())?;
     let path = Path::new(&args.file);
     let (dim, points): (usize, Vec<PointInput>) = match path.extension().and_then(|e| e.to_str()) {
         Some("hdf5") | Some("h5") => {
