@@ -338,80 +338,107 @@ impl PointStore {
     /// Applies one operation's changes in one transaction (no fsync).
     /// Changes older than what a point holds are skipped.
     pub fn apply(&mut self, seq: Seq, changes: &[Change]) -> Result<()> {
-        if seq <= self.applied {
-            // Already in the store (replay after a checkpoint of the store
-            // but not of the engine).
-            return Ok(());
-        }
+        self.apply_many(std::iter::once((seq, changes)))
+    }
+
+    /// Applies several operations (ascending sequence numbers) in one
+    /// transaction: recovery replays a WAL tail this way, one commit for all.
+    pub fn apply_many<'a>(
+        &mut self,
+        ops: impl IntoIterator<Item = (Seq, &'a [Change])>,
+    ) -> Result<()> {
         let mut w = self.db.begin_write()?;
         w.set_durability(Durability::None);
+        let mut last = self.applied;
         {
             let mut pts = w.open_table(POINTS)?;
             let mut ids = w.open_table(IDS)?;
             let mut meta = w.open_table(META)?;
-            for c in changes {
-                match c {
-                    Change::Upsert { id, ext, payload } => {
-                        if self.points.get(id).is_some_and(|p| p.seq > seq) {
-                            continue;
-                        }
-                        let payload = if payload.is_null() {
-                            Value::Object(Map::new())
-                        } else {
-                            payload.clone()
-                        };
-                        pts.insert(*id, encode_point(seq, ext, &payload).as_slice())?;
-                        ids.insert(ext.to_bytes().as_slice(), *id)?;
-                        self.ids.insert(ext.clone(), *id);
-                        self.next_internal = self.next_internal.max(id + 1);
-                        let old = self.points.insert(
-                            *id,
-                            Point {
-                                ext: ext.clone(),
-                                payload,
-                                seq,
-                            },
-                        );
-                        self.reindex(*id, old.as_ref().map(|p| &p.payload));
-                    }
-                    Change::Delete { id, .. } => {
-                        if self.points.get(id).is_some_and(|p| p.seq <= seq) {
-                            pts.remove(*id)?;
-                            let old = self.points.remove(id);
-                            self.reindex(*id, old.as_ref().map(|p| &p.payload));
-                        }
-                    }
-                    Change::SetPayload { id, ext, payload } => {
-                        let Some(p) = self.points.get(id) else {
-                            continue;
-                        };
-                        if p.seq > seq {
-                            continue;
-                        }
-                        let mut merged = p.payload.clone();
-                        if let (Value::Object(m), Value::Object(patch)) = (&mut merged, payload) {
-                            for (k, v) in patch {
-                                m.insert(k.clone(), v.clone());
-                            }
-                        }
-                        pts.insert(*id, encode_point(seq, ext, &merged).as_slice())?;
-                        let old = self.points.insert(
-                            *id,
-                            Point {
-                                ext: ext.clone(),
-                                payload: merged,
-                                seq,
-                            },
-                        );
-                        self.reindex(*id, old.as_ref().map(|p| &p.payload));
-                    }
+            for (seq, changes) in ops {
+                if seq <= last {
+                    // Already in the store (replay after a checkpoint of the
+                    // store but not of the engine).
+                    continue;
                 }
+                self.apply_in(&mut pts, &mut ids, seq, changes)?;
+                last = seq;
             }
-            meta.insert("applied_seq", seq)?;
+            if last == self.applied {
+                return Ok(());
+            }
+            meta.insert("applied_seq", last)?;
             meta.insert("next_internal", self.next_internal)?;
         }
         w.commit()?;
-        self.applied = seq;
+        self.applied = last;
+        Ok(())
+    }
+
+    fn apply_in(
+        &mut self,
+        pts: &mut redb::Table<u64, &[u8]>,
+        ids: &mut redb::Table<&[u8], u64>,
+        seq: Seq,
+        changes: &[Change],
+    ) -> Result<()> {
+        for c in changes {
+            match c {
+                Change::Upsert { id, ext, payload } => {
+                    if self.points.get(id).is_some_and(|p| p.seq > seq) {
+                        continue;
+                    }
+                    let payload = if payload.is_null() {
+                        Value::Object(Map::new())
+                    } else {
+                        payload.clone()
+                    };
+                    pts.insert(*id, encode_point(seq, ext, &payload).as_slice())?;
+                    ids.insert(ext.to_bytes().as_slice(), *id)?;
+                    self.ids.insert(ext.clone(), *id);
+                    self.next_internal = self.next_internal.max(id + 1);
+                    let old = self.points.insert(
+                        *id,
+                        Point {
+                            ext: ext.clone(),
+                            payload,
+                            seq,
+                        },
+                    );
+                    self.reindex(*id, old.as_ref().map(|p| &p.payload));
+                }
+                Change::Delete { id, .. } => {
+                    if self.points.get(id).is_some_and(|p| p.seq <= seq) {
+                        pts.remove(*id)?;
+                        let old = self.points.remove(id);
+                        self.reindex(*id, old.as_ref().map(|p| &p.payload));
+                    }
+                }
+                Change::SetPayload { id, ext, payload } => {
+                    let Some(p) = self.points.get(id) else {
+                        continue;
+                    };
+                    if p.seq > seq {
+                        continue;
+                    }
+                    let mut merged = p.payload.clone();
+                    if let (Value::Object(m), Value::Object(patch)) = (&mut merged, payload) {
+                        for (k, v) in patch {
+                            m.insert(k.clone(), v.clone());
+                        }
+                    }
+                    pts.insert(*id, encode_point(seq, ext, &merged).as_slice())?;
+                    let old = self.points.insert(
+                        *id,
+                        Point {
+                            ext: ext.clone(),
+                            payload: merged,
+                            seq,
+                        },
+                    );
+                    self.reindex(*id, old.as_ref().map(|p| &p.payload));
+                }
+            }
+        }
         Ok(())
     }
 

@@ -273,10 +273,10 @@ fn restarts_replay_a_bounded_tail() {
         drop(db);
     }
     let max = *replayed.iter().max().unwrap();
-    // Bounded by the threshold plus one life's writes (12 lives would
-    // replay up to 660 records without the count carried over and the
-    // checkpoint at open).
-    assert!(max <= 200, "replayed per restart: {replayed:?}");
+    // Bounded by twice the threshold (about 120 records here) plus one
+    // life's writes; 12 lives would replay up to 660 records without the
+    // count carried over and the checkpoint at open.
+    assert!(max <= 320, "replayed per restart: {replayed:?}");
 }
 
 #[test]

@@ -471,7 +471,12 @@ async fn get_collection(State(app): State<Arc<App>>, Path(name): Path<String>) -
                 "wal_config": {"wal_capacity_mb": 64, "wal_segments_ahead": 0},
             },
             "payload_schema": schema,
-            "vectide": {"engine": cfg.engine, "durability": c.durability().name(), "last_seq": c.last_seq()},
+            "vectide": {
+                "engine": cfg.engine, "durability": c.durability().name(), "last_seq": c.last_seq(),
+                "opened_seconds": c.opened_in.as_secs_f64(),
+                "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
+                "wal_tail_bytes": c.wal_tail_bytes(),
+            },
         }),
         t0,
     )

@@ -301,6 +301,7 @@ def run_server(rounds: int, writers: int, n_ids: int, quick: bool, seed: int, wo
     oracle = Oracle(n_ids)
     violations: List[str] = []
     restarts: List[float] = []
+    opened: List[dict] = []
     acked_per_round = []
     locks = [threading.Lock() for _ in range(n_ids)]
     try:
@@ -346,6 +347,8 @@ def run_server(rounds: int, writers: int, n_ids: int, quick: bool, seed: int, wo
             acked_per_round.append(oracle.acked - before)
             restarts.append(server.start())
             col = vectide.Client(server.url, timeout=60).get_collection("t")
+            v = col.info().get("vectide", {})
+            opened.append({k: v.get(k) for k in ("opened_seconds", "replayed")})
 
             def get(ids):
                 recs = col._c._call("POST", col._path("/points"), {"ids": ids, "with_payload": True, "with_vector": True})
@@ -367,4 +370,5 @@ def run_server(rounds: int, writers: int, n_ids: int, quick: bool, seed: int, wo
         "violation_examples": violations[:20],
         "restart_s": _stats(restarts),
         "restart_all_s": restarts,
+        "collection_open": opened,
     }
