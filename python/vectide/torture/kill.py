@@ -227,6 +227,10 @@ def run_child_target(target: str, rounds: int, writers: int, n_ids: int, quick: 
     finally:
         if "/dev/shm/" in path:
             shutil.rmtree(str(Path(path).parent), ignore_errors=True)
+    return _report(target, rounds, writers, n_ids, oracle, acked_per_round, violations, open_s=_stats(opens))
+
+
+def _report(target, rounds, writers, n_ids, oracle, acked_per_round, violations, **extra) -> dict:
     return {
         "target": target,
         "rounds": rounds,
@@ -236,7 +240,7 @@ def run_child_target(target: str, rounds: int, writers: int, n_ids: int, quick: 
         "acked_per_round": acked_per_round,
         "violations": len(violations),
         "violation_examples": violations[:20],
-        "open_s": _stats(opens),
+        **extra,
     }
 
 
@@ -359,16 +363,5 @@ def run_server(rounds: int, writers: int, n_ids: int, quick: bool, seed: int, wo
             violations += [f"round {r}: {b}" for b in bad]
     finally:
         server.kill()
-    return {
-        "target": "server",
-        "rounds": rounds,
-        "writers": writers,
-        "ids": n_ids,
-        "acknowledged_ops_checked": oracle.acked,
-        "acked_per_round": acked_per_round,
-        "violations": len(violations),
-        "violation_examples": violations[:20],
-        "restart_s": _stats(restarts),
-        "restart_all_s": restarts,
-        "collection_open": opened,
-    }
+    return _report("server", rounds, writers, n_ids, oracle, acked_per_round, violations,
+                   restart_s=_stats(restarts), restart_all_s=restarts, collection_open=opened)
