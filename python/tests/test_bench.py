@@ -248,7 +248,9 @@ def test_phnsw_benchmark_small_run(tmp_path, monkeypatch):
                 "msync_insert_ratio_vs_wal", "hnsw_build_ratio_vs_hnswlib"):
         assert isinstance(s[key], float) and s[key] > 0, key
     assert set(s["recovery_ms_by_n"]) == {"1500", "3000"}
-    assert s["crash_points_checked"] == 20 and s["violations"] == 0 and s["kill_rounds"] == 2
+    assert s["crash_points_checked"] == 20 and s["violations"] == 0 and s["kill_rounds"] == 4
+    # The SIGKILL rounds run on both media.
+    assert s["kill_rounds_by_mode"] == {"pmem": 2, "msync": 2}
     assert set(r["build_s"]) == {"hnsw", "p-hnsw", "hnsw-snap", "hnsw-wal", "hnswlib"}
     # Recovery after SIGKILL: every durable engine came back with rows.
     for e in ("p-hnsw", "hnsw-snap", "hnsw-wal"):

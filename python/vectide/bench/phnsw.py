@@ -395,6 +395,9 @@ def run(args) -> dict:
         "wal_build_ratio_vs_hnsw": ratio(b("hnsw-wal"), b("hnsw")),
         "crash_points_checked": (crash or {}).get("crash_points_checked"),
         "kill_rounds": ((crash or {}).get("kill") or {}).get("rounds"),
+        "kill_rounds_by_mode": {
+            m: v.get("rounds") for m, v in (((crash or {}).get("kill") or {}).get("by_mode") or {}).items()
+        },
         "violations": (crash or {}).get("violations"),
         "at_n": big,
         "search_ef": ef0,

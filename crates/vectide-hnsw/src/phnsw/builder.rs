@@ -14,7 +14,9 @@
 //!    (upsert), the live counter, the entry point (if the node is the new
 //!    top) → fence;
 //! 6. NLog `NONE` (and, for the batch's last row, the durable sequence
-//!    number) → fence. Then the call returns.
+//!    number, persisted by this writer even if another one raised it) →
+//!    fence; only then is the NLog entry free for another operation. Then
+//!    the call returns.
 //!
 //! The paper writes one NlistLog entry per neighbour-list update and fences
 //! each; we keep one entry per list and the same state machine, but let the
@@ -141,52 +143,97 @@ impl PHnsw {
         result
     }
 
-    /// Stores the durable sequence word (monotonic) and persists it if it
-    /// moved; returns whether it did. The caller fences.
+    /// Raises the durable sequence word to `w` (monotonic) and persists it,
+    /// unless a completed fence is known to have made `w` durable already;
+    /// returns whether the caller must fence (and then call
+    /// [`PHnsw::durable_seq_fenced`]) before it acknowledges.
+    ///
+    /// "The word did not move" does not mean "`w` is durable": another
+    /// writer may have raised it to `w` or beyond and not fenced yet. So
+    /// every writer that needs `w` durable persists the word itself (the
+    /// line it persists holds `w` or more) and fences.
     pub(crate) fn store_durable_seq(&self, w: Seq) -> bool {
-        let word = self.meta.u64_at(M_DURABLE_SEQ);
-        if word.fetch_max(w, Ordering::AcqRel) < w {
-            self.meta.persist(S_DURABLE, M_DURABLE_SEQ, 8);
-            true
-        } else {
-            false
+        self.meta
+            .u64_at(M_DURABLE_SEQ)
+            .fetch_max(w, Ordering::AcqRel);
+        if self.durable_fenced.load(Ordering::Acquire) >= w {
+            return false;
         }
+        self.meta.persist(S_DURABLE, M_DURABLE_SEQ, 8);
+        true
+    }
+
+    /// Records that a fence after [`PHnsw::store_durable_seq`]`(w)` completed.
+    pub(crate) fn durable_seq_fenced(&self, w: Seq) {
+        self.durable_fenced.fetch_max(w, Ordering::AcqRel);
     }
 
     /// Makes the sequence watermark durable if no row's final fence did
     /// (every row skipped as a replay, or an error).
     pub(crate) fn persist_durable_seq(&self) {
-        if self.store_durable_seq(self.seqs.watermark()) {
+        let w = self.seqs.watermark();
+        if self.store_durable_seq(w) {
             self.meta.fence(F_DURABLE);
+            self.durable_seq_fenced(w);
         }
     }
 
-    /// Takes a node slot, growing `nodes.vtdp` when full.
+    /// Takes a node slot, growing `nodes.vtdp` first when full.
+    ///
+    /// The allocation word never names a slot beyond the file: open rejects
+    /// such a word, and after a crash (a SIGKILL keeps every store; another
+    /// writer's persist can carry it to the media) the word holds whatever
+    /// was last stored. So the file grows before the word moves, and the
+    /// word moves by compare-and-swap from a value checked against the file.
     fn alloc_slot(&self) -> Result<u32> {
-        let s = self.meta.u64_at(M_NEXT_SLOT).fetch_add(1, Ordering::AcqRel) as usize;
-        if s >= u32::MAX as usize - 1 {
-            return Err(Error::invalid("index is full: 2^32-2 nodes"));
+        let word = self.meta.u64_at(M_NEXT_SLOT);
+        let mut s = word.load(Ordering::Acquire) as usize;
+        loop {
+            if s >= u32::MAX as usize - 1 {
+                return Err(Error::invalid("index is full: 2^32-2 nodes"));
+            }
+            let cap = self.graph.capacity();
+            if s >= cap {
+                let want = (s + 1).max(cap + cap / 2).max(1024);
+                self.graph.nodes.grow(PAGE + want * self.g.node_size())?;
+                s = word.load(Ordering::Acquire) as usize;
+                continue;
+            }
+            match word.compare_exchange_weak(
+                s as u64,
+                s as u64 + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(s as u32),
+                Err(now) => s = now as usize,
+            }
         }
-        let cap = self.graph.capacity();
-        if s >= cap {
-            let want = (s + 1).max(cap + cap / 2).max(1024);
-            self.graph.nodes.grow(PAGE + want * self.g.node_size())?;
-        }
-        Ok(s as u32)
     }
 
-    /// Takes room for `level` upper lists, growing `upper.vtdp` when full.
+    /// Takes room for `level` upper lists, growing `upper.vtdp` first when
+    /// full (the word never passes the file, as in [`PHnsw::alloc_slot`]).
     fn alloc_upper(&self, level: usize) -> Result<u64> {
         let bytes = level * self.g.upper_list_bytes();
-        let off = self
-            .meta
-            .u64_at(M_UPPER_NEXT)
-            .fetch_add(bytes as u64, Ordering::AcqRel) as usize;
-        let len = self.graph.upper.len();
-        if off + bytes > len {
-            self.graph.upper.grow((off + bytes).max(len + len / 2))?;
+        let word = self.meta.u64_at(M_UPPER_NEXT);
+        let mut off = word.load(Ordering::Acquire) as usize;
+        loop {
+            let len = self.graph.upper.len();
+            if off + bytes > len {
+                self.graph.upper.grow((off + bytes).max(len + len / 2))?;
+                off = word.load(Ordering::Acquire) as usize;
+                continue;
+            }
+            match word.compare_exchange_weak(
+                off as u64,
+                (off + bytes) as u64,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(off as u64),
+                Err(now) => off = now as usize,
+            }
         }
-        Ok(off as u64)
     }
 
     /// Writes a fresh node block (the node is unreachable: no list names it).
@@ -239,11 +286,12 @@ impl PHnsw {
     ) -> Result<()> {
         let _label = self.label_lock(label);
         let old = self.labels.get(&self.graph, label);
-        if old.is_some_and(|o| self.graph.seq(o) >= seq) {
+        if old.is_some_and(|o| self.recorded_seq(o) >= seq) {
             // Replay of an operation already in effect.
             if let Some(w) = finish() {
                 if self.store_durable_seq(w) {
                     self.meta.fence(F_DURABLE);
+                    self.durable_seq_fenced(w);
                 }
             }
             return Ok(());
@@ -361,10 +409,15 @@ impl PHnsw {
         self.timing.update_ns.fetch_add(ns(t5), Ordering::Relaxed);
         if published.is_ok() {
             self.logs.nlog_set_state(&self.meta, i, NONE, S_DONE);
-            if let Some(w) = finish() {
+            let w = finish();
+            if let Some(w) = w {
                 self.store_durable_seq(w);
             }
             self.meta.fence(F_DONE);
+            self.logs.nlog_release(i);
+            if let Some(w) = w {
+                self.durable_seq_fenced(w);
+            }
         }
         self.timing.logging_ns.fetch_add(ns(t6), Ordering::Relaxed);
         scratch.lists = e.lists;

@@ -18,8 +18,19 @@
 //!   the old or the new state, never a half-written node (which (a) and the
 //!   rank-1 search would expose);
 //! - (d) recall@10 on a query set within one point of the uncrashed index;
+//! - (e) the next upsert of the in-flight operation's label, numbered from
+//!   `durable_seq()` as a client without a log numbers it, takes effect
+//!   (recovery may have completed an operation numbered above the durable
+//!   watermark; that number must not make the new upsert look like a replay);
 //! - the recovered index accepts new inserts and a delete and stays sound
 //!   (allocation words were durable).
+//!
+//! This harness has one writer and recovers every crash from the same
+//! uncrashed history, so exactly one operation is ever in flight and no
+//! history goes on after a recovery. [`run_concurrent`] (several writers of
+//! overlapping labels, crash after crash on the simulator) and
+//! [`kill_rounds`] (the same in real processes killed with SIGKILL, on both
+//! media) check the rest against the acknowledged history ([`history`]).
 //!
 //! A share of the points also crashes *during recovery*: the first image is
 //! recovered on a simulator that crashes at one of the recovery's own fences,
@@ -529,12 +540,27 @@ fn check_recovered(
     if r + 0.01 < m.ref_recall {
         v.push(format!("recall@10 {r:.3} vs {:.3} uncrashed", m.ref_recall));
     }
-    // The recovered index keeps working: new inserts and a delete.
+    // The recovered index keeps working. First, the next upsert of the
+    // in-flight operation's label (a client retrying it), numbered from
+    // `durable_seq()` as a client without a log of its own numbers it (e):
+    // it must take effect whether recovery completed that operation or
+    // discarded it. Then new inserts; later a delete. The first of these
+    // operations is crashed once more, and that image is recovered too.
+    let next_seq = idx.durable_seq() + 1;
+    let retry = m
+        .in_flight
+        .filter(|o| o.kind != OpKind::Batch)
+        .map(|op| (op.label, vector(&mut Rng(next_seq ^ 0x0c1e_a7ed), w.dim)));
     let mut rng = Rng(m.acked_seq ^ 0xfeed);
     let fresh: Vec<(u64, Vec<f32>)> = (0..3)
         .map(|i| (1_000_000 + i, vector(&mut rng, w.dim)))
         .collect();
     let seq = m.acked_seq + 1_000;
+    let ops: Vec<(u64, &[f32], u64)> = retry
+        .iter()
+        .map(|(l, x)| (*l, &x[..], next_seq))
+        .chain(fresh.iter().map(|(l, x)| (*l, &x[..], seq)))
+        .collect();
     let again: Arc<Mutex<Vec<CrashImage>>> = Arc::new(Mutex::new(Vec::new()));
     {
         let sink = again.clone();
@@ -543,14 +569,22 @@ fn check_recovered(
     }
     let snap_before = snapshot(idx);
     let mut snap_after = None;
-    for (label, vec) in &fresh {
-        if let Err(e) = idx.insert(seq, &[*label], vec) {
+    for &(label, vec, s) in &ops {
+        if let Err(e) = idx.insert(s, &[label], vec) {
             v.push(format!("insert after recovery failed: {e}"));
         }
         snap_after.get_or_insert_with(|| snapshot(idx));
     }
+    if let Some((label, x)) = &retry {
+        if idx.get(*label).as_ref() != Some(x) {
+            v.push(format!(
+                "the next upsert of {label} (numbered {next_seq} from durable_seq()) was taken for a replay"
+            ));
+        }
+    }
     let images = std::mem::take(&mut *again.lock());
     if let Some(after) = snap_after {
+        let (label, x, _) = ops[0];
         for img in &images {
             v.extend(
                 check_second_crash(
@@ -558,13 +592,16 @@ fn check_recovered(
                     root,
                     m.acked_seq,
                     &resolved,
-                    &fresh[0],
+                    (label, x),
                     (&snap_before, &after),
                 )
                 .into_iter()
-                .map(|e| format!("crash in the first insert after recovery: {e}")),
+                .map(|e| format!("crash in the first operation after recovery: {e}")),
             );
         }
+    }
+    if let Some((label, x)) = retry {
+        resolved.insert(label, x);
     }
     if let Some((&victim, _)) = resolved.iter().next() {
         let _ = idx.delete(seq + 1, &[victim]);
@@ -582,14 +619,15 @@ fn check_recovered(
     v
 }
 
-/// Recovers a crash taken in the first insert after a recovery and checks
-/// that the labels of `expected` are intact and `new` whole or absent.
+/// Recovers a crash taken in the first operation after a recovery (an
+/// upsert of `new.0` to `new.1`) and checks that the other labels of
+/// `expected` are intact and `new.0` holds its old state or the new one.
 fn check_second_crash(
     img: &CrashImage,
     root: &Path,
     seed: u64,
     expected: &Model,
-    new: &(u64, Vec<f32>),
+    new: (u64, &[f32]),
     (before, after): (&Snap, &Snap),
 ) -> Vec<String> {
     let mut v = Vec::new();
@@ -606,14 +644,16 @@ fn check_second_crash(
     v.extend(idx.check());
     compare_snaps(&snapshot(&idx), before, after, &mut v);
     for (&label, vec) in expected {
-        if idx.get(label).as_deref() != Some(vec.as_slice()) {
+        if label != new.0 && idx.get(label).as_deref() != Some(vec.as_slice()) {
             v.push(format!("label {label} lost or changed"));
             break;
         }
     }
+    let old = expected.get(&new.0).map(|x| &x[..]);
     match idx.get(new.0) {
-        None => {}
-        Some(g) if g == new.1 => {
+        None if old.is_none() => {}
+        None => v.push(format!("label {} lost", new.0)),
+        Some(g) if g == new.1 || Some(&g[..]) == old => {
             let r = idx
                 .search(&g, 1, &SearchParams::with_ef(64), None)
                 .unwrap_or_default();
@@ -623,7 +663,7 @@ fn check_second_crash(
         }
         Some(_) => v.push(format!("label {} half-written", new.0)),
     }
-    let want = expected.len() + usize::from(idx.contains(new.0));
+    let want = expected.keys().filter(|&&l| l != new.0).count() + usize::from(idx.contains(new.0));
     if idx.len() != want {
         v.push(format!("{} live labels, expected {want}", idx.len()));
     }
@@ -693,7 +733,7 @@ fn handle(shared: &mut Shared, w: &Workload, refs: &Refs, img: CrashImage) {
             let rec_fences = s.fences();
             merge_sites(&mut shared.report.recovery_sites, &s);
             if let Ok(idx) = &opened {
-                had_work = idx.recovery_report() != &Default::default();
+                had_work = kill::had_work(idx.recovery_report());
             }
             drop_idx(opened);
             let at: Vec<u64> = if rec_fences == 0 {
@@ -734,7 +774,7 @@ fn handle(shared: &mut Shared, w: &Workload, refs: &Refs, img: CrashImage) {
             merge_sites(&mut shared.report.recovery_sites, &s);
             match opened {
                 Ok(idx) => {
-                    had_work |= idx.recovery_report() != &Default::default();
+                    had_work |= kill::had_work(idx.recovery_report());
                     violations.extend(check_recovered(
                         &idx,
                         &s,
@@ -950,142 +990,15 @@ pub const ALL_SITES: &[Site] = &[
     super::recovery::F_R_DONE,
 ];
 
-// ---- The real-process kill test (driven by `vectide crash-test`) ----
+// ---- Concurrent writers: histories, the simulator and real SIGKILLs ----
 
-/// Dimension of the kill test's vectors.
-pub const KILL_DIM: usize = 16;
-/// Labels the kill test's workload draws from.
-pub const KILL_LABELS: u64 = 3000;
+mod concurrent;
+pub mod history;
+mod kill;
 
-/// The `i`-th operation of the kill test's endless workload (a pure function
-/// of the seed and `i`): `(label, Some(vector))` inserts or replaces,
-/// `(label, None)` deletes (every fourth operation).
-pub fn kill_op(seed: u64, i: u64) -> (u64, Option<Vec<f32>>) {
-    let mut rng = Rng(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let label = rng.next() % KILL_LABELS;
-    if i % 4 == 3 {
-        (label, None)
-    } else {
-        (label, Some(vector(&mut rng, KILL_DIM)))
-    }
-}
-
-/// Parameters of the kill test's index.
-pub fn kill_params() -> PHnswParams {
-    PHnswParams {
-        hnsw: HnswParams {
-            m: 8,
-            ef_construction: 64,
-            threads: Some(1),
-            ..HnswParams::default()
-        },
-        ..PHnswParams::default()
-    }
-}
-
-/// The child side: opens (recovering) or creates the index in `dir` on
-/// real persistent-memory media, then applies operations `start, start+1,
-/// …` (sequence number `i + 1`) until `limit` or until killed, writing
-/// `ack i` to `out` after each one returns.
-pub fn kill_child(
-    dir: &Path,
-    seed: u64,
-    start: u64,
-    limit: u64,
-    out: &mut dyn std::io::Write,
-) -> Result<()> {
-    let mode = vectide_storage::PersistMode::Pmem;
-    let idx = if PHnsw::exists(dir) {
-        PHnsw::open(dir, mode, Some(1))?
-    } else {
-        PHnsw::create(dir, KILL_DIM, Metric::L2, kill_params(), mode)?
-    };
-    for i in start..start.saturating_add(limit) {
-        let (label, v) = kill_op(seed, i);
-        match v {
-            Some(v) => idx.insert(i + 1, &[label], &v)?,
-            None => {
-                idx.delete(i + 1, &[label])?;
-            }
-        }
-        writeln!(out, "ack {i}").map_err(Error::from)?;
-        out.flush().map_err(Error::from)?;
-    }
-    Ok(())
-}
-
-/// What one kill round found.
-#[derive(Debug, Clone, Default)]
-pub struct KillCheck {
-    pub violations: Vec<String>,
-    /// Wall time of the open (recovery included), microseconds.
-    pub open_micros: u64,
-    pub recovery: super::RecoveryReport,
-    pub live: usize,
-}
-
-/// The parent side after a kill: `model` holds the state after operations
-/// `..next` (all acknowledged); operation `next` may have been in flight.
-/// Opens the index (recovery runs), checks it, and on success applies the
-/// in-flight operation to the model if it took effect.
-pub fn kill_check(dir: &Path, seed: u64, model: &mut Model, next: u64) -> Result<KillCheck> {
-    let t = std::time::Instant::now();
-    let idx = PHnsw::open(dir, vectide_storage::PersistMode::Pmem, Some(1))?;
-    let mut kc = KillCheck {
-        open_micros: t.elapsed().as_micros() as u64,
-        recovery: idx.recovery_report().clone(),
-        ..Default::default()
-    };
-    let v = &mut kc.violations;
-    v.extend(idx.check());
-    if idx.durable_seq() < next {
-        v.push(format!(
-            "durable_seq {} below the last acknowledged operation {next}",
-            idx.durable_seq()
-        ));
-    }
-    let (label, new) = kill_op(seed, next);
-    let find = |label: u64, vec: &[f32]| find_label(&idx, label, vec);
-    for (&l, vec) in model.iter() {
-        if l != label {
-            v.extend(find(l, vec));
-        }
-    }
-    let old = model.get(&label).cloned();
-    match idx.get(label) {
-        None if old.is_none() || new.is_none() => {
-            model.remove(&label);
-        }
-        None => v.push(format!(
-            "in-flight operation {next} left label {label} absent"
-        )),
-        Some(g) if Some(&g) == new.as_ref() || Some(&g) == old.as_ref() => {
-            v.extend(find(label, &g));
-            model.insert(label, g);
-        }
-        Some(_) => v.push(format!(
-            "in-flight operation {next}: label {label} half-written"
-        )),
-    }
-    kc.live = idx.len();
-    if idx.len() != model.len() {
-        v.push(format!(
-            "{} live labels, expected {}",
-            idx.len(),
-            model.len()
-        ));
-    }
-    Ok(kc)
-}
-
-/// Applies operation `i` of the kill workload to a model.
-pub fn kill_apply(model: &mut Model, seed: u64, i: u64) {
-    match kill_op(seed, i) {
-        (label, Some(v)) => {
-            model.insert(label, v);
-        }
-        (label, None) => {
-            model.remove(&label);
-        }
-    }
-}
+pub use concurrent::{run_concurrent, ConcurrentConfig, ConcurrentReport};
+pub use history::{SeqFrom, Tally};
+pub use kill::{
+    had_work, kill_child, kill_op, kill_params, kill_rounds, KillChild, KillConfig, KillReport,
+    KILL_DIM,
+};

@@ -90,6 +90,13 @@ pub struct PHnsw {
     pub(crate) media: Arc<dyn Media>,
     /// What the last open's recovery did.
     pub(crate) recovery: super::recovery::RecoveryReport,
+    /// Nodes allocated before this open (slots below it) and the durable
+    /// sequence word at the open: see [`PHnsw::recorded_seq`].
+    pub(crate) opened_slot: u32,
+    pub(crate) opened_durable: Seq,
+    /// The highest durable sequence word value a completed fence is known to
+    /// have made durable (see [`PHnsw::store_durable_seq`]).
+    pub(crate) durable_fenced: AtomicU64,
 }
 
 impl std::fmt::Debug for PHnsw {
@@ -323,8 +330,14 @@ impl PHnsw {
             timing: Timing::default(),
             media,
             recovery: Default::default(),
+            opened_slot: 0,
+            opened_durable: durable,
+            durable_fenced: AtomicU64::new(0),
         };
         idx.recovery = idx.recover()?;
+        // Recovery allocates nothing: every slot below this one holds a node
+        // written before this open.
+        idx.opened_slot = u32::try_from(idx.next_slot()).unwrap_or(u32::MAX);
         let entry = idx.meta.u64_at(M_ENTRY).load(Ordering::Acquire);
         if let Some((ep, _)) = unpack_entry(entry) {
             if ep as usize >= next {
@@ -389,6 +402,34 @@ impl PHnsw {
 
     pub(crate) fn stripe(slot: u32) -> usize {
         slot as usize % LOCK_STRIPES
+    }
+
+    /// The sequence number node `slot` counts as written with: an upsert of
+    /// its label numbered at most this, or a delete numbered below it, is
+    /// skipped as a replay.
+    ///
+    /// A node written since this open carries the number of its write. A
+    /// node written before it counts only up to the durable watermark of
+    /// the open: a number above the watermark belongs to an operation that
+    /// was in flight at a crash, or that finished while a lower number was
+    /// still in flight, and the watermark is all the index promises about
+    /// such numbers. A caller replays from `durable_seq()` (a database log)
+    /// or numbers its new operations from it (a client without a log, such
+    /// as `vectide.Index`): either way its next numbers may repeat those
+    /// above the watermark, and they must not be taken for replays. A log
+    /// replay applies every record after the watermark in order, so
+    /// applying one again whose effect survived is harmless.
+    ///
+    /// Slots are never reused (tombstones are not reclaimed), so the slots
+    /// below `opened_slot` are exactly the nodes written before the open; a
+    /// reclaimer would have to keep that true (or record the open per node).
+    pub(crate) fn recorded_seq(&self, slot: u32) -> Seq {
+        let seq = self.graph.seq(slot);
+        if slot < self.opened_slot {
+            seq.min(self.opened_durable)
+        } else {
+            seq
+        }
     }
 
     /// Slots allocated so far.

@@ -1,18 +1,28 @@
 //! NLog (redo, one entry per operation) and NlistLog (undo, one entry per
 //! neighbour-list update), pre-allocated in `meta.vtdp` and used circularly.
 //!
-//! Each entry begins with an 8-byte state word. A thread claims a free entry
-//! by CAS `NONE → LOGGING` (in DRAM terms: the claim itself need not be
-//! durable, because recovery treats `LOGGING` exactly like `NONE`); then
-//! writes the content, persists it, fences, and only then stores the next
-//! state (`LOGGED`), persists and fences it. Every later state change is
-//! likewise persisted and fenced before the work that depends on it.
+//! Each entry begins with an 8-byte state word. A thread claims a free NLog
+//! entry by CAS on a DRAM flag of the entry and stores `LOGGING` (the claim
+//! need not be durable, because recovery treats `LOGGING` exactly like
+//! `NONE`); then writes the content, persists it, fences, and only then
+//! stores the next state (`LOGGED`), persists and fences it. Every later
+//! state change is likewise persisted and fenced before the work that
+//! depends on it.
+//!
+//! **Release.** An operation ends by storing and persisting `NONE`; the
+//! entry becomes claimable again only after the fence that makes that `NONE`
+//! durable ([`Logs::nlog_release`]). The state word shares its cache line
+//! with the content, and a line reaches the media in 8-byte pieces: had the
+//! next operation claimed the entry while the old state was still the
+//! durable one, a crash could leave the old operation's `LOGGED` or
+//! `N_COMPLETE` over a mix of both operations' content, and recovery would
+//! redo that mix.
 
 use super::layout::{
     Geometry, NI_BATCH, NI_LEVEL, NI_LIST, NI_NEW, NI_SLOT, NI_STATE, NL_INEDGES, NL_KIND,
     NL_LABEL, NL_LEVEL, NL_LISTS, NL_LIVE, NL_LIVE_BEFORE, NL_OLD, NL_SEQ, NL_SLOT, NL_STATE,
 };
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use vectide_storage::{Region, Site};
 
 pub const NONE: u64 = 0;
@@ -45,25 +55,37 @@ pub struct NEntry {
 /// The logs of one index.
 pub struct Logs {
     pub g: Geometry,
+    /// Per NLog entry: held by an operation, from its claim until the fence
+    /// that made its `NONE` durable (DRAM only; all clear at open).
+    busy: Box<[AtomicBool]>,
 }
 
 impl Logs {
     pub fn new(g: Geometry) -> Self {
-        Logs { g }
+        Logs {
+            g,
+            busy: (0..g.nlog_entries)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+        }
     }
 
-    /// Claims the lowest free NLog entry by CAS `NONE → LOGGING` (spins while
-    /// every entry is busy: more concurrent operations than entries).
+    /// Claims the lowest free NLog entry and stores `LOGGING` in it (spins
+    /// while every entry is busy: more concurrent operations than entries).
+    /// A free entry is durably `NONE` (see the module docs).
     pub fn nlog_claim(&self, meta: &Region) -> usize {
         let mut spins = 0u32;
         loop {
             for i in 0..self.g.nlog_entries {
-                let state = meta.u64_at(self.g.nlog_offset(i) + NL_STATE);
-                if state.load(Ordering::Relaxed) == NONE
-                    && state
-                        .compare_exchange(NONE, LOGGING, Ordering::AcqRel, Ordering::Relaxed)
+                let busy = &self.busy[i];
+                if !busy.load(Ordering::Relaxed)
+                    && busy
+                        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
                         .is_ok()
                 {
+                    let state = meta.u64_at(self.g.nlog_offset(i) + NL_STATE);
+                    debug_assert_eq!(state.load(Ordering::Acquire), NONE, "NLog entry {i}");
+                    state.store(LOGGING, Ordering::Release);
                     return i;
                 }
             }
@@ -74,6 +96,12 @@ impl Logs {
                 std::thread::yield_now();
             }
         }
+    }
+
+    /// Makes a claimed entry free again. Only after the fence that made the
+    /// entry's `NONE` durable.
+    pub fn nlog_release(&self, i: usize) {
+        self.busy[i].store(false, Ordering::Release);
     }
 
     // ---- NLog ----
@@ -90,7 +118,7 @@ impl Logs {
         meta.persist(site, off, 8);
     }
 
-    /// Stores a state without persisting it: `LOGGING → NONE` on release,
+    /// Stores a state without persisting it: `LOGGING → NONE` in recovery,
     /// and `LOGGED`, whose durability the later `N_COMPLETE` subsumes (see
     /// the module docs of `phnsw`).
     pub fn nlog_store_state(&self, meta: &Region, i: usize, state: u64) {

@@ -32,8 +32,19 @@
 //!   and redone by recovery. A reader then never finds a label whose node is
 //!   not yet reachable, which makes upserts atomic from the reader's view.
 //! - **`LOGGING` is not persisted.** Recovery treats `LOGGING` exactly like
-//!   `NONE`, so the claim is a DRAM-visible CAS only; persisting it would be
-//!   a fence no reader of the media can observe.
+//!   `NONE`, so the claim is a DRAM-side CAS only; persisting it would be a
+//!   fence no reader of the media can observe.
+//! - **NLog entries are claimed by a DRAM flag** and released only after the
+//!   fence that makes their `NONE` durable. The paper's claim is a CAS on the
+//!   state word, which frees an entry as soon as `NONE` is stored: another
+//!   thread could then write its content into the entry while the old
+//!   operation's `LOGGED` / `N_COMPLETE` was still the durable state, and a
+//!   crash could leave that state over a mix of both contents (a line reaches
+//!   persistent memory in 8-byte pieces), which recovery would redo.
+//! - **Allocation words** (next slot, upper next) move by CAS, and only once
+//!   their file holds the room: a word beyond its file (stored by one thread
+//!   before it grew the file, then persisted by another's fence, or left by a
+//!   SIGKILL) would make the index fail to open.
 //! - **Deletes and upserts** are logged in the NLog too (kinds `DELETE`,
 //!   `UPSERT`); the paper covers inserts only. Deleted nodes stay as
 //!   tombstones (the paper's delete flag).
@@ -42,6 +53,22 @@
 //! - **Live count.** Each NLog entry carries a counter; an operation sets its
 //!   entry's counter to `before ± 1` (the `before` value is in the log, so
 //!   the redo is idempotent); `len()` sums the counters.
+//! - **Sequence numbers** (the paper has none; `VectorIndex` does). Each
+//!   node records the number of its write, and an upsert (delete) that is
+//!   not newer than (older than) its label's node is skipped as a replay.
+//!   The durable word is a low watermark: with concurrent writers, nodes
+//!   numbered above it survive a crash (operations recovery completed, or
+//!   that finished while a lower number was in flight). A caller's next
+//!   numbers come from the watermark (a database replays its log after it;
+//!   `vectide.Index` counts up from it), so they may repeat those numbers
+//!   for new operations. Numbers recorded before an open therefore count
+//!   only up to the watermark of that open (`PHnsw::recorded_seq`; the nodes
+//!   are the slots allocated before the open), and a replayed record whose
+//!   effect survived is applied again, which in log order is harmless.
+//!   Every writer that acknowledges persists the durable word itself before
+//!   its last fence (unless a completed fence already covered its value):
+//!   the word another writer raised is not durable until that writer
+//!   fences.
 
 mod builder;
 pub mod check;
@@ -52,6 +79,8 @@ mod labels;
 pub mod layout;
 mod log;
 mod recovery;
+#[cfg(test)]
+mod tests;
 mod update;
 
 pub use engine::{Breakdown, PHnsw, PHnswParams};

@@ -4,7 +4,8 @@
 //! a delete must change two words in different cache lines — the node's
 //! delete flag and the label map bucket — plus the live counter, so it needs
 //! a redo record to be atomic): content → fence; `LOGGED` → fence; flag
-//! `DELETED`, bucket tombstone, counter → fence; `NONE` → fence.
+//! `DELETED`, bucket tombstone, counter → fence; `NONE` → fence; then the
+//! entry is free for another operation.
 //!
 //! The deleted node stays in the graph as a tombstone: searches walk through
 //! it and never return it, so the graph stays navigable. Reclaiming
@@ -39,7 +40,7 @@ impl PHnsw {
             let Some(slot) = self.labels.get(&self.graph, label) else {
                 continue;
             };
-            if self.graph.seq(slot) > seq {
+            if self.recorded_seq(slot) > seq {
                 continue; // replay of a delete older than the write
             }
             let i = self.logs.nlog_claim(&self.meta);
@@ -60,13 +61,19 @@ impl PHnsw {
             self.meta.fence(F_DEL_LOGGED);
             self.apply_delete(i, &e);
             self.logs.nlog_set_state(&self.meta, i, NONE, S_DEL_DONE);
-            if k + 1 == ids.len() {
+            let w = (k + 1 == ids.len()).then(|| {
                 // The batch ends here: its sequence number is made durable
                 // by this delete's final fence.
                 drop(guard.take());
-                self.store_durable_seq(self.seqs.watermark());
-            }
+                let w = self.seqs.watermark();
+                self.store_durable_seq(w);
+                w
+            });
             self.meta.fence(F_DEL_DONE);
+            self.logs.nlog_release(i);
+            if let Some(w) = w {
+                self.durable_seq_fenced(w);
+            }
             removed += 1;
         }
         drop(guard);

@@ -1,0 +1,203 @@
+//! Unit tests of the sequence-number rules, each pinning one interleaving of
+//! concurrent writers that the crash harnesses reach only by chance.
+
+use super::layout::M_DURABLE_SEQ;
+use super::{PHnsw, PHnswParams};
+use crate::params::HnswParams;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use vectide_core::{Metric, VectorIndex};
+use vectide_storage::{PersistMode, SimConfig, SimMedia};
+
+fn params() -> PHnswParams {
+    PHnswParams {
+        hnsw: HnswParams {
+            m: 4,
+            ef_construction: 16,
+            threads: Some(1),
+            ..HnswParams::default()
+        },
+        nlog_entries: 4,
+        nlist_entries: 16,
+        initial_capacity: 16,
+    }
+}
+
+fn v(x: f32) -> Vec<f32> {
+    vec![x, 1.0 - x, 0.5 * x, 2.0]
+}
+
+/// Three writers, a crash: op 4 was in flight (discarded), op 5 (upsert of
+/// label 1) and op 6 (upsert of label 2) had finished, so the durable
+/// watermark stayed at 3 while nodes numbered 5 and 6 survived. A client
+/// that numbers its next operations from `durable_seq()` (as `vectide.Index`
+/// does) sends 4, 5, 6 again: they are new operations, not replays.
+#[test]
+fn numbers_above_the_durable_watermark_do_not_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = PHnsw::create(dir.path(), 4, Metric::L2, params(), PersistMode::Msync).unwrap();
+    idx.insert(1, &[1, 2, 3], &[v(0.1), v(0.2), v(0.3)].concat())
+        .unwrap();
+    idx.insert(5, &[1], &v(0.5)).unwrap();
+    idx.insert(6, &[2], &v(0.6)).unwrap();
+    // The watermark the crash left: op 4 never finished.
+    idx.meta.u64_at(M_DURABLE_SEQ).store(3, Ordering::Release);
+    drop(idx);
+
+    let idx = PHnsw::open(dir.path(), PersistMode::Msync, None).unwrap();
+    assert_eq!(idx.durable_seq(), 3);
+    // The client's next numbers: 4, 5, 6.
+    idx.insert(4, &[1], &v(0.7)).unwrap();
+    assert_eq!(
+        idx.delete(5, &[2]).unwrap(),
+        1,
+        "a delete numbered 5 after the reopen is not older than the write numbered 6 before it"
+    );
+    assert_eq!(
+        idx.get(1).unwrap(),
+        v(0.7),
+        "an upsert numbered 4 after the reopen replaces the node numbered 5 before it"
+    );
+    assert!(!idx.contains(2));
+    // Within one open, numbers keep their meaning: an older replay is
+    // skipped.
+    idx.insert(3, &[1], &v(0.9)).unwrap();
+    assert_eq!(idx.get(1).unwrap(), v(0.7));
+    assert_eq!(idx.delete(2, &[1]).unwrap(), 0);
+    // Numbers at or below the watermark still mean what they did: a replay
+    // of op 1 does not bring back label 2 or undo label 3.
+    idx.insert(1, &[3], &v(0.95)).unwrap();
+    assert_eq!(idx.get(3).unwrap(), v(0.3));
+    assert!(idx.check().is_empty(), "{:?}", idx.check());
+}
+
+/// Two writers finish together: B has raised the durable word to 7 and not
+/// yet persisted it when A, whose operation 7 covers too, asks for it. A
+/// acknowledges after its own fence, so that fence must carry the word.
+#[test]
+fn a_writer_does_not_rely_on_another_writers_unfenced_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Arc::new(SimMedia::new(SimConfig::default()));
+    let idx = PHnsw::create_on(dir.path(), 4, Metric::L2, params(), sim.clone()).unwrap();
+    idx.insert(1, &[1], &v(0.1)).unwrap();
+    // Writer B, between its fetch_max and its persist.
+    idx.meta
+        .u64_at(M_DURABLE_SEQ)
+        .fetch_max(7, Ordering::AcqRel);
+    // Writer A's end of operation: what `insert_logged` does after its
+    // NLog `NONE`.
+    idx.store_durable_seq(7);
+    idx.meta.fence(super::builder::F_DONE);
+    // A acknowledges: the watermark that covers it must survive a crash
+    // now, whatever becomes of the lines still pending.
+    for _ in 0..32 {
+        let img = sim.image_now();
+        let meta = img
+            .regions
+            .iter()
+            .find(|r| r.name == super::layout::META_FILE)
+            .unwrap();
+        let word = u64::from_le_bytes(
+            meta.bytes[M_DURABLE_SEQ..M_DURABLE_SEQ + 8]
+                .try_into()
+                .unwrap(),
+        );
+        assert_eq!(word, 7, "the durable word A's acknowledgement relies on");
+    }
+    // Once a fence made 7 durable, a writer that needs no more skips the
+    // persist.
+    idx.durable_seq_fenced(7);
+    assert!(!idx.store_durable_seq(6));
+    assert!(!idx.store_durable_seq(7));
+    assert!(idx.store_durable_seq(8));
+}
+
+/// Writers whose inserts grow the node and upper-list files, watched by a
+/// thread that reads the allocation words the way an open after a crash
+/// does (a SIGKILL keeps every store): a word must never name room beyond
+/// its file, or the index no longer opens.
+#[test]
+fn allocation_words_never_pass_the_end_of_their_files() {
+    use super::layout::{M_NEXT_SLOT, M_UPPER_NEXT};
+    use std::sync::atomic::AtomicBool;
+    let dir = tempfile::tempdir().unwrap();
+    let idx = PHnsw::create(dir.path(), 4, Metric::L2, params(), PersistMode::Pmem).unwrap();
+    let done = AtomicBool::new(false);
+    let seen = std::thread::scope(|s| {
+        let monitor = s.spawn(|| {
+            let mut bad = Vec::new();
+            while !done.load(Ordering::Acquire) && bad.len() < 4 {
+                let next = idx.meta.u64_at(M_NEXT_SLOT).load(Ordering::Acquire) as usize;
+                let upper = idx.meta.u64_at(M_UPPER_NEXT).load(Ordering::Acquire) as usize;
+                let (cap, len) = (idx.graph.capacity(), idx.graph.upper.len());
+                if next > cap {
+                    bad.push(format!("next slot {next} beyond {cap} node blocks"));
+                }
+                if upper > len {
+                    bad.push(format!("upper word {upper} beyond {len} bytes"));
+                }
+            }
+            bad
+        });
+        let writers: Vec<_> = (0..3u64)
+            .map(|t| {
+                let idx = &idx;
+                s.spawn(move || {
+                    for i in 0..1500u64 {
+                        let label = t * 1_000_000 + i;
+                        idx.insert(label + 1, &[label], &v((i % 97) as f32 / 97.0 + t as f32))
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        done.store(true, Ordering::Release);
+        monitor.join().unwrap()
+    });
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(idx.len(), 4500);
+}
+
+/// Writer A ends an operation: its NLog entry's `NONE` is stored and
+/// persisted, its fence not yet done, so the durable state is still the
+/// operation's own (`LOGGED` here). Writer B claims an entry meanwhile. Had
+/// it taken A's, its content would share the cache line with A's durable
+/// `LOGGED`, and a crash could leave A's state over a mix of both contents,
+/// which recovery would redo.
+#[test]
+fn an_nlog_entry_is_not_reused_before_its_release_is_durable() {
+    use super::log::{NEntry, KIND_DELETE, LOGGED, NONE};
+    use vectide_storage::Site;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Arc::new(SimMedia::new(SimConfig::default()));
+    let idx = PHnsw::create_on(dir.path(), 4, Metric::L2, params(), sim).unwrap();
+    let (logs, meta) = (&idx.logs, &idx.meta);
+    let site = Site("test");
+    // Writer A: a whole logged operation up to its last fence.
+    let a = logs.nlog_claim(meta);
+    let e = NEntry {
+        kind: KIND_DELETE,
+        level: 0,
+        slot: 0,
+        label: 7,
+        seq: 1,
+        old: Some(0),
+        live_before: 0,
+        lists: Vec::new(),
+    };
+    logs.nlog_write(meta, a, &e, site);
+    meta.fence(site);
+    logs.nlog_set_state(meta, a, LOGGED, site);
+    meta.fence(site);
+    logs.nlog_set_state(meta, a, NONE, site);
+    // Writer B, before A's fence.
+    let b = logs.nlog_claim(meta);
+    assert_ne!(a, b, "entry {a} claimed again before its NONE was durable");
+    // A's fence, then its release: the entry is free again.
+    meta.fence(site);
+    logs.nlog_release(a);
+    assert_eq!(logs.nlog_claim(meta), a);
+}
