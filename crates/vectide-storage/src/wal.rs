@@ -438,4 +438,54 @@ mod tests {
         let (_, r) = Wal::open(&p).unwrap();
         assert_eq!(r.len(), 3);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// Fuzz of the log parser: any damage to a log's bytes is read
+        /// without a panic, as a prefix of the records written; a cut is
+        /// always a torn tail, and damage inside a record that has a record
+        /// after it is always found as damage.
+        #[test]
+        fn damaged_logs_read_as_a_prefix_and_damage_is_told_from_a_torn_tail(
+            payloads in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 1..40), 1..12),
+            at in 0.0f64..1.0,
+            kind in 0u8..3,
+            garbage in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let mut bytes = header_bytes().to_vec();
+            let mut starts = Vec::new();
+            for p in &payloads {
+                starts.push(bytes.len());
+                frame(p, &mut bytes);
+            }
+            let clean_len = bytes.len();
+            let pos = HEADER + ((clean_len - HEADER) as f64 * at) as usize;
+            match kind {
+                0 => bytes[pos.min(clean_len - 1)] ^= 0x81,
+                1 => bytes.truncate(pos),
+                _ => bytes.extend_from_slice(&garbage),
+            }
+            let s = scan(Path::new("fuzz"), &bytes).unwrap();
+            let got: Vec<&[u8]> = s.payloads(&bytes).collect();
+            proptest::prop_assert!(got.len() <= payloads.len());
+            for (g, p) in got.iter().zip(&payloads) {
+                proptest::prop_assert_eq!(*g, &p[..]);
+            }
+            if kind == 2 {
+                // Bytes after the last record never hide a record.
+                proptest::prop_assert_eq!(got.len(), payloads.len());
+            }
+            if kind == 1 {
+                // A cut never leaves a valid record after the bad bytes.
+                proptest::prop_assert!(s.is_clean_or_torn());
+            }
+            if kind == 0 {
+                let hit = starts.iter().rposition(|&st| st <= pos).unwrap();
+                proptest::prop_assert_eq!(got.len(), hit);
+                if hit + 1 < payloads.len() {
+                    proptest::prop_assert!(!s.is_clean_or_torn(), "damage before record {} of {}", hit + 1, payloads.len());
+                }
+            }
+        }
+    }
 }
