@@ -157,6 +157,26 @@ def test_vectide_client_matches_the_embedded_api(server):
         c.get_collection("e")
 
 
+def test_search_params_map_to_the_engines_knobs(server):
+    u = server.url
+    assert _http("PUT", u + "/collections/k", {"vectors": {"size": 4, "distance": "Euclid"}})[0] == 200
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((200, 4)).astype(np.float32)
+    pts = [{"id": i, "vector": X[i].tolist()} for i in range(200)]
+    assert _http("PUT", u + "/collections/k/points?wait=true", {"points": pts})[0] == 200
+    q = X[7].tolist()
+    exact = sorted(range(200), key=lambda i: float(((X[i] - X[7]) ** 2).sum()))[:5]
+    for params in ({"exact": True}, {"hnsw_ef": 50}, {"vectide": {"ef": 50}}):
+        code, doc = _http("POST", u + "/collections/k/points/query", {"query": q, "limit": 5, "params": params})
+        assert code == 200, doc
+        got = [p["id"] for p in doc["result"]["points"]]
+        assert got[0] == 7 and (params != {"exact": True} or got == exact), (params, got)
+    code, doc = _http("POST", u + "/collections/k/points/query", {"query": q, "params": {"vectide": {"nprobe": 4}}})
+    assert code == 400 and "it takes: ef" in doc["status"]["error"], doc
+    code, doc = _http("POST", u + "/collections/k/points/query", {"query": q, "params": {"vectide": {"ef": 0}}})
+    assert code == 400 and "ef" in doc["status"]["error"], doc
+
+
 def test_bad_input_gets_json_4xx_and_changes_nothing(server):
     u = server.url
     assert _http("PUT", u + "/collections/c", {"vectors": {"size": 3, "distance": "Cosine"}})[0] == 200

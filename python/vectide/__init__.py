@@ -18,6 +18,8 @@ __all__ = [
     "DatabaseLockedError",
     "Client",
     "LIMITS",
+    "engines",
+    "DEFAULT_ENGINE",
 ]
 
 MISSING_ID = 2**64 - 1
@@ -27,7 +29,16 @@ MISSING_ID = 2**64 - 1
 def __getattr__(name: str):
     # The extension is imported on first use so that the pure-Python parts
     # (``python -m vectide.datasets``) work before the native build exists.
-    if name in ("Index", "CorruptIndexError", "__version__", "simd_isa", "DatabaseLockedError", "LIMITS"):
+    if name in (
+        "Index",
+        "CorruptIndexError",
+        "__version__",
+        "simd_isa",
+        "DatabaseLockedError",
+        "LIMITS",
+        "engines",
+        "DEFAULT_ENGINE",
+    ):
         from . import _vectide
 
         return getattr(_vectide, name)

@@ -12,13 +12,23 @@ LIMITS: dict[str, Union[int, float]]
 """The documented bounds of sizes (``vectide_core::limits``): ``MAX_K``
 (100,000: ``k``, ``limit``, ``offset + limit``), ``MAX_BATCH_RESULTS``
 (2**24: ``nq * k`` of one call), ``MAX_EF`` (100,000), ``MAX_DIM`` (65,536),
-``MIN_M``/``MAX_M`` (2/256), ``MAX_THREADS`` (256), p-hnsw's
-``MAX_NLOG_ENTRIES`` (4096), ``MAX_NLIST_ENTRIES`` (65,536),
+``MIN_M``/``MAX_M`` (2/256), ``MAX_THREADS`` (256), the NLog and NlistLog
+sizes ``MAX_NLOG_ENTRIES`` (4096), ``MAX_NLIST_ENTRIES`` (65,536),
 ``MAX_INITIAL_CAPACITY`` (2**24 rows) and ``MAX_INITIAL_BYTES`` (64 GiB),
 ``MAX_SNAPSHOT_EVERY``, ``MAX_WAL_BUFFER`` (1 GiB), ``MAX_CHECKPOINT_SECONDS``
 (one year), ``JSON_INT_MIN``/``JSON_INT_MAX`` (payload integers). An integer
 argument beyond its bound is a ``ValueError``; a non-integer (bool, float,
 str, None where not optional) a ``TypeError``."""
+
+DEFAULT_ENGINE: str
+"""The engine an ``Index`` or a collection gets when none is named."""
+
+def engines() -> list[dict[str, Any]]:
+    """The registered engines, from the native registry: for each, ``name``,
+    ``summary``, ``persistence``, ``in_directory``, ``knobs`` (search
+    knobs it takes), ``primary_knob`` and ``params`` (``name``, ``type`` with
+    its range, ``default``, ``doc``, ``source`` of the default). Engine names
+    and parameters are documented there, not here."""
 
 _Ids = Union[npt.ArrayLike, Iterable[int]]
 _Path = Union[str, "PathLike[str]"]
@@ -29,35 +39,34 @@ class CorruptIndexError(ValueError):
 class Index:
     """An approximate nearest-neighbour index over float32 vectors.
 
-    ``Index(dim, metric="cosine", engine="hnsw", **params)``; for ``hnsw`` the
-    params are ``m`` (16; 2..=256), ``ef_construction`` (200; 1..=100,000),
-    ``ef_search`` (64; 1..=100,000), ``seed``, ``consolidate_fraction`` (0.05),
-    ``repair_alpha`` (1.0) and ``threads`` (default: all cores; 1..=256).
-    ``dim`` is 1..=65,536. Out-of-range values are a ``ValueError`` naming
-    the parameter and its range (see ``LIMITS``).
+    ``Index(dim, metric="cosine", engine=DEFAULT_ENGINE, **params)``: the
+    engines and their parameters (types, ranges, defaults) are listed by
+    ``vectide.engines()``. ``dim`` is 1..=65,536. An unknown engine or
+    parameter, or a value out of its range, is a ``ValueError`` naming the
+    known ones or the range (see ``LIMITS``).
     """
 
     def __init__(
         self,
         dim: int,
         metric: str = "cosine",
-        engine: str = "hnsw",
+        engine: Optional[str] = None,
         path: Optional[_Path] = None,
         **params: Any,
     ) -> None:
-        """Durable engines ("p-hnsw", "hnsw-snap", "hnsw-wal") live in the
-        directory `path`: an index there is opened and recovered, else one is
-        created. p-hnsw takes persist="pmem" (default) or "msync"."""
+        """Engines whose ``in_directory`` is true (see ``engines()``) live in
+        the directory `path`: an index there is opened and recovered, else
+        one is created."""
     def flush(self) -> None:
         """Makes everything applied so far durable."""
     @property
     def durable_seq(self) -> int: ...
     def recovery(self) -> Optional[dict[str, Any]]:
-        """p-hnsw: what the last open's recovery did; None otherwise."""
+        """What the last open's recovery did, for engines that report it; None otherwise."""
     def breakdown(self) -> Optional[dict[str, float]]:
-        """p-hnsw: insert thread-seconds by phase (search, update, logging)."""
+        """Insert thread-seconds by phase (search, update, logging), for engines that report it."""
     def check(self) -> list[str]:
-        """p-hnsw: structural violations (empty when sound)."""
+        """Structural violations (empty when sound); ValueError for engines without a checker."""
     def add(self, ids: _Ids, vectors: npt.ArrayLike) -> None:
         """Adds vectors (n x dim, float32/float64, C or F order); an existing id is replaced.
 
@@ -69,6 +78,7 @@ class Index:
         k: int = 10,
         ef: Optional[int] = None,
         filter: Optional[_Ids] = None,
+        **knobs: int,
     ) -> Tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
         """k nearest neighbours of each query row, closest first: (ids[nq,k], distances[nq,k]).
 
@@ -77,7 +87,9 @@ class Index:
         ``k`` is 1..=100,000 and ``ef`` 1..=100,000 (else ValueError; a
         non-integer is a TypeError); ``nq * k`` is at most 2**24 per call
         (a larger batch is a ValueError: split it). Memory is allocated by
-        the result arrays only, never by ``k`` beyond them.
+        the result arrays only, never by ``k`` beyond them. ``knobs`` are the
+        engine's other search knobs (``engines()[i]["knobs"]``); one the
+        engine does not take is a ValueError naming the ones it does.
         """
     def delete(self, ids: _Ids) -> int:
         """Deletes ids (absent ones are ignored); returns how many were removed."""

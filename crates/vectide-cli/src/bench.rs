@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use vectide_core::{Neighbor, SearchParams, VectorIndex};
+use vectide_core::{Neighbor, SearchParams};
 use vectide_engines::{AnyIndex, ParamValue, Params};
 
 const DEFAULT_EFS: &str = "10,16,24,32,48,64,96,128,192,256,384,512";
@@ -116,12 +116,12 @@ fn engine_name(spec: &str) -> String {
 fn build(ds: &Dataset, engine: &str, args: &BenchArgs) -> Result<(AnyIndex, f64), String> {
     let mut params = Params::new();
     params.insert("threads".into(), ParamValue::Int(args.threads as i64));
-    if engine == "hnsw" {
-        params.insert("m".into(), ParamValue::Int(args.m as i64));
-        params.insert(
-            "ef_construction".into(),
-            ParamValue::Int(args.ef_construction as i64),
-        );
+    // `--m` and `--ef-construction` go to engines whose schema has them.
+    let desc = vectide_engines::descriptor(engine).map_err(|e| e.to_string())?;
+    for (name, value) in [("m", args.m), ("ef_construction", args.ef_construction)] {
+        if desc.param(name).is_some() && !desc.persistence.in_directory() {
+            params.insert(name.into(), ParamValue::Int(value as i64));
+        }
     }
     let metric = ds.metric()?;
     let index =
@@ -252,7 +252,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             .map(|&t| (format!("{t}"), qps_at_recall(&pts, t)))
             .collect();
         let fmt = |v: &Option<f64>| v.map_or("-".to_string(), |q| format!("{q:.0}"));
-        let stats = index.stats();
+        let stats = index.stats().map_err(|e| e.to_string())?;
         println!(
             "{:<16} {:>9.1} {:>10.1} {:>12} {:>12} {:>12}",
             spec,

@@ -71,7 +71,8 @@ pub struct ImportArgs {
     pub file: String,
     #[arg(long, default_value = "cosine")]
     pub metric: String,
-    #[arg(long, default_value = "hnsw")]
+    /// The engine (`vectide engines` lists them).
+    #[arg(long, default_value = vectide_engines::DEFAULT_ENGINE)]
     pub engine: String,
     /// Rows per upsert (1..=1000000).
     #[arg(long, default_value_t = 1000)]

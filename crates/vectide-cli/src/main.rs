@@ -34,6 +34,12 @@ struct Cli {
 enum Command {
     /// Recall/QPS sweep of native engines on an ann-benchmarks dataset.
     Bench(bench::BenchArgs),
+    /// List the registered engines with their parameters and search knobs.
+    Engines {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check an index file or directory and print its header and counts.
     Inspect {
         /// An index file written by `save`, or the directory of a durable
@@ -71,6 +77,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(&args),
+        Command::Engines { json } => engines(json),
         Command::Inspect { path, json } => inspect(&path, json),
         Command::CrashTest(args) => match crash::run(&args) {
             Ok(true) => Ok(()),
@@ -132,32 +139,89 @@ pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// `vectide engines`: the registry, engine by engine.
+fn engines(json: bool) -> Result<(), String> {
+    use serde_json::json;
+    let all: Vec<serde_json::Value> = vectide_engines::REGISTRY
+        .iter()
+        .map(|d| {
+            json!({
+                "name": d.name,
+                "summary": d.summary,
+                "persistence": d.persistence.name(),
+                "knobs": d.knobs.iter().map(|k| k.name()).collect::<Vec<_>>(),
+                "primary_knob": d.primary_knob.map(|k| k.name()),
+                "params": d.params.iter().map(|p| json!({
+                    "name": p.name, "type": p.kind.to_string(), "default": p.default,
+                    "doc": p.doc, "source": p.source,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    if json {
+        println!("{}", serde_json::Value::Array(all));
+        return Ok(());
+    }
+    for d in vectide_engines::REGISTRY {
+        let knobs: Vec<&str> = d.knobs.iter().map(|k| k.name()).collect();
+        println!("{} — {}", d.name, d.summary);
+        println!(
+            "  persistence: {}; search knobs: {}",
+            d.persistence,
+            if knobs.is_empty() {
+                "none (exact)".to_string()
+            } else {
+                knobs.join(", ")
+            }
+        );
+        for p in d.params {
+            println!(
+                "  {:<22} {:<28} default {:<10} {} [{}]",
+                p.name,
+                p.kind.to_string(),
+                if p.default.is_empty() { "-" } else { p.default },
+                p.doc,
+                p.source
+            );
+        }
+        println!();
+    }
+    Ok(())
+}
+
 /// `vectide open-probe`: open + first query, timed from `main`.
 fn open_probe(path: &std::path::Path, persist: &str) -> Result<(), String> {
-    use vectide_core::{SearchParams, VectorIndex};
+    use vectide_core::SearchParams;
     let t0 = std::time::Instant::now();
-    let mode = vectide_storage::PersistMode::parse(persist).map_err(|e| e.to_string())?;
-    let idx = if vectide_engines::engine_at(path) == Some("p-hnsw") {
-        vectide_engines::AnyIndex::PHnsw(
-            vectide_hnsw::phnsw::PHnsw::open(path, mode, None).map_err(|e| e.to_string())?,
-        )
-    } else {
-        vectide_engines::load(path, None).map_err(|e| e.to_string())?
-    };
+    let found = vectide_engines::engine_at(path).map_err(|e| e.to_string())?;
+    // Engines with a `persist` parameter open on the media asked for.
+    let mut params = vectide_engines::Params::new();
+    if found.is_some_and(|d| d.open_params.contains(&"persist")) {
+        params.insert(
+            "persist".into(),
+            vectide_engines::ParamValue::Str(persist.to_string()),
+        );
+    }
+    let idx = vectide_engines::open(path, &params).map_err(|e| e.to_string())?;
     let opened = t0.elapsed();
     let q = vec![1.0f32; idx.dim()];
     let hits = idx
         .search(&q, 10, &SearchParams::default(), None)
         .map_err(|e| e.to_string())?;
     let answered = t0.elapsed();
-    let recovery = idx.as_phnsw().map(|p| {
-        let r = p.recovery_report();
-        serde_json::json!({
-            "lists_undone": r.lists_undone, "discarded": r.discarded,
-            "redone_logged": r.redone_logged, "redone_complete": r.redone_complete,
-            "deletes_redone": r.deletes_redone, "micros": r.micros,
+    // What recovery did, for engines that report it (`recovery.*` figures).
+    let stats = idx.stats().map_err(|e| e.to_string())?;
+    let recovery: serde_json::Map<String, serde_json::Value> = stats
+        .extra
+        .iter()
+        .filter_map(|(k, v)| {
+            Some((
+                k.strip_prefix("recovery.")?.to_string(),
+                serde_json::json!(*v as u64),
+            ))
         })
-    });
+        .collect();
+    let recovery = (!recovery.is_empty()).then_some(recovery);
     println!(
         "{}",
         serde_json::json!({

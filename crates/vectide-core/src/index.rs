@@ -1,30 +1,78 @@
 //! The [`VectorIndex`] trait: the one contract every engine implements.
 
+use crate::engine::{EngineDescriptor, Knob};
 use crate::error::Result;
 use crate::heap::Neighbor;
 use crate::metric::Metric;
+use crate::params::Params;
 use crate::seq::Seq;
+use std::path::Path;
 
 /// A predicate on external ids, evaluated during the traversal: only ids for
 /// which it returns `true` may appear in the results.
 pub type Filter<'a> = &'a (dyn Fn(u64) -> bool + Sync);
 
-/// Per-query knobs. Fields an engine does not use are ignored by it.
+/// Progress callback of long batch calls: rows done so far.
+pub type Progress<'a> = &'a (dyn Fn(usize) + Sync);
+
+/// Per-query knobs. An engine declares the knobs it takes
+/// ([`crate::engine::EngineDescriptor::knobs`]); front ends build these with
+/// [`SearchParams::set`] through the descriptor, so a knob an engine does not
+/// take is an error before a query runs. An engine ignores fields it does
+/// not take.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SearchParams {
-    /// Size of the dynamic candidate list of graph searches (HNSW's `ef`,
-    /// Vamana's `L`). `None` uses the engine's default; it is raised to `k`.
+    /// Candidate-list size of graph searches (HNSW's `ef`, Vamana's `L`).
+    /// `None` uses the engine's default; it is raised to `k`.
     pub ef: Option<usize>,
+    /// Reads issued per hop of a disk beam search.
+    pub beam_width: Option<usize>,
+    /// Postings or partitions probed.
+    pub nprobe: Option<usize>,
+    /// Candidates re-ranked with full-precision vectors.
+    pub rerank: Option<usize>,
+    /// Asks a database for an exact answer (Qdrant's `exact: true`): it
+    /// scans its live points through [`VectorIndex::distances`]. Engines do
+    /// not read it; an exact engine (`flat`) is exact anyway.
+    pub exact: bool,
 }
 
 impl SearchParams {
     pub fn with_ef(ef: usize) -> Self {
-        SearchParams { ef: Some(ef) }
+        SearchParams {
+            ef: Some(ef),
+            ..SearchParams::default()
+        }
+    }
+
+    /// The value of a knob, if set.
+    pub fn get(&self, knob: Knob) -> Option<usize> {
+        match knob {
+            Knob::Ef => self.ef,
+            Knob::BeamWidth => self.beam_width,
+            Knob::Nprobe => self.nprobe,
+            Knob::Rerank => self.rerank,
+        }
+    }
+
+    /// Sets a knob after checking its range (`1..=knob.max()`).
+    pub fn set(&mut self, knob: Knob, value: usize) -> Result<()> {
+        crate::limits::check_range(knob.name(), value, 1, knob.max())?;
+        let slot = match knob {
+            Knob::Ef => &mut self.ef,
+            Knob::BeamWidth => &mut self.beam_width,
+            Knob::Nprobe => &mut self.nprobe,
+            Knob::Rerank => &mut self.rerank,
+        };
+        *slot = Some(value);
+        Ok(())
     }
 }
 
-/// Counters and sizes an engine reports.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Counters and sizes an engine reports. The common fields mean the same for
+/// every engine (zero where they do not apply); `extra` holds named figures
+/// of one engine.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct IndexStats {
     /// Live (searchable) vectors.
     pub live: usize,
@@ -32,15 +80,28 @@ pub struct IndexStats {
     pub slots_used: usize,
     /// Slots allocated (used, free or never used).
     pub capacity: usize,
-    /// Deleted vectors whose slots are not reclaimed yet.
+    /// Deleted vectors whose space is not reclaimed yet.
     pub pending_deletes: usize,
     /// Bytes of memory held by the index structures (approximate).
     pub memory_bytes: usize,
+    /// Bytes the index occupies on disk (its files; 0 for volatile engines).
+    pub disk_bytes: u64,
+    /// Reads from disk or remote memory since the index was opened.
+    pub reads: u64,
+    /// Bytes those reads brought in.
+    pub bytes_read: u64,
+    /// Round trips to a remote memory node.
+    pub round_trips: u64,
+    /// Background jobs queued or running (consolidations, merges, splits).
+    pub pending_background: usize,
     /// Delete consolidations run so far.
     pub consolidations: u64,
+    /// Engine-specific figures, by name.
+    pub extra: Vec<(String, f64)>,
 }
 
-/// An approximate nearest-neighbour index over `f32` vectors.
+/// An approximate (or exact) nearest-neighbour index over `f32` vectors:
+/// the one contract every engine implements.
 ///
 /// ## Sequence numbers
 /// Every mutating call carries a caller-supplied operation sequence number.
@@ -50,14 +111,52 @@ pub struct IndexStats {
 /// twice is harmless: an insert whose sequence number is not newer than the one
 /// already recorded for its id is skipped, and deleting an absent id is a no-op.
 /// A database WAL can therefore replay every record after `durable_seq()`.
+///
+/// ## Reads that can fail
+/// `get`, `contains`, `stats` return `Result`: a disk or remote engine does
+/// I/O there. `len` does not: every engine keeps its live count in memory.
 pub trait VectorIndex: Send + Sync {
+    /// What the engine is (name, schema, knobs, persistence class).
+    fn descriptor(&self) -> &'static EngineDescriptor;
+    /// The engine's registry name.
+    fn engine(&self) -> &'static str {
+        self.descriptor().name
+    }
+    /// The parameters in effect, by name (the descriptor's schema).
+    fn params(&self) -> Params;
     /// Vector dimension.
     fn dim(&self) -> usize;
     /// Distance metric.
     fn metric(&self) -> Metric;
+    /// Worker threads of batch calls.
+    fn threads(&self) -> usize;
+    /// The values the engine uses for knobs a query leaves unset (e.g.
+    /// `ef` = the `ef_search` parameter).
+    fn search_defaults(&self) -> SearchParams {
+        SearchParams::default()
+    }
+    /// The engine's worker pool, on which batch calls run (`None`: the
+    /// caller's thread, or rayon's global pool).
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        None
+    }
     /// Inserts a batch (row-major `ids.len() x dim`); an existing id is replaced
     /// (upsert). The batch is validated first: on error nothing changes.
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()>;
+    /// [`VectorIndex::insert`], reporting rows done to `progress`.
+    fn insert_with_progress(
+        &self,
+        seq: Seq,
+        ids: &[u64],
+        vectors: &[f32],
+        progress: Option<Progress<'_>>,
+    ) -> Result<()> {
+        self.insert(seq, ids, vectors)?;
+        if let Some(p) = progress {
+            p(ids.len());
+        }
+        Ok(())
+    }
     /// Deletes ids; absent ids are ignored. Returns how many were removed.
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize>;
     /// Writes the `k` nearest live neighbours of `query` (closest first) into
@@ -83,6 +182,38 @@ pub trait VectorIndex: Send + Sync {
         self.search_into(query, k, params, filter, &mut out)?;
         Ok(out)
     }
+    /// Searches many row-major queries. The default runs one query at a time
+    /// on the engine's pool; engines that batch (tiling queries against
+    /// vectors, loading partitions once per batch) override it.
+    fn search_batch(
+        &self,
+        queries: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<Filter<'_>>,
+    ) -> Result<Vec<Vec<Neighbor>>> {
+        use rayon::prelude::*;
+        let dim = self.dim();
+        if dim == 0 || !queries.len().is_multiple_of(dim) {
+            return Err(crate::Error::DimensionMismatch {
+                expected: dim,
+                got: queries.len() % dim.max(1),
+            });
+        }
+        let run = || {
+            queries
+                .par_chunks(dim)
+                .map_init(Vec::new, |out, q| {
+                    self.search_into(q, k, params, filter, out)?;
+                    Ok(out.clone())
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        match self.pool() {
+            Some(pool) => pool.install(run),
+            None => run(),
+        }
+    }
     /// Exact distances from `query` to the live ids among `ids` (absent ids
     /// are skipped), appended to `out` in the order of `ids`. Used for exact
     /// search over a small candidate set (e.g. a selective payload filter).
@@ -92,29 +223,72 @@ pub trait VectorIndex: Send + Sync {
         let mut buf = Vec::new();
         let q = crate::validate::prepare_query(self.dim(), self.metric(), query, &mut buf)?;
         let dist = self.metric().distance_fn();
-        out.extend(
-            ids.iter()
-                .filter_map(|&id| self.get(id).map(|v| Neighbor::new(id, dist(q, &v)))),
-        );
+        for &id in ids {
+            if let Some(v) = self.get(id)? {
+                out.push(Neighbor::new(id, dist(q, &v)));
+            }
+        }
         Ok(())
     }
     /// The stored vector of an id (normalised under cosine).
-    fn get(&self, id: u64) -> Option<Vec<f32>>;
+    fn get(&self, id: u64) -> Result<Option<Vec<f32>>>;
     /// Whether the id is live.
-    fn contains(&self, id: u64) -> bool;
+    fn contains(&self, id: u64) -> Result<bool>;
     /// Number of live vectors.
     fn len(&self) -> usize;
     /// Whether the index holds no live vector.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Makes everything applied so far durable (a no-op for volatile engines
-    /// without a path).
+    /// Makes everything applied so far durable (a no-op for volatile engines).
     fn flush(&self) -> Result<()>;
     /// The durability low watermark (see the trait docs).
     fn durable_seq(&self) -> Seq;
     /// Sizes and counters.
-    fn stats(&self) -> IndexStats;
+    fn stats(&self) -> Result<IndexStats>;
+    /// Runs the maintenance that is due or pending (delete consolidation,
+    /// merges, splits) and returns when none is in flight.
+    fn maintain(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Writes a volatile index to a file (atomically), which the
+    /// descriptor's `open` reads back. Engines that live in a directory are
+    /// durable on their own: for them this is an error naming `flush`.
+    fn save(&self, path: &Path) -> Result<()> {
+        Err(crate::Error::invalid(format!(
+            "a {} index lives in its directory and is durable on its own; \
+             save({}) does not apply (use flush() to force durability)",
+            self.engine(),
+            path.display()
+        )))
+    }
+    /// Stops background work and makes everything durable (the default:
+    /// [`VectorIndex::flush`]). Calls after `close` may fail.
+    fn close(&self) -> Result<()> {
+        self.flush()
+    }
+    /// A full structural check of the index; returns the violations found
+    /// (empty when sound). Engines without a checker return an error.
+    fn check_structure(&self) -> Result<Vec<String>> {
+        Err(crate::Error::invalid(format!(
+            "a structural check is not implemented for engine {:?}",
+            self.engine()
+        )))
+    }
+    /// The engine as `Any`, for tools of its own crate (crash tests,
+    /// inspectors) that need the concrete type.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+impl std::fmt::Debug for dyn VectorIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VectorIndex")
+            .field("engine", &self.engine())
+            .field("dim", &self.dim())
+            .field("metric", &self.metric())
+            .field("len", &self.len())
+            .finish()
+    }
 }
 
 #[cfg(test)]
@@ -124,7 +298,33 @@ mod tests {
     /// An index of one point, to exercise the trait's default methods.
     struct One;
 
+    static ONE: EngineDescriptor = EngineDescriptor {
+        name: "one",
+        summary: "a test index of one point",
+        persistence: crate::engine::Persistence::Volatile,
+        params: &[],
+        open_params: &[],
+        knobs: &[],
+        primary_knob: None,
+        create: |_, _, _| Ok(Box::new(One)),
+        open: |_, _| Ok(Box::new(One)),
+        detect: |_| false,
+        inspect: |_| Ok(Vec::new()),
+    };
+
     impl VectorIndex for One {
+        fn descriptor(&self) -> &'static EngineDescriptor {
+            &ONE
+        }
+        fn params(&self) -> Params {
+            Params::new()
+        }
+        fn threads(&self) -> usize {
+            1
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
         fn dim(&self) -> usize {
             2
         }
@@ -149,11 +349,11 @@ mod tests {
             out.extend([Neighbor::new(7, 0.5)].into_iter().take(k));
             Ok(())
         }
-        fn get(&self, _: u64) -> Option<Vec<f32>> {
-            None
+        fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
+            Ok((id == 7).then(|| vec![1.0, 0.0]))
         }
-        fn contains(&self, id: u64) -> bool {
-            id == 7
+        fn contains(&self, id: u64) -> Result<bool> {
+            Ok(id == 7)
         }
         fn len(&self) -> usize {
             1
@@ -164,8 +364,8 @@ mod tests {
         fn durable_seq(&self) -> Seq {
             0
         }
-        fn stats(&self) -> IndexStats {
-            IndexStats::default()
+        fn stats(&self) -> Result<IndexStats> {
+            Ok(IndexStats::default())
         }
     }
 
@@ -177,5 +377,32 @@ mod tests {
             .unwrap();
         assert_eq!(got, vec![Neighbor::new(7, 0.5)]);
         assert!(got.capacity() < 64);
+    }
+
+    #[test]
+    fn defaults_batch_search_distances_and_save() {
+        let got = One
+            .search_batch(&[0.0, 0.0, 1.0, 1.0], 3, &SearchParams::default(), None)
+            .unwrap();
+        assert_eq!(got, vec![vec![Neighbor::new(7, 0.5)]; 2]);
+        assert!(One
+            .search_batch(&[0.0, 0.0, 1.0], 3, &SearchParams::default(), None)
+            .is_err());
+        let mut out = Vec::new();
+        One.distances(&[1.0, 1.0], &[3, 7, 9], &mut out).unwrap();
+        assert_eq!(out, vec![Neighbor::new(7, 1.0)]);
+        let e = One.save(Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("use flush()"), "{e}");
+    }
+
+    #[test]
+    fn knobs_are_bounded() {
+        let mut p = SearchParams::default();
+        p.set(Knob::Nprobe, 64).unwrap();
+        assert_eq!(p.get(Knob::Nprobe), Some(64));
+        assert_eq!(p.get(Knob::Ef), None);
+        assert!(p.set(Knob::Ef, 0).is_err());
+        let e = p.set(Knob::BeamWidth, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("beam_width"), "{e}");
     }
 }

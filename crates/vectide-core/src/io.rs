@@ -5,6 +5,17 @@ use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+/// Whether the file at `path` starts with `magic` (false when it cannot be
+/// read or is shorter). Reads only the first bytes.
+pub fn file_starts_with(path: &Path, magic: &[u8]) -> bool {
+    use std::io::Read;
+    let mut buf = vec![0u8; magic.len()];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok()
+        && buf == magic
+}
+
 /// Writes a file atomically: `write` fills a temp file beside `path`, which is
 /// fsynced and renamed over `path`; the directory is fsynced so the rename
 /// survives a crash. On any error the old file (if any) is untouched and the

@@ -12,20 +12,24 @@
 //! insert and searched by inner product) and `-dot` for [`Metric::Ip`].
 
 pub mod distance;
+pub mod engine;
 pub mod error;
 pub mod heap;
 pub mod index;
 pub mod io;
 pub mod limits;
 pub mod metric;
+pub mod params;
 pub mod seq;
 pub mod validate;
 pub mod visited;
 
+pub use engine::{EngineDescriptor, Knob, Persistence};
 pub use error::{Error, Result};
 pub use heap::{Neighbor, TopK};
-pub use index::{Filter, IndexStats, SearchParams, VectorIndex};
+pub use index::{Filter, IndexStats, Progress, SearchParams, VectorIndex};
 pub use metric::Metric;
+pub use params::{ParamKind, ParamSpec, ParamValue, Params, ParamsExt};
 pub use seq::{Seq, SeqTracker};
 pub use visited::{VisitedPool, VisitedSet};
 

@@ -12,6 +12,9 @@
 //! | `k`, `limit`, `offset + limit` | `1..=`[`MAX_K`] | one result list |
 //! | `nq × k` of a dense batch answer | `..=`[`MAX_BATCH_RESULTS`] | Python `(nq, k)` arrays, HTTP query batches |
 //! | `ef`, `ef_search`, `hnsw_ef`, `ef_construction` | `1..=`[`MAX_EF`] | candidate lists |
+//! | `beam_width` (search knob) | `1..=`[`MAX_BEAM_WIDTH`] | reads per hop |
+//! | `nprobe` (search knob) | `1..=`[`MAX_NPROBE`] | postings or partitions probed |
+//! | `rerank` (search knob) | `1..=`[`MAX_EF`] | candidates re-ranked |
 //! | `dim` (vector size) | `1..=`[`MAX_DIM`] | rows of the engines |
 //! | `m` | [`MIN_M`]`..=`[`MAX_M`] | graph degree (`2m` on layer 0) |
 //! | `threads` | `1..=`[`MAX_THREADS`] | worker pools are spawned eagerly |
@@ -38,6 +41,12 @@ pub const MAX_BATCH_RESULTS: usize = 1 << 24;
 
 /// Largest candidate-list size (`ef`, `ef_search`, `hnsw_ef`, `ef_construction`).
 pub const MAX_EF: usize = 100_000;
+
+/// Largest beam width (`beam_width` search knob: reads issued per hop).
+pub const MAX_BEAM_WIDTH: usize = 128;
+
+/// Largest number of postings or partitions probed (`nprobe` search knob).
+pub const MAX_NPROBE: usize = 1 << 20;
 
 /// Largest vector dimension.
 pub const MAX_DIM: usize = 65_536;

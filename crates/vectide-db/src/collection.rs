@@ -35,8 +35,8 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use vectide_core::{Metric, Neighbor, SearchParams, Seq, VectorIndex};
-use vectide_engines::{AnyIndex, ParamValue, Params};
+use vectide_core::{Metric, Neighbor, SearchParams, Seq};
+use vectide_engines::{AnyIndex, ParamValue, Params, Persistence};
 
 /// How a collection is built (kept in the catalog).
 #[derive(Debug, Clone, PartialEq)]
@@ -338,7 +338,9 @@ fn engine_params(config: &CollectionConfig, dir: &Path, threads: Option<usize>) 
     if let Some(ParamValue::Int(t)) = p.get_mut("threads") {
         *t = (*t).clamp(1, vectide_core::limits::MAX_THREADS as i64);
     }
-    if vectide_engines::DURABLE_ENGINES.contains(&config.engine.as_str()) {
+    let in_dir =
+        vectide_engines::descriptor(&config.engine).is_ok_and(|d| d.persistence.in_directory());
+    if in_dir {
         p.insert(
             "path".into(),
             ParamValue::Str(dir.join(INDEX_DIR).display().to_string()),
@@ -365,26 +367,7 @@ impl Collection {
                 "collections place their engine themselves: do not pass path",
             ));
         }
-        let mut p = config.params.clone();
-        match config.engine.as_str() {
-            "p-hnsw" => {
-                p.insert("path".into(), ParamValue::Str(String::new()));
-                vectide_engines::phnsw_params(&p)?;
-                vectide_engines::persist_param(&p)?;
-            }
-            "hnsw-snap" | "hnsw-wal" => {
-                p.insert("path".into(), ParamValue::Str(String::new()));
-                let kind = if config.engine == "hnsw-snap" {
-                    vectide_hnsw::baselines::BaselineKind::Snap
-                } else {
-                    vectide_hnsw::baselines::BaselineKind::Wal
-                };
-                vectide_engines::baseline_params(kind, &p)?;
-            }
-            other => {
-                vectide_engines::create(other, config.dim, config.metric, &p)?;
-            }
-        }
+        vectide_engines::validate(&config.engine, config.dim, &config.params)?;
         Ok(())
     }
 
@@ -399,7 +382,8 @@ impl Collection {
         std::fs::create_dir_all(dir).map_err(|e| DbError::io_at(dir, e))?;
         let params = engine_params(&config, dir, opts.threads);
         let snapshot = dir.join(INDEX_FILE);
-        let engine = if config.engine == "hnsw" && snapshot.exists() {
+        let desc = vectide_engines::descriptor(&config.engine)?;
+        let engine = if desc.persistence == Persistence::Volatile && snapshot.exists() {
             let e = vectide_engines::load(&snapshot, opts.threads)?;
             if e.dim() != config.dim || e.metric() != config.metric {
                 return Err(DbError::corrupted(format!(
@@ -489,11 +473,14 @@ impl Collection {
         // (each applies every operation, the engine first). A difference
         // means an engine or store file lost or changed data.
         if !opts.repair {
-            let missing = store.iter().filter(|(&id, _)| !engine.contains(id)).count();
-            let stale = store
-                .assigned()
-                .filter(|&id| store.get(id).is_none() && engine.contains(id))
-                .count();
+            let mut missing = 0;
+            for (&id, _) in store.iter() {
+                missing += usize::from(!engine.contains(id)?);
+            }
+            let mut stale = 0;
+            for id in store.assigned() {
+                stale += usize::from(store.get(id).is_none() && engine.contains(id)?);
+            }
             if missing > 0 || stale > 0 {
                 return Err(DbError::corrupted(format!(
                     "{}: the engine and the point store disagree ({missing} of the store's {} points have no vector, {stale} deleted points still have one): a file of the engine or the store is damaged; `vectide repair` deletes the points that lost their vector",
@@ -798,23 +785,30 @@ impl Collection {
     }
 
     /// Points by id, in the order asked; unknown ids give `None`.
-    pub fn get(&self, ids: &[ExtId], with_vector: bool) -> Vec<Option<Record>> {
+    pub fn get(&self, ids: &[ExtId], with_vector: bool) -> Result<Vec<Option<Record>>> {
         let store = self.store.read();
-        ids.iter()
-            .map(|e| {
-                let i = store.internal(e)?;
-                let p = store.get(i)?;
-                Some(Record {
-                    id: p.ext.clone(),
-                    payload: p.payload.clone(),
-                    vector: if with_vector {
-                        self.engine.get(i)
-                    } else {
-                        None
-                    },
-                })
-            })
-            .collect()
+        let mut out = Vec::with_capacity(ids.len());
+        for e in ids {
+            let Some((i, p)) = store.internal(e).and_then(|i| Some((i, store.get(i)?))) else {
+                out.push(None);
+                continue;
+            };
+            out.push(Some(Record {
+                id: p.ext.clone(),
+                payload: p.payload.clone(),
+                vector: self.vector_of(i, with_vector)?,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// The engine's vector of a point when asked for.
+    fn vector_of(&self, i: u64, with_vector: bool) -> Result<Option<Vec<f32>>> {
+        Ok(if with_vector {
+            self.engine.get(i)?
+        } else {
+            None
+        })
     }
 
     /// Points matching a filter (all without one).
@@ -833,7 +827,7 @@ impl Collection {
         offset: Option<&ExtId>,
         limit: usize,
         with_vector: bool,
-    ) -> (Vec<Record>, Option<ExtId>) {
+    ) -> Result<(Vec<Record>, Option<ExtId>)> {
         let store = self.store.read();
         let mut all: Vec<(&ExtId, u64, &Point)> = store
             .iter()
@@ -846,17 +840,15 @@ impl Collection {
         let page = all
             .into_iter()
             .take(limit)
-            .map(|(e, i, p)| Record {
-                id: e.clone(),
-                payload: p.payload.clone(),
-                vector: if with_vector {
-                    self.engine.get(i)
-                } else {
-                    None
-                },
+            .map(|(e, i, p)| {
+                Ok(Record {
+                    id: e.clone(),
+                    payload: p.payload.clone(),
+                    vector: self.vector_of(i, with_vector)?,
+                })
             })
-            .collect();
-        (page, next)
+            .collect::<Result<Vec<_>>>()?;
+        Ok((page, next))
     }
 
     /// The `k` nearest points to `query` that pass `filter`.
@@ -887,6 +879,10 @@ impl Collection {
         let store = self.store.read();
         let filter = filter.filter(|f| !f.is_trivial());
         let found: Vec<(u64, f32)> = match filter {
+            None if params.exact => {
+                let all: Vec<u64> = store.iter().map(|(&i, _)| i).collect();
+                self.exact(query, k, &all)?
+            }
             None => self
                 .engine
                 .search(query, k, params, None)?
@@ -909,7 +905,7 @@ impl Collection {
                         hits * n / sampled
                     }
                 };
-                if estimate <= self.opts.exact_max {
+                if params.exact || estimate <= self.opts.exact_max {
                     let matches: Vec<u64> = match store.index_candidates(f) {
                         Some((c, true)) => c,
                         Some((c, false)) => c
@@ -925,33 +921,34 @@ impl Collection {
                     self.exact(query, k, &matches)?
                 } else {
                     let sel = (estimate as f64 / n as f64).clamp(1e-6, 1.0);
-                    let base = params.ef.unwrap_or(self.engine.default_ef()).max(k);
-                    let ef = ((k as f64 / sel).ceil() as usize).max(base).min(4096);
+                    // Engines with a candidate list widen it by the
+                    // filter's selectivity (others take the knobs as given).
+                    let mut widened = params.clone();
+                    if let Some(base) = params.ef.or(self.engine.search_defaults().ef) {
+                        let ef = (k as f64 / sel).ceil() as usize;
+                        widened.ef = Some(ef.max(base.max(k)).min(4096));
+                    }
                     let pred = |i: u64| store.get(i).is_some_and(|p| f.eval(&p.ext, &p.payload));
                     self.engine
-                        .search(query, k, &SearchParams::with_ef(ef), Some(&pred))?
+                        .search(query, k, &widened, Some(&pred))?
                         .into_iter()
                         .map(|n| (n.id, n.distance))
                         .collect()
                 }
             }
         };
-        Ok(found
-            .into_iter()
-            .filter_map(|(i, d)| {
-                let p = store.get(i)?;
-                Some(Hit {
+        let mut hits = Vec::with_capacity(found.len());
+        for (i, d) in found {
+            if let Some(p) = store.get(i) {
+                hits.push(Hit {
                     id: p.ext.clone(),
                     distance: d,
                     payload: with_payload.then(|| p.payload.clone()),
-                    vector: if with_vector {
-                        self.engine.get(i)
-                    } else {
-                        None
-                    },
-                })
-            })
-            .collect())
+                    vector: self.vector_of(i, with_vector)?,
+                });
+            }
+        }
+        Ok(hits)
     }
 
     /// Exact top-k among `ids` by the engine's distance.
@@ -990,7 +987,7 @@ impl Collection {
     /// checkpoint due (see [`Options::checkpoint_bytes`]).
     pub fn checkpoint_threshold(&self) -> u64 {
         let o = &self.opts;
-        let index = self.engine.stats().memory_bytes as f64 * o.checkpoint_ratio;
+        let index = self.engine.stats().map_or(0, |s| s.memory_bytes) as f64 * o.checkpoint_ratio;
         let cap = o.checkpoint_bytes.max(1);
         (index as u64).clamp(o.checkpoint_min_bytes.min(cap), cap)
     }
@@ -1004,7 +1001,7 @@ impl Collection {
     /// WAL segments both cover. Writers wait while it runs.
     pub fn checkpoint(&self) -> Result<()> {
         let turn = self.turn.lock();
-        if self.config.engine == "hnsw" {
+        if self.engine.descriptor().persistence == Persistence::Volatile {
             self.engine.save(&self.dir.join(INDEX_FILE))?;
         } else {
             self.engine.flush()?;
@@ -1029,15 +1026,18 @@ impl Collection {
     pub fn remove_orphans(&self) -> Result<(Vec<ExtId>, usize)> {
         let (orphans, stale): (Vec<ExtId>, Vec<u64>) = {
             let store = self.store.read();
-            let orphans = store
-                .iter()
-                .filter(|(&id, _)| !self.engine.contains(id))
-                .map(|(_, p)| p.ext.clone())
-                .collect();
-            let stale = store
-                .assigned()
-                .filter(|&id| store.get(id).is_none() && self.engine.contains(id))
-                .collect();
+            let mut orphans = Vec::new();
+            for (&id, p) in store.iter() {
+                if !self.engine.contains(id)? {
+                    orphans.push(p.ext.clone());
+                }
+            }
+            let mut stale = Vec::new();
+            for id in store.assigned() {
+                if store.get(id).is_none() && self.engine.contains(id)? {
+                    stale.push(id);
+                }
+            }
             (orphans, stale)
         };
         if !orphans.is_empty() {
@@ -1061,7 +1061,7 @@ impl Collection {
     }
 
     /// The engine's size counters.
-    pub fn stats(&self) -> vectide_core::IndexStats {
-        self.engine.stats()
+    pub fn stats(&self) -> Result<vectide_core::IndexStats> {
+        Ok(self.engine.stats()?)
     }
 }

@@ -124,14 +124,16 @@ fn damage_in_an_earlier_segment_is_an_error_and_repair_salvages_the_prefix() {
     let db = Database::open(dir.path(), opts()).unwrap();
     let c = db.collection("docs").unwrap();
     assert_eq!(c.len(), kept - 20);
-    let got = c.get(
-        &[
-            ExtId::Num(0),
-            ExtId::Num(kept as u64 - 1),
-            ExtId::Num(kept as u64),
-        ],
-        true,
-    );
+    let got = c
+        .get(
+            &[
+                ExtId::Num(0),
+                ExtId::Num(kept as u64 - 1),
+                ExtId::Num(kept as u64),
+            ],
+            true,
+        )
+        .unwrap();
     assert!(got[0].is_none());
     assert_eq!(
         got[1].as_ref().unwrap().vector.as_deref(),

@@ -108,10 +108,12 @@ fn collections_round_trip_through_crash_replay_and_checkpoint() {
         assert_eq!(c.len(), 376, "{engine}");
         assert_eq!(c.last_seq(), last);
         assert_eq!(c.count(Some(&paris)), 0);
-        let got = c.get(
-            &[key.clone(), uuid.clone(), ExtId::Num(0), ExtId::Num(3)],
-            true,
-        );
+        let got = c
+            .get(
+                &[key.clone(), uuid.clone(), ExtId::Num(0), ExtId::Num(3)],
+                true,
+            )
+            .unwrap();
         assert_eq!(got[0].as_ref().unwrap().payload, json!({"tag": "x"}));
         assert_eq!(
             got[1].as_ref().unwrap().vector.as_deref(),
@@ -137,12 +139,15 @@ fn collections_round_trip_through_crash_replay_and_checkpoint() {
         let c = db.collection("docs").unwrap();
         assert_eq!(c.len(), 377, "id 1 (deleted with Paris) is back");
         assert_eq!(
-            c.get(&[ExtId::Num(1)], false)[0].as_ref().unwrap().payload,
+            c.get(&[ExtId::Num(1)], false).unwrap()[0]
+                .as_ref()
+                .unwrap()
+                .payload,
             json!({"late": true})
         );
-        let (page, next) = c.scroll(None, None, 10, false);
+        let (page, next) = c.scroll(None, None, 10, false).unwrap();
         assert_eq!(page.len(), 10);
-        let (page2, _) = c.scroll(None, next.as_ref(), 10, false);
+        let (page2, _) = c.scroll(None, next.as_ref(), 10, false).unwrap();
         assert!(page2[0].id > page[9].id, "scroll pages are ordered by id");
         assert!(db.delete_collection("docs").unwrap());
         assert!(matches!(

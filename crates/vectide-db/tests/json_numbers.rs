@@ -90,7 +90,7 @@ fn payload_numbers_round_trip_through_wal_and_store() {
     }])
     .unwrap();
     let get = |c: &vectide_db::Collection| {
-        c.get(&[ExtId::Num(1)], false)[0]
+        c.get(&[ExtId::Num(1)], false).unwrap()[0]
             .as_ref()
             .unwrap()
             .payload

@@ -14,11 +14,16 @@
 //! Both live in a directory: `baseline.vtdb` (the manifest: engine, metric,
 //! dimension, parameters), `snapshot.vtdx` and, for `hnsw-wal`, `wal.log`.
 
-use crate::{Hnsw, HnswParams};
+use crate::{descriptor, Hnsw, HnswParams};
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use vectide_core::engine::{PATH, THREADS};
 use vectide_core::io::{atomic_write, ByteReader};
+use vectide_core::{
+    limits, EngineDescriptor, Knob, ParamKind, ParamSpec, ParamValue, Params, ParamsExt,
+    Persistence,
+};
 use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
 };
@@ -405,6 +410,47 @@ impl Baseline {
 }
 
 impl VectorIndex for Baseline {
+    fn descriptor(&self) -> &'static vectide_core::EngineDescriptor {
+        match self.kind {
+            BaselineKind::Snap => &HNSW_SNAP,
+            BaselineKind::Wal => &HNSW_WAL,
+        }
+    }
+
+    fn params(&self) -> vectide_core::Params {
+        let mut out = descriptor::graph_params_out(&self.params.hnsw, self.inner.threads());
+        // The manifest keeps the graph's build parameters, not the repair ones.
+        for k in ["consolidate_fraction", "repair_alpha"] {
+            out.remove(k);
+        }
+        out.insert(
+            "path".into(),
+            ParamValue::Str(self.dir.display().to_string()),
+        );
+        let int = |v: usize| ParamValue::Int(i64::try_from(v).unwrap_or(i64::MAX));
+        out.insert("snapshot_every".into(), int(self.params.snapshot_every));
+        if self.kind == BaselineKind::Wal {
+            out.insert("wal_buffer".into(), int(self.params.wal_buffer));
+        }
+        out
+    }
+
+    fn threads(&self) -> usize {
+        self.inner.threads()
+    }
+
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        VectorIndex::pool(&self.inner)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn search_defaults(&self) -> SearchParams {
+        SearchParams::with_ef(self.params.hnsw.ef_search)
+    }
+
     fn dim(&self) -> usize {
         self.inner.dim()
     }
@@ -442,11 +488,11 @@ impl VectorIndex for Baseline {
         self.inner.distances(query, ids, out)
     }
 
-    fn get(&self, id: u64) -> Option<Vec<f32>> {
+    fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
         self.inner.get(id)
     }
 
-    fn contains(&self, id: u64) -> bool {
+    fn contains(&self, id: u64) -> Result<bool> {
         self.inner.contains(id)
     }
 
@@ -471,9 +517,142 @@ impl VectorIndex for Baseline {
         self.durable.load(Ordering::Acquire)
     }
 
-    fn stats(&self) -> IndexStats {
-        self.inner.stats()
+    fn stats(&self) -> Result<IndexStats> {
+        let mut s = self.inner.stats()?;
+        s.disk_bytes = [MANIFEST_FILE, SNAPSHOT_FILE, WAL_FILE]
+            .iter()
+            .filter_map(|f| std::fs::metadata(self.dir.join(f)).ok())
+            .map(|m| m.len())
+            .sum();
+        Ok(s)
     }
+}
+
+// ---- registry descriptors ------------------------------------------------
+
+/// `snapshot_every` of both baselines.
+const SNAPSHOT_EVERY: ParamSpec = ParamSpec {
+    name: "snapshot_every",
+    kind: ParamKind::Int {
+        min: 0,
+        max: limits::MAX_SNAPSHOT_EVERY as i64,
+    },
+    default: "100000 (hnsw-snap), 0 (hnsw-wal)",
+    doc: "rows inserted between two snapshots (0: never)",
+    source: "P-HNSW paper §6.1 (the snapshot baseline)",
+};
+
+static SNAP_PARAMS: [ParamSpec; 7] = [
+    descriptor::M,
+    descriptor::EF_CONSTRUCTION,
+    descriptor::EF_SEARCH,
+    descriptor::SEED,
+    SNAPSHOT_EVERY,
+    PATH,
+    THREADS,
+];
+
+static WAL_PARAMS: [ParamSpec; 8] = [
+    descriptor::M,
+    descriptor::EF_CONSTRUCTION,
+    descriptor::EF_SEARCH,
+    descriptor::SEED,
+    SNAPSHOT_EVERY,
+    ParamSpec {
+        name: "wal_buffer",
+        kind: ParamKind::Int {
+            min: 0,
+            max: limits::MAX_WAL_BUFFER as i64,
+        },
+        default: "1048576",
+        doc: "bytes written between two fdatasyncs (0 acts as 1: sync every operation)",
+        source: "P-HNSW paper §6.1 (the WAL baseline's buffer)",
+    },
+    PATH,
+    THREADS,
+];
+
+/// Engine `hnsw-snap`: the paper's snapshot baseline.
+pub static HNSW_SNAP: EngineDescriptor = EngineDescriptor {
+    name: "hnsw-snap",
+    summary: "P-HNSW paper baseline: volatile HNSW saved in full every snapshot_every rows",
+    persistence: Persistence::DurableAtFlush,
+    params: &SNAP_PARAMS,
+    open_params: &["threads", "path"],
+    knobs: &[Knob::Ef],
+    primary_knob: Some(Knob::Ef),
+    create: |dim, metric, p| create_kind(BaselineKind::Snap, dim, metric, p),
+    open: open_any,
+    detect: |dir| detect_kind(BaselineKind::Snap, dir),
+    inspect: inspect_dir,
+};
+
+/// Engine `hnsw-wal`: the paper's WAL baseline.
+pub static HNSW_WAL: EngineDescriptor = EngineDescriptor {
+    name: "hnsw-wal",
+    summary: "P-HNSW paper baseline: volatile HNSW with a write-ahead log, replayed at open",
+    persistence: Persistence::DurableAtFlush,
+    params: &WAL_PARAMS,
+    open_params: &["threads", "path"],
+    knobs: &[Knob::Ef],
+    primary_knob: Some(Knob::Ef),
+    create: |dim, metric, p| create_kind(BaselineKind::Wal, dim, metric, p),
+    open: open_any,
+    detect: |dir| detect_kind(BaselineKind::Wal, dir),
+    inspect: inspect_dir,
+};
+
+/// [`BaselineParams`] from checked parameters.
+pub fn baseline_params(kind: BaselineKind, params: &Params) -> Result<BaselineParams> {
+    let d = BaselineParams::defaults(kind);
+    Ok(BaselineParams {
+        hnsw: descriptor::graph_params(params)?,
+        snapshot_every: params.usize("snapshot_every").unwrap_or(d.snapshot_every),
+        wal_buffer: params.usize("wal_buffer").unwrap_or(d.wal_buffer).max(1),
+    })
+}
+
+fn create_kind(
+    kind: BaselineKind,
+    dim: usize,
+    metric: Metric,
+    params: &Params,
+) -> Result<Box<dyn VectorIndex>> {
+    let p = baseline_params(kind, params)?;
+    let dir = params.string("path").map(PathBuf::from).ok_or_else(|| {
+        Error::invalid(format!(
+            "engine {:?} lives in a directory: pass path=DIR",
+            kind.name()
+        ))
+    })?;
+    Ok(Box::new(Baseline::create(&dir, kind, dim, metric, p)?))
+}
+
+fn open_any(dir: &Path, params: &Params) -> Result<Box<dyn VectorIndex>> {
+    Ok(Box::new(Baseline::open(dir, params.usize("threads"))?))
+}
+
+fn detect_kind(kind: BaselineKind, dir: &Path) -> bool {
+    dir.join(MANIFEST_FILE).is_file() && read_manifest(dir).is_ok_and(|(k, ..)| k == kind)
+}
+
+fn inspect_dir(dir: &Path) -> Result<Vec<(String, String)>> {
+    let (kind, dim, metric, p) = read_manifest(dir)?;
+    let size = |f: &str| {
+        std::fs::metadata(dir.join(f)).map_or("absent".to_string(), |m| m.len().to_string())
+    };
+    let rows = [
+        ("engine", kind.name().to_string()),
+        ("metric", metric.name().to_string()),
+        ("dim", dim.to_string()),
+        ("m", p.hnsw.m.to_string()),
+        ("ef_construction", p.hnsw.ef_construction.to_string()),
+        ("snapshot_every", p.snapshot_every.to_string()),
+        ("wal_buffer", p.wal_buffer.to_string()),
+        ("snapshot_bytes", size(SNAPSHOT_FILE)),
+        ("wal_bytes", size(WAL_FILE)),
+    ];
+    Ok(rows.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
 #[cfg(test)]
@@ -510,8 +689,11 @@ mod tests {
             102,
             "100 inserts and 2 deletes after the snapshot"
         );
-        assert_eq!(w.get(450).unwrap(), v[450 * dim..451 * dim].to_vec());
-        assert!(!w.contains(7));
+        assert_eq!(
+            w.get(450).unwrap().unwrap(),
+            v[450 * dim..451 * dim].to_vec()
+        );
+        assert!(!w.contains(7).unwrap());
 
         let mut p = BaselineParams::defaults(BaselineKind::Snap);
         p.snapshot_every = 200;

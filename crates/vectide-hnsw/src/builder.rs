@@ -15,7 +15,7 @@ use vectide_core::validate::{check_batch, copy_normalized};
 use vectide_core::{Error, Result, Seq};
 
 /// Called with the number of rows done so far (for progress bars).
-pub type Progress<'a> = &'a (dyn Fn(usize) + Sync);
+pub use vectide_core::Progress;
 
 /// HNSW's neighbour-selection heuristic: walks `cands` (sorted, closest
 /// first) and keeps a candidate only if no already kept node is closer to it

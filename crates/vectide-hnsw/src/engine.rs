@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::metric::DistanceFn;
 use vectide_core::seq::SeqTracker;
-use vectide_core::validate::check_vector;
 use vectide_core::visited::VisitedPool;
 use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
@@ -191,40 +190,6 @@ impl Hnsw {
         );
     }
 
-    /// Searches many queries (row-major) in parallel on the index's pool;
-    /// `out[i]` receives the results of query `i`.
-    pub fn search_batch(
-        &self,
-        queries: &[f32],
-        k: usize,
-        params: &SearchParams,
-        filter: Option<Filter<'_>>,
-    ) -> Result<Vec<Vec<Neighbor>>> {
-        use rayon::prelude::*;
-        if !queries.len().is_multiple_of(self.dim) {
-            return Err(Error::DimensionMismatch {
-                expected: self.dim,
-                got: queries.len() % self.dim,
-            });
-        }
-        for q in queries.chunks_exact(self.dim) {
-            check_vector(self.dim, self.metric, q)?;
-        }
-        let nq = queries.len() / self.dim;
-        if nq <= 1 {
-            return queries
-                .chunks_exact(self.dim)
-                .map(|q| self.search(q, k, params, filter))
-                .collect();
-        }
-        self.install(|| {
-            queries
-                .par_chunks_exact(self.dim)
-                .map(|q| self.search(q, k, params, filter))
-                .collect()
-        })
-    }
-
     /// Slots holding a live or not-yet-reclaimed vector.
     pub fn slots_used(&self) -> usize {
         let a = self.alloc.lock();
@@ -238,6 +203,30 @@ impl Hnsw {
 }
 
 impl VectorIndex for Hnsw {
+    fn descriptor(&self) -> &'static vectide_core::EngineDescriptor {
+        &crate::descriptor::HNSW
+    }
+
+    fn params(&self) -> vectide_core::Params {
+        crate::descriptor::graph_params_out(&self.params, Hnsw::threads(self))
+    }
+
+    fn threads(&self) -> usize {
+        Hnsw::threads(self)
+    }
+
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool.as_ref()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn search_defaults(&self) -> SearchParams {
+        SearchParams::with_ef(self.params.ef_search)
+    }
+
     fn dim(&self) -> usize {
         self.dim
     }
@@ -248,6 +237,25 @@ impl VectorIndex for Hnsw {
 
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
         self.insert_batch(seq, ids, vectors)
+    }
+
+    fn insert_with_progress(
+        &self,
+        seq: Seq,
+        ids: &[u64],
+        vectors: &[f32],
+        progress: Option<vectide_core::Progress<'_>>,
+    ) -> Result<()> {
+        Hnsw::insert_with_progress(self, seq, ids, vectors, progress)
+    }
+
+    fn save(&self, path: &std::path::Path) -> Result<()> {
+        Hnsw::save(self, path)
+    }
+
+    fn maintain(&self) -> Result<()> {
+        self.consolidate();
+        Ok(())
     }
 
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
@@ -291,14 +299,14 @@ impl VectorIndex for Hnsw {
         result
     }
 
-    fn get(&self, id: u64) -> Option<Vec<f32>> {
+    fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
         let store = self.store.read();
-        let slot = self.ids.lock().get(&id)?.slot;
-        Some(store.vector(slot).to_vec())
+        let slot = self.ids.lock().get(&id).map(|e| e.slot);
+        Ok(slot.map(|s| store.vector(s).to_vec()))
     }
 
-    fn contains(&self, id: u64) -> bool {
-        self.ids.lock().contains_key(&id)
+    fn contains(&self, id: u64) -> Result<bool> {
+        Ok(self.ids.lock().contains_key(&id))
     }
 
     fn len(&self) -> usize {
@@ -316,21 +324,22 @@ impl VectorIndex for Hnsw {
         self.durable.load(Ordering::Acquire)
     }
 
-    fn stats(&self) -> IndexStats {
+    fn stats(&self) -> Result<IndexStats> {
         // Lock order: `alloc` is never taken while holding `store`.
         let used = self.alloc.lock().next as usize;
         let slots_used = self.slots_used();
         let live = self.len();
         let store = self.store.read();
         let ids_bytes = self.ids.lock().capacity() * (std::mem::size_of::<(u64, IdEntry)>() + 1);
-        IndexStats {
+        Ok(IndexStats {
             live,
             slots_used,
             capacity: store.capacity,
             pending_deletes: self.pending.lock().len(),
             memory_bytes: store.memory_bytes(used) + ids_bytes,
             consolidations: self.consolidations.load(Ordering::Relaxed),
-        }
+            ..IndexStats::default()
+        })
     }
 }
 

@@ -45,6 +45,7 @@
 
 pub mod baselines;
 mod builder;
+pub mod descriptor;
 mod engine;
 mod graph;
 mod layout;
@@ -54,6 +55,7 @@ mod search;
 mod update;
 
 pub use builder::Progress;
+pub use descriptor::HNSW;
 pub use engine::Hnsw;
 pub use params::HnswParams;
 pub use persist::{inspect, FileInfo, FORMAT_VERSION};

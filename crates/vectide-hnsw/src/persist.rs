@@ -386,7 +386,7 @@ fn read_header(r: &mut ByteReader<'_>) -> Result<Header> {
 pub fn inspect(path: &Path) -> Result<FileInfo> {
     let bytes = std::fs::read(path).map_err(|e| Error::io_at(path, e))?;
     let idx = Hnsw::from_bytes(&bytes, Some(1))?;
-    let stats = idx.stats();
+    let stats = idx.stats()?;
     let entry = unpack_entry(idx.entry.load(Ordering::Acquire));
     let slots = idx.alloc.lock().next as usize;
     let crc_at = bytes.len() - END_MAGIC.len() - 4;

@@ -86,7 +86,7 @@ fn deletes_are_repaired_and_slots_reused() {
     let gone: Vec<u64> = points.iter().step_by(3).map(|p| p.0).collect();
     assert_eq!(idx.delete(2, &gone).unwrap(), gone.len());
     points.retain(|p| !gone.contains(&p.0));
-    let st = idx.stats();
+    let st = idx.stats().unwrap();
     assert_eq!(st.pending_deletes, 0, "consolidated");
     assert_eq!(st.slots_used, points.len(), "slots reclaimed");
     assert!(st.consolidations >= 1);
@@ -103,14 +103,14 @@ fn deletes_are_repaired_and_slots_reused() {
         "recall {before} -> {after}; fresh {reference}"
     );
     for id in &gone {
-        assert!(!idx.contains(*id));
+        assert!(!idx.contains(*id).unwrap());
     }
     // Re-insert them: reclaimed slots are used first.
     let back: Vec<&(u64, Vec<f32>)> = all.iter().filter(|p| gone.contains(&p.0)).collect();
     let vecs: Vec<f32> = back.iter().flat_map(|p| p.1.clone()).collect();
     idx.insert(3, &gone, &vecs).unwrap();
     let points = all;
-    let st = idx.stats();
+    let st = idx.stats().unwrap();
     assert_eq!(st.live, 5000);
     assert!(st.slots_used <= 5000, "no slot growth: {}", st.slots_used);
     let again = measure(&idx, &points, &queries, dim, 64);
@@ -142,7 +142,7 @@ fn upsert_replaces_the_vector_and_returns_the_id_once() {
     let new = vec![50.0f32; 8];
     idx.insert(2, &[id], &new).unwrap();
     assert_eq!(idx.len(), 1000);
-    assert_eq!(idx.get(id).unwrap(), new);
+    assert_eq!(idx.get(id).unwrap().unwrap(), new);
     let r = idx
         .search(&new, 10, &SearchParams::default(), None)
         .unwrap();
@@ -156,16 +156,20 @@ fn replay_of_an_older_operation_changes_nothing() {
     let idx = Hnsw::new(2, Metric::L2, HnswParams::default()).unwrap();
     idx.insert(5, &[1], &[1.0, 1.0]).unwrap();
     idx.insert(5, &[1], &[9.0, 9.0]).unwrap();
-    assert_eq!(idx.get(1).unwrap(), vec![1.0, 1.0], "same seq: skipped");
+    assert_eq!(
+        idx.get(1).unwrap().unwrap(),
+        vec![1.0, 1.0],
+        "same seq: skipped"
+    );
     assert_eq!(idx.delete(4, &[1]).unwrap(), 0, "older delete: skipped");
-    assert!(idx.contains(1));
+    assert!(idx.contains(1).unwrap());
     assert_eq!(idx.delete(6, &[1]).unwrap(), 1);
     assert_eq!(
         idx.delete(6, &[1]).unwrap(),
         0,
         "deleting twice is harmless"
     );
-    assert_eq!(idx.stats().slots_used, 0);
+    assert_eq!(idx.stats().unwrap().slots_used, 0);
 }
 
 #[test]
@@ -208,7 +212,7 @@ fn capacity_grows_across_many_batches() {
         idx.insert(b as u64 + 1, &ids, chunk).unwrap();
     }
     assert_eq!(idx.len(), 3000);
-    assert!(idx.stats().capacity >= 3000);
+    assert!(idx.stats().unwrap().capacity >= 3000);
     for i in (0..3000).step_by(97) {
         let v = &data[i * dim..(i + 1) * dim];
         let r = idx.search(v, 1, &SearchParams::with_ef(100), None).unwrap();
@@ -237,7 +241,7 @@ fn bad_input_is_rejected_and_changes_nothing() {
         );
     }
     assert_eq!(idx.len(), 1);
-    assert_eq!(idx.stats().slots_used, 1);
+    assert_eq!(idx.stats().unwrap().slots_used, 1);
     let p = SearchParams::default();
     assert!(idx.search(&[1.0, 0.0, 0.0], 0, &p, None).is_err(), "k = 0");
     assert!(idx.search(&[1.0, 0.0], 1, &p, None).is_err());
@@ -301,7 +305,7 @@ fn concurrent_inserts_deletes_and_searches() {
     // 2 writers x 20 batches x 100 ids, a quarter deleted.
     assert_eq!(idx.len(), 3000);
     idx.consolidate();
-    let st = idx.stats();
+    let st = idx.stats().unwrap();
     assert_eq!(st.slots_used, 3000);
     // Every live id is found by its own vector.
     let mut misses = 0;
@@ -309,7 +313,7 @@ fn concurrent_inserts_deletes_and_searches() {
         for t in 0..2u64 {
             for i in (1..100).step_by(4) {
                 let id = (b * 100 + i) * 2 + t;
-                let v = idx.get(id).expect("live");
+                let v = idx.get(id).unwrap().expect("live");
                 let r = idx.search(&v, 1, &SearchParams::with_ef(64), None).unwrap();
                 if r[0].distance != 0.0 {
                     misses += 1;
@@ -333,7 +337,7 @@ fn save_load_round_trip_and_corruption_detection() {
     let back = Hnsw::load(&path, None).unwrap();
     assert_eq!(back.len(), idx.len());
     assert_eq!(back.durable_seq(), 2);
-    assert_eq!(back.stats().pending_deletes, 2);
+    assert_eq!(back.stats().unwrap().pending_deletes, 2);
     let queries = clustered(50, dim, 20, 4);
     for q in queries.chunks_exact(dim) {
         let a = idx.search(q, 10, &SearchParams::default(), None).unwrap();
@@ -342,7 +346,7 @@ fn save_load_round_trip_and_corruption_detection() {
     }
     // A loaded index keeps working.
     back.insert(3, &[999_999], &vec![0.5; dim]).unwrap();
-    assert!(back.contains(999_999));
+    assert!(back.contains(999_999).unwrap());
 
     let good = std::fs::read(&path).unwrap();
     // Any flipped byte is caught (sample positions across the file).

@@ -97,19 +97,19 @@ fn check(metric: Metric, ops: Vec<Op>, threads: usize) -> Result<(), TestCaseErr
     idx.repair_reachability();
     let g = idx.check_graph();
     prop_assert_eq!(g.reachable, g.live, "unreachable after repair: {:?}", g);
-    let stats = idx.stats();
+    let stats = idx.stats().unwrap();
     prop_assert!(stats.slots_used <= stats.live + stats.pending_deletes);
     for id in 0..IDS {
         prop_assert_eq!(
-            idx.contains(id),
+            idx.contains(id).unwrap(),
             oracle.contains_key(&id),
             "contains({})",
             id
         );
         match oracle.get(&id) {
-            None => prop_assert!(idx.get(id).is_none()),
+            None => prop_assert!(idx.get(id).unwrap().is_none()),
             Some(v) => {
-                let got = idx.get(id).unwrap();
+                let got = idx.get(id).unwrap().unwrap();
                 // Stored vectors are normalised under cosine.
                 prop_assert!(
                     dist(metric, &got, v) <= 1e-5,

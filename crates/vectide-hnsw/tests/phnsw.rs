@@ -73,7 +73,7 @@ fn builds_searches_and_reopens_with_the_same_answers() {
         .chunks(dim)
         .map(|q| idx.search(q, 10, &SearchParams::default(), None).unwrap())
         .collect();
-    let grown = idx.stats().capacity;
+    let grown = idx.stats().unwrap().capacity;
     assert!(grown >= 3000, "the node file grew from 64 slots");
     drop(idx);
     let idx = PHnsw::open(dir.path(), PersistMode::Pmem, None).unwrap();
@@ -85,8 +85,8 @@ fn builds_searches_and_reopens_with_the_same_answers() {
         .map(|q| idx.search(q, 10, &SearchParams::default(), None).unwrap())
         .collect();
     assert_eq!(before, after);
-    assert!(idx.contains(17) && !idx.contains(3000));
-    let v = idx.get(17).unwrap();
+    assert!(idx.contains(17).unwrap() && !idx.contains(3000).unwrap());
+    let v = idx.get(17).unwrap().unwrap();
     let n = data[17 * dim..18 * dim]
         .iter()
         .map(|x| x * x)
@@ -112,7 +112,7 @@ fn upserts_deletes_and_replay_are_exact() {
     assert_eq!(idx.len(), 600);
     for i in 0..100 {
         assert_eq!(
-            idx.get(i).unwrap(),
+            idx.get(i).unwrap().unwrap(),
             newer[i as usize * dim..(i as usize + 1) * dim].to_vec()
         );
         let r = idx
@@ -127,7 +127,10 @@ fn upserts_deletes_and_replay_are_exact() {
     }
     // A replay of the older insert changes nothing.
     idx.insert(1, &ids[..100], &data[..100 * dim]).unwrap();
-    assert_eq!(idx.get(5).unwrap(), newer[5 * dim..6 * dim].to_vec());
+    assert_eq!(
+        idx.get(5).unwrap().unwrap(),
+        newer[5 * dim..6 * dim].to_vec()
+    );
     // Deletes: absent ids ignored, an old delete does not undo a newer write.
     assert_eq!(idx.delete(3, &[1, 2, 3, 9999]).unwrap(), 3);
     assert_eq!(
@@ -136,7 +139,7 @@ fn upserts_deletes_and_replay_are_exact() {
         "seq 1 is older than the upsert (seq 2)"
     );
     assert_eq!(idx.len(), 597);
-    assert!(!idx.contains(2));
+    assert!(!idx.contains(2).unwrap());
     let r = idx
         .search(
             &newer[2 * dim..3 * dim],
@@ -161,7 +164,7 @@ fn upserts_deletes_and_replay_are_exact() {
     drop(idx);
     let idx = PHnsw::open(dir.path(), PersistMode::Msync, None).unwrap();
     assert_eq!(idx.len(), 597);
-    assert!(!idx.contains(1) && idx.contains(4));
+    assert!(!idx.contains(1).unwrap() && idx.contains(4).unwrap());
     assert!(idx.check().is_empty());
 }
 
@@ -188,7 +191,10 @@ fn many_labels_rebuild_the_map_and_parallel_inserts_agree() {
     assert_eq!(idx.len(), n);
     assert!(idx.check().is_empty(), "{:?}", idx.check());
     for (i, &id) in ids.iter().enumerate().step_by(97) {
-        assert_eq!(idx.get(id).unwrap(), data[i * dim..(i + 1) * dim].to_vec());
+        assert_eq!(
+            idx.get(id).unwrap().unwrap(),
+            data[i * dim..(i + 1) * dim].to_vec()
+        );
     }
     let files: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()

@@ -300,7 +300,7 @@ impl PyCollection {
     fn get(&self, py: Python<'_>, ids_json: &str, with_vector: bool) -> PyResult<String> {
         let c = self.col()?;
         let ids = ids_from(ids_json)?;
-        let recs = py.detach(|| c.get(&ids, with_vector));
+        let recs = py.detach(|| c.get(&ids, with_vector)).map_err(to_py)?;
         let v: Vec<Value> = recs
             .into_iter()
             .map(|r| match r {
@@ -357,8 +357,9 @@ impl PyCollection {
         let offset = offset_json
             .map(|t| parse_json(t, "offset").and_then(|v| ExtId::from_json(&v).map_err(to_py)))
             .transpose()?;
-        let (page, next) =
-            py.detach(|| c.scroll(filter.as_ref(), offset.as_ref(), limit, with_vector));
+        let (page, next) = py
+            .detach(|| c.scroll(filter.as_ref(), offset.as_ref(), limit, with_vector))
+            .map_err(to_py)?;
         let points: Vec<Value> = page
             .into_iter()
             .map(|r| {

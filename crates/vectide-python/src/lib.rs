@@ -22,7 +22,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use vectide_core::{limits, Error, Metric, Neighbor, SearchParams, VectorIndex, RESERVED_ID};
+use vectide_core::{limits, Error, Metric, Neighbor, SearchParams, RESERVED_ID};
 mod db;
 
 use vectide_engines::{AnyIndex, ParamValue, Params};
@@ -331,9 +331,31 @@ struct PyIndex {
 }
 
 impl PyIndex {
+    /// The engine's named figures that start with `prefix`, without it
+    /// (`None` when it reports none); counts as integers when `ints`.
+    fn extra_group<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: &str,
+        ints: bool,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let stats = self.inner.stats().map_err(to_py)?;
+        let d = PyDict::new(py);
+        for (k, v) in &stats.extra {
+            if let Some(name) = k.strip_prefix(prefix) {
+                if ints {
+                    d.set_item(name, *v as u64)?;
+                } else {
+                    d.set_item(name, *v)?;
+                }
+            }
+        }
+        Ok((!d.is_empty()).then_some(d))
+    }
+
     fn wrap(inner: AnyIndex) -> Self {
         let seq = inner.durable_seq();
-        let ef = inner.default_ef();
+        let ef = inner.search_defaults().ef.unwrap_or(0);
         PyIndex {
             inner,
             seq: AtomicU64::new(seq),
@@ -348,23 +370,24 @@ impl PyIndex {
 
 #[pymethods]
 impl PyIndex {
-    /// Index(dim, metric="cosine", engine="hnsw", path=None, **params)
+    /// Index(dim, metric="cosine", engine=DEFAULT_ENGINE, path=None, **params)
     ///
-    /// Durable engines (`p-hnsw`, `hnsw-snap`, `hnsw-wal`) live in the
-    /// directory `path`: an existing index there is opened (and recovered),
-    /// else a new one is created.
+    /// Engines that live in a directory (`vectide.engines()`, `in_directory`)
+    /// take it as `path`: an existing index there is opened (and
+    /// recovered), else a new one is created.
     #[new]
-    #[pyo3(signature = (dim, metric="cosine", engine="hnsw", path=None, **params))]
+    #[pyo3(signature = (dim, metric="cosine", engine=None, path=None, **params))]
     fn new(
         py: Python<'_>,
         dim: &Bound<'_, PyAny>,
         metric: &str,
-        engine: &str,
+        engine: Option<&str>,
         path: Option<PathBuf>,
         params: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let dim = int_arg(dim, "dim", 1, limits::MAX_DIM as u64)?;
         let metric = Metric::parse(metric).map_err(to_py)?;
+        let engine = engine.unwrap_or(vectide_engines::DEFAULT_ENGINE);
         let mut params = params_from(params)?;
         if let Some(p) = path {
             params.insert("path".into(), ParamValue::Str(p.display().to_string()));
@@ -387,48 +410,30 @@ impl PyIndex {
         self.inner.durable_seq()
     }
 
-    /// p-hnsw: what the recovery of the last open did (log entries undone,
-    /// discarded, redone; microseconds); `None` for other engines.
+    /// What the recovery of the last open did (log entries undone,
+    /// discarded, redone; microseconds) for engines that report it
+    /// (p-hnsw); `None` for the others.
     fn recovery<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(p) = self.inner.as_phnsw() else {
+        let Some(d) = self.extra_group(py, "recovery.", true)? else {
             return Ok(None);
         };
-        let r = p.recovery_report();
-        let d = PyDict::new(py);
-        d.set_item("lists_undone", r.lists_undone)?;
-        d.set_item("discarded", r.discarded)?;
-        d.set_item("redone_logged", r.redone_logged)?;
-        d.set_item("redone_complete", r.redone_complete)?;
-        d.set_item("deletes_redone", r.deletes_redone)?;
-        d.set_item("micros", r.micros)?;
-        d.set_item("media", p.media_kind())?;
-        Ok(Some(d))
-    }
-
-    /// p-hnsw: insert thread-time so far by phase, seconds (`search`,
-    /// `update`, `logging`: the paper's Figure 10); `None` for other engines.
-    fn breakdown<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(p) = self.inner.as_phnsw() else {
-            return Ok(None);
-        };
-        let b = p.breakdown();
-        let d = PyDict::new(py);
-        d.set_item("search", b.search_s)?;
-        d.set_item("update", b.update_s)?;
-        d.set_item("logging", b.logging_s)?;
-        Ok(Some(d))
-    }
-
-    /// p-hnsw: a full structural check; returns the violations found (an
-    /// empty list when sound).
-    fn check(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        match self.inner.as_phnsw() {
-            Some(p) => Ok(py.detach(|| p.check())),
-            None => Err(PyValueError::new_err(format!(
-                "check() is implemented for p-hnsw, not {}",
-                self.inner.engine()
-            ))),
+        if let Some(ParamValue::Str(mode)) = self.inner.params().get("persist") {
+            d.set_item("media", mode)?;
         }
+        Ok(Some(d))
+    }
+
+    /// Insert thread-time so far by phase, seconds (`search`, `update`,
+    /// `logging`: the P-HNSW paper's Figure 10) for engines that report it;
+    /// `None` for the others.
+    fn breakdown<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.extra_group(py, "insert_seconds.", false)
+    }
+
+    /// A full structural check; returns the violations found (an empty list
+    /// when sound). ValueError for engines without a checker.
+    fn check(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        py.detach(|| self.inner.check_structure()).map_err(to_py)
     }
 
     /// Adds (or replaces) vectors under the given ids.
@@ -460,8 +465,11 @@ impl PyIndex {
     /// missing results are padded with id 2**64-1 and distance +inf. `k` is
     /// at most `MAX_K` (100,000), `ef` at most `MAX_EF` (100,000) and
     /// `nq * k` at most `MAX_BATCH_RESULTS` (2**24): a larger batch is a
-    /// `ValueError` that says how to split it.
-    #[pyo3(signature = (queries, k=None, ef=None, filter=None))]
+    /// `ValueError` that says how to split it. Other keyword arguments are
+    /// the engine's search knobs (`beam_width`, `nprobe`, `rerank`; see
+    /// `vectide.engines()`): a knob the engine does not take is a
+    /// `ValueError` naming the ones it does.
+    #[pyo3(signature = (queries, k=None, ef=None, filter=None, **knobs))]
     fn search<'py>(
         &self,
         py: Python<'py>,
@@ -469,10 +477,28 @@ impl PyIndex {
         k: Option<&Bound<'py, PyAny>>,
         ef: Option<&Bound<'py, PyAny>>,
         filter: Option<&Bound<'py, PyAny>>,
+        knobs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         let k = opt_int_arg(k, "k", 1, limits::MAX_K as u64)?.unwrap_or(10) as usize;
-        let ef = opt_int_arg(ef, "ef", 1, limits::MAX_EF as u64)?
-            .map_or_else(|| self.ef.load(Ordering::Relaxed), |e| e as usize);
+        let desc = self.inner.descriptor();
+        let mut params = SearchParams::default();
+        match opt_int_arg(ef, "ef", 1, limits::MAX_EF as u64)? {
+            Some(e) => params
+                .set(desc.knob("ef").map_err(to_py)?, e as usize)
+                .map_err(to_py)?,
+            None => {
+                let e = self.ef.load(Ordering::Relaxed);
+                params.ef = (e > 0).then_some(e);
+            }
+        }
+        if let Some(knobs) = knobs {
+            for (name, value) in knobs.iter() {
+                let name: String = name.extract()?;
+                let knob = desc.knob(&name).map_err(to_py)?;
+                let v = int_arg(&value, &name, 1, knob.max() as u64)?;
+                params.set(knob, v as usize).map_err(to_py)?;
+            }
+        }
         let allowed: Option<HashSet<u64>> = match filter {
             None => None,
             Some(f) => Some(as_ids(f)?.as_slice()?.iter().copied().collect()),
@@ -481,7 +507,6 @@ impl PyIndex {
         let qs = q.as_slice()?;
         let nq = qs.len() / self.inner.dim();
         limits::check_batch_results(nq, k).map_err(to_py)?;
-        let params = SearchParams::with_ef(ef);
         let pred = allowed.as_ref().map(|set| move |id: u64| set.contains(&id));
         let filter_ref: Option<&(dyn Fn(u64) -> bool + Sync)> =
             pred.as_ref().map(|p| p as &(dyn Fn(u64) -> bool + Sync));
@@ -535,7 +560,7 @@ impl PyIndex {
         let mut out = Vec::with_capacity(ids.len() * dim);
         let mut missing = Vec::new();
         for &id in ids {
-            match self.inner.get(id) {
+            match self.inner.get(id).map_err(to_py)? {
                 Some(v) => out.extend_from_slice(&v),
                 None => missing.push(id),
             }
@@ -553,10 +578,10 @@ impl PyIndex {
         self.inner.len()
     }
 
-    fn __contains__(&self, id: &Bound<'_, PyAny>) -> bool {
+    fn __contains__(&self, id: &Bound<'_, PyAny>) -> PyResult<bool> {
         match id.extract::<u64>() {
-            Ok(id) => self.inner.contains(id),
-            Err(_) => false,
+            Ok(id) => self.inner.contains(id).map_err(to_py),
+            Err(_) => Ok(false),
         }
     }
 
@@ -638,7 +663,7 @@ impl PyIndex {
     /// Sizes and counters: live, slots_used, capacity, pending_deletes,
     /// memory_bytes, consolidations, durable_seq.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.stats();
+        let s = self.inner.stats().map_err(to_py)?;
         let d = PyDict::new(py);
         d.set_item("live", s.live)?;
         d.set_item("slots_used", s.slots_used)?;
@@ -646,9 +671,52 @@ impl PyIndex {
         d.set_item("pending_deletes", s.pending_deletes)?;
         d.set_item("memory_bytes", s.memory_bytes)?;
         d.set_item("consolidations", s.consolidations)?;
+        d.set_item("disk_bytes", s.disk_bytes)?;
+        d.set_item("reads", s.reads)?;
+        d.set_item("bytes_read", s.bytes_read)?;
+        d.set_item("round_trips", s.round_trips)?;
+        d.set_item("pending_background", s.pending_background)?;
+        for (k, v) in &s.extra {
+            d.set_item(k, *v)?;
+        }
         d.set_item("durable_seq", self.inner.durable_seq())?;
         Ok(d)
     }
+}
+
+/// The registered engines: for each, its name, summary, persistence class,
+/// search knobs (and the primary one) and parameters (name, type, default,
+/// doc, source of the default).
+#[pyfunction]
+fn engines(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    vectide_engines::REGISTRY
+        .iter()
+        .map(|d| {
+            let e = PyDict::new(py);
+            e.set_item("name", d.name)?;
+            e.set_item("summary", d.summary)?;
+            e.set_item("persistence", d.persistence.name())?;
+            e.set_item("in_directory", d.persistence.in_directory())?;
+            let knobs: Vec<&str> = d.knobs.iter().map(|k| k.name()).collect();
+            e.set_item("knobs", knobs)?;
+            e.set_item("primary_knob", d.primary_knob.map(|k| k.name()))?;
+            let params = d
+                .params
+                .iter()
+                .map(|p| {
+                    let x = PyDict::new(py);
+                    x.set_item("name", p.name)?;
+                    x.set_item("type", p.kind.to_string())?;
+                    x.set_item("default", p.default)?;
+                    x.set_item("doc", p.doc)?;
+                    x.set_item("source", p.source)?;
+                    Ok(x)
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            e.set_item("params", params)?;
+            Ok(e)
+        })
+        .collect()
 }
 
 /// The SIMD instruction set the distance kernels dispatched to.
@@ -662,6 +730,8 @@ fn _vectide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyIndex>()?;
     db::register(m)?;
     m.add_function(wrap_pyfunction!(simd_isa, m)?)?;
+    m.add_function(wrap_pyfunction!(engines, m)?)?;
+    m.add("DEFAULT_ENGINE", vectide_engines::DEFAULT_ENGINE)?;
     m.add("CorruptIndexError", m.py().get_type::<CorruptIndexError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MISSING_ID", RESERVED_ID)?;

@@ -370,7 +370,7 @@ fn parse_create(body: &Value) -> Result<CollectionConfig, ApiError> {
         return Err(ApiError::bad("multivectors are not supported"));
     }
     let mut params = Params::new();
-    let mut engine = "hnsw".to_string();
+    let mut engine = vectide_engines::DEFAULT_ENGINE.to_string();
     if let Some(h) = opt(body, "hnsw_config") {
         if let Some(m) = opt(h, "m") {
             params.insert(
@@ -401,6 +401,17 @@ fn parse_create(body: &Value) -> Result<CollectionConfig, ApiError> {
         }
         if let Some(p) = opt(v, "params") {
             params.extend(vectide_db::params_from_json(p)?);
+        }
+    }
+    // Qdrant clients send `hnsw_config` whatever the engine: its fields
+    // apply to engines that take them and are ignored by the others (an
+    // exact engine has no graph to configure).
+    let desc = vectide_engines::descriptor(&engine).map_err(|e| ApiError::bad(e.to_string()))?;
+    if let Some(h) = opt(body, "hnsw_config") {
+        for (qdrant, ours) in [("m", "m"), ("ef_construct", "ef_construction")] {
+            if opt(h, qdrant).is_some() && desc.param(ours).is_none() {
+                params.remove(ours);
+            }
         }
     }
     Ok(CollectionConfig {
@@ -554,7 +565,7 @@ struct QueryReq {
     filter: Option<Filter>,
     limit: usize,
     offset: usize,
-    ef: Option<usize>,
+    params: SearchParams,
     sel: PayloadSel,
     with_vector: bool,
     threshold: Option<f32>,
@@ -582,7 +593,7 @@ fn parse_query(c: &Collection, q: &Value, search_api: bool) -> Result<QueryReq, 
             }
             Some(id @ (Value::Number(_) | Value::String(_))) => {
                 let id = ExtId::from_json(id)?;
-                let got = c.get(std::slice::from_ref(&id), true);
+                let got = c.get(std::slice::from_ref(&id), true)?;
                 let v = got
                     .into_iter()
                     .next()
@@ -600,19 +611,7 @@ fn parse_query(c: &Collection, q: &Value, search_api: bool) -> Result<QueryReq, 
             }
         }
     };
-    let ef = match opt(q, "params").and_then(|p| opt(p, "hnsw_ef")) {
-        None => None,
-        Some(e) => Some(
-            e.as_u64()
-                .filter(|&x| (1..=limits::MAX_EF as u64).contains(&x))
-                .ok_or_else(|| {
-                    ApiError::bad(format!(
-                        "params.hnsw_ef must be an integer in 1..={}, got {e}",
-                        limits::MAX_EF
-                    ))
-                })? as usize,
-        ),
-    };
+    let params = search_params(c, opt(q, "params"))?;
     let threshold = match opt(q, "score_threshold") {
         None => None,
         Some(t) => Some(
@@ -630,11 +629,55 @@ fn parse_query(c: &Collection, q: &Value, search_api: bool) -> Result<QueryReq, 
         filter: filter_field(q, "filter")?,
         limit,
         offset,
-        ef,
+        params,
         sel: payload_sel(q, !search_api)?,
         with_vector: bool_field(q, "with_vector", false)?,
         threshold,
     })
+}
+
+/// The search knobs of a query's `params`, for the collection's engine.
+/// Qdrant's `hnsw_ef` sets the engine's primary knob (ignored by an engine
+/// without one); `exact: true` asks for an exact scan; `vectide` holds the
+/// engine's native knobs (`{"nprobe": 32}`), checked against the ones it
+/// takes.
+fn search_params(c: &Collection, params: Option<&Value>) -> Result<SearchParams, ApiError> {
+    let mut out = SearchParams::default();
+    let Some(p) = params else {
+        return Ok(out);
+    };
+    let desc = c.engine().descriptor();
+    let knob_value = |name: &str, v: &Value, max: usize| {
+        v.as_u64()
+            .filter(|&x| (1..=max as u64).contains(&x))
+            .map(|x| x as usize)
+            .ok_or_else(|| {
+                ApiError::bad(format!(
+                    "params.{name} must be an integer in 1..={max}, got {v}"
+                ))
+            })
+    };
+    if let Some(e) = opt(p, "hnsw_ef") {
+        let v = knob_value("hnsw_ef", e, limits::MAX_EF)?;
+        if let Some(knob) = desc.primary_knob {
+            out.set(knob, v.min(knob.max()))
+                .map_err(|e| ApiError::bad(e.to_string()))?;
+        }
+    }
+    out.exact = bool_field(p, "exact", false)?;
+    if let Some(native) = opt(p, "vectide") {
+        let Value::Object(m) = native else {
+            return Err(ApiError::bad(
+                "params.vectide must be an object of search knobs",
+            ));
+        };
+        for (name, v) in m {
+            let knob = desc.knob(name).map_err(|e| ApiError::bad(e.to_string()))?;
+            out.set(knob, knob_value(name, v, knob.max())?)
+                .map_err(|e| ApiError::bad(e.to_string()))?;
+        }
+    }
+    Ok(out)
 }
 
 fn run_query(c: &Collection, q: &QueryReq) -> Result<Vec<Value>, ApiError> {
@@ -644,22 +687,19 @@ fn run_query(c: &Collection, q: &QueryReq) -> Result<Vec<Value>, ApiError> {
     let metric = c.config().metric;
     let Some(vector) = &q.vector else {
         // No query: points in id order, as a scroll would give them.
-        let (page, _) = c.scroll(q.filter.as_ref(), None, q.offset + q.limit, q.with_vector);
+        let (page, _) = c.scroll(q.filter.as_ref(), None, q.offset + q.limit, q.with_vector)?;
         return Ok(page
             .into_iter()
             .skip(q.offset)
             .map(|r| json!({"id": r.id.to_json(), "version": 0, "score": 0.0, "payload": apply_sel(&q.sel, r.payload), "vector": r.vector}))
             .collect());
     };
-    let params = match q.ef {
-        Some(e) => SearchParams::with_ef(e),
-        None => SearchParams::default(),
-    };
+    let params = &q.params;
     let want_payload = !matches!(q.sel, PayloadSel::None);
     let hits = c.search(
         vector,
         q.offset + q.limit,
-        &params,
+        params,
         q.filter.as_ref(),
         want_payload,
         q.with_vector,
@@ -762,7 +802,7 @@ async fn retrieve_points(
     let ids = ids_field(body.get("ids").unwrap_or(&Value::Null))?;
     let sel = payload_sel(&body, true)?;
     let with_vector = bool_field(&body, "with_vector", false)?;
-    let recs = blocking(move || Ok(c.get(&ids, with_vector))).await?;
+    let recs = blocking(move || Ok(c.get(&ids, with_vector)?)).await?;
     let out: Vec<Value> = recs
         .into_iter()
         .flatten()
@@ -829,7 +869,7 @@ async fn scroll_points(
     let sel = payload_sel(&body, true)?;
     let with_vector = bool_field(&body, "with_vector", false)?;
     let (page, next) =
-        blocking(move || Ok(c.scroll(filter.as_ref(), offset.as_ref(), limit, with_vector)))
+        blocking(move || Ok(c.scroll(filter.as_ref(), offset.as_ref(), limit, with_vector)?))
             .await?;
     let points: Vec<Value> = page
         .into_iter()
@@ -920,7 +960,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
             ));
             sizes.push_str(&format!(
                 "vectide_index_bytes{{collection=\"{name}\"}} {}\n",
-                c.stats().memory_bytes
+                c.stats().map_or(0, |s| s.memory_bytes)
             ));
         }
     }

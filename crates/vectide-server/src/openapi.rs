@@ -47,7 +47,34 @@ pub fn document() -> Value {
     // The documented bounds (vectide_core::limits); beyond them, 400.
     let limit = json!({"type": "integer", "minimum": 0, "maximum": limits::MAX_K, "description": format!("at most {}; offset + limit at most {}", limits::MAX_K, limits::MAX_K)});
     let offset = json!({"type": "integer", "minimum": 0, "maximum": limits::MAX_K, "description": format!("offset + limit at most {}", limits::MAX_K)});
-    let search_params = json!({"type": "object", "properties": {"hnsw_ef": {"type": "integer", "minimum": 1, "maximum": limits::MAX_EF}}});
+    let knobs: serde_json::Map<String, Value> = vectide_engines::Knob::ALL
+        .iter()
+        .map(|k| {
+            (
+                k.name().to_string(),
+                json!({"type": "integer", "minimum": 1, "maximum": k.max()}),
+            )
+        })
+        .collect();
+    let search_params = json!({"type": "object", "properties": {
+        "hnsw_ef": {"type": "integer", "minimum": 1, "maximum": limits::MAX_EF, "description": "the engine's primary search knob (ignored by engines without one)"},
+        "exact": {"type": "boolean", "description": "an exact scan of the collection's points"},
+        "vectide": {"type": "object", "properties": knobs, "additionalProperties": false, "description": "the engine's native search knobs; a knob the engine does not take is refused (400)"}
+    }});
+    let engine_names = vectide_engines::names();
+    let engine_params = vectide_engines::REGISTRY
+        .iter()
+        .map(|d| {
+            let ps: Vec<String> = d
+                .params
+                .iter()
+                .filter(|p| p.name != "path")
+                .map(|p| format!("{} {}", p.name, p.kind))
+                .collect();
+            format!("{}: {}", d.name, ps.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
     let points = json!({"type": "array", "items": r("Point")});
     json!({
         "openapi": "3.0.3",
@@ -108,17 +135,11 @@ pub fn document() -> Value {
             "CreateCollection": {"type": "object", "required": ["vectors"], "properties": {
                 "vectors": {"type": "object", "required": ["size", "distance"], "properties": {"size": {"type": "integer", "minimum": 1, "maximum": limits::MAX_DIM}, "distance": {"type": "string", "enum": ["Cosine", "Dot", "Euclid"]}}},
                 "hnsw_config": {"type": "object", "properties": {"m": {"type": "integer", "minimum": limits::MIN_M, "maximum": limits::MAX_M}, "ef_construct": {"type": "integer", "minimum": 1, "maximum": limits::MAX_EF}}},
-                "vectide": {"type": "object", "properties": {"engine": {"type": "string", "enum": ["hnsw", "p-hnsw", "hnsw-snap", "hnsw-wal"]}, "params": {
+                "vectide": {"type": "object", "properties": {"engine": {"type": "string", "enum": engine_names}, "params": {
                     "type": "object",
                     "description": format!(
-                        "Engine parameters; unknown names are refused and every number is bounded (beyond, 400): \
-                         m {}..={}, ef_construction and ef_search 1..={}, threads 1..={}, seed 0..=2**63-1, \
-                         consolidate_fraction (0, 1], repair_alpha 1..=4; p-hnsw: persist pmem|msync, nlog_entries 1..={}, \
-                         nlist_entries 1..={}, initial_capacity 0..={} (and at most {} bytes of vectors); \
-                         hnsw-snap/hnsw-wal: snapshot_every 0..={}, wal_buffer 0..={}.",
-                        limits::MIN_M, limits::MAX_M, limits::MAX_EF, limits::MAX_THREADS, limits::MAX_NLOG_ENTRIES,
-                        limits::MAX_NLIST_ENTRIES, limits::MAX_INITIAL_CAPACITY, limits::MAX_INITIAL_BYTES,
-                        limits::MAX_SNAPSHOT_EVERY, limits::MAX_WAL_BUFFER
+                        "Engine parameters, checked against the engine's schema: unknown names are refused and \
+                         every number is bounded (beyond, 400). {engine_params}."
                     )
                 }}}
             }}

@@ -343,10 +343,14 @@ mod tests {
     }
 
     #[test]
-    fn prefetch_accepts_any_address() {
-        let v = [1.0f32; 4];
+    fn prefetch_accepts_any_address_and_changes_nothing() {
+        // A prefetch is a hint: it must neither fault on addresses that are
+        // not mapped nor change the bytes it touches.
+        let v = [1.5f32, -2.0, 3.25, 0.0];
         prefetch(v.as_ptr());
         prefetch(v.as_ptr().wrapping_add(1 << 20));
         prefetch(std::ptr::null::<u8>());
+        assert_eq!(v, [1.5, -2.0, 3.25, 0.0]);
+        assert_eq!(l2_sq_fn()(&v, &v), 0.0);
     }
 }

@@ -449,7 +449,7 @@ struct Moment<'a> {
 /// `None` when `label` maps to exactly `vec` and searching `vec` finds the
 /// label at rank 1; else what is wrong.
 fn find_label(idx: &PHnsw, label: u64, vec: &[f32]) -> Option<String> {
-    match idx.get(label) {
+    match idx.vector_of(label) {
         None => Some(format!("label {label} missing")),
         Some(got) if got != vec => Some(format!("label {label} maps to another vector")),
         Some(_) => {
@@ -498,7 +498,7 @@ fn check_recovered(
     if let Some(op) = m.in_flight {
         let old = m.before.get(&op.label);
         let new = (op.kind != OpKind::Delete).then_some(&op.vector);
-        let got = idx.get(op.label);
+        let got = idx.vector_of(op.label);
         let ok = match &got {
             None => {
                 if old.is_none() || new.is_none() {
@@ -576,7 +576,7 @@ fn check_recovered(
         snap_after.get_or_insert_with(|| snapshot(idx));
     }
     if let Some((label, x)) = &retry {
-        if idx.get(*label).as_ref() != Some(x) {
+        if idx.vector_of(*label).as_ref() != Some(x) {
             v.push(format!(
                 "the next upsert of {label} (numbered {next_seq} from durable_seq()) was taken for a replay"
             ));
@@ -644,13 +644,13 @@ fn check_second_crash(
     v.extend(idx.check());
     compare_snaps(&snapshot(&idx), before, after, &mut v);
     for (&label, vec) in expected {
-        if label != new.0 && idx.get(label).as_deref() != Some(vec.as_slice()) {
+        if label != new.0 && idx.vector_of(label).as_deref() != Some(vec.as_slice()) {
             v.push(format!("label {label} lost or changed"));
             break;
         }
     }
     let old = expected.get(&new.0).map(|x| &x[..]);
-    match idx.get(new.0) {
+    match idx.vector_of(new.0) {
         None if old.is_none() => {}
         None => v.push(format!("label {} lost", new.0)),
         Some(g) if g == new.1 || Some(&g[..]) == old => {
@@ -663,7 +663,7 @@ fn check_second_crash(
         }
         Some(_) => v.push(format!("label {} half-written", new.0)),
     }
-    let want = expected.keys().filter(|&&l| l != new.0).count() + usize::from(idx.contains(new.0));
+    let want = expected.keys().filter(|&&l| l != new.0).count() + usize::from(idx.has_label(new.0));
     if idx.len() != want {
         v.push(format!("{} live labels, expected {want}", idx.len()));
     }

@@ -379,6 +379,41 @@ impl PHnsw {
         }
     }
 
+    /// The vector of a label (reads the region in memory; cannot fail).
+    pub fn vector_of(&self, id: u64) -> Option<Vec<f32>> {
+        use crate::graph::Graph;
+        self.labels
+            .get(&self.graph, id)
+            .map(|s| self.graph.vector(s).to_vec())
+    }
+
+    /// Whether a label is live.
+    pub fn has_label(&self, id: u64) -> bool {
+        self.labels.get(&self.graph, id).is_some()
+    }
+
+    /// Named figures of [`VectorIndex::stats`]: what the last open's
+    /// recovery did (`recovery.*`) and insert thread time by phase
+    /// (`insert_seconds.*`, the paper's Figure 10).
+    fn extra_stats(&self) -> Vec<(String, f64)> {
+        let r = self.recovery_report();
+        let b = self.breakdown();
+        [
+            ("recovery.lists_undone", r.lists_undone as f64),
+            ("recovery.discarded", r.discarded as f64),
+            ("recovery.redone_logged", r.redone_logged as f64),
+            ("recovery.redone_complete", r.redone_complete as f64),
+            ("recovery.deletes_redone", r.deletes_redone as f64),
+            ("recovery.micros", r.micros as f64),
+            ("insert_seconds.search", b.search_s),
+            ("insert_seconds.update", b.update_s),
+            ("insert_seconds.logging", b.logging_s),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
     /// Runs `f` on the index's thread pool (or rayon's global one).
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         match &self.pool {
@@ -440,29 +475,6 @@ impl PHnsw {
     pub(crate) fn entry(&self) -> Option<(u32, usize)> {
         unpack_entry(self.meta.u64_at(M_ENTRY).load(Ordering::Acquire))
     }
-
-    /// Searches many queries (row-major) in parallel on the index's pool.
-    pub fn search_batch(
-        &self,
-        queries: &[f32],
-        k: usize,
-        params: &SearchParams,
-        filter: Option<Filter<'_>>,
-    ) -> Result<Vec<Vec<Neighbor>>> {
-        use rayon::prelude::*;
-        if !queries.len().is_multiple_of(self.g.dim) {
-            return Err(Error::DimensionMismatch {
-                expected: self.g.dim,
-                got: queries.len() % self.g.dim,
-            });
-        }
-        self.install(|| {
-            queries
-                .par_chunks_exact(self.g.dim)
-                .map(|q| self.search(q, k, params, filter))
-                .collect()
-        })
-    }
 }
 
 fn write_page(r: &Region, page: &[u8]) {
@@ -472,6 +484,40 @@ fn write_page(r: &Region, page: &[u8]) {
 }
 
 impl VectorIndex for PHnsw {
+    fn descriptor(&self) -> &'static vectide_core::EngineDescriptor {
+        &super::descriptor::P_HNSW
+    }
+
+    fn params(&self) -> vectide_core::Params {
+        self.params_out()
+    }
+
+    fn threads(&self) -> usize {
+        PHnsw::threads(self)
+    }
+
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool.as_ref()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn search_defaults(&self) -> SearchParams {
+        SearchParams::with_ef(self.params.ef_search)
+    }
+
+    fn insert_with_progress(
+        &self,
+        seq: Seq,
+        ids: &[u64],
+        vectors: &[f32],
+        progress: Option<vectide_core::Progress<'_>>,
+    ) -> Result<()> {
+        PHnsw::insert_with_progress(self, seq, ids, vectors, progress)
+    }
+
     fn dim(&self) -> usize {
         self.g.dim
     }
@@ -550,15 +596,12 @@ impl VectorIndex for PHnsw {
         result
     }
 
-    fn get(&self, id: u64) -> Option<Vec<f32>> {
-        use crate::graph::Graph;
-        self.labels
-            .get(&self.graph, id)
-            .map(|s| self.graph.vector(s).to_vec())
+    fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
+        Ok(self.vector_of(id))
     }
 
-    fn contains(&self, id: u64) -> bool {
-        self.labels.get(&self.graph, id).is_some()
+    fn contains(&self, id: u64) -> Result<bool> {
+        Ok(self.has_label(id))
     }
 
     fn len(&self) -> usize {
@@ -577,19 +620,27 @@ impl VectorIndex for PHnsw {
         self.meta.u64_at(M_DURABLE_SEQ).load(Ordering::Acquire)
     }
 
-    fn stats(&self) -> IndexStats {
+    fn stats(&self) -> Result<IndexStats> {
         let live = self.len();
         let used = self.next_slot();
-        IndexStats {
+        let memory_bytes = self.meta.len()
+            + self.graph.nodes.len()
+            + self.graph.upper.len()
+            + self.labels.table.read().region.len();
+        Ok(IndexStats {
             live,
             slots_used: used,
             capacity: self.graph.capacity(),
             pending_deletes: used.saturating_sub(live),
-            memory_bytes: self.meta.len()
-                + self.graph.nodes.len()
-                + self.graph.upper.len()
-                + self.labels.table.read().region.len(),
-            consolidations: 0,
-        }
+            memory_bytes,
+            // The regions are memory-mapped files: what is mapped is on disk.
+            disk_bytes: memory_bytes as u64,
+            extra: self.extra_stats(),
+            ..IndexStats::default()
+        })
+    }
+
+    fn check_structure(&self) -> Result<Vec<String>> {
+        Ok(self.check())
     }
 }

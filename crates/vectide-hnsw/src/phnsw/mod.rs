@@ -73,6 +73,7 @@
 mod builder;
 pub mod check;
 pub mod crashtest;
+pub mod descriptor;
 mod engine;
 pub mod inspect;
 mod labels;
@@ -83,5 +84,6 @@ mod recovery;
 mod tests;
 mod update;
 
+pub use descriptor::P_HNSW;
 pub use engine::{Breakdown, PHnsw, PHnswParams};
 pub use recovery::RecoveryReport;

@@ -54,20 +54,20 @@ fn numbers_above_the_durable_watermark_do_not_survive_a_reopen() {
         "a delete numbered 5 after the reopen is not older than the write numbered 6 before it"
     );
     assert_eq!(
-        idx.get(1).unwrap(),
+        idx.get(1).unwrap().unwrap(),
         v(0.7),
         "an upsert numbered 4 after the reopen replaces the node numbered 5 before it"
     );
-    assert!(!idx.contains(2));
+    assert!(!idx.contains(2).unwrap());
     // Within one open, numbers keep their meaning: an older replay is
     // skipped.
     idx.insert(3, &[1], &v(0.9)).unwrap();
-    assert_eq!(idx.get(1).unwrap(), v(0.7));
+    assert_eq!(idx.get(1).unwrap().unwrap(), v(0.7));
     assert_eq!(idx.delete(2, &[1]).unwrap(), 0);
     // Numbers at or below the watermark still mean what they did: a replay
     // of op 1 does not bring back label 2 or undo label 3.
     idx.insert(1, &[3], &v(0.95)).unwrap();
-    assert_eq!(idx.get(3).unwrap(), v(0.3));
+    assert_eq!(idx.get(3).unwrap().unwrap(), v(0.3));
     assert!(idx.check().is_empty(), "{:?}", idx.check());
 }
 

@@ -280,7 +280,7 @@ pub fn check_round(
                 Some(_) => {}
             }
         }
-        let got = idx.get(label);
+        let got = idx.vector_of(label);
         let hit = cands.iter().find(|(c, _)| *c == got.as_deref());
         match hit {
             Some(&(_, in_flight)) => {

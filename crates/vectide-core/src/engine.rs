@@ -1,0 +1,185 @@
+//! What an engine tells the rest of Vectide about itself: its
+//! [`EngineDescriptor`] (name, parameter schema, search knobs, persistence
+//! class, and the functions that create, open, detect and inspect its
+//! indexes). Each engine crate exports one; `vectide-engines` lists them in
+//! one table, and every front end derives what it knows of engines from
+//! that table.
+
+use crate::error::{Error, Result};
+use crate::index::VectorIndex;
+use crate::limits;
+use crate::metric::Metric;
+use crate::params::{ParamKind, ParamSpec, Params};
+use std::fmt;
+use std::path::Path;
+
+/// How an engine's data survives a restart. The database decides replay,
+/// snapshots and checkpoints from this class, never from an engine's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// In memory; [`VectorIndex::save`] writes a file that the descriptor's
+    /// `open` reads back. A database saves it at each checkpoint and replays
+    /// its log after the snapshot's `durable_seq`.
+    Volatile,
+    /// Lives in a directory; every acknowledged call is durable when it
+    /// returns ([`VectorIndex::durable_seq`] follows it).
+    DurableOnAck,
+    /// Lives in a directory; what was applied is durable after
+    /// [`VectorIndex::flush`] (and possibly earlier, at the engine's pace).
+    DurableAtFlush,
+}
+
+impl Persistence {
+    /// Whether the engine lives in a directory (the `path` parameter).
+    pub fn in_directory(self) -> bool {
+        self != Persistence::Volatile
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Persistence::Volatile => "volatile (save/load)",
+            Persistence::DurableOnAck => "durable on acknowledgement",
+            Persistence::DurableAtFlush => "durable at flush",
+        }
+    }
+}
+
+impl fmt::Display for Persistence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A per-query search knob. Each engine declares the knobs it takes and
+/// which one is primary (the one a recall/QPS sweep varies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Knob {
+    /// Candidate-list size of a graph search (HNSW's `ef`, Vamana's `L`).
+    Ef,
+    /// Reads issued per hop of a disk beam search (DiskANN's `W`).
+    BeamWidth,
+    /// Postings or partitions probed (SPANN, d-HNSW).
+    Nprobe,
+    /// Candidates re-ranked with full-precision vectors.
+    Rerank,
+}
+
+impl Knob {
+    pub const ALL: [Knob; 4] = [Knob::Ef, Knob::BeamWidth, Knob::Nprobe, Knob::Rerank];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Knob::Ef => "ef",
+            Knob::BeamWidth => "beam_width",
+            Knob::Nprobe => "nprobe",
+            Knob::Rerank => "rerank",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Knob> {
+        Knob::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Largest value accepted (values arrive from outside).
+    pub fn max(self) -> usize {
+        match self {
+            Knob::Ef | Knob::Rerank => limits::MAX_EF,
+            Knob::BeamWidth => limits::MAX_BEAM_WIDTH,
+            Knob::Nprobe => limits::MAX_NPROBE,
+        }
+    }
+}
+
+/// Creates an empty index: dimension, metric and parameters already checked
+/// against the descriptor's schema (durable engines find their directory
+/// in `path`).
+pub type CreateFn = fn(usize, Metric, &Params) -> Result<Box<dyn VectorIndex>>;
+/// Opens an existing index at a path (a durable engine's directory, a
+/// volatile engine's file) with open-time parameters (`threads`, …),
+/// recovering it if needed.
+pub type OpenFn = fn(&Path, &Params) -> Result<Box<dyn VectorIndex>>;
+/// Whether a path holds an index of this engine (reads only headers).
+pub type DetectFn = fn(&Path) -> bool;
+/// A read-only description of an index, as `(field, value)` rows.
+pub type InspectFn = fn(&Path) -> Result<Vec<(String, String)>>;
+
+/// Everything the registry and the front ends know of one engine.
+#[derive(Clone, Copy)]
+pub struct EngineDescriptor {
+    /// The registry name (`hnsw`, `p-hnsw`, …).
+    pub name: &'static str,
+    /// One line: what it is and where it comes from.
+    pub summary: &'static str,
+    pub persistence: Persistence,
+    /// Every parameter it takes, including the common `threads` and (for
+    /// engines in a directory) `path`.
+    pub params: &'static [ParamSpec],
+    /// Parameters that may differ when an existing index is opened (the rest
+    /// are fixed when it is created).
+    pub open_params: &'static [&'static str],
+    /// The search knobs it takes.
+    pub knobs: &'static [Knob],
+    /// The knob a recall/QPS sweep varies; `None` for exact engines.
+    pub primary_knob: Option<Knob>,
+    pub create: CreateFn,
+    pub open: OpenFn,
+    pub detect: DetectFn,
+    pub inspect: InspectFn,
+}
+
+impl fmt::Debug for EngineDescriptor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineDescriptor")
+            .field("name", &self.name)
+            .field("persistence", &self.persistence)
+            .finish()
+    }
+}
+
+impl EngineDescriptor {
+    /// The schema entry of a parameter.
+    pub fn param(&self, name: &str) -> Option<&'static ParamSpec> {
+        self.params.iter().find(|p| p.name == name)
+    }
+
+    /// Checks a knob name against the ones this engine takes.
+    pub fn knob(&self, name: &str) -> Result<Knob> {
+        match Knob::parse(name) {
+            Some(k) if self.knobs.contains(&k) => Ok(k),
+            _ => Err(Error::invalid(format!(
+                "unknown search knob {name:?} for engine {:?}; it takes: {}",
+                self.name,
+                if self.knobs.is_empty() {
+                    "none (it is exact)".to_string()
+                } else {
+                    self.knobs
+                        .iter()
+                        .map(|k| k.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ))),
+        }
+    }
+}
+
+/// The `threads` parameter every engine takes.
+pub const THREADS: ParamSpec = ParamSpec {
+    name: "threads",
+    kind: ParamKind::Int {
+        min: 1,
+        max: limits::MAX_THREADS as i64,
+    },
+    default: "all cores",
+    doc: "worker threads of batch calls (a pool of its own)",
+    source: "Vectide",
+};
+
+/// The `path` parameter of engines that live in a directory.
+pub const PATH: ParamSpec = ParamSpec {
+    name: "path",
+    kind: ParamKind::Path,
+    default: "",
+    doc: "the index directory (required; created if absent)",
+    source: "Vectide",
+};
