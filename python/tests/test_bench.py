@@ -188,6 +188,23 @@ def test_end_to_end_vectide(data_root, monkeypatch, tmp_path):
     assert doc["summary"]["peers"] == ["hnswlib"]
 
 
+def test_an_engine_without_a_knob_is_measured_once(data_root, monkeypatch, tmp_path):
+    pytest.importorskip("vectide._vectide")
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    out = tmp_path / "f.json"
+    rc = main([
+        "ann", "--dataset", DATASET, "--engines", "vectide:flat,vectide:hnsw", "--ef", "10,32",
+        "--max-queries", "100", "--runs", "1", "--ef-construction", "100", "--out", str(out),
+    ])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    flat = doc["engines"]["vectide:flat"]
+    assert len(flat["sweep"]) == 1 and flat["sweep"][0]["search_params"] == {}
+    assert flat["sweep"][0]["recall"] == pytest.approx(1.0)
+    assert "m" not in flat["params"].get("index_params", {})
+    assert len(doc["engines"]["vectide:hnsw"]["sweep"]) == 2
+
+
 def test_plot_and_table_of_a_native_result(tmp_path, capsys):
     # The shape `vectide bench` (Rust) writes: no peers, null ratios, fewer extras.
     doc = {

@@ -232,3 +232,34 @@ def test_export_by_path_uses_cache_dir(data_env, tmp_path):
     # A modified file gets a new cache entry.
     os.utime(src, ns=(1, 1))
     assert datasets.export(str(src)) != out
+
+
+@pytest.mark.parametrize("distance", ["angular", "euclidean", "ip"])
+def test_ground_truth_through_flat_equals_numpy(monkeypatch, distance):
+    pytest.importorskip("vectide._vectide")
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(3000, 12)).astype(np.float32)
+    x[100:140] = x[5]  # exact duplicates: ties at and across the cut
+    q = np.concatenate([rng.normal(size=(60, 12)).astype(np.float32), x[5:6]])
+    calls = []
+    real = datasets._flat_candidates
+    monkeypatch.setattr(datasets, "_flat_candidates", lambda *a: calls.append(1) or real(*a))
+    a = datasets.ground_truth(x, q, 20, distance)
+    assert calls, "the native flat engine was used"
+    monkeypatch.setattr(datasets, "_flat_candidates", lambda *a: None)
+    b = datasets.ground_truth(x, q, 20, distance)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    # Both equal a float64 scan of every point, ties by the smaller id (the
+    # duplicates of point 5 score a few ulps apart in float32 products).
+    x64, q64 = x.astype(np.float64), q.astype(np.float64)
+    if distance == "angular":
+        x64 /= np.linalg.norm(x64, axis=1, keepdims=True)
+        q64 /= np.linalg.norm(q64, axis=1, keepdims=True)
+        d = 1.0 - q64 @ x64.T
+    elif distance == "euclidean":
+        d = np.sqrt(((q64[:, None, :] - x64[None, :, :]) ** 2).sum(-1))
+    else:
+        d = -(q64 @ x64.T)
+    ids = np.broadcast_to(np.arange(len(x)), d.shape)
+    want = np.lexsort((ids, np.round(d, 9)), axis=-1)[:, :20]
+    assert np.array_equal(a[0], want)

@@ -49,3 +49,57 @@ def test_unknown_engine_names_the_known_ones(tmp_path):
     with pytest.raises(ValueError, match="holds no index of a known engine"):
         vectide.Index.load(tmp_path / "x")
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["junk"]
+
+
+def _exact(X, q, k, metric):
+    if metric == "l2":
+        d = ((X - q) ** 2).sum(1)
+    else:
+        d = -(X @ q)
+    return np.lexsort((np.arange(len(X)), d))[:k]
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_flat_is_exact_saves_and_loads(tmp_path, metric):
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((2000, 16)).astype(np.float32)
+    idx = vectide.Index(16, metric, engine="flat", threads=2)
+    assert idx.engine == "flat"
+    idx.add(np.arange(2000), X)
+    idx.delete([3, 4])
+    idx.add([5], X[6:7])  # upsert
+    Q = rng.standard_normal((50, 16)).astype(np.float32)
+    ids, _ = idx.search(Q, k=10)  # batched
+    one, _ = idx.search(Q[0], k=10)  # a single query
+    live = np.array([i for i in range(2000) if i not in (3, 4)])
+    Xl = X[live].copy()
+    Xl[live == 5] = X[6]
+    for r in range(50):
+        want = live[_exact(Xl, Q[r], 10, metric)]
+        assert set(ids[r]) == set(want), r
+    assert (one[0] == ids[0]).all()
+    with pytest.raises(ValueError, match='unknown search knob "ef" for engine "flat"; it takes: none'):
+        idx.search(Q[0], k=3, ef=10)
+    path = tmp_path / "f.vtdx"
+    idx.save(path)
+    back = vectide.Index.load(path)
+    assert back.engine == "flat" and len(back) == 1998 and 3 not in back
+    np.testing.assert_array_equal(back.search(Q, k=10)[0], ids)
+    with pytest.raises(ValueError, match="unknown parameter"):
+        vectide.Index(16, metric, engine="flat", m=16)
+
+
+def test_flat_collections(tmp_path):
+    import vectide.db  # noqa: F401
+
+    db = vectide.connect(tmp_path / "db")
+    c = db.create_collection("f", dim=4, metric="l2", engine="flat")
+    X = np.random.default_rng(2).standard_normal((300, 4)).astype(np.float32)
+    c.upsert(list(range(300)), X, payloads=[{"i": i} for i in range(300)])
+    hits = c.search(X[9], k=3)[0]
+    assert hits[0].id == 9 and hits[0].payload == {"i": 9}
+    db.close()
+    db = vectide.connect(tmp_path / "db")
+    c = db.get_collection("f")
+    assert len(c) == 300 and c.search(X[9], k=1)[0][0].id == 9
+    db.close()

@@ -175,6 +175,14 @@ def test_search_params_map_to_the_engines_knobs(server):
     assert code == 400 and "it takes: ef" in doc["status"]["error"], doc
     code, doc = _http("POST", u + "/collections/k/points/query", {"query": q, "params": {"vectide": {"ef": 0}}})
     assert code == 400 and "ef" in doc["status"]["error"], doc
+    # An exact engine: hnsw_config and hnsw_ef do not apply and are ignored.
+    body = {"vectors": {"size": 4, "distance": "Euclid"}, "hnsw_config": {"m": 8}, "vectide": {"engine": "flat"}}
+    assert _http("PUT", u + "/collections/f", body)[0] == 200
+    assert _http("PUT", u + "/collections/f/points?wait=true", {"points": pts})[0] == 200
+    code, doc = _http("POST", u + "/collections/f/points/query", {"query": q, "limit": 5, "params": {"hnsw_ef": 50}})
+    assert code == 200 and [p["id"] for p in doc["result"]["points"]] == exact, doc
+    code, doc = _http("POST", u + "/collections/f/points/query", {"query": q, "params": {"vectide": {"ef": 5}}})
+    assert code == 400 and "it takes: none" in doc["status"]["error"], doc
 
 
 def test_bad_input_gets_json_4xx_and_changes_nothing(server):

@@ -150,6 +150,10 @@ def ground_truth(
         block = int(max(1, min(nq, (32 << 20) // max(n, 1))))
     half_sq = 0.5 * np.einsum("ij,ij->i", train, train) if metric == "l2" else None
     train64 = train.astype(np.float64)
+    if cand < n:
+        flat = _flat_candidates(train, test, cand, metric, progress, desc)
+        if flat is not None:
+            return _finish_from_candidates(flat, train, train64, test, k, cand, metric, half_sq)
 
     neighbors = np.empty((nq, k), dtype=np.int32)
     distances = np.empty((nq, k), dtype=np.float32)
@@ -168,7 +172,11 @@ def ground_truth(
                 idx = np.argpartition(cost, cand - 1, axis=1)[:, :cand]
                 # Rows where equal costs straddle the cut: argpartition kept an
                 # arbitrary subset of the tied points; redo them with all of them.
+                # Equal vectors may score a few ulps apart in a float32
+                # matrix product (tiles sum in different orders): a tie is
+                # anything within a relative 1e-6 of the cut.
                 cut = np.take_along_axis(cost, idx, axis=1).max(axis=1)
+                cut = cut + 1e-6 * np.maximum(np.abs(cut), 1e-12)
                 straddle = np.nonzero((cost <= cut[:, None]).sum(axis=1) > cand)[0]
             else:
                 idx = np.broadcast_to(np.arange(n), (b, n)).copy()
@@ -183,6 +191,59 @@ def ground_truth(
     finally:
         bar.close()
     return neighbors, distances
+
+
+def _flat_candidates(train, test, cand, metric, progress, desc):
+    """The ``cand + 1`` best candidates of every query from the native exact
+    engine ``flat`` (a batched, SIMD/GEMM scan), or ``None`` when the native
+    module is not built: the pure-Python tools then use numpy."""
+    try:
+        from . import _vectide
+    except ImportError:
+        return None
+    if not any(e["name"] == "flat" for e in _vectide.engines()):
+        return None
+    index = _vectide.Index(train.shape[1], metric="ip" if metric == "cosine" else metric, engine="flat")
+    index.add(np.arange(len(train), dtype=np.uint64), train)
+    ids = np.empty((len(test), cand + 1), dtype=np.int64)
+    dist = np.empty((len(test), cand + 1), dtype=np.float32)
+    step = 4096
+    bar = _progress_bar(len(test), desc + " (flat)", progress)
+    try:
+        for start in range(0, len(test), step):
+            i, d = index.search(test[start : start + step], k=min(cand + 1, len(train)))
+            ids[start : start + step, : i.shape[1]] = i.astype(np.int64)
+            dist[start : start + step, : d.shape[1]] = d
+            bar.update(len(i))
+    finally:
+        bar.close()
+    return ids, dist
+
+
+def _finish_from_candidates(flat, train, train64, test, k, cand, metric, half_sq):
+    """Exact top-``k`` from ``flat``'s candidates: float64 re-ranking as in
+    the numpy path; rows where a tie may straddle the candidate cut (the
+    next candidate is as close as the last kept) are redone over all points."""
+    ids, dist = flat
+    idx = ids[:, :cand]
+    last, nxt = dist[:, cand - 1], dist[:, cand]
+    straddle = np.nonzero(nxt <= last + 1e-6 * np.maximum(np.abs(last), 1e-12))[0]
+    neighbors = np.empty((len(test), k), dtype=np.int64)
+    distances = np.empty((len(test), k), dtype=np.float64)
+    for start in range(0, len(test), 1024):
+        a, b = _rerank(train64, test[start : start + 1024], idx[start : start + 1024], k, metric)
+        neighbors[start : start + 1024], distances[start : start + 1024] = a, b
+    for r in straddle:
+        q = test[r : r + 1]
+        cost = -(q @ train.T)[0]
+        if half_sq is not None:
+            cost += half_sq
+        cut = np.partition(cost, cand - 1)[cand - 1]
+        cut += 1e-6 * max(abs(cut), 1e-12)
+        all_idx = np.nonzero(cost <= cut)[0][None, :]
+        a, b = _rerank(train64, q, all_idx, k, metric)
+        neighbors[r], distances[r] = a[0], b[0]
+    return neighbors.astype(np.int32), distances.astype(np.float32)
 
 
 def _rerank(train64, q, idx, k, metric):

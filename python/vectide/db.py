@@ -264,7 +264,15 @@ class Database:
     def path(self) -> str:
         return self._db.path
 
-    def create_collection(self, name: str, dim: int, metric: str = "cosine", engine: str = "hnsw", **params) -> Collection:
+    def create_collection(
+        self, name: str, dim: int, metric: str = "cosine", engine: Optional[str] = None, **params
+    ) -> Collection:
+        """A new collection; ``engine`` is one of ``vectide.engines()`` (default
+        ``vectide.DEFAULT_ENGINE``) and ``params`` its parameters."""
+        if engine is None:
+            from . import _vectide
+
+            engine = _vectide.DEFAULT_ENGINE
         return Collection(self._db.create_collection(name, dim, metric, engine, _dumps(_check_params(params), "params")))
 
     def get_collection(self, name: str) -> Collection:

@@ -24,6 +24,7 @@ pub static REGISTRY: &[&EngineDescriptor] = &[
     &vectide_hnsw::phnsw::P_HNSW,
     &vectide_hnsw::baselines::HNSW_SNAP,
     &vectide_hnsw::baselines::HNSW_WAL,
+    &vectide_flat::DESCRIPTOR,
 ];
 
 /// The engine a collection or an index gets when none is named.

@@ -3,184 +3,20 @@
 //! heuristic of Algorithm 4), and the publication of a new node.
 
 use crate::engine::{pack_entry, retire, unpack_entry, Hnsw, IdEntry};
-use crate::graph::Graph;
 use crate::layout::{Store, LIVE};
-use crate::params::MAX_LEVEL;
-use crate::search::{greedy, search_layer, Scratch};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vectide_core::heap::Candidate;
-use vectide_core::metric::DistanceFn;
 use vectide_core::validate::{check_batch, copy_normalized};
 use vectide_core::{Error, Result, Seq};
+use vectide_graph::prune::{
+    backlink, draw_level, plan_links, rank_from, select_heuristic, Backlink,
+};
+use vectide_graph::search::Scratch;
+use vectide_graph::Graph;
 
 /// Called with the number of rows done so far (for progress bars).
 pub use vectide_core::Progress;
-
-/// HNSW's neighbour-selection heuristic: walks `cands` (sorted, closest
-/// first) and keeps a candidate only if no already kept node is closer to it
-/// than the base point is. Keeps at most `m`.
-pub(crate) fn select_heuristic<G: Graph>(
-    store: &G,
-    dist: DistanceFn,
-    cands: &[Candidate],
-    m: usize,
-    out: &mut Vec<u32>,
-) {
-    select_alpha(store, dist, cands, m, 1.0, out)
-}
-
-/// The α-RNG generalisation (DiskANN's RobustPrune): a candidate `c` is
-/// dropped when a kept `r` has `α · d(r, c) < d(p, c)`. `α = 1` is HNSW's
-/// heuristic; `α > 1` keeps more, longer edges. Only meaningful for
-/// non-negative distances (callers pass 1 for inner product).
-pub(crate) fn select_alpha<G: Graph>(
-    store: &G,
-    dist: DistanceFn,
-    cands: &[Candidate],
-    m: usize,
-    alpha: f32,
-    out: &mut Vec<u32>,
-) {
-    out.clear();
-    for c in cands {
-        if out.len() >= m {
-            break;
-        }
-        let vc = store.vector(c.node);
-        if out
-            .iter()
-            .all(|&r| alpha * dist(vc, store.vector(r)) >= c.dist.0)
-        {
-            out.push(c.node);
-        }
-    }
-}
-
-/// Distances from `base` to each id, sorted closest first, into `out`.
-pub(crate) fn rank_from<G: Graph>(
-    store: &G,
-    dist: DistanceFn,
-    base: u32,
-    ids: &[u32],
-    out: &mut Vec<Candidate>,
-) {
-    let vb = store.vector(base);
-    out.clear();
-    out.extend(
-        ids.iter()
-            .map(|&i| Candidate::new(dist(vb, store.vector(i)), i)),
-    );
-    out.sort_unstable();
-}
-
-/// Phase 1 of an insert, shared by every engine: greedy descent from the
-/// entry point `(slot, top level)` down to layer `level + 1`, then at each
-/// layer `min(level, top)..=0` a search with `ef_construction` candidates and
-/// the heuristic selection of at most `m` neighbours. `lists[l]` receives the
-/// selected neighbours at layer `l` (`lists.len() == level + 1`; layers above
-/// the current top stay empty).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn plan_links<G: Graph>(
-    g: &G,
-    dist: DistanceFn,
-    v: &[f32],
-    slot: u32,
-    level: usize,
-    (ep, top): (u32, usize),
-    ef_construction: usize,
-    m: usize,
-    scratch: &mut Scratch,
-    lists: &mut Vec<Vec<u32>>,
-) {
-    lists.resize_with(level + 1, Vec::new);
-    lists.truncate(level + 1);
-    lists.iter_mut().for_each(Vec::clear);
-    let mut cur = ep;
-    let mut cur_dist = dist(v, g.vector(ep));
-    for l in (level + 1..=top).rev() {
-        (cur, cur_dist) = greedy(g, dist, v, cur, cur_dist, l, &mut scratch.neighbors);
-    }
-    for l in (0..=level.min(top)).rev() {
-        search_layer(
-            g,
-            dist,
-            v,
-            &[Candidate::new(cur_dist, cur)],
-            ef_construction,
-            l,
-            scratch,
-            |s| s != slot,
-        );
-        let Scratch {
-            top: heap, sorted, ..
-        } = scratch;
-        heap.drain_sorted_into(sorted);
-        if let Some(c) = sorted.first() {
-            (cur, cur_dist) = (c.node, c.dist.0);
-        }
-        select_heuristic(g, dist, sorted, m, &mut lists[l]);
-    }
-}
-
-/// What a neighbour's list becomes when a new node links to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Backlink {
-    /// The new node is already listed (or the neighbour has no such layer).
-    Present,
-    /// There is room: the new node goes at the end.
-    Append,
-    /// The list is full: it becomes the heuristic selection left in `kept`.
-    Replace,
-}
-
-/// Phase 2 step of an insert, shared by every engine: decides how `n`'s list
-/// at layer `l` takes the back-edge to `new` (the caller holds `n`'s lock).
-/// `buf` receives `n`'s current list; on [`Backlink::Replace`], `kept` the new
-/// one (the current list plus `new`, pruned by HNSW's heuristic to the
-/// layer's bound).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn backlink<G: Graph>(
-    g: &G,
-    dist: DistanceFn,
-    n: u32,
-    new: u32,
-    l: usize,
-    buf: &mut Vec<u32>,
-    ranked: &mut Vec<Candidate>,
-    kept: &mut Vec<u32>,
-) -> Backlink {
-    if g.list(n, l).is_empty() {
-        buf.clear();
-        return Backlink::Present;
-    }
-    g.neighbors_into(n, l, buf);
-    if buf.contains(&new) {
-        return Backlink::Present;
-    }
-    if buf.len() < g.cap(l) {
-        return Backlink::Append;
-    }
-    buf.push(new);
-    rank_from(g, dist, n, buf, ranked);
-    select_heuristic(g, dist, ranked, g.cap(l), kept);
-    Backlink::Replace
-}
-
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-/// The level of the `n`-th insert: P(level >= l) = m^-l, a pure function of
-/// the seed and the counter (so builds are reproducible).
-pub(crate) fn draw_level(seed: u64, n: u64, m: usize) -> usize {
-    let u = (splitmix64(seed ^ splitmix64(n)) >> 11) as f64 / (1u64 << 53) as f64;
-    let ml = 1.0 / (m as f64).ln();
-    ((-(1.0 - u).ln() * ml) as usize).min(MAX_LEVEL)
-}
 
 impl Hnsw {
     /// Draws a level with P(level >= l) = m^-l.

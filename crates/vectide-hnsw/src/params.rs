@@ -49,7 +49,7 @@ impl Default for HnswParams {
 }
 
 /// Highest layer a node may get.
-pub const MAX_LEVEL: usize = 16;
+pub use vectide_graph::prune::MAX_LEVEL;
 
 impl HnswParams {
     /// Checks the parameters; every field is bounded so that a hostile file or

@@ -23,7 +23,6 @@
 //! So the slots in use stay close to the live points (reclaimed space), and
 //! no search keeps walking tombstones forever.
 
-use crate::builder::rank_from;
 use crate::engine::{pack_entry, unpack_entry, Hnsw, NO_ENTRY};
 use crate::graph::Graph;
 use crate::layout::{Store, FREE};
@@ -32,6 +31,7 @@ use rayon::prelude::*;
 use std::sync::atomic::Ordering;
 use vectide_core::heap::Candidate;
 use vectide_core::{Result, Seq, VectorIndex};
+use vectide_graph::prune::rank_from;
 
 #[derive(Default)]
 struct RepairScratch {

@@ -6,6 +6,8 @@
   re-insert churn (see :mod:`vectide.bench.churn`).
 * ``python -m vectide.bench phnsw ...``: the P-HNSW paper's figures at our
   scale (see :mod:`vectide.bench.phnsw`).
+* ``python -m vectide.bench exact ...``: batched exact search, ``vectide:flat``
+  against faiss ``IndexFlat`` (see :mod:`vectide.bench.exact`).
 * ``python -m vectide.bench plot FILE.json FILE.png``: the recall/QPS plot of a
   result file (also used by the native ``vectide bench --plot``).
 * ``python -m vectide.bench table FILE.json``: its summary table.
@@ -33,6 +35,10 @@ def main(argv=None) -> int:
         from . import db
 
         return db.main(argv[1:])
+    if argv and argv[0] == "exact":  # and exact
+        from . import exact
+
+        return exact.main(argv[1:])
 
     from . import ann
 
@@ -49,6 +55,7 @@ def main(argv=None) -> int:
     sub.add_parser("churn", help="recall/QPS under delete + re-insert churn (vectide:hnsw)", add_help=False)
     sub.add_parser("db", help="database: upsert throughput, filtered recall, restart, server vs in-process", add_help=False)
     sub.add_parser("phnsw", help="P-HNSW paper figures: insert time, breakdown, recovery, msync, crash test", add_help=False)
+    sub.add_parser("exact", help="exact search: vectide:flat against faiss IndexFlat, same threads", add_help=False)
     p = sub.add_parser("plot", help="recall/QPS plot of a result JSON")
     p.add_argument("json", metavar="FILE.json")
     p.add_argument("png", metavar="FILE.png")

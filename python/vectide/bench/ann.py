@@ -178,11 +178,13 @@ def run_ann(
         time_queries(a, prepared[a.name][:WARMUP_QUERIES], k)
 
     sweeps: Dict[str, List[Dict[str, object]]] = {a.name: [] for a in adapters}
-    for ef in efs:
+    for i, ef in enumerate(efs):
         eff = max(int(ef), k)
         best: Dict[str, Dict[str, object]] = {}
+        # Engines without a knob (exact ones) are measured once.
+        swept = [a for a in adapters if a.knob is not None or i == 0]
         for run in range(runs):
-            for a in adapters:
+            for a in swept:
                 a.set_ef(eff)
                 seconds, results = time_queries(a, prepared[a.name], k)
                 qps = nq / seconds if seconds > 0 else float("inf")
@@ -190,10 +192,13 @@ def run_ann(
                 point = best.get(a.name)
                 qps_runs = (point["qps_runs"] if point else []) + [qps]
                 if point is None or qps > point["qps"]:
-                    point = {"search_params": {"ef": int(ef), "ef_effective": eff}, "recall": rec, "qps": qps}
+                    params = {"ef": int(ef), "ef_effective": eff} if a.knob == "ef" else {}
+                    if a.knob not in (None, "ef"):
+                        params = {a.knob: eff}
+                    point = {"search_params": params, "recall": rec, "qps": qps}
                 point["qps_runs"] = qps_runs
                 best[a.name] = point
-        for a in adapters:
+        for a in swept:
             sweeps[a.name].append(best[a.name])
         log(f"ef={ef:<4} " + "  ".join(f"{n}: R={p['recall']:.4f} {p['qps']:.0f} qps" for n, p in best.items()))
 

@@ -51,6 +51,8 @@ class Engine:
     """Base class: ``build``, ``set_ef``, ``query``; ``name`` and ``params``."""
 
     name: str = "engine"
+    #: The search knob a sweep varies (``None``: exact, measured once).
+    knob: Optional[str] = "ef"
 
     def __init__(self) -> None:
         self.params: Dict[str, object] = {}
@@ -86,13 +88,31 @@ class Engine:
 
 
 class VectideEngine(Engine):
-    """``vectide:ENGINE``: ``vectide.Index(..., engine=ENGINE)``."""
+    """``vectide:ENGINE``: ``vectide.Index(..., engine=ENGINE)``. Its build
+    parameters and the knob a sweep varies come from the native registry
+    (``vectide.engines()``): ``m`` and ``ef_construction`` go to engines
+    that take them, and an engine without a knob is measured once."""
 
-    def __init__(self, engine: str = "hnsw") -> None:
+    def __init__(self, engine: Optional[str] = None) -> None:
         super().__init__()
         self.engine = engine
         self.name = f"vectide:{engine}"
         self.index = None
+        self._knob_value: Optional[int] = None
+        self._takes: set = set()
+        try:
+            import vectide
+
+            self.engine = engine or vectide.DEFAULT_ENGINE
+            self.name = f"vectide:{self.engine}"
+            desc = next((e for e in vectide.engines() if e["name"] == self.engine), None)
+            if desc is None:
+                known = ", ".join(e["name"] for e in vectide.engines())
+                raise ValueError(f"unknown engine {self.name!r}; known Vectide engines: {known}")
+            self.knob = desc["primary_knob"]
+            self._takes = {p["name"] for p in desc["params"]}
+        except ImportError:
+            pass  # check() names what to build
 
     def check(self):
         try:
@@ -111,9 +131,9 @@ class VectideEngine(Engine):
         import vectide
 
         n, dim = train.shape
-        self.index = Index(
-            dim, metric=metric, engine=self.engine, m=m, ef_construction=ef_construction, threads=threads
-        )
+        build = {"m": m, "ef_construction": ef_construction}
+        build = {k: v for k, v in build.items() if k in self._takes}
+        self.index = Index(dim, metric=metric, engine=self.engine, threads=threads, **build)
         ids = np.arange(n, dtype=np.uint64)
         t0 = time.perf_counter()
         self.index.add(ids, train)
@@ -133,10 +153,16 @@ class VectideEngine(Engine):
         return build_s
 
     def set_ef(self, ef):
-        self.index.ef_search = int(ef)
+        if self.knob == "ef":
+            self.index.ef_search = int(ef)
+        elif self.knob is not None:
+            self._knob_value = int(ef)
 
     def query(self, q, k):
-        ids, _ = self.index.search(q, k=k)
+        if self._knob_value is not None:
+            ids, _ = self.index.search(q, k=k, **{self.knob: self._knob_value})
+        else:
+            ids, _ = self.index.search(q, k=k)
         return ids[0]
 
     def close(self):

@@ -29,14 +29,15 @@ use super::layout::{
     M_UPPER_NEXT, PAGE,
 };
 use super::log::{NEntry, KIND_INSERT, KIND_UPSERT, LOGGED, NONE, N_COMPLETE};
-use crate::builder::{backlink, draw_level, plan_links, Backlink, Progress};
 use crate::graph::Graph;
 use crate::search::Scratch;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 use vectide_core::validate::{check_batch, copy_normalized};
+use vectide_core::Progress;
 use vectide_core::{Error, Result, Seq};
+use vectide_graph::prune::{backlink, draw_level, plan_links, Backlink};
 use vectide_storage::Site;
 
 pub(crate) const S_NODE: Site = Site("insert.node");

@@ -1,0 +1,109 @@
+//! # vectide-graph
+//!
+//! What graph indexes share, written once: the [`Graph`] trait (vectors and
+//! atomic neighbour lists of a slot, whatever holds them), the best-first
+//! layer search with an admission predicate (filtered-out and deleted nodes
+//! are walked through but never returned) and greedy descent
+//! ([`search`]), and neighbour selection and insert planning ([`prune`]:
+//! HNSW's heuristic, its α-rule generalisation, the plan of a new node's
+//! lists and the back-link decision).
+//!
+//! Used by the `hnsw` and `p-hnsw` engines; the graph engines to come
+//! (FreshVamana, d-HNSW) build on the same pieces.
+
+pub mod graph;
+pub mod prune;
+pub mod search;
+
+pub use graph::{store_list, Graph};
+pub use search::Scratch;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+    use vectide_core::heap::Candidate;
+    use vectide_core::Metric;
+
+    /// Points on a line, each linked to every other (one layer): small
+    /// enough that the exact answer is obvious.
+    struct Line {
+        vecs: Vec<[f32; 2]>,
+        lists: Vec<Vec<AtomicU32>>,
+    }
+
+    impl Line {
+        fn new(n: usize) -> Line {
+            let vecs: Vec<[f32; 2]> = (0..n).map(|i| [i as f32, 0.0]).collect();
+            let lists = (0..n)
+                .map(|s| {
+                    let list: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+                    let ids: Vec<u32> = (0..n as u32).filter(|&o| o as usize != s).collect();
+                    store_list(&list, &ids);
+                    list
+                })
+                .collect();
+            Line { vecs, lists }
+        }
+    }
+
+    impl Graph for Line {
+        fn slots(&self) -> usize {
+            self.vecs.len()
+        }
+        fn vector(&self, slot: u32) -> &[f32] {
+            &self.vecs[slot as usize]
+        }
+        fn vector_ptr(&self, slot: u32) -> *const f32 {
+            self.vecs[slot as usize].as_ptr()
+        }
+        fn list0_ptr(&self, slot: u32) -> *const u8 {
+            self.lists[slot as usize].as_ptr().cast()
+        }
+        fn list(&self, slot: u32, level: usize) -> &[AtomicU32] {
+            if level == 0 {
+                &self.lists[slot as usize]
+            } else {
+                &[]
+            }
+        }
+        fn cap(&self, _: usize) -> usize {
+            self.vecs.len() - 1
+        }
+    }
+
+    #[test]
+    fn knn_is_exact_on_a_small_graph_and_admission_filters_without_cutting() {
+        let g = Line::new(12);
+        let dist = Metric::L2.distance_fn();
+        let mut s = Scratch::default();
+        search::knn(&g, dist, &[6.2, 0.0], Some((0, 0)), 8, &mut s, |_| true);
+        let got: Vec<u32> = s.sorted.iter().take(3).map(|c| c.node).collect();
+        assert_eq!(got, vec![6, 7, 5]);
+        // Odd slots only: even ones are still walked through.
+        search::knn(&g, dist, &[6.2, 0.0], Some((0, 0)), 8, &mut s, |x| {
+            x % 2 == 1
+        });
+        let got: Vec<u32> = s.sorted.iter().take(3).map(|c| c.node).collect();
+        assert_eq!(got, vec![7, 5, 9]);
+        search::knn(&g, dist, &[6.2, 0.0], None, 8, &mut s, |_| true);
+        assert!(s.sorted.is_empty(), "no entry point: no result");
+    }
+
+    #[test]
+    fn the_heuristic_keeps_diverse_neighbours_and_alpha_keeps_more() {
+        let g = Line::new(12);
+        let dist = Metric::L2.distance_fn();
+        // Base point 0: candidates 1, 2, 3 all lie beyond 1 on the line, so
+        // HNSW's rule (α = 1) keeps only 1; a larger α keeps more.
+        let cands: Vec<Candidate> = [1u32, 2, 3]
+            .iter()
+            .map(|&c| Candidate::new(dist(g.vector(0), g.vector(c)), c))
+            .collect();
+        let mut out = Vec::new();
+        prune::select_heuristic(&g, dist, &cands, 3, &mut out);
+        assert_eq!(out, vec![1]);
+        prune::select_alpha(&g, dist, &cands, 3, 4.0, &mut out);
+        assert_eq!(out, vec![1, 2]);
+    }
+}

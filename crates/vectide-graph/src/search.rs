@@ -1,0 +1,167 @@
+//! Graph traversal: greedy descent on the upper layers and the best-first
+//! layer search with a candidate list of size `ef`.
+
+use crate::graph::Graph;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use vectide_core::distance::prefetch;
+use vectide_core::heap::{Candidate, Dist};
+use vectide_core::metric::DistanceFn;
+use vectide_core::{TopK, VisitedSet};
+
+/// Per-thread scratch reused across queries and inserts (pooled by the engine).
+#[derive(Default)]
+pub struct Scratch {
+    pub visited: VisitedSet,
+    pub candidates: BinaryHeap<Reverse<Candidate>>,
+    pub top: TopK,
+    pub sorted: Vec<Candidate>,
+    pub neighbors: Vec<u32>,
+    pub fresh: Vec<u32>,
+    pub query: Vec<f32>,
+    /// Per layer, the neighbours an insert selected (see `plan_links`).
+    pub lists: Vec<Vec<u32>>,
+}
+
+/// Greedy walk at one layer: moves to the closest neighbour until none is
+/// closer. Returns the final node and its distance.
+pub fn greedy<G: Graph>(
+    store: &G,
+    dist: DistanceFn,
+    q: &[f32],
+    mut cur: u32,
+    mut cur_dist: f32,
+    level: usize,
+    buf: &mut Vec<u32>,
+) -> (u32, f32) {
+    loop {
+        let mut changed = false;
+        store.neighbors_into(cur, level, buf);
+        for &nb in buf.iter() {
+            let d = dist(q, store.vector(nb));
+            if d < cur_dist {
+                cur = nb;
+                cur_dist = d;
+                changed = true;
+            }
+        }
+        if !changed {
+            return (cur, cur_dist);
+        }
+    }
+}
+
+/// Best-first search of one layer from `entry`, keeping the `ef` closest nodes
+/// for which `admit` holds in `scratch.top`. Nodes that are not admitted are
+/// still traversed, so a filter or a deleted node never cuts the graph.
+#[allow(clippy::too_many_arguments)]
+pub fn search_layer<G: Graph, A: Fn(u32) -> bool>(
+    store: &G,
+    dist: DistanceFn,
+    q: &[f32],
+    entries: &[Candidate],
+    ef: usize,
+    level: usize,
+    scratch: &mut Scratch,
+    admit: A,
+) {
+    let Scratch {
+        visited,
+        candidates,
+        top,
+        neighbors,
+        fresh,
+        ..
+    } = scratch;
+    visited.reset(store.slots());
+    candidates.clear();
+    top.reset(ef);
+    for &entry in entries {
+        if visited.insert(entry.node) {
+            candidates.push(Reverse(entry));
+            if admit(entry.node) {
+                top.push(entry.dist.0, entry.node);
+            }
+        }
+    }
+    while let Some(Reverse(c)) = candidates.pop() {
+        if c.dist > Dist(top.threshold()) {
+            break;
+        }
+        // Start loading the list of the node likely expanded next.
+        if level == 0 {
+            if let Some(Reverse(next)) = candidates.peek() {
+                let p = store.list0_ptr(next.node);
+                prefetch(p);
+                prefetch(p.wrapping_add(64));
+            }
+        }
+        store.neighbors_into(c.node, level, neighbors);
+        for &nb in neighbors.iter() {
+            prefetch(visited.tag_ptr(nb));
+        }
+        // First pass: keep the unvisited ids and start loading their vectors.
+        fresh.clear();
+        for &nb in neighbors.iter() {
+            if visited.insert(nb) {
+                prefetch(store.vector_ptr(nb));
+                fresh.push(nb);
+            }
+        }
+        for (i, &nb) in fresh.iter().enumerate() {
+            if let Some(&next) = fresh.get(i + 1) {
+                prefetch(store.vector_ptr(next).wrapping_add(16));
+            }
+            let d = dist(q, store.vector(nb));
+            if d < top.threshold() {
+                candidates.push(Reverse(Candidate::new(d, nb)));
+                if admit(nb) {
+                    top.push(d, nb);
+                }
+            }
+        }
+    }
+}
+
+/// A k-NN query: greedy descent from the entry point `(slot, top level)`
+/// through the upper layers, then the best-first search of layer 0 with `ef`
+/// candidates. The admitted results, closest first, are left in
+/// `scratch.sorted`.
+#[allow(clippy::too_many_arguments)]
+pub fn knn<G: Graph, A: Fn(u32) -> bool>(
+    g: &G,
+    dist: DistanceFn,
+    q: &[f32],
+    entry: Option<(u32, usize)>,
+    ef: usize,
+    scratch: &mut Scratch,
+    admit: A,
+) {
+    scratch.sorted.clear();
+    let Some((ep, top_level)) = entry else {
+        return;
+    };
+    let mut cur = ep;
+    let mut cur_dist = dist(q, g.vector(ep));
+    for level in (1..=top_level).rev() {
+        (cur, cur_dist) = greedy(g, dist, q, cur, cur_dist, level, &mut scratch.neighbors);
+    }
+    // The entry point seeds layer 0 too: it reaches every node (the
+    // reachability repair keeps it so), while the greedy descent's end may
+    // not. A search with a small `ef` never expands it (it is far); an
+    // exhaustive one then sees the whole graph.
+    let seeds = [
+        Candidate::new(cur_dist, cur),
+        Candidate::new(
+            if cur == ep {
+                cur_dist
+            } else {
+                dist(q, g.vector(ep))
+            },
+            ep,
+        ),
+    ];
+    search_layer(g, dist, q, &seeds, ef, 0, scratch, admit);
+    let Scratch { top, sorted, .. } = scratch;
+    top.drain_sorted_into(sorted);
+}
