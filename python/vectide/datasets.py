@@ -201,13 +201,17 @@ def _flat_candidates(train, test, cand, metric, progress, desc):
         from . import _vectide
     except ImportError:
         return None
-    if not any(e["name"] == "flat" for e in _vectide.engines()):
+    engines = getattr(_vectide, "engines", None)
+    if engines is None or not any(e["name"] == "flat" for e in engines()):
         return None
+    limits = _vectide.LIMITS
+    if cand + 1 > limits["MAX_K"] or train.shape[1] > limits["MAX_DIM"]:
+        return None  # beyond the native bounds: numpy handles it
     index = _vectide.Index(train.shape[1], metric="ip" if metric == "cosine" else metric, engine="flat")
     index.add(np.arange(len(train), dtype=np.uint64), train)
     ids = np.empty((len(test), cand + 1), dtype=np.int64)
     dist = np.empty((len(test), cand + 1), dtype=np.float32)
-    step = 4096
+    step = max(1, min(4096, limits["MAX_BATCH_RESULTS"] // (cand + 1)))
     bar = _progress_bar(len(test), desc + " (flat)", progress)
     try:
         for start in range(0, len(test), step):

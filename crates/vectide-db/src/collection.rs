@@ -338,6 +338,12 @@ fn engine_params(config: &CollectionConfig, dir: &Path, threads: Option<usize>) 
     if let Some(ParamValue::Int(t)) = p.get_mut("threads") {
         *t = (*t).clamp(1, vectide_core::limits::MAX_THREADS as i64);
     }
+    // Catalogs written before engines checked their parameters against
+    // their schema may hold one the engine never used (`wal_buffer` for
+    // `hnsw-snap`): drop it rather than refuse to open the collection.
+    if let Ok(d) = vectide_engines::descriptor(&config.engine) {
+        p.retain(|k, _| d.param(k).is_some());
+    }
     let in_dir =
         vectide_engines::descriptor(&config.engine).is_ok_and(|d| d.persistence.in_directory());
     if in_dir {
@@ -385,7 +391,7 @@ impl Collection {
         let desc = vectide_engines::descriptor(&config.engine)?;
         let engine = if desc.persistence == Persistence::Volatile && snapshot.exists() {
             let e = vectide_engines::load(&snapshot, opts.threads)?;
-            if e.dim() != config.dim || e.metric() != config.metric {
+            if e.dim() != config.dim || e.metric() != config.metric || e.engine() != config.engine {
                 return Err(DbError::corrupted(format!(
                     "{}: the engine snapshot does not match the collection",
                     snapshot.display()
@@ -1063,5 +1069,32 @@ impl Collection {
     /// The engine's size counters.
     pub fn stats(&self) -> Result<vectide_core::IndexStats> {
         Ok(self.engine.stats()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_params_an_engine_does_not_take_are_dropped_at_open() {
+        // A catalog written when hnsw-snap still accepted `wal_buffer`.
+        let mut params = Params::new();
+        params.insert("wal_buffer".into(), ParamValue::Int(1024));
+        params.insert("m".into(), ParamValue::Int(8));
+        params.insert("threads".into(), ParamValue::Int(1500));
+        let config = CollectionConfig {
+            dim: 4,
+            metric: Metric::L2,
+            engine: "hnsw-snap".into(),
+            params,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let p = engine_params(&config, dir.path(), None);
+        assert!(!p.contains_key("wal_buffer"));
+        assert_eq!(p.get("m"), Some(&ParamValue::Int(8)));
+        assert_eq!(p.get("threads"), Some(&ParamValue::Int(256)));
+        assert!(p.contains_key("path"));
+        vectide_engines::open_or_create("hnsw-snap", 4, Metric::L2, &p).unwrap();
     }
 }

@@ -543,6 +543,21 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_manifest_is_reported_as_damage_not_as_an_unknown_engine() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("snap");
+        let p = params(&[("path", ParamValue::Str(path.display().to_string()))]);
+        drop(open_or_create("hnsw-snap", 4, Metric::L2, &p).unwrap());
+        let manifest = path.join(vectide_hnsw::baselines::MANIFEST_FILE);
+        let mut bytes = std::fs::read(&manifest).unwrap();
+        let n = bytes.len();
+        bytes[n - 6] ^= 0x40;
+        std::fs::write(&manifest, &bytes).unwrap();
+        assert!(matches!(load(&path, None), Err(Error::Corrupted(_))));
+        assert!(matches!(inspect(&path), Err(Error::Corrupted(_))));
+    }
+
+    #[test]
     fn unknown_directories_and_files_are_errors() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("something"), b"x").unwrap();

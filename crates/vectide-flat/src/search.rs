@@ -21,11 +21,10 @@
 //! | ip | `−x·q` | `key` |
 //! | cosine | `−x·q` (both normalised) | `key + 1` |
 //!
-//! so the keys rank the rows exactly as the distances do. The key tile
-//! (`queries × vectors` floats, 256 KiB by default) stays in the core's L2
-//! cache; each query row of it is compared with the query's heap threshold
-//! in blocks of 32 keys (vector compares), and only the keys of the rare
-//! blocks with a key below it reach the filter and the heap. Last, the `k`
+//! so the keys rank the rows exactly as the distances do. Each query row of
+//! the key tile (`queries × vectors` floats) is compared with the query's
+//! heap threshold in blocks of 32 keys (vector compares), and only the keys
+//! of the rare blocks with a key below it reach the filter and the heap. Last, the `k`
 //! survivors of each query are re-ranked with the exact kernel, so a batch
 //! answers with the same distances as single searches (the expanded L2
 //! form loses bits to cancellation; it only selects). A batch of fewer
@@ -53,11 +52,14 @@ pub(crate) struct Tiles {
     pub vectors: usize,
 }
 
-/// The tiles batched searches use. A 256 × 256 key tile is 256 KiB, which
-/// stays in a 512 KiB L2 cache beside the rows and queries it comes from;
-/// 256 queries per tile stream the matrix from memory once per 256 queries.
+/// The tiles batched searches use: 1024 queries per tile stream the matrix
+/// from memory once per 1024 queries and repack a 256-row tile of it once
+/// per 1024 queries. The 1 MiB key tile is written and read back in order,
+/// so it may live in L3. Measured on 390K × 10K 50-d vectors (AVX2 EPYC,
+/// 512 KiB L2) in interleaved rounds against 256 × 256 and 512 × 256: 3–5 %
+/// faster than 256 × 256 on one and two threads.
 pub(crate) const TILES: Tiles = Tiles {
-    queries: 256,
+    queries: 1024,
     vectors: 256,
 };
 

@@ -632,8 +632,15 @@ fn open_any(dir: &Path, params: &Params) -> Result<Box<dyn VectorIndex>> {
     Ok(Box::new(Baseline::open(dir, params.usize("threads"))?))
 }
 
+/// A directory with a manifest is a baseline's. When the manifest cannot be
+/// read (damaged, a newer version) the first baseline claims it, so that its
+/// `open` or `inspect` reports the real error rather than "unknown engine".
 fn detect_kind(kind: BaselineKind, dir: &Path) -> bool {
-    dir.join(MANIFEST_FILE).is_file() && read_manifest(dir).is_ok_and(|(k, ..)| k == kind)
+    dir.join(MANIFEST_FILE).is_file()
+        && match read_manifest(dir) {
+            Ok((k, ..)) => k == kind,
+            Err(_) => kind == BaselineKind::Snap,
+        }
 }
 
 fn inspect_dir(dir: &Path) -> Result<Vec<(String, String)>> {
