@@ -80,6 +80,8 @@ def test_flat_is_exact_saves_and_loads(tmp_path, metric):
     assert (one[0] == ids[0]).all()
     with pytest.raises(ValueError, match='unknown search knob "ef" for engine "flat"; it takes: none'):
         idx.search(Q[0], k=3, ef=10)
+    with pytest.raises(ValueError, match='unknown search knob "ef"'):
+        idx.ef_search = 10
     path = tmp_path / "f.vtdx"
     idx.save(path)
     back = vectide.Index.load(path)

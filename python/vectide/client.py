@@ -114,13 +114,17 @@ class Client:
         doc = json.loads(raw or b"null")
         return doc.get("result") if isinstance(doc, dict) and "result" in doc else doc
 
-    def create_collection(self, name: str, dim: int, metric: str = "cosine", engine: str = "hnsw", **params) -> "RemoteCollection":
+    def create_collection(self, name: str, dim: int, metric: str = "cosine", engine: Optional[str] = None, **params) -> "RemoteCollection":
+        """``engine``: one the server's registry knows (its default when None)."""
         if metric not in _DISTANCE:
             raise ValueError(f"metric must be one of {sorted(_DISTANCE)}, got {metric!r}")
         dim = _int(dim, "dim")
+        vectide: Dict[str, Any] = {"params": _check_params(params)}
+        if engine is not None:
+            vectide["engine"] = engine
         self._call("PUT", f"/collections/{name}", {
             "vectors": {"size": dim, "distance": _DISTANCE[metric]},
-            "vectide": {"engine": engine, "params": _check_params(params)},
+            "vectide": vectide,
         })
         return RemoteCollection(self, name)
 

@@ -22,8 +22,9 @@ pub struct BenchArgs {
     /// Dataset name (e.g. glove-6b-50-angular) or path to an ann-benchmarks HDF5 file.
     #[arg(long)]
     dataset: String,
-    /// Comma-separated engines (`hnsw` or `vectide:hnsw`).
-    #[arg(long, default_value = "vectide:hnsw")]
+    /// Comma-separated engines (`NAME` or `vectide:NAME`; `vectide engines`
+    /// lists them). Default: the default engine.
+    #[arg(long, default_value = vectide_engines::DEFAULT_ENGINE)]
     engines: String,
     /// Neighbours per query.
     #[arg(long, default_value_t = 10)]

@@ -641,6 +641,8 @@ impl PyIndex {
 
     #[setter]
     fn set_ef_search(&self, ef: &Bound<'_, PyAny>) -> PyResult<()> {
+        // An engine without the `ef` knob (an exact one) would ignore it.
+        self.inner.descriptor().knob("ef").map_err(to_py)?;
         let ef = int_arg(ef, "ef_search", 1, limits::MAX_EF as u64)?;
         self.ef.store(ef as usize, Ordering::Relaxed);
         Ok(())
