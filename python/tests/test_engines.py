@@ -105,3 +105,19 @@ def test_flat_collections(tmp_path):
     c = db.get_collection("f")
     assert len(c) == 300 and c.search(X[9], k=1)[0][0].id == 9
     db.close()
+
+
+def test_maintain_runs_pending_consolidation_now():
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((500, 8)).astype(np.float32)
+    # Deletes below the automatic threshold stay pending until maintain().
+    idx = vectide.Index(8, "l2", m=8, consolidate_fraction=0.5)
+    idx.add(np.arange(500), X)
+    idx.delete(np.arange(20))
+    before = idx.stats()
+    assert before["pending_deletes"] == 20
+    idx.maintain()
+    after = idx.stats()
+    assert after["pending_deletes"] == 0
+    assert after["consolidations"] == before["consolidations"] + 1
+    assert len(idx) == 480 and 3 not in idx

@@ -65,6 +65,8 @@ class Index:
         """What the last open's recovery did, for engines that report it; None otherwise."""
     def breakdown(self) -> Optional[dict[str, float]]:
         """Insert thread-seconds by phase (search, update, logging), for engines that report it."""
+    def maintain(self) -> None:
+        """Runs pending maintenance now (delete consolidation for graph engines)."""
     def check(self) -> list[str]:
         """Structural violations (empty when sound); ValueError for engines without a checker."""
     def add(self, ids: _Ids, vectors: npt.ArrayLike) -> None:

@@ -163,6 +163,23 @@ impl EngineDescriptor {
     }
 }
 
+/// The worker pool of an engine asked for `threads` workers (named
+/// `vectide-{name}-{i}`); `None` uses rayon's global pool.
+pub fn thread_pool(
+    name: &'static str,
+    threads: Option<usize>,
+) -> Result<Option<rayon::ThreadPool>> {
+    threads
+        .map(|n| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .thread_name(move |i| format!("vectide-{name}-{i}"))
+                .build()
+                .map_err(|e| Error::invalid(format!("cannot start {n} threads: {e}")))
+        })
+        .transpose()
+}
+
 /// The `threads` parameter every engine takes.
 pub const THREADS: ParamSpec = ParamSpec {
     name: "threads",

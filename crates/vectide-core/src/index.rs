@@ -128,8 +128,12 @@ pub trait VectorIndex: Send + Sync {
     fn dim(&self) -> usize;
     /// Distance metric.
     fn metric(&self) -> Metric;
-    /// Worker threads of batch calls.
-    fn threads(&self) -> usize;
+    /// Worker threads of batch calls: the engine's pool, else rayon's
+    /// global one.
+    fn threads(&self) -> usize {
+        self.pool()
+            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+    }
     /// The values the engine uses for knobs a query leaves unset (e.g.
     /// `ef` = the `ef_search` parameter).
     fn search_defaults(&self) -> SearchParams {
@@ -318,9 +322,6 @@ mod tests {
         }
         fn params(&self) -> Params {
             Params::new()
-        }
-        fn threads(&self) -> usize {
-            1
         }
         fn as_any(&self) -> &dyn std::any::Any {
             self

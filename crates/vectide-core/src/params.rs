@@ -45,16 +45,6 @@ impl ParamValue {
             ParamValue::Str(text.to_string())
         }
     }
-
-    /// A JSON-ish name of the value's type, for error messages.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            ParamValue::Int(_) => "integer",
-            ParamValue::Float(_) => "number",
-            ParamValue::Bool(_) => "boolean",
-            ParamValue::Str(_) => "string",
-        }
-    }
 }
 
 /// Engine parameters by name.
@@ -173,7 +163,6 @@ pub trait ParamsExt {
         self.int(name).and_then(|v| usize::try_from(v).ok())
     }
     fn float(&self, name: &str) -> Option<f64>;
-    fn boolean(&self, name: &str) -> Option<bool>;
     fn string(&self, name: &str) -> Option<&str>;
 }
 
@@ -188,12 +177,6 @@ impl ParamsExt for Params {
         match self.get(name) {
             Some(ParamValue::Float(v)) => Some(*v),
             Some(ParamValue::Int(v)) => Some(*v as f64),
-            _ => None,
-        }
-    }
-    fn boolean(&self, name: &str) -> Option<bool> {
-        match self.get(name) {
-            Some(ParamValue::Bool(v)) => Some(*v),
             _ => None,
         }
     }

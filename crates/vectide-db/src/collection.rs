@@ -362,12 +362,6 @@ impl Collection {
     /// Checks a configuration by building a throwaway engine (durable
     /// engines are checked without touching disk: parameters only).
     pub fn validate_config(config: &CollectionConfig) -> Result<()> {
-        if config.dim == 0 || config.dim > 65_536 {
-            return Err(DbError::invalid(format!(
-                "dim must be in 1..=65536, got {}",
-                config.dim
-            )));
-        }
         if config.params.contains_key("path") {
             return Err(DbError::invalid(
                 "collections place their engine themselves: do not pass path",

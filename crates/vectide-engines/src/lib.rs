@@ -12,7 +12,7 @@
 
 use std::path::Path;
 pub use vectide_core::params::{check_params, ParamKind, ParamSpec, ParamValue, Params, ParamsExt};
-use vectide_core::{limits, Error, Metric, Result, SearchParams, VectorIndex};
+use vectide_core::{limits, Error, Metric, Result, VectorIndex};
 pub use vectide_core::{EngineDescriptor, Knob, Persistence};
 
 /// Any engine, behind the one contract.
@@ -214,26 +214,6 @@ pub fn inspect(path: &Path) -> Result<Vec<(String, String)>> {
     let d = engine_at(path)?
         .ok_or_else(|| Error::invalid(format!("{} holds no Vectide index", path.display())))?;
     (d.inspect)(path)
-}
-
-/// Builds search parameters from named knobs, checked against the engine's
-/// knobs (an unknown knob is an error naming the ones it takes).
-pub fn search_params<'a>(
-    d: &EngineDescriptor,
-    knobs: impl IntoIterator<Item = (&'a str, usize)>,
-) -> Result<SearchParams> {
-    let mut p = SearchParams::default();
-    for (name, value) in knobs {
-        p.set(d.knob(name)?, value)?;
-    }
-    Ok(p)
-}
-
-/// An engine's primary knob and the value it uses when a query leaves it
-/// unset; `None` for engines without a knob (exact ones).
-pub fn default_knob(idx: &dyn VectorIndex) -> Option<(Knob, usize)> {
-    let knob = idx.descriptor().primary_knob?;
-    idx.search_defaults().get(knob).map(|v| (knob, v))
 }
 
 #[cfg(test)]
@@ -577,8 +557,8 @@ mod tests {
         let e = descriptor("nope").unwrap_err();
         assert!(e.to_string().contains("known engines: hnsw, p-hnsw"), "{e}");
         let d = descriptor("hnsw").unwrap();
-        let e = search_params(d, [("nprobe", 4)]).unwrap_err();
+        let e = d.knob("nprobe").unwrap_err();
         assert!(e.to_string().contains("it takes: ef"), "{e}");
-        assert_eq!(search_params(d, [("ef", 40)]).unwrap().ef, Some(40));
+        assert_eq!(d.knob("ef").unwrap(), Knob::Ef);
     }
 }

@@ -65,16 +65,7 @@ impl Flat {
     ) -> Result<Self> {
         params.validate()?;
         let dim = store.dim();
-        let pool = match params.threads {
-            Some(n) => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n)
-                    .thread_name(|i| format!("vectide-flat-{i}"))
-                    .build()
-                    .map_err(|e| Error::invalid(format!("cannot start {n} threads: {e}")))?,
-            ),
-            None => None,
-        };
+        let pool = vectide_core::engine::thread_pool("flat", params.threads)?;
         Ok(Flat {
             dim,
             metric,
@@ -182,12 +173,6 @@ impl VectorIndex for Flat {
 
     fn metric(&self) -> Metric {
         self.metric
-    }
-
-    fn threads(&self) -> usize {
-        self.pool
-            .as_ref()
-            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
     }
 
     fn pool(&self) -> Option<&rayon::ThreadPool> {

@@ -435,10 +435,6 @@ impl VectorIndex for Baseline {
         out
     }
 
-    fn threads(&self) -> usize {
-        self.inner.threads()
-    }
-
     fn pool(&self) -> Option<&rayon::ThreadPool> {
         VectorIndex::pool(&self.inner)
     }

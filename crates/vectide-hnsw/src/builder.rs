@@ -94,7 +94,7 @@ impl Hnsw {
                 }
             }
         };
-        if rows.len() < 64 || self.threads() == 1 {
+        if rows.len() < 64 || vectide_core::VectorIndex::threads(self) == 1 {
             let mut scratch = self.scratch.get();
             (0..rows.len()).for_each(|i| work(&mut scratch, i));
         } else {

@@ -98,16 +98,7 @@ impl Hnsw {
                 "dimension must be in 1..=65536, got {dim}"
             )));
         }
-        let pool = match params.threads {
-            Some(n) => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n)
-                    .thread_name(|i| format!("vectide-hnsw-{i}"))
-                    .build()
-                    .map_err(|e| Error::invalid(format!("cannot start {n} threads: {e}")))?,
-            ),
-            None => None,
-        };
+        let pool = vectide_core::engine::thread_pool("hnsw", params.threads)?;
         Ok(Hnsw {
             dim,
             metric,
@@ -141,13 +132,6 @@ impl Hnsw {
             Some(p) => p.install(f),
             None => f(),
         }
-    }
-
-    /// Number of worker threads batch calls use.
-    pub fn threads(&self) -> usize {
-        self.pool
-            .as_ref()
-            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
     }
 
     /// Prepares a query: checks it and normalises it under cosine.
@@ -208,11 +192,7 @@ impl VectorIndex for Hnsw {
     }
 
     fn params(&self) -> vectide_core::Params {
-        crate::descriptor::graph_params_out(&self.params, Hnsw::threads(self))
-    }
-
-    fn threads(&self) -> usize {
-        Hnsw::threads(self)
+        crate::descriptor::graph_params_out(&self.params, self.threads())
     }
 
     fn pool(&self) -> Option<&rayon::ThreadPool> {

@@ -430,6 +430,12 @@ impl PyIndex {
         self.extra_group(py, "insert_seconds.", false)
     }
 
+    /// Runs the maintenance that is due or pending now (delete consolidation
+    /// for graph engines) and returns when none is in flight.
+    fn maintain(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.maintain()).map_err(to_py)
+    }
+
     /// A full structural check; returns the violations found (an empty list
     /// when sound). ValueError for engines without a checker.
     fn check(&self, py: Python<'_>) -> PyResult<Vec<String>> {

@@ -128,7 +128,7 @@ impl PHnsw {
             }
             out
         };
-        let result = if ids.len() < 64 || self.threads() == 1 {
+        let result = if ids.len() < 64 || vectide_core::VectorIndex::threads(self) == 1 {
             let mut scratch = self.scratch.get();
             (0..ids.len()).try_for_each(|r| work(&mut scratch, r))
         } else {

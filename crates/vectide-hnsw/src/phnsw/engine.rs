@@ -113,18 +113,6 @@ impl std::fmt::Debug for PHnsw {
 
 pub(crate) const SITE_INIT: Site = Site("create");
 
-fn thread_pool(threads: Option<usize>) -> Result<Option<rayon::ThreadPool>> {
-    threads
-        .map(|n| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .thread_name(|i| format!("vectide-phnsw-{i}"))
-                .build()
-                .map_err(|e| Error::invalid(format!("cannot start {n} threads: {e}")))
-        })
-        .transpose()
-}
-
 impl PHnsw {
     /// Creates a new index in `dir` (created if missing; it must not hold an
     /// index already), on the media of `mode`.
@@ -326,7 +314,7 @@ impl PHnsw {
             entry_lock: Mutex::new(()),
             seqs: SeqTracker::starting_at(durable),
             scratch: VisitedPool::default(),
-            pool: thread_pool(threads)?,
+            pool: vectide_core::engine::thread_pool("phnsw", threads)?,
             timing: Timing::default(),
             media,
             recovery: Default::default(),
@@ -422,13 +410,6 @@ impl PHnsw {
         }
     }
 
-    /// Worker threads of batch calls.
-    pub fn threads(&self) -> usize {
-        self.pool
-            .as_ref()
-            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
-    }
-
     #[inline]
     pub(crate) fn label_lock(&self, label: u64) -> parking_lot::MutexGuard<'_, ()> {
         let h = label.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
@@ -490,10 +471,6 @@ impl VectorIndex for PHnsw {
 
     fn params(&self) -> vectide_core::Params {
         self.params_out()
-    }
-
-    fn threads(&self) -> usize {
-        PHnsw::threads(self)
     }
 
     fn pool(&self) -> Option<&rayon::ThreadPool> {
