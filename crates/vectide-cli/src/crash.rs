@@ -11,9 +11,7 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
-use vectide_hnsw::phnsw::crashtest::{
-    self, CrashTestConfig, KillChild, KillConfig, KillReport, SeqFrom,
-};
+use vectide_phnsw::crashtest::{self, CrashTestConfig, KillChild, KillConfig, KillReport, SeqFrom};
 use vectide_storage::PersistMode;
 
 #[derive(Args, Debug)]

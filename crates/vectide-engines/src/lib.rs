@@ -21,9 +21,9 @@ pub type AnyIndex = Box<dyn VectorIndex>;
 /// Every engine this build knows, one line each.
 pub static REGISTRY: &[&EngineDescriptor] = &[
     &vectide_hnsw::HNSW,
-    &vectide_hnsw::phnsw::P_HNSW,
-    &vectide_hnsw::baselines::HNSW_SNAP,
-    &vectide_hnsw::baselines::HNSW_WAL,
+    &vectide_phnsw::P_HNSW,
+    &vectide_phnsw::baselines::HNSW_SNAP,
+    &vectide_phnsw::baselines::HNSW_WAL,
     &vectide_flat::DESCRIPTOR,
 ];
 
@@ -528,7 +528,7 @@ mod tests {
         let path = dir.path().join("snap");
         let p = params(&[("path", ParamValue::Str(path.display().to_string()))]);
         drop(open_or_create("hnsw-snap", 4, Metric::L2, &p).unwrap());
-        let manifest = path.join(vectide_hnsw::baselines::MANIFEST_FILE);
+        let manifest = path.join(vectide_phnsw::baselines::MANIFEST_FILE);
         let mut bytes = std::fs::read(&manifest).unwrap();
         let n = bytes.len();
         bytes[n - 6] ^= 0x40;

@@ -6,16 +6,21 @@
 //! are walked through but never returned) and greedy descent
 //! ([`search`]), and neighbour selection and insert planning ([`prune`]:
 //! HNSW's heuristic, its α-rule generalisation, the plan of a new node's
-//! lists and the back-link decision).
+//! lists and the back-link decision), the in-neighbour repair of delete
+//! consolidation ([`repair`]) and the HNSW family's parameters
+//! ([`hnsw_params`]).
 //!
 //! Used by the `hnsw` and `p-hnsw` engines; the graph engines to come
 //! (FreshVamana, d-HNSW) build on the same pieces.
 
 pub mod graph;
+pub mod hnsw_params;
 pub mod prune;
+pub mod repair;
 pub mod search;
 
 pub use graph::{store_list, Graph};
+pub use hnsw_params::HnswParams;
 pub use search::Scratch;
 
 #[cfg(test)]
@@ -105,5 +110,33 @@ mod tests {
         assert_eq!(out, vec![1]);
         prune::select_alpha(&g, dist, &cands, 3, 4.0, &mut out);
         assert_eq!(out, vec![1, 2]);
+    }
+
+    #[test]
+    fn repair_keeps_survivors_and_refills_from_the_dead_neighbours_lists() {
+        // Node 6 names 5, 7 and the dead 8; 8's list names 9 and 10.
+        let g = Line::new(12);
+        let dist = Metric::L2.distance_fn();
+        store_list(g.list(6, 0), &[5, 7, 8]);
+        store_list(g.list(8, 0), &[6, 9, 10, 3]);
+        let dead = |x: u32| x == 8;
+        let mut sc = repair::RepairScratch::default();
+        assert!(
+            !repair::repair_list(&g, dist, 5, 0, dead, 1.0, &mut sc) || {
+                // 5's list (every other node) names 8 too: repaired, 8 gone.
+                !sc.kept().contains(&8)
+            }
+        );
+        assert!(repair::repair_list(&g, dist, 6, 0, dead, 1.0, &mut sc));
+        // Survivors first; 9, 10 and 3 all lie behind a kept neighbour on
+        // the line, so HNSW's rule (α = 1) admits none of them.
+        assert_eq!(sc.kept(), &[5, 7]);
+        // α = 4 admits 3 and 9 (both at squared distance 9, ties by id) but
+        // not 10: 4·d(9, 10) = 4 < d(6, 10) = 16.
+        assert!(repair::repair_list(&g, dist, 6, 0, dead, 4.0, &mut sc));
+        assert_eq!(sc.kept(), &[5, 7, 3, 9]);
+        // A list without dead neighbours is left alone.
+        store_list(g.list(7, 0), &[6, 9]);
+        assert!(!repair::repair_list(&g, dist, 7, 0, dead, 1.0, &mut sc));
     }
 }

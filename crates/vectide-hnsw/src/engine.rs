@@ -192,7 +192,7 @@ impl VectorIndex for Hnsw {
     }
 
     fn params(&self) -> vectide_core::Params {
-        crate::descriptor::graph_params_out(&self.params, self.threads())
+        vectide_graph::hnsw_params::graph_params_out(&self.params, self.threads())
     }
 
     fn pool(&self) -> Option<&rayon::ThreadPool> {

@@ -6,7 +6,8 @@
 //!
 //! The rooms of this crate, as in every engine crate:
 //! - [`params`]: [`HnswParams`] and their defaults (`m = 16`,
-//!   `ef_construction = 200`);
+//!   `ef_construction = 200`), shared by the HNSW family in
+//!   `vectide_graph::hnsw_params`;
 //! - `layout`: the slot arrays (vectors, atomic neighbour lists, labels,
 //!   states) and the concurrency protocol that lets searches run without locks
 //!   while inserts link new nodes;
@@ -43,13 +44,11 @@
 //! "Smaller is closer": squared L2, `1 - cos` (vectors normalised at insert),
 //! `-dot`.
 
-pub mod baselines;
 mod builder;
 pub mod descriptor;
 mod engine;
 mod graph;
 mod layout;
-pub mod params;
 pub mod persist;
 mod search;
 mod update;
@@ -57,7 +56,7 @@ mod update;
 pub use builder::Progress;
 pub use descriptor::HNSW;
 pub use engine::Hnsw;
-pub use params::HnswParams;
 pub use persist::{inspect, FileInfo, FORMAT_VERSION};
 pub use update::GraphCheck;
-pub mod phnsw;
+pub use vectide_graph::hnsw_params as params;
+pub use vectide_graph::HnswParams;

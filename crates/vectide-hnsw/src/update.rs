@@ -11,7 +11,8 @@
 //!    node, the surviving neighbours stay and the freed room is filled from
 //!    the surviving neighbours of its deleted neighbours, closest first, each
 //!    admitted only if no kept neighbour `r` has `α·d(r, c) < d(p, c)`
-//!    (α = `repair_alpha`, 1 by default, HNSW's rule; see its docs);
+//!    (α = `repair_alpha`, 1 by default, HNSW's rule; see its docs) —
+//!    `vectide_graph::repair`;
 //! 3. a deleted entry point is replaced by the live node of highest level;
 //! 4. a walk from the entry point finds live nodes the repair left
 //!    unreachable (pruning can drop every path to a node) and links each from
@@ -32,15 +33,7 @@ use std::sync::atomic::Ordering;
 use vectide_core::heap::Candidate;
 use vectide_core::{Result, Seq, VectorIndex};
 use vectide_graph::prune::rank_from;
-
-#[derive(Default)]
-struct RepairScratch {
-    list: Vec<u32>,
-    dead_list: Vec<u32>,
-    cands: Vec<u32>,
-    ranked: Vec<Candidate>,
-    kept: Vec<u32>,
-}
+use vectide_graph::repair::{repair_list, RepairScratch};
 
 impl Hnsw {
     pub(crate) fn delete_batch(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
@@ -268,50 +261,16 @@ impl Hnsw {
 
     fn repair_node(&self, store: &Store, s: u32, is_dead: &[bool], sc: &mut RepairScratch) {
         let dead = |x: u32| is_dead.get(x as usize).copied().unwrap_or(false);
+        let alpha = if self.metric == vectide_core::Metric::Ip {
+            1.0
+        } else {
+            self.params.repair_alpha
+        };
         for l in 0..=store.level(s) {
-            store.neighbors_into(s, l, &mut sc.list);
-            if !sc.list.iter().any(|&x| dead(x)) {
-                continue;
+            if repair_list(store, self.dist, s, l, dead, alpha, sc) {
+                let _g = store.lock(s);
+                store.set_list(s, l, sc.kept());
             }
-            // Survivors stay (they passed the heuristic when chosen); the
-            // freed room goes to the best of the deleted neighbours' own
-            // neighbours that the α-rule admits next to them.
-            sc.kept.clear();
-            sc.cands.clear();
-            for &x in &sc.list {
-                if dead(x) {
-                    store.neighbors_into(x, l, &mut sc.dead_list);
-                    sc.cands
-                        .extend(sc.dead_list.iter().copied().filter(|&y| y != s && !dead(y)));
-                } else {
-                    sc.kept.push(x);
-                }
-            }
-            sc.cands.sort_unstable();
-            sc.cands.dedup();
-            sc.cands.retain(|y| !sc.kept.contains(y));
-            rank_from(store, self.dist, s, &sc.cands, &mut sc.ranked);
-            let alpha = if self.metric == vectide_core::Metric::Ip {
-                1.0
-            } else {
-                self.params.repair_alpha
-            };
-            let cap = store.cap(l);
-            for c in &sc.ranked {
-                if sc.kept.len() >= cap {
-                    break;
-                }
-                let vc = store.vector(c.node);
-                if sc
-                    .kept
-                    .iter()
-                    .all(|&r| alpha * (self.dist)(vc, store.vector(r)) >= c.dist.0)
-                {
-                    sc.kept.push(c.node);
-                }
-            }
-            let _g = store.lock(s);
-            store.set_list(s, l, &sc.kept);
         }
     }
 }

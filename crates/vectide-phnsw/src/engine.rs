@@ -7,8 +7,6 @@ use super::layout::{
     M_UPPER_NEXT, NODES_FILE, NODES_MAGIC, PAGE, UPPER_FILE, UPPER_MAGIC,
 };
 use super::log::Logs;
-use crate::params::HnswParams;
-use crate::search::{knn, Scratch};
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +17,8 @@ use vectide_core::visited::VisitedPool;
 use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, SeqTracker, VectorIndex,
 };
+use vectide_graph::search::{knn, Scratch};
+use vectide_graph::HnswParams;
 use vectide_storage::{Media, PersistMode, Region, Site};
 
 /// Parameters of a P-HNSW index beyond the HNSW ones.
@@ -369,7 +369,7 @@ impl PHnsw {
 
     /// The vector of a label (reads the region in memory; cannot fail).
     pub fn vector_of(&self, id: u64) -> Option<Vec<f32>> {
-        use crate::graph::Graph;
+        use vectide_graph::Graph;
         self.labels
             .get(&self.graph, id)
             .map(|s| self.graph.vector(s).to_vec())
@@ -560,7 +560,7 @@ impl VectorIndex for PHnsw {
     }
 
     fn distances(&self, query: &[f32], ids: &[u64], out: &mut Vec<Neighbor>) -> Result<()> {
-        use crate::graph::Graph;
+        use vectide_graph::Graph;
         let mut scratch = self.scratch.get();
         let mut qbuf = std::mem::take(&mut scratch.query);
         let result = prepare_query(self.g.dim, self.g.metric, query, &mut qbuf).map(|q| {

@@ -1,4 +1,4 @@
-//! # P-HNSW: crash-consistent HNSW in a persistent region (`engine="p-hnsw"`)
+//! # vectide-phnsw: P-HNSW, crash-consistent HNSW in a persistent region (`engine="p-hnsw"`)
 //!
 //! After Lee et al., "P-HNSW: Crash-Consistent HNSW for Vector Databases on
 //! Persistent Memory" (Appl. Sci. 2025, 15(19), 10554). The whole graph —
@@ -87,3 +87,4 @@ mod update;
 pub use descriptor::P_HNSW;
 pub use engine::{Breakdown, PHnsw, PHnswParams};
 pub use recovery::RecoveryReport;
+pub mod baselines;

@@ -27,7 +27,7 @@
 
 use super::history::{check_round, History, Past, SeqFrom, Tally};
 use super::{params, scratch_root, sim, sim_n, vector, Model, Rng, TempDir};
-use crate::phnsw::PHnsw;
+use crate::PHnsw;
 use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

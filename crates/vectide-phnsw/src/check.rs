@@ -4,11 +4,11 @@
 use super::engine::PHnsw;
 use super::layout::{unpack_entry, DELETED, LIVE, M_ENTRY};
 use super::log::NONE;
-use crate::graph::Graph;
-use crate::params::MAX_LEVEL;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use vectide_core::VectorIndex;
+use vectide_graph::prune::MAX_LEVEL;
+use vectide_graph::Graph;
 
 impl PHnsw {
     /// Checks the structure and returns every violation found (empty when

@@ -3,7 +3,7 @@
 //! switches off one persistence site at a time and requires the checker to
 //! report violations. `VECTIDE_CRASH_POINTS` sizes the first (default 200).
 
-use vectide_hnsw::phnsw::crashtest::{mutation_sites, run, CrashTestConfig};
+use vectide_phnsw::crashtest::{mutation_sites, run, CrashTestConfig};
 use vectide_storage::Site;
 
 fn points() -> usize {

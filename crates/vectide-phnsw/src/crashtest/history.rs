@@ -20,7 +20,7 @@
 //! round's candidates.
 
 use super::{find_label, Model};
-use crate::phnsw::PHnsw;
+use crate::PHnsw;
 use std::collections::{BTreeSet, HashMap};
 use vectide_core::{Seq, VectorIndex};
 

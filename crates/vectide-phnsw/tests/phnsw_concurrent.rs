@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use vectide_hnsw::phnsw::crashtest::{
+use vectide_phnsw::crashtest::{
     kill_child, kill_rounds, run_concurrent, ConcurrentConfig, KillChild, KillConfig, SeqFrom,
 };
 use vectide_storage::PersistMode;

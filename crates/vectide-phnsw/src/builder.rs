@@ -29,8 +29,6 @@ use super::layout::{
     M_UPPER_NEXT, PAGE,
 };
 use super::log::{NEntry, KIND_INSERT, KIND_UPSERT, LOGGED, NONE, N_COMPLETE};
-use crate::graph::Graph;
-use crate::search::Scratch;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -38,6 +36,8 @@ use vectide_core::validate::{check_batch, copy_normalized};
 use vectide_core::Progress;
 use vectide_core::{Error, Result, Seq};
 use vectide_graph::prune::{backlink, draw_level, plan_links, Backlink};
+use vectide_graph::Graph;
+use vectide_graph::Scratch;
 use vectide_storage::Site;
 
 pub(crate) const S_NODE: Site = Site("insert.node");
@@ -270,7 +270,7 @@ impl PHnsw {
     /// Writes a node's list at a layer in place (entries, then the count)
     /// and persists it; the caller fences.
     pub(crate) fn write_list(&self, slot: u32, level: usize, ids: &[u32], site: Site) {
-        let n = crate::graph::store_list(self.graph.list(slot, level), ids);
+        let n = vectide_graph::store_list(self.graph.list(slot, level), ids);
         if let Some((region, off, len)) = self.graph.list_range(slot, level) {
             region.persist(site, off, len.min(4 * (1 + n)));
         }

@@ -196,7 +196,7 @@ impl Logs {
         let base = self.g.nlog_offset(i);
         let kind = meta.u32_at(base + NL_KIND).load(Ordering::Acquire);
         let level = meta.u32_at(base + NL_LEVEL).load(Ordering::Acquire) as usize;
-        if !(KIND_INSERT..=KIND_DELETE).contains(&kind) || level > crate::params::MAX_LEVEL {
+        if !(KIND_INSERT..=KIND_DELETE).contains(&kind) || level > vectide_graph::prune::MAX_LEVEL {
             return None;
         }
         let slot = u32::try_from(meta.u64_at(base + NL_SLOT).load(Ordering::Acquire)).ok()?;
@@ -324,7 +324,7 @@ impl Logs {
         let words = meta.u32s_at(base + NI_LIST, 1 + self.g.m0);
         let n = words[0].load(Ordering::Acquire) as usize;
         let cap = if level == 0 { self.g.m0 } else { self.g.m };
-        if level > crate::params::MAX_LEVEL || n > cap {
+        if level > vectide_graph::prune::MAX_LEVEL || n > cap {
             return None;
         }
         Some((

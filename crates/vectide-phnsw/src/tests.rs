@@ -3,10 +3,10 @@
 
 use super::layout::M_DURABLE_SEQ;
 use super::{PHnsw, PHnswParams};
-use crate::params::HnswParams;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vectide_core::{Metric, VectorIndex};
+use vectide_graph::HnswParams;
 use vectide_storage::{PersistMode, SimConfig, SimMedia};
 
 fn params() -> PHnswParams {

@@ -15,8 +15,7 @@
 
 use super::history::{check_round, History, Past, SeqFrom, Tally};
 use super::{vector, Model, Rng};
-use crate::params::HnswParams;
-use crate::phnsw::{PHnsw, PHnswParams, RecoveryReport};
+use crate::{PHnsw, PHnswParams, RecoveryReport};
 use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -24,6 +23,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use vectide_core::{Error, Metric, Result, Seq, VectorIndex};
+use vectide_graph::HnswParams;
 use vectide_storage::PersistMode;
 
 /// Dimension of the kill test's vectors.

@@ -41,12 +41,12 @@
 //! fail.
 
 use super::engine::{PHnsw, PHnswParams};
-use crate::params::HnswParams;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use vectide_core::{Error, Metric, Result, SearchParams, VectorIndex};
+use vectide_graph::HnswParams;
 use vectide_storage::{CrashImage, Media, SimConfig, SimMedia, Site};
 
 /// What to run.
@@ -276,7 +276,7 @@ struct Snap {
 
 fn snapshot(idx: &PHnsw) -> Snap {
     use super::layout::{DELETED, LIVE, M_ENTRY};
-    use crate::graph::Graph;
+    use vectide_graph::Graph;
     let g = &idx.graph;
     let mut nodes = HashMap::new();
     let mut buf = Vec::new();

@@ -14,7 +14,6 @@
 //! Both live in a directory: `baseline.vtdb` (the manifest: engine, metric,
 //! dimension, parameters), `snapshot.vtdx` and, for `hnsw-wal`, `wal.log`.
 
-use crate::{descriptor, Hnsw, HnswParams};
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +26,9 @@ use vectide_core::{
 use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
 };
+use vectide_graph::hnsw_params as descriptor;
+use vectide_graph::HnswParams;
+use vectide_hnsw::Hnsw;
 use vectide_storage::Wal;
 
 pub const MANIFEST_MAGIC: &[u8; 8] = b"VTDXBASE";

@@ -1,12 +1,14 @@
 //! The registry descriptor of engine `p-hnsw`.
 
 use super::{PHnsw, PHnswParams};
-use crate::descriptor::{graph_params, graph_params_out, EF_CONSTRUCTION, EF_SEARCH, M, SEED};
 use std::path::{Path, PathBuf};
 use vectide_core::engine::{PATH, THREADS};
 use vectide_core::{
     limits, EngineDescriptor, Error, Knob, Metric, ParamKind, ParamSpec, ParamValue, Params,
     ParamsExt, Persistence, Result, VectorIndex,
+};
+use vectide_graph::hnsw_params::{
+    graph_params, graph_params_out, EF_CONSTRUCTION, EF_SEARCH, M, SEED,
 };
 use vectide_storage::PersistMode;
 

@@ -11,10 +11,10 @@
 //! Every file starts with a 4 KiB page holding its magic, format version,
 //! kind-specific geometry and a CRC-32 of that page's fixed part.
 
-use crate::graph::Graph;
-use crate::params::MAX_LEVEL;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use vectide_core::{Error, Metric, Result};
+use vectide_graph::prune::MAX_LEVEL;
+use vectide_graph::Graph;
 use vectide_storage::Region;
 
 /// Format version of every P-HNSW region file.

@@ -1,12 +1,13 @@
 //! P-HNSW integration tests: recall, reopen, upserts, deletes, bad regions.
 
+#[path = "../../vectide-hnsw/tests/common/mod.rs"]
 mod common;
 
 use common::{brute_force, clustered, recall};
 use std::sync::Arc;
 use vectide_core::{Error, Metric, SearchParams, VectorIndex};
-use vectide_hnsw::phnsw::{PHnsw, PHnswParams};
-use vectide_hnsw::HnswParams;
+use vectide_graph::HnswParams;
+use vectide_phnsw::{PHnsw, PHnswParams};
 use vectide_storage::{Media, PersistMode, SimConfig, SimMedia};
 
 fn params(m: usize) -> PHnswParams {
