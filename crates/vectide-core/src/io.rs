@@ -1,6 +1,7 @@
 //! Crash-safe whole-file writes: temp file, fsync, rename, directory fsync.
 
 use crate::error::{Error, Result};
+use crate::sync::{self, SyncSite};
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -43,9 +44,9 @@ where
         let file = w
             .into_inner()
             .map_err(|e| Error::io_at(&tmp, e.into_error()))?;
-        file.sync_all().map_err(|e| Error::io_at(&tmp, e))?;
+        sync::sync_file(&file, &tmp, ATOMIC_WRITE_FILE, false)?;
         fs::rename(&tmp, path).map_err(|e| Error::io_at(path, e))?;
-        sync_dir(&dir)
+        sync::sync_dir(&dir, ATOMIC_WRITE_DIR)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -53,10 +54,17 @@ where
     result
 }
 
-/// fsyncs a directory so that renames and creations in it are durable.
+/// Sync site of [`atomic_write`]'s fsync of the temp file.
+pub const ATOMIC_WRITE_FILE: SyncSite = SyncSite("atomic_write.file");
+/// Sync site of [`atomic_write`]'s fsync of the directory after the rename.
+pub const ATOMIC_WRITE_DIR: SyncSite = SyncSite("atomic_write.dir");
+/// Sync site of [`sync_dir`] (callers without a site of their own).
+pub const DIR: SyncSite = SyncSite("dir");
+
+/// fsyncs a directory so that renames and creations in it are durable,
+/// through the sync point of site [`DIR`]; [`sync::sync_dir`] names its own.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    let d = File::open(dir).map_err(|e| Error::io_at(dir, e))?;
-    d.sync_all().map_err(|e| Error::io_at(dir, e))
+    sync::sync_dir(dir, DIR)
 }
 
 /// A writer that feeds a CRC32 as bytes pass through it.

@@ -3,6 +3,8 @@
 //! What every Vectide engine shares: the [`Metric`]s and their SIMD distance
 //! kernels (runtime CPU dispatch), the top-k heap, the reusable visited set,
 //! the operation-sequence watermark, input validation, atomic file writes,
+//! the named [`sync`] points every `fsync` goes through (observable by a
+//! crash kit, scoped by directory with [`scope`]),
 //! the [`VectorIndex`] trait that every engine implements, the one
 //! [`Error`] type and the documented bounds of every outside input
 //! ([`limits`]).
@@ -20,7 +22,9 @@ pub mod io;
 pub mod limits;
 pub mod metric;
 pub mod params;
+pub mod scope;
 pub mod seq;
+pub mod sync;
 pub mod validate;
 pub mod visited;
 
@@ -31,6 +35,10 @@ pub use index::{Filter, IndexStats, Progress, SearchParams, VectorIndex};
 pub use metric::Metric;
 pub use params::{ParamKind, ParamSpec, ParamValue, Params, ParamsExt};
 pub use seq::{Seq, SeqTracker};
+pub use sync::{
+    install_sync_observer, sync_dir, sync_file, sync_point, ObserverGuard, SyncDecision, SyncEvent,
+    SyncKind, SyncObserver, SyncPhase, SyncSite,
+};
 pub use visited::{VisitedPool, VisitedSet};
 
 /// The id reserved to pad missing results (`u64::MAX`); rejected on insert.

@@ -30,8 +30,24 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use vectide_core::sync::{sync_dir, sync_file, sync_point, SyncKind, SyncSite};
 use vectide_core::Seq;
 use vectide_storage::wal::{frame, header_bytes, scan, Scan, HEADER};
+
+/// Sync site of a new segment (its header, then its directory entry).
+pub const SYNC_CREATE: SyncSite = SyncSite("db.commitlog.create");
+/// Sync site of the directory after a new segment was created.
+pub const SYNC_CREATE_DIR: SyncSite = SyncSite("db.commitlog.create.dir");
+/// Sync site of a group commit's `fdatasync`.
+pub const SYNC_COMMIT: SyncSite = SyncSite("db.commitlog.sync");
+/// Sync site of the cut of the last segment's torn tail at open.
+pub const SYNC_CUT: SyncSite = SyncSite("db.commitlog.cut");
+/// Sync site of [`repair`]'s cut of a damaged log.
+pub const SYNC_REPAIR: SyncSite = SyncSite("db.commitlog.repair");
+/// Sync site of the directory after [`repair`] removed segments.
+pub const SYNC_REPAIR_DIR: SyncSite = SyncSite("db.commitlog.repair.dir");
+/// Sync site of the directory after a checkpoint deleted segments.
+pub const SYNC_TRUNCATE_DIR: SyncSite = SyncSite("db.commitlog.truncate.dir");
 
 /// When an acknowledged write is durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +103,8 @@ struct State {
     /// A group-commit leader waits for appends (they notify `joined`).
     leader_waiting: bool,
     active: Arc<File>,
+    /// The path of `active` (its sync point names it).
+    active_path: Arc<Path>,
     active_len: u64,
     segments: Vec<Segment>,
     /// Bytes written since the last checkpoint.
@@ -121,8 +139,8 @@ fn create_segment(dir: &Path, first: Seq) -> Result<(File, PathBuf)> {
         .map_err(|e| DbError::io_at(&path, e))?;
     f.write_all(&header_bytes())
         .map_err(|e| DbError::io_at(&path, e))?;
-    f.sync_all().map_err(|e| DbError::io_at(&path, e))?;
-    vectide_core::io::sync_dir(dir)?;
+    sync_file(&f, &path, SYNC_CREATE, false)?;
+    sync_dir(dir, SYNC_CREATE_DIR)?;
     Ok((f, path))
 }
 
@@ -309,8 +327,8 @@ pub fn repair(dir: &Path) -> Result<RepairReport> {
     } else {
         f.set_len(keep).map_err(|e| DbError::io_at(&path, e))?;
     }
-    f.sync_all().map_err(|e| DbError::io_at(&path, e))?;
-    vectide_core::io::sync_dir(dir)?;
+    sync_file(&f, &path, SYNC_REPAIR, false)?;
+    sync_dir(dir, SYNC_REPAIR_DIR)?;
     Ok(rep)
 }
 
@@ -358,7 +376,7 @@ impl CommitLog {
             } else {
                 f.set_len(end).map_err(|e| DbError::io_at(&path, e))?;
             }
-            f.sync_all().map_err(|e| DbError::io_at(&path, e))?;
+            sync_file(&f, &path, SYNC_CUT, false)?;
         }
         let log_last = match records.last() {
             Some(r) => record_seq(r)?,
@@ -386,6 +404,7 @@ impl CommitLog {
             .metadata()
             .map_err(|e| DbError::io_at(&path, e))?
             .len();
+        let active_path = Arc::from(path.as_path());
         segments.push(Segment { first, path });
         Ok((
             CommitLog {
@@ -401,6 +420,7 @@ impl CommitLog {
                     last_batch: 0,
                     leader_waiting: false,
                     active: Arc::new(active),
+                    active_path,
                     active_len,
                     segments,
                     since_checkpoint: 0,
@@ -491,10 +511,11 @@ impl CommitLog {
             let buf = std::mem::take(&mut st.buf);
             let target = st.appended;
             let file = Arc::clone(&st.active);
+            let path = st.active_path.clone();
             drop(st);
             let res = (|| -> std::io::Result<()> {
                 (&*file).write_all(&buf)?;
-                file.sync_data()
+                sync_point(&file, &path, SYNC_COMMIT, SyncKind::Data, File::sync_data)
             })()
             .map_err(DbError::from);
             st = self.state.lock();
@@ -531,6 +552,7 @@ impl CommitLog {
         let first = st.appended + 1;
         let (f, path) = create_segment(&self.dir, first)?;
         st.active = Arc::new(f);
+        st.active_path = Arc::from(path.as_path());
         st.active_len = header_bytes().len() as u64;
         st.segments.push(Segment { first, path });
         Ok(())
@@ -583,7 +605,7 @@ impl CommitLog {
         }
         st.since_checkpoint = 0;
         drop(st);
-        vectide_core::io::sync_dir(&self.dir)?;
+        sync_dir(&self.dir, SYNC_TRUNCATE_DIR)?;
         Ok(removed)
     }
 

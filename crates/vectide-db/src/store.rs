@@ -16,11 +16,70 @@
 use crate::error::{DbError, Result};
 use crate::filter::{Condition, Filter, Scalar};
 use crate::ids::ExtId;
-use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::backends::FileBackend;
+use redb::{
+    Database, Durability, ReadableTable, ReadableTableMetadata, StorageBackend, TableDefinition,
+};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use vectide_core::sync::{sync_point, SyncKind, SyncSite};
 use vectide_core::Seq;
+
+/// Sync site of the payload store's commits (redb's `sync_data`).
+pub const SYNC_STORE: SyncSite = SyncSite("db.store.sync");
+
+/// redb's own file backend (which takes the file's exclusive lock, as
+/// `Database::create` does), with its `sync_data` routed through the sync
+/// point [`SYNC_STORE`] so that a crash kit sees the store's syncs.
+#[derive(Debug)]
+struct SyncedFileBackend {
+    inner: FileBackend,
+    /// A second handle to the same open file, for the sync (`FileBackend`
+    /// does not lend its own).
+    file: File,
+    path: PathBuf,
+}
+
+impl SyncedFileBackend {
+    /// Opens (or creates) the file as `redb::Builder::create` does.
+    fn open(path: &Path) -> std::result::Result<Self, redb::DatabaseError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        let dup = file.try_clone()?;
+        Ok(SyncedFileBackend {
+            inner: FileBackend::new(file)?,
+            file: dup,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+impl StorageBackend for SyncedFileBackend {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        self.inner.read(offset, len)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self, eventual: bool) -> std::io::Result<()> {
+        // `FileBackend::sync_data` is `fdatasync` on Linux, whatever `eventual`.
+        sync_point(&self.file, &self.path, SYNC_STORE, SyncKind::Data, |_| {
+            self.inner.sync_data(eventual)
+        })
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write(offset, data)
+    }
+}
 
 const POINTS: TableDefinition<u64, &[u8]> = TableDefinition::new("points");
 const IDS: TableDefinition<&[u8], u64> = TableDefinition::new("ids");
@@ -232,7 +291,7 @@ fn decode_point(b: &[u8]) -> Result<Point> {
 impl PointStore {
     /// Opens (or creates) the store and loads the mirror.
     pub fn open(path: &Path) -> Result<PointStore> {
-        let db = Database::create(path)?;
+        let db = Database::builder().create_with_backend(SyncedFileBackend::open(path)?)?;
         // Make sure the tables exist.
         let mut w = db.begin_write()?;
         w.set_durability(Durability::Immediate);

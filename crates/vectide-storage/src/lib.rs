@@ -18,15 +18,29 @@
 //!     8-byte granularity (seeded). It ships in release builds so that
 //!     `vectide crash-test` can run it.
 //!
+//! - [`media_for`]: the media of a region under a directory; a crash kit
+//!   installs [`SimMedia`] there with [`install_media_override`] (scoped by
+//!   directory, so that other threads' engines are unaffected).
+//! - [`crashfs`]: [`FileSim`], the crash simulator of ordinary files. It
+//!   observes the named sync points (`vectide_core::sync`) under a root
+//!   directory and, at chosen ones, writes a post-crash image of the whole
+//!   directory (unsynced tails kept, dropped or torn; entries not yet made
+//!   durable by a directory sync drawn). It ships in release builds too.
+//!
 //! Engines call the same code on every media: no code path exists only in
 //! tests. Every `persist` and `fence` names its call [`Site`], so that the
 //! simulator can disable one site at a time (the mutation check of the crash
 //! tests) and count persistence work per operation.
 
+pub mod crashfs;
 pub mod media;
 pub mod region;
 pub mod wal;
 
-pub use media::{CrashImage, Media, MsyncMedia, PmemMedia, SimConfig, SimMedia, SimReport};
+pub use crashfs::{FileCrashImage, FileSim, FileSimConfig, FileSimReport};
+pub use media::{
+    install_media_override, media_for, CrashImage, Media, MediaGuard, MsyncMedia, PmemMedia,
+    SimConfig, SimMedia, SimReport,
+};
 pub use region::{PersistMode, Region, Site};
 pub use wal::Wal;

@@ -21,7 +21,13 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use vectide_core::sync::{sync_file, SyncSite};
 use vectide_core::{Error, Result};
+
+/// Sync site of [`Region::create`] (the new file's length).
+pub const SYNC_CREATE: SyncSite = SyncSite("region.create");
+/// Sync site of [`Region::grow`] (the new length).
+pub const SYNC_GROW: SyncSite = SyncSite("region.grow");
 
 /// The name of a `persist` or `fence` call site. Sites are what the crash
 /// simulator counts and what its mutation check disables one at a time.
@@ -106,7 +112,7 @@ impl Region {
             .map_err(|e| Error::io_at(path, e))?;
         file.set_len(len as u64)
             .map_err(|e| Error::io_at(path, e))?;
-        file.sync_all().map_err(|e| Error::io_at(path, e))?;
+        sync_file(&file, path, SYNC_CREATE, false)?;
         Self::map(media, path, file, len)
     }
 
@@ -221,9 +227,7 @@ impl Region {
         self.file
             .set_len(new_len as u64)
             .map_err(|e| Error::io_at(&self.path, e))?;
-        self.file
-            .sync_all()
-            .map_err(|e| Error::io_at(&self.path, e))?;
+        sync_file(&self.file, &self.path, SYNC_GROW, false)?;
         self.media.grown(self.id, new_len);
         self.len.store(new_len, Ordering::Release);
         Ok(())

@@ -25,7 +25,17 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use vectide_core::sync::{sync_file, SyncSite};
 use vectide_core::{Error, Result};
+
+/// Sync site of the header written into a new (or emptied) log at open.
+pub const SYNC_CREATE: SyncSite = SyncSite("wal.create");
+/// Sync site of the cut of a torn tail at open.
+pub const SYNC_CUT: SyncSite = SyncSite("wal.cut");
+/// Sync site of [`Wal::sync`] (appended records become durable).
+pub const SYNC_APPEND: SyncSite = SyncSite("wal.append");
+/// Sync site of [`Wal::truncate`].
+pub const SYNC_TRUNCATE: SyncSite = SyncSite("wal.truncate");
 
 pub const WAL_MAGIC: &[u8; 8] = b"VTDXWAL\0";
 pub const WAL_VERSION: u32 = 1;
@@ -211,12 +221,12 @@ impl Wal {
                 .map_err(|e| Error::io_at(path, e))?;
             file.write_all(&header_bytes())
                 .map_err(|e| Error::io_at(path, e))?;
-            file.sync_all().map_err(|e| Error::io_at(path, e))?;
+            sync_file(&file, path, SYNC_CREATE, false)?;
             HEADER as u64
         } else {
             if s.end < bytes.len() as u64 {
                 file.set_len(s.end).map_err(|e| Error::io_at(path, e))?;
-                file.sync_all().map_err(|e| Error::io_at(path, e))?;
+                sync_file(&file, path, SYNC_CUT, false)?;
             }
             s.end
         };
@@ -276,9 +286,7 @@ impl Wal {
     pub fn sync(&mut self) -> Result<()> {
         self.write_out()?;
         self.unsynced = 0;
-        self.file
-            .sync_data()
-            .map_err(|e| Error::io_at(&self.path, e))?;
+        sync_file(&self.file, &self.path, SYNC_APPEND, true)?;
         self.syncs += 1;
         Ok(())
     }
@@ -293,9 +301,7 @@ impl Wal {
         self.file
             .seek(SeekFrom::Start(HEADER as u64))
             .map_err(|e| Error::io_at(&self.path, e))?;
-        self.file
-            .sync_all()
-            .map_err(|e| Error::io_at(&self.path, e))?;
+        sync_file(&self.file, &self.path, SYNC_TRUNCATE, false)?;
         self.len = HEADER as u64;
         Ok(())
     }

@@ -1,12 +1,17 @@
 //! The [`Media`] trait and its three implementations: [`PmemMedia`],
-//! [`MsyncMedia`] and the crash simulator [`SimMedia`].
+//! [`MsyncMedia`] and the crash simulator [`SimMedia`]; [`media_for`], the
+//! media of a region's directory, which a crash kit overrides with
+//! [`install_media_override`].
 
 mod msync;
 mod pmem;
+mod scoped;
 mod sim;
 
 pub use msync::MsyncMedia;
 pub use pmem::PmemMedia;
+pub use scoped::{install_media_override, media_for, MediaGuard};
+pub(crate) use sim::next as rng_next;
 pub use sim::{CrashImage, SimConfig, SimMedia, SimReport};
 
 use crate::region::{PersistMode, Site};

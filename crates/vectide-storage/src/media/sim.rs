@@ -122,7 +122,9 @@ impl std::fmt::Debug for SimMedia {
     }
 }
 
-fn next(rng: &mut u64) -> u64 {
+/// One step of the seeded splitmix64 generator behind every crash fate
+/// (also `crashfs`'s).
+pub(crate) fn next(rng: &mut u64) -> u64 {
     *rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *rng;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
