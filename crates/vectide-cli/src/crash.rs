@@ -1,62 +1,71 @@
-//! `vectide crash-test p-hnsw`: the crash simulator's points, then real
-//! processes killed with SIGKILL while several writer threads upsert and
-//! delete overlapping labels, on both media (`pmem`, `msync`).
+//! `vectide crash-test TARGET`: the crash kit (`vectide-crashkit`) on any
+//! durable engine of the registry, or on a database collection of any
+//! engine (`db:ENGINE`): simulated crash states of concurrent writers at
+//! every kind of sync and persist point, then real processes killed with
+//! SIGKILL; `--mutation` adds the mutation check (every persistence site
+//! switched off in turn must be caught).
 //!
 //! The counts default to the environment knobs `VECTIDE_CRASH_POINTS` and
-//! `VECTIDE_KILL_ROUNDS` (200 and 20 when unset: the size `make test` runs;
-//! the benchmark asks for 1,000 and 50). The kill rounds run once per media.
+//! `VECTIDE_KILL_ROUNDS` (100 and 20 when unset: the size `make test` runs).
 
 use clap::Args;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
-use vectide_phnsw::crashtest::{self, CrashTestConfig, KillChild, KillConfig, KillReport, SeqFrom};
-use vectide_storage::PersistMode;
+use vectide_core::{ParamValue, Params};
+use vectide_crashkit::kill::{self, KillChild, KillConfig, KillReport};
+use vectide_crashkit::sim::{self, SimConfigKit, SimReport};
+use vectide_crashkit::{SeqFrom, Target};
 
 #[derive(Args, Debug)]
 pub struct CrashArgs {
-    /// The engine to test (only `p-hnsw` has a crash protocol of its own).
-    pub engine: String,
-    /// Simulator crash points (default: $VECTIDE_CRASH_POINTS or 200).
+    /// What to crash: a durable engine (`vectide engines` marks them) or
+    /// `db:ENGINE`, a database collection of any engine.
+    pub target: String,
+    /// An engine parameter, `NAME=VALUE` (repeatable), e.g. `persist=msync`.
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
+    /// Simulated crash points: rounds of the simulator, each ending in one
+    /// crash (default: $VECTIDE_CRASH_POINTS or 100).
     #[arg(long)]
     pub points: Option<usize>,
-    /// SIGKILL rounds of a real child process, per media (default:
+    /// SIGKILL rounds of a real child process (default:
     /// $VECTIDE_KILL_ROUNDS or 20).
     #[arg(long)]
     pub kill_rounds: Option<usize>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Post-crash images per simulator point.
-    #[arg(long, default_value_t = 1)]
-    pub images: usize,
     #[command(flatten)]
     pub workload: Workload,
-    /// Rounds of the concurrent-writer simulator (default:
-    /// $VECTIDE_CONCURRENT_ROUNDS or 40).
+    /// Also run the mutation check: the simulator once per persistence site
+    /// the target uses, with that site switched off (`--mutation-points`
+    /// rounds each); a site whose loss goes unnoticed is a failure.
     #[arg(long)]
-    pub concurrent_rounds: Option<usize>,
+    pub mutation: bool,
+    #[arg(long, default_value_t = 40)]
+    pub mutation_points: usize,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Directory for the kill test's indexes (default: fresh ones under
-    /// /dev/shm for pmem, the temp dir for msync).
+    /// Directory for the indexes (default: /dev/shm when present, else the
+    /// temp dir).
     #[arg(long)]
     pub dir: Option<PathBuf>,
 }
 
-/// The kill test's writers (the parent passes them on to its child).
+/// The writers (the parent passes them on to its child).
 #[derive(Args, Debug)]
 pub struct Workload {
-    /// Writer threads of the kill test's child.
+    /// Writer threads.
     #[arg(long, default_value_t = 3)]
     pub writers: usize,
-    /// Labels the kill test's writers share.
+    /// Labels the writers share.
     #[arg(long, default_value_t = 32)]
     pub labels: u64,
-    /// Where the child numbers its operations from after an open: `durable`
-    /// (its `durable_seq()`, as `vectide.Index` does) or `fresh` (above
-    /// every number issued before).
+    /// Where writers number their operations from after an open: `durable`
+    /// (the target's `durable_seq()`, as `vectide.Index` does) or `fresh`
+    /// (above every number issued before).
     #[arg(long, default_value = "durable")]
     pub seq_from: String,
 }
@@ -64,6 +73,10 @@ pub struct Workload {
 /// The hidden child of the kill test.
 #[derive(Args, Debug)]
 pub struct ChildArgs {
+    #[arg(long)]
+    pub target: String,
+    #[arg(long = "param")]
+    pub params: Vec<String>,
     #[arg(long)]
     pub dir: PathBuf,
     #[arg(long)]
@@ -75,8 +88,6 @@ pub struct ChildArgs {
     /// Per writer, the label its first operation retries (`_`: none).
     #[arg(long, default_value = "_")]
     pub retry: String,
-    #[arg(long, default_value = "pmem")]
-    pub persist: String,
     #[command(flatten)]
     pub workload: Workload,
     /// Operations per writer (default: until killed).
@@ -98,44 +109,69 @@ fn seq_from(s: &str) -> Result<SeqFrom, String> {
     SeqFrom::parse(s).ok_or_else(|| format!("--seq-from must be durable or fresh, got {s:?}"))
 }
 
+fn target(spec: &str, params: &[String]) -> Result<Target, String> {
+    let mut p = Params::new();
+    for kv in params {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("--param takes NAME=VALUE, got {kv:?}"))?;
+        p.insert(k.trim().to_string(), ParamValue::parse(v.trim()));
+    }
+    Target::parse(spec, p).map_err(|e| e.to_string())
+}
+
+fn kill_config(t: Target, w: &Workload, seed: u64) -> Result<KillConfig, String> {
+    Ok(KillConfig {
+        target: t,
+        threads: w.writers.max(1),
+        labels: w.labels.max(8),
+        seed,
+        seq_from: seq_from(&w.seq_from)?,
+    })
+}
+
 pub fn child(args: &ChildArgs) -> Result<(), String> {
-    let cfg = KillConfig {
-        mode: PersistMode::parse(&args.persist).map_err(|e| e.to_string())?,
-        threads: args.workload.writers,
-        labels: args.workload.labels,
-        seed: args.seed,
-        seq_from: seq_from(&args.workload.seq_from)?,
-    };
+    let cfg = kill_config(
+        target(&args.target, &args.params)?,
+        &args.workload,
+        args.seed,
+    )?;
     let spec = KillChild {
         round: args.round,
         seq_floor: args.seq_floor,
         retry: KillChild::parse_retry(&args.retry),
     };
-    crashtest::kill_child(&args.dir, &cfg, &spec, args.limit, std::io::stdout())
+    kill::kill_child(&args.dir, &cfg, &spec, args.limit, std::io::stdout())
         .map_err(|e| e.to_string())
 }
 
-/// The kill rounds on one media.
-fn kill_mode(dir: &Path, cfg: &KillConfig, rounds: usize) -> Result<(KillReport, f64), String> {
+fn kill_test(
+    dir: &Path,
+    args: &CrashArgs,
+    cfg: &KillConfig,
+    rounds: usize,
+) -> Result<(KillReport, f64), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let command = |c: &KillChild| {
         let mut cmd = Command::new(&exe);
-        cmd.args(["crash-child", "--dir"])
+        cmd.args(["crash-child", "--target", &args.target, "--dir"])
             .arg(dir)
             .args(["--seed", &cfg.seed.to_string()])
             .args(["--round", &c.round.to_string()])
             .args(["--seq-floor", &c.seq_floor.to_string()])
             .args(["--retry", &c.retry_arg()])
-            .args(["--persist", cfg.mode.name()])
             .args(["--writers", &cfg.threads.to_string()])
             .args(["--labels", &cfg.labels.to_string()])
             .args(["--seq-from", cfg.seq_from.name()]);
+        for p in &args.params {
+            cmd.args(["--param", p]);
+        }
         cmd
     };
-    let bar = crate::progress(rounds as u64, &format!("kill {}", cfg.mode.name()));
+    let bar = crate::progress(rounds as u64, &format!("kill {}", args.target));
     let t = Instant::now();
-    let r = crashtest::kill_rounds(dir, cfg, rounds, &command, &|| bar.inc(1))
-        .map_err(|e| e.to_string());
+    let r =
+        kill::kill_rounds(dir, cfg, rounds, &command, &|| bar.inc(1)).map_err(|e| e.to_string());
     bar.finish_and_clear();
     Ok((r?, t.elapsed().as_secs_f64()))
 }
@@ -149,165 +185,111 @@ fn ms(micros: &[u64]) -> (f64, f64) {
     )
 }
 
-/// The kill test's directory for one media (and whether we own it).
-fn scratch_dir(arg: &Option<PathBuf>, mode: PersistMode) -> (PathBuf, bool) {
-    if let Some(d) = arg {
-        return (d.join(mode.name()), false);
-    }
-    // pmem is emulated on DRAM (/dev/shm, as the paper measured); msync
-    // runs on an ordinary file system.
-    let root = if mode == PersistMode::Pmem && Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    };
-    let d = root.join(format!(
-        "vectide-kill-{}-{}",
-        mode.name(),
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    (d, true)
+fn sim_json(r: &SimReport, secs: f64) -> Value {
+    json!({
+        "rounds": r.rounds,
+        "crashes_at_sync_point": r.crashes_at_sync,
+        "crashes_at_fence": r.crashes_at_fence,
+        "recovery_crashes": r.recovery_crashes,
+        "acknowledged_ops": r.tally.acked,
+        "in_flight_ops": r.tally.in_flight,
+        "in_flight_applied": r.tally.in_flight_applied,
+        "max_in_flight": r.tally.max_in_flight,
+        "label_states_checked": r.tally.labels_checked,
+        "recoveries_with_work": r.recoveries_with_work,
+        "violating_rounds": r.tally.violating_rounds,
+        "sites": r.sites.iter().map(|(k, n)| (k.name(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "violations": r.violations,
+        "seconds": secs,
+    })
 }
 
 pub fn run(args: &CrashArgs) -> Result<bool, String> {
-    if args.engine != "p-hnsw" {
-        return Err(format!(
-            "crash-test knows the engine \"p-hnsw\" (the one with its own crash protocol), not {:?}",
-            args.engine
-        ));
-    }
+    let t0 = target(&args.target, &args.params)?;
     let points = match args.points {
         Some(p) => p,
-        None => knob("VECTIDE_CRASH_POINTS", 200)?,
+        None => knob("VECTIDE_CRASH_POINTS", 100)?,
     };
     let rounds = match args.kill_rounds {
         Some(k) => k,
         None => knob("VECTIDE_KILL_ROUNDS", 20)?,
     };
-    let concurrent_rounds = match args.concurrent_rounds {
-        Some(k) => k,
-        None => knob("VECTIDE_CONCURRENT_ROUNDS", 40)?,
+    let kcfg = kill_config(t0.clone(), &args.workload, args.seed)?;
+    let scfg = SimConfigKit {
+        rounds: points,
+        threads: kcfg.threads,
+        labels: kcfg.labels.max(8),
+        seed: args.seed,
+        seq_from: kcfg.seq_from,
+        scratch_dir: args.dir.clone(),
+        ..SimConfigKit::new(t0)
     };
-    let seq_from = seq_from(&args.workload.seq_from)?;
+    let bar = crate::progress(
+        1,
+        &format!("simulator {} ({points} crash points)", args.target),
+    );
     let t = Instant::now();
-    let sim = crashtest::run(&CrashTestConfig {
-        points,
-        seed: args.seed,
-        images_per_point: args.images.max(1),
-        ..CrashTestConfig::default()
-    })
-    .map_err(|e| e.to_string())?;
+    let simr = sim::run(&scfg).map_err(|e| e.to_string())?;
     let sim_s = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let conc = crashtest::run_concurrent(&crashtest::ConcurrentConfig {
-        rounds: concurrent_rounds,
-        threads: args.workload.writers.max(1),
-        seed: args.seed,
-        seq_from,
-        ..Default::default()
-    })
-    .map_err(|e| e.to_string())?;
-    let conc_s = t.elapsed().as_secs_f64();
-    let mut kills: Vec<(PersistMode, KillReport, f64)> = Vec::new();
-    for mode in [PersistMode::Pmem, PersistMode::Msync] {
-        let (dir, owned) = scratch_dir(&args.dir, mode);
-        let cfg = KillConfig {
-            mode,
-            threads: args.workload.writers.max(1),
-            labels: args.workload.labels.max(1),
-            seed: args.seed,
-            seq_from,
-        };
-        let r = kill_mode(&dir, &cfg, rounds);
-        if owned {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-        let (r, secs) = r?;
-        kills.push((mode, r, secs));
+    bar.finish_and_clear();
+    let mut mutations = Vec::new();
+    if args.mutation {
+        let bar = crate::progress(1, &format!("mutation check {}", args.target));
+        let (_, m) = sim::mutation_check(&SimConfigKit {
+            rounds: args.mutation_points,
+            ..scfg.clone()
+        })
+        .map_err(|e| e.to_string())?;
+        bar.finish_and_clear();
+        mutations = m;
     }
-    let kill_violations: usize = kills.iter().map(|k| k.1.violations.len()).sum();
-    let ok = sim.violating_points == 0 && conc.violations.is_empty() && kill_violations == 0;
-    let all_opens: Vec<u64> = kills
+    let root = sim::scratch_root(&args.dir);
+    let kdir = root.join(format!("vectide-kill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&kdir);
+    let kr = kill_test(&kdir, args, &kcfg, rounds);
+    let _ = std::fs::remove_dir_all(&kdir);
+    let (kr, kill_s) = kr?;
+    let undetected: Vec<String> = mutations
         .iter()
-        .flat_map(|k| k.1.open_micros.iter().copied())
+        .filter(|m| m.violating_rounds == 0)
+        .map(|m| m.site.name())
         .collect();
-    let (median_ms, max_ms) = ms(&all_opens);
+    let violations = simr.violations.len() + kr.violations.len();
+    let ok = violations == 0 && undetected.is_empty();
+    let (median_ms, max_ms) = ms(&kr.open_micros);
     if args.json {
-        let by_mode: serde_json::Map<String, serde_json::Value> = kills
-            .iter()
-            .map(|(mode, k, secs)| {
-                let (med, max) = ms(&k.open_micros);
-                (
-                    mode.name().to_string(),
-                    json!({
-                        "rounds": k.rounds,
-                        "acknowledged_ops": k.tally.acked,
-                        "in_flight_ops": k.tally.in_flight,
-                        "in_flight_applied": k.tally.in_flight_applied,
-                        "max_in_flight": k.tally.max_in_flight,
-                        "label_states_checked": k.tally.labels_checked,
-                        "recoveries_with_work": k.recoveries_with_work,
-                        "violations": k.violations,
-                        "open_ms_median": med,
-                        "open_ms_max": max,
-                        "live_at_end": k.live,
-                        "seconds": secs,
-                    }),
-                )
-            })
-            .collect();
-        let sum = |f: &dyn Fn(&KillReport) -> usize| kills.iter().map(|k| f(&k.1)).sum::<usize>();
         let out = json!({
-            "engine": "p-hnsw",
+            "target": args.target,
+            "params": args.params,
             "seed": args.seed,
-            "simulator": {
-                "points_checked": sim.points_checked,
-                "violating_points": sim.violating_points,
-                "violations": sim.violations,
-                "by_operation": sim.by_operation,
-                "by_pending_lines": sim.by_pending_lines,
-                "by_site": sim.by_site,
-                "recoveries_with_work": sim.recoveries_with_work,
-                "fences": sim.fences,
-                "operations": sim.operations,
-                "reference_recall_min": sim.reference_recall_min,
-                "worst_recall_drop": sim.worst_recall_drop,
-                "seconds": sim_s,
-            },
-            "concurrent_simulator": {
-                "writers": args.workload.writers.max(1),
-                "seq_from": seq_from.name(),
-                "rounds": conc.rounds,
-                "acknowledged_ops": conc.tally.acked,
-                "in_flight_ops": conc.tally.in_flight,
-                "in_flight_applied": conc.tally.in_flight_applied,
-                "max_in_flight": conc.tally.max_in_flight,
-                "label_states_checked": conc.tally.labels_checked,
-                "recoveries_with_work": conc.recoveries_with_work,
-                "recovery_crashes": conc.recovery_crashes,
-                "violating_rounds": conc.tally.violating_rounds,
-                "violations": conc.violations,
-                "seconds": conc_s,
-            },
+            "writers": kcfg.threads,
+            "labels": kcfg.labels,
+            "seq_from": kcfg.seq_from.name(),
+            "simulator": sim_json(&simr, sim_s),
+            "mutation": mutations.iter().map(|m| json!({
+                "site": m.site.name(),
+                "calls": m.calls,
+                "violating_rounds": m.violating_rounds,
+                "detected": m.violating_rounds > 0,
+                "first_violation": m.first_violation,
+            })).collect::<Vec<_>>(),
+            "mutation_undetected": undetected,
             "kill": {
-                "writers": args.workload.writers.max(1),
-                "labels": args.workload.labels.max(1),
-                "seq_from": seq_from.name(),
-                "rounds": sum(&|k| k.rounds),
-                "acknowledged_ops": sum(&|k| k.tally.acked),
-                "in_flight_ops": sum(&|k| k.tally.in_flight),
-                "label_states_checked": sum(&|k| k.tally.labels_checked),
-                "violations": kills.iter().flat_map(|k| k.1.violations.iter()).collect::<Vec<_>>(),
-                "recoveries_with_work": sum(&|k| k.recoveries_with_work),
+                "rounds": kr.rounds,
+                "acknowledged_ops": kr.tally.acked,
+                "in_flight_ops": kr.tally.in_flight,
+                "in_flight_applied": kr.tally.in_flight_applied,
+                "max_in_flight": kr.tally.max_in_flight,
+                "label_states_checked": kr.tally.labels_checked,
+                "recoveries_with_work": kr.recoveries_with_work,
                 "open_ms_median": median_ms,
                 "open_ms_max": max_ms,
-                "live_at_end": kills.last().map_or(0, |k| k.1.live),
-                "seconds": kills.iter().map(|k| k.2).sum::<f64>(),
-                "by_mode": by_mode,
+                "live_at_end": kr.live,
+                "violations": kr.violations,
+                "seconds": kill_s,
             },
-            "crash_points_checked": sim.points_checked,
-            "violations": sim.violating_points + conc.violations.len() + kill_violations,
+            "crash_points_checked": simr.rounds,
+            "violations": violations,
         });
         println!(
             "{}",
@@ -315,54 +297,50 @@ pub fn run(args: &CrashArgs) -> Result<bool, String> {
         );
     } else {
         println!(
-            "simulator: {} crash points checked ({} fences over {} operations), {} with violations ({:.1}s)",
-            sim.points_checked, sim.fences, sim.operations, sim.violating_points, sim_s
+            "simulator ({}, {} writers, numbers from {}): {} crash points ({} at a sync point, {} at a fence, {} more during recovery), {} acknowledged and {} in-flight operations ({} applied by recovery, at most {} at one crash), {} label states checked, {} violating rounds ({sim_s:.1}s)",
+            args.target,
+            kcfg.threads,
+            kcfg.seq_from.name(),
+            simr.rounds,
+            simr.crashes_at_sync,
+            simr.crashes_at_fence,
+            simr.recovery_crashes,
+            simr.tally.acked,
+            simr.tally.in_flight,
+            simr.tally.in_flight_applied,
+            simr.tally.max_in_flight,
+            simr.tally.labels_checked,
+            simr.tally.violating_rounds,
         );
-        println!("  by operation: {:?}", sim.by_operation);
-        println!("  by pending cache lines: {:?}", sim.by_pending_lines);
-        println!(
-            "  recall@10 of the uncrashed index >= {:.3}; worst drop after recovery {:.3}",
-            sim.reference_recall_min, sim.worst_recall_drop
-        );
-        for v in &sim.violations {
+        for v in &simr.violations {
             println!("  VIOLATION {v}");
         }
-        println!(
-            "concurrent simulator: {} writers, numbers from {}: {} rounds, {} acknowledged and {} in-flight operations ({} applied by recovery, at most {} at one crash), {} label states checked, {} crashes during recovery, {} violating rounds ({:.1}s)",
-            args.workload.writers.max(1),
-            seq_from.name(),
-            conc.rounds,
-            conc.tally.acked,
-            conc.tally.in_flight,
-            conc.tally.in_flight_applied,
-            conc.tally.max_in_flight,
-            conc.tally.labels_checked,
-            conc.recovery_crashes,
-            conc.tally.violating_rounds,
-            conc_s
-        );
-        for v in &conc.violations {
-            println!("  VIOLATION {v}");
-        }
-        for (mode, k, secs) in &kills {
-            let (med, max) = ms(&k.open_micros);
+        for m in &mutations {
             println!(
-                "kill test ({}, {} writers on {} labels, numbers from {}): {} SIGKILL rounds, {} acknowledged and {} in-flight operations ({} applied), {} label states checked, {} recoveries with log work, open+recovery median {med:.2} ms (max {max:.2} ms), {} violations ({secs:.1}s)",
-                mode.name(),
-                args.workload.writers.max(1),
-                args.workload.labels.max(1),
-                seq_from.name(),
-                k.rounds,
-                k.tally.acked,
-                k.tally.in_flight,
-                k.tally.in_flight_applied,
-                k.tally.labels_checked,
-                k.recoveries_with_work,
-                k.violations.len(),
+                "mutation {}: {} calls; switched off: {} violating rounds{}",
+                m.site.name(),
+                m.calls,
+                m.violating_rounds,
+                if m.violating_rounds == 0 {
+                    "  NOT DETECTED"
+                } else {
+                    ""
+                }
             );
-            for v in &k.violations {
-                println!("  VIOLATION {v}");
-            }
+        }
+        println!(
+            "kill test ({}): {} SIGKILL rounds, {} acknowledged and {} in-flight operations ({} applied), {} label states checked, {} recoveries with log work, open+recovery median {median_ms:.2} ms (max {max_ms:.2} ms), {} violations ({kill_s:.1}s)",
+            args.target,
+            kr.rounds,
+            kr.tally.acked,
+            kr.tally.in_flight,
+            kr.tally.in_flight_applied,
+            kr.tally.labels_checked,
+            kr.recoveries_with_work,
+            kr.violations.len(),
+        );
+        for v in &kr.violations {
+            println!("  VIOLATION {v}");
         }
     }
     Ok(ok)

@@ -4,8 +4,9 @@
 //!   Python harness `python -m vectide.bench ann` adds the peers);
 //! - `vectide inspect PATH` describes an index file (or index directory)
 //!   after checking it;
-//! - `vectide crash-test p-hnsw` runs the crash simulator and the SIGKILL
-//!   test of the persistent engine;
+//! - `vectide crash-test ENGINE|db:ENGINE` runs the crash kit (simulated
+//!   crash states, SIGKILLs, the mutation check) on a durable engine or a
+//!   database collection;
 //! - `vectide serve --data DIR` serves a database over HTTP;
 //! - `vectide import --data DIR --collection NAME FILE` loads points;
 //! - `vectide repair --data DIR` salvages a database whose WAL is damaged.

@@ -1,47 +1,76 @@
-//! `vectide crash-test p-hnsw`: simulator points and real SIGKILLed
-//! processes, sized by `VECTIDE_CRASH_POINTS` / `VECTIDE_KILL_ROUNDS`
-//! (defaults 200 / 20).
+//! `vectide crash-test TARGET`: the crash kit's simulator and real
+//! SIGKILLed processes through the command, sized by
+//! `VECTIDE_CRASH_POINTS` / `VECTIDE_KILL_ROUNDS` (20 / 8 here).
 
 use std::process::Command;
 
-#[test]
-fn crash_test_command_reports_no_violation() {
+fn crash_test(target: &str, extra: &[&str]) -> serde_json::Value {
+    let knob = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let (points, kills) = (
+        knob("VECTIDE_CRASH_POINTS", "20"),
+        knob("VECTIDE_KILL_ROUNDS", "8"),
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_vectide"))
-        .args(["crash-test", "p-hnsw", "--json", "--seed", "3"])
+        .args([
+            "crash-test",
+            target,
+            "--json",
+            "--seed",
+            "3",
+            "--points",
+            &points,
+        ])
+        .args(["--kill-rounds", &kills])
+        .args(extra)
         .output()
         .expect("runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{stdout}\n{}",
+        "{target}: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_str(&stdout).expect("json");
-    let knob = |k: &str, d: u64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    assert_eq!(v["violations"], 0);
-    assert!(
-        v["crash_points_checked"].as_u64().unwrap() >= knob("VECTIDE_CRASH_POINTS", 200).min(200)
-    );
+    assert_eq!(v["violations"], 0, "{target}");
+    assert!(v["crash_points_checked"].as_u64().unwrap() >= points.parse::<u64>().unwrap());
     let kill = &v["kill"];
-    assert!(kill["rounds"].as_u64().unwrap() >= knob("VECTIDE_KILL_ROUNDS", 20));
-    assert!(kill["acknowledged_ops"].as_u64().unwrap() > 0);
+    assert!(kill["rounds"].as_u64().unwrap() >= kills.parse::<u64>().unwrap());
+    assert!(kill["acknowledged_ops"].as_u64().unwrap() > 0, "{target}");
     assert!(
-        kill["recoveries_with_work"].as_u64().unwrap() > 0,
-        "kills hit operations in flight"
+        kill["in_flight_ops"].as_u64().unwrap() > 0,
+        "{target}: kills hit writes in flight"
     );
+    v
 }
 
 #[test]
-fn crash_test_rejects_other_engines() {
-    let out = Command::new(env!("CARGO_BIN_EXE_vectide"))
-        .args(["crash-test", "hnsw", "--points", "1", "--kill-rounds", "0"])
-        .output()
-        .expect("runs");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("p-hnsw"));
+fn p_hnsw_on_both_media() {
+    let v = crash_test("p-hnsw", &[]);
+    assert!(v["simulator"]["crashes_at_fence"].as_u64().unwrap() > 0);
+    crash_test("p-hnsw", &["--param", "persist=msync"]);
+}
+
+#[test]
+fn snapshot_baseline_and_database_collections() {
+    crash_test("hnsw-snap", &[]);
+    for t in ["db:hnsw", "db:p-hnsw"] {
+        let v = crash_test(t, &[]);
+        assert!(
+            v["simulator"]["crashes_at_sync_point"].as_u64().unwrap() > 0,
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn volatile_engines_and_unknown_targets_are_refused() {
+    for (t, want) in [("hnsw", "db:hnsw"), ("nope", "p-hnsw")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_vectide"))
+            .args(["crash-test", t, "--points", "1", "--kill-rounds", "0"])
+            .output()
+            .expect("runs");
+        assert!(!out.status.success(), "{t}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{t}: {err}");
+    }
 }

@@ -395,7 +395,7 @@ impl Collection {
         } else {
             vectide_engines::open_or_create(&config.engine, config.dim, config.metric, &params)?
         };
-        let store_path = dir.join("points.redb");
+        let store_path = dir.join(crate::STORE_FILE);
         let mut store = crate::guard::catch_corruption(&store_path.display().to_string(), || {
             PointStore::open(&store_path)
         })?;

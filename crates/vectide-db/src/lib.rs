@@ -26,6 +26,9 @@ mod guard;
 pub mod ids;
 pub mod store;
 
+/// The file of a collection's point store (redb, written in place).
+pub const STORE_FILE: &str = "points.redb";
+
 pub use collection::{score, Collection, CollectionConfig, Hit, Options, PointInput, Record};
 pub use commitlog::Durability;
 pub use error::{DbError, Result};
@@ -510,7 +513,7 @@ pub fn inspect(dir: &Path) -> Result<Vec<(String, String)>> {
                 c.engine,
                 segments,
                 size(&cdir.join("wal")),
-                size(&cdir.join("points.redb")),
+                size(&cdir.join(STORE_FILE)),
                 size(&engine_path)
             ),
         ));

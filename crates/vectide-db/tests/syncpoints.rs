@@ -52,6 +52,7 @@ fn run(disabled: Option<SyncSite>) -> (FileSimReport, Vec<String>) {
             crash_before: (0..1000).collect(),
             images_per_crash: 1,
             image_dir: images.path().to_path_buf(),
+            in_place: vec![vectide_db::STORE_FILE.to_string()],
         },
     )
     .unwrap();

@@ -261,6 +261,10 @@ impl VectorIndex for Flat {
         crate::persist::save(self, path)
     }
 
+    fn check_structure(&self) -> Result<Vec<String>> {
+        Ok(self.store.read().check())
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }

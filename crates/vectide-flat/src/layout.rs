@@ -58,6 +58,37 @@ pub(crate) struct Store {
 }
 
 impl Store {
+    /// Structural violations: the id map, the slot ids and the free list
+    /// must describe the same partition of the slots, and every live row
+    /// must carry its augmentation.
+    pub fn check(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        let slots = self.ids.len();
+        let mut free = vec![false; slots];
+        for &f in &self.free {
+            match free.get_mut(f as usize) {
+                Some(x) if !*x => *x = true,
+                Some(_) => v.push(format!("slot {f} is free twice")),
+                None => v.push(format!("free slot {f} beyond the {slots} slots")),
+            }
+        }
+        for (slot, &id) in self.ids.iter().enumerate() {
+            let is_free = free[slot];
+            if (id == FREE) != is_free {
+                v.push(format!("slot {slot}: id {id} but free = {is_free}"));
+            } else if id != FREE && self.map.get(&id) != Some(&(slot as u32)) {
+                v.push(format!(
+                    "slot {slot} holds id {id}, which the map does not send there"
+                ));
+            }
+        }
+        let live = slots - self.free.len();
+        if self.map.len() != live {
+            v.push(format!("{} ids mapped, {live} live slots", self.map.len()));
+        }
+        v
+    }
+
     pub fn new(dim: usize, metric: Metric) -> Self {
         Store {
             dim,

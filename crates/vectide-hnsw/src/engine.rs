@@ -199,6 +199,25 @@ impl VectorIndex for Hnsw {
         self.pool.as_ref()
     }
 
+    /// Edges to free slots or to nodes absent from that layer, and a live
+    /// count that disagrees with the slot states. (Reachability is not a
+    /// violation: pruning can, rarely, strand a node between
+    /// consolidations; `check_graph` reports it.)
+    fn check_structure(&self) -> Result<Vec<String>> {
+        let g = self.check_graph();
+        let mut v = Vec::new();
+        if g.bad_edges > 0 {
+            v.push(format!(
+                "{} edges to free slots or missing layers",
+                g.bad_edges
+            ));
+        }
+        if g.live != self.len() {
+            v.push(format!("{} live slots, {} live ids", g.live, self.len()));
+        }
+        Ok(v)
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }

@@ -441,6 +441,10 @@ impl VectorIndex for Baseline {
         VectorIndex::pool(&self.inner)
     }
 
+    fn check_structure(&self) -> Result<Vec<String>> {
+        self.inner.check_structure()
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }

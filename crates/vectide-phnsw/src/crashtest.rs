@@ -733,7 +733,7 @@ fn handle(shared: &mut Shared, w: &Workload, refs: &Refs, img: CrashImage) {
             let rec_fences = s.fences();
             merge_sites(&mut shared.report.recovery_sites, &s);
             if let Ok(idx) = &opened {
-                had_work = kill::had_work(idx.recovery_report());
+                had_work = log_work(idx.recovery_report());
             }
             drop_idx(opened);
             let at: Vec<u64> = if rec_fences == 0 {
@@ -774,7 +774,7 @@ fn handle(shared: &mut Shared, w: &Workload, refs: &Refs, img: CrashImage) {
             merge_sites(&mut shared.report.recovery_sites, &s);
             match opened {
                 Ok(idx) => {
-                    had_work |= kill::had_work(idx.recovery_report());
+                    had_work |= log_work(idx.recovery_report());
                     violations.extend(check_recovered(
                         &idx,
                         &s,
@@ -990,15 +990,10 @@ pub const ALL_SITES: &[Site] = &[
     super::recovery::F_R_DONE,
 ];
 
-// ---- Concurrent writers: histories, the simulator and real SIGKILLs ----
-
-mod concurrent;
-pub mod history;
-mod kill;
-
-pub use concurrent::{run_concurrent, ConcurrentConfig, ConcurrentReport};
-pub use history::{SeqFrom, Tally};
-pub use kill::{
-    had_work, kill_child, kill_op, kill_params, kill_rounds, KillChild, KillConfig, KillReport,
-    KILL_DIM,
-};
+/// Whether a recovery found log entries to undo, redo or discard.
+fn log_work(r: &crate::RecoveryReport) -> bool {
+    r != &crate::RecoveryReport {
+        micros: r.micros,
+        ..Default::default()
+    }
+}

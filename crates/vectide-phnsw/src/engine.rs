@@ -115,7 +115,8 @@ pub(crate) const SITE_INIT: Site = Site("create");
 
 impl PHnsw {
     /// Creates a new index in `dir` (created if missing; it must not hold an
-    /// index already), on the media of `mode`.
+    /// index already), on the media of `mode` (or the one a crash kit
+    /// installed for `dir`: `vectide_storage::media_for`).
     pub fn create(
         dir: &Path,
         dim: usize,
@@ -123,18 +124,14 @@ impl PHnsw {
         params: PHnswParams,
         mode: PersistMode,
     ) -> Result<Self> {
-        Self::create_on(
-            dir,
-            dim,
-            metric,
-            params,
-            vectide_storage::media::for_mode(mode),
-        )
+        let media = vectide_storage::media_for(dir, || vectide_storage::media::for_mode(mode));
+        Self::create_on(dir, dim, metric, params, media)
     }
 
     /// Opens (and recovers) the index in `dir` on the media of `mode`.
     pub fn open(dir: &Path, mode: PersistMode, threads: Option<usize>) -> Result<Self> {
-        Self::open_on(dir, vectide_storage::media::for_mode(mode), threads)
+        let media = vectide_storage::media_for(dir, || vectide_storage::media::for_mode(mode));
+        Self::open_on(dir, media, threads)
     }
 
     /// Whether `dir` holds a P-HNSW index (its meta file exists).

@@ -85,6 +85,12 @@ use vectide_core::{Error, Result};
 pub struct FileSimConfig {
     /// Seed of the fate draws.
     pub seed: u64,
+    /// Names of files written in place (B-tree pages, headers rewritten
+    /// where they are): their images keep every byte written. Dropping
+    /// such a file's unsynced tail while its in-place writes count as
+    /// durable would make states no disk can produce (a header naming pages
+    /// past the end), and the model has no page-level fates.
+    pub in_place: Vec<String>,
     /// Sync point numbers just before which images are taken.
     pub crash_before: BTreeSet<u64>,
     /// Images per crash point, each with its own draw (0 counts as 1).
@@ -218,6 +224,7 @@ pub struct FileSim {
     root: PathBuf,
     image_dir: PathBuf,
     images_per_crash: usize,
+    in_place: Vec<String>,
     state: Mutex<State>,
 }
 
@@ -241,6 +248,30 @@ fn open_durable(path: &Path) -> Option<Durable> {
         inode: inode_of(&m),
         handle: Some(Arc::new(f)),
     })
+}
+
+/// Records every file under `dir` (`rel` below the root) as durable: its
+/// entry and its whole length.
+fn adopt_existing(
+    dir: &Path,
+    rel: PathBuf,
+    durable_len: &mut HashMap<Inode, u64>,
+    entries: &mut HashMap<PathBuf, BTreeMap<OsString, Durable>>,
+) {
+    let files = listing(dir);
+    for (name, d) in &files {
+        if let Ok(m) = std::fs::metadata(dir.join(name)) {
+            durable_len.insert(d.inode, m.len());
+        }
+    }
+    entries.insert(rel.clone(), files);
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                adopt_existing(&e.path(), rel.join(e.file_name()), durable_len, entries);
+            }
+        }
+    }
 }
 
 /// Regular files of `dir` now, with read handles.
@@ -276,6 +307,9 @@ enum Choice {
 impl FileSim {
     /// A simulator of the files under `root` (it need not exist yet).
     /// Install it with [`FileSim::install`].
+    ///
+    /// What the root holds already is durable: the simulator starts from a
+    /// state a previous crash (or a clean shutdown) left on the media.
     pub fn new(root: &Path, config: FileSimConfig) -> Result<Arc<FileSim>> {
         let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         if config.image_dir.starts_with(root) || canon(&config.image_dir).starts_with(canon(root)) {
@@ -285,18 +319,22 @@ impl FileSim {
                 root.display()
             )));
         }
+        let mut durable_len = HashMap::new();
+        let mut entries = HashMap::new();
+        adopt_existing(root, PathBuf::new(), &mut durable_len, &mut entries);
         Ok(Arc::new(FileSim {
             root: root.to_path_buf(),
             image_dir: config.image_dir,
             images_per_crash: config.images_per_crash.max(1),
+            in_place: config.in_place,
             state: Mutex::new(State {
                 report: FileSimReport::default(),
                 crash_before: config.crash_before,
                 disabled: None,
                 rng: config.seed ^ 0xf11e_5eed,
                 on_crash: None,
-                durable_len: HashMap::new(),
-                entries: HashMap::new(),
+                durable_len,
+                entries,
                 pending: HashMap::new(),
             }),
         }))
@@ -558,8 +596,14 @@ impl FileSim {
             if let (Some(bytes), Some(inode)) = (bytes, inode) {
                 let len = bytes.len() as u64;
                 let durable_len = s.durable_len.get(&inode).copied().unwrap_or(0).min(len);
+                let whole = self
+                    .in_place
+                    .iter()
+                    .any(|n| name.to_string_lossy() == n.as_str());
                 let (tail, keep) = if len == durable_len {
                     (TailFate::None, len)
+                } else if whole {
+                    (TailFate::Kept, len)
                 } else {
                     match rng_next(&mut s.rng) % 3 {
                         0 => (TailFate::Kept, len),
@@ -638,6 +682,7 @@ mod tests {
                 crash_before: points.into_iter().collect(),
                 images_per_crash: per,
                 image_dir: images.to_path_buf(),
+                ..FileSimConfig::default()
             },
         )
         .unwrap();
@@ -730,6 +775,33 @@ mod tests {
         seen.iter()
             .filter(|(_, b, _)| b.as_ref().map_or(0, Vec::len) < 20)
             .count()
+    }
+
+    #[test]
+    fn what_the_root_holds_when_the_simulator_starts_is_durable() {
+        let root = tempfile::tempdir().unwrap();
+        let images = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("sub")).unwrap();
+        std::fs::write(root.path().join("sub/old"), chunk(1)).unwrap();
+        std::fs::write(root.path().join("top"), chunk(2)).unwrap();
+        // Many draws: none may lose a byte of what was there before.
+        for seed in 0..20 {
+            let sim = FileSim::new(
+                root.path(),
+                FileSimConfig {
+                    seed,
+                    image_dir: images.path().to_path_buf(),
+                    ..FileSimConfig::default()
+                },
+            )
+            .unwrap();
+            let _g = sim.install();
+            let img = sim
+                .image_now(&images.path().join(format!("i{seed}")))
+                .unwrap();
+            assert_eq!(std::fs::read(img.dir.join("sub/old")).unwrap(), chunk(1));
+            assert_eq!(std::fs::read(img.dir.join("top")).unwrap(), chunk(2));
+        }
     }
 
     #[test]

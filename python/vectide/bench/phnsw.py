@@ -352,12 +352,26 @@ def run(args) -> dict:
         # ---- Crash test.
         if "crash" in parts and (args.crash_points > 0 or args.kill_rounds > 0):
             _log(f"crash test: {args.crash_points} simulator points, {args.kill_rounds} SIGKILL rounds")
-            p = subprocess.run(
-                [_cli(), "crash-test", "p-hnsw", "--json", "--points", str(args.crash_points),
-                 "--kill-rounds", str(args.kill_rounds)],
-                capture_output=True, text=True,
-            )
-            crash = json.loads(p.stdout) if p.stdout.strip() else {"error": p.stderr[-2000:]}
+            # The crash kit once per media: the simulator and SIGKILLs on
+            # pmem (the default), SIGKILLs again on msync.
+            runs = {}
+            for media, points in (("pmem", args.crash_points), ("msync", 0)):
+                p = subprocess.run(
+                    [_cli(), "crash-test", "p-hnsw", "--json", "--param", f"persist={media}",
+                     "--points", str(points), "--kill-rounds", str(args.kill_rounds)],
+                    capture_output=True, text=True,
+                )
+                runs[media] = json.loads(p.stdout) if p.stdout.strip() else {"error": p.stderr[-2000:]}
+            pm = runs["pmem"]
+            crash = dict(pm)
+            if all("kill" in r for r in runs.values()):
+                crash["kill"] = dict(pm["kill"])
+                crash["kill"]["rounds"] = sum(r["kill"]["rounds"] for r in runs.values())
+                crash["kill"]["by_mode"] = {m: r["kill"] for m, r in runs.items()}
+                crash["violations"] = sum(r.get("violations", 0) for r in runs.values())
+            else:
+                crash["violations"] = crash.get("violations") or 1
+                crash["errors"] = {m: r.get("error") for m, r in runs.items() if "error" in r}
         result["crash_test"] = crash
     finally:
         dirs.cleanup()

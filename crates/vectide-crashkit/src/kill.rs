@@ -1,8 +1,9 @@
-//! The real-process kill test (driven by `vectide crash-test` and the
-//! crate's `phnsw_concurrent` tests).
+//! The real-process kill test (driven by `vectide crash-test` and this
+//! crate's tests).
 //!
-//! A child process opens (recovering) or creates an index on real media
-//! (`persist="pmem"` or `"msync"`) and runs several writer threads that
+//! A child process opens (recovering) or creates the target (an engine
+//! through the registry, or a database collection) and runs several writer
+//! threads that
 //! upsert and delete labels of one small shared set, with sequence numbers
 //! counted from `durable_seq()` as `vectide.Index` does (or above every
 //! number the parent saw issued); each writer's first operation retries the
@@ -13,83 +14,27 @@
 //! (recovery runs) and checks every label against the acknowledged history
 //! ([`super::history`]); the state found is the next round's start.
 
-use super::history::{check_round, History, Past, SeqFrom, Tally};
-use super::{vector, Model, Rng};
-use crate::{PHnsw, PHnswParams, RecoveryReport};
+use crate::history::{check_round, History, Past, SeqFrom, Tally};
+use crate::subject::Target;
+use crate::workload::{self, Model, Rng, DIM};
 use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use vectide_core::{Error, Metric, Result, Seq, VectorIndex};
-use vectide_graph::HnswParams;
-use vectide_storage::PersistMode;
-
-/// Dimension of the kill test's vectors.
-pub const KILL_DIM: usize = 16;
+use vectide_core::{Error, Result, Seq};
 
 /// What the kill test runs.
 #[derive(Debug, Clone)]
 pub struct KillConfig {
-    pub mode: PersistMode,
+    pub target: Target,
     /// Writer threads of the child.
     pub threads: usize,
     /// Labels the writers share (`0..labels`).
     pub labels: u64,
     pub seed: u64,
     pub seq_from: SeqFrom,
-}
-
-impl Default for KillConfig {
-    fn default() -> Self {
-        KillConfig {
-            mode: PersistMode::Pmem,
-            threads: 3,
-            labels: 32,
-            seed: 1,
-            seq_from: SeqFrom::Durable,
-        }
-    }
-}
-
-/// Parameters of the kill test's index.
-pub fn kill_params() -> PHnswParams {
-    PHnswParams {
-        hnsw: HnswParams {
-            m: 8,
-            ef_construction: 64,
-            threads: Some(1),
-            ..HnswParams::default()
-        },
-        ..PHnswParams::default()
-    }
-}
-
-/// Operation `k` of writer `thread` in round `round` (a pure function):
-/// `(label, Some(vector))` upserts, `(label, None)` deletes (three in ten).
-/// `retry`: the label of the writer's operation in flight at the last kill;
-/// its first operation of the round goes to that label again (a client
-/// retrying what it got no answer for).
-pub fn kill_op(
-    seed: u64,
-    round: usize,
-    thread: usize,
-    k: u64,
-    labels: u64,
-    retry: Option<u64>,
-) -> (u64, Option<Vec<f32>>) {
-    let mut rng = Rng(seed
-        ^ (round as u64).wrapping_mul(0x2545_f491_4f6c_dd1d)
-        ^ (thread as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ k.wrapping_mul(0xd6e8_feb8_6659_fd93));
-    let label = rng.next() % labels.max(1);
-    let label = retry.filter(|_| k == 0).unwrap_or(label);
-    if rng.below(10) < 3 {
-        (label, None)
-    } else {
-        (label, Some(vector(&mut rng, KILL_DIM)))
-    }
 }
 
 /// The child side: opens or creates the index in `dir`, then runs the
@@ -102,14 +47,11 @@ pub fn kill_child<W: Write + Send>(
     limit: u64,
     out: W,
 ) -> Result<()> {
-    let idx = if PHnsw::exists(dir) {
-        PHnsw::open(dir, cfg.mode, Some(1))?
-    } else {
-        PHnsw::create(dir, KILL_DIM, Metric::L2, kill_params(), cfg.mode)?
-    };
+    let idx = cfg.target.open(dir, DIM)?;
+    let durable = idx.durable_seq().unwrap_or(0);
     let start = match cfg.seq_from {
-        SeqFrom::Durable => idx.durable_seq(),
-        SeqFrom::Fresh => c.seq_floor.max(idx.durable_seq()),
+        SeqFrom::Durable => durable,
+        SeqFrom::Fresh => c.seq_floor.max(durable),
     };
     let out = Mutex::new(out);
     let line = |s: &str| -> Result<()> {
@@ -117,12 +59,12 @@ pub fn kill_child<W: Write + Send>(
         writeln!(o, "{s}").map_err(Error::from)?;
         o.flush().map_err(Error::from)
     };
-    line(&format!("open {} {start}", idx.durable_seq()))?;
+    line(&format!("open {durable} {start}"))?;
     let counter = AtomicU64::new(start);
     let result: Mutex<Result<()>> = Mutex::new(Ok(()));
     std::thread::scope(|s| {
         for t in 0..cfg.threads.max(1) {
-            let (idx, counter, line, result, out) = (&idx, &counter, &line, &result, &out);
+            let (idx, counter, line, result, out) = (&*idx, &counter, &line, &result, &out);
             s.spawn(move || {
                 let run = || -> Result<()> {
                     for k in 0..limit {
@@ -137,11 +79,10 @@ pub fn kill_child<W: Write + Send>(
                             seq
                         };
                         match &v {
-                            Some(x) => idx.insert(seq, &[label], x)?,
-                            None => {
-                                idx.delete(seq, &[label])?;
-                            }
+                            Some(x) => idx.upsert(seq, label, x)?,
+                            None => idx.delete(seq, label)?,
                         }
+                        idx.make_durable()?;
                         line(&format!("a {t} {k}"))?;
                     }
                     Ok(())
@@ -170,7 +111,7 @@ impl KillChild {
     /// Operation `k` of writer `t`.
     pub fn op(&self, cfg: &KillConfig, t: usize, k: u64) -> (u64, Option<Vec<f32>>) {
         let retry = self.retry.get(t).copied().flatten();
-        kill_op(cfg.seed, self.round, t, k, cfg.labels, retry)
+        workload::op(cfg.seed, self.round, t, k, cfg.labels, retry)
     }
 
     /// `retry` as one argument: labels or `_`, comma-separated.
@@ -199,24 +140,14 @@ pub struct KillReport {
     /// What the checks of the rounds counted.
     pub tally: Tally,
     pub recoveries_with_work: usize,
-    /// The recovery reports of the rounds with log work.
-    pub recoveries: Vec<RecoveryReport>,
     /// Wall time of each open (recovery included), microseconds.
     pub open_micros: Vec<u64>,
     pub live: usize,
     pub violations: Vec<String>,
 }
 
-/// Whether a recovery found log entries to undo, redo or discard.
-pub fn had_work(r: &RecoveryReport) -> bool {
-    r != &RecoveryReport {
-        micros: r.micros,
-        ..Default::default()
-    }
-}
-
 fn splitmix(x: u64) -> u64 {
-    Rng(x).next()
+    Rng(x).next_u64()
 }
 
 /// The parent side: `rounds` times, starts the child `command` makes, kills
@@ -304,7 +235,7 @@ pub fn kill_rounds(
         retry = h.in_flight_labels(cfg.threads.max(1));
         rep.rounds += 1;
         tick();
-        if !PHnsw::exists(dir) {
+        if !cfg.target.exists(dir) {
             if h.ops.iter().any(|o| o.ack.is_some()) {
                 rep.violations.push(format!(
                     "round {round}: operations acknowledged but no index on disk"
@@ -313,7 +244,7 @@ pub fn kill_rounds(
             continue;
         }
         let t = Instant::now();
-        let idx = match PHnsw::open(dir, cfg.mode, Some(1)) {
+        let idx = match cfg.target.open(dir, DIM) {
             Ok(i) => i,
             Err(e) => {
                 rep.tally.violating_rounds += 1;
@@ -323,19 +254,16 @@ pub fn kill_rounds(
             }
         };
         rep.open_micros.push(t.elapsed().as_micros() as u64);
-        let recovery = idx.recovery_report().clone();
-        if had_work(&recovery) {
-            rep.recoveries_with_work += 1;
-            rep.recoveries.push(recovery.clone());
-        }
+        let recovery = idx.recovery_note();
+        rep.recoveries_with_work += usize::from(idx.recovered_work());
         let opened_durable = opened.unwrap_or(0);
-        let rc = check_round(&idx, &mut base, &h.ops, opened_durable, &mut past);
+        let rc = check_round(&*idx, &mut base, &h.ops, opened_durable, &mut past);
         rep.live = idx.len();
         rep.tally.add(rc, &mut rep.violations, |v| {
             format!(
-                "round {round} ({} {} mode, recovery {recovery:?}): {v}",
+                "round {round} ({}, numbers from {}, {recovery}): {v}",
+                cfg.target.name(),
                 cfg.seq_from.name(),
-                cfg.mode.name()
             )
         });
     }

@@ -19,10 +19,27 @@
 //! overwrote can never come back: its vector is nowhere among the next
 //! round's candidates.
 
-use super::{find_label, Model};
-use crate::PHnsw;
+use crate::subject::Subject;
+use crate::workload::Model;
 use std::collections::{BTreeSet, HashMap};
-use vectide_core::{Seq, VectorIndex};
+use vectide_core::Seq;
+
+/// `None` when `label` maps to exactly `vec` and searching `vec` finds the
+/// label at rank 1; else what is wrong.
+pub fn find_label(idx: &dyn Subject, label: u64, vec: &[f32]) -> Option<String> {
+    match idx.vector_of(label) {
+        Err(e) => Some(format!("label {label}: read failed: {e}")),
+        Ok(None) => Some(format!("label {label} missing")),
+        Ok(Some(got)) if got != vec => Some(format!("label {label} maps to another vector")),
+        Ok(Some(_)) => match idx.nearest(vec) {
+            Ok(Some(n)) if n == label => None,
+            Ok(_) => Some(format!(
+                "label {label} not found at rank 1 by its own vector"
+            )),
+            Err(e) => Some(format!("label {label}: search failed: {e}")),
+        },
+    }
+}
 
 /// Where the writers take their sequence numbers from after an open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,7 +237,7 @@ impl Tally {
 /// (`base`) and the round's history; `base` becomes the recovered state.
 /// `opened_durable` is the index's `durable_seq()` when the round began.
 pub fn check_round(
-    idx: &PHnsw,
+    idx: &dyn Subject,
     base: &mut Model,
     ops: &[HOp],
     opened_durable: Seq,
@@ -228,7 +245,10 @@ pub fn check_round(
 ) -> RoundCheck {
     let mut rc = RoundCheck::default();
     let v = &mut rc.violations;
-    v.extend(idx.check().into_iter().map(|e| format!("structure: {e}")));
+    match idx.check() {
+        Ok(found) => v.extend(found.into_iter().map(|e| format!("structure: {e}"))),
+        Err(e) => v.push(format!("structure check failed: {e}")),
+    }
     let mut by_label: HashMap<u64, Vec<&HOp>> = HashMap::new();
     for op in ops {
         by_label.entry(op.label).or_default().push(op);
@@ -248,15 +268,15 @@ pub fn check_round(
         .last()
         .map_or(opened_durable, |o| o.seq.max(opened_durable));
     rc.acked_prefix = prefix;
-    if idx.durable_seq() < prefix {
+    // (A database numbers operations itself: no watermark to check.)
+    if let Some(durable) = idx.durable_seq().filter(|&d| d < prefix) {
         let missed: Vec<String> = ops
             .iter()
-            .filter(|o| o.seq > idx.durable_seq() && o.seq <= prefix)
+            .filter(|o| o.seq > durable && o.seq <= prefix)
             .map(HOp::describe)
             .collect();
         v.push(format!(
-            "durable_seq {} below {prefix}, up to which every operation was acknowledged: {}",
-            idx.durable_seq(),
+            "durable_seq {durable} below {prefix}, up to which every operation was acknowledged: {}",
             missed.join(", ")
         ));
     }
@@ -280,7 +300,13 @@ pub fn check_round(
                 Some(_) => {}
             }
         }
-        let got = idx.vector_of(label);
+        let got = match idx.vector_of(label) {
+            Ok(g) => g,
+            Err(e) => {
+                v.push(format!("label {label}: read failed: {e}"));
+                continue;
+            }
+        };
         let hit = cands.iter().find(|(c, _)| *c == got.as_deref());
         match hit {
             Some(&(_, in_flight)) => {

