@@ -89,6 +89,32 @@ def test_recall_at_k():
     assert recall_at_k([np.array([], dtype=np.int64), np.array([5])], truth, 3) == pytest.approx(1 / 6)
 
 
+def test_recall_matches_a_brute_force_reference():
+    pytest.importorskip("vectide._vectide")
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        k, nq = int(rng.integers(1, 12)), int(rng.integers(1, 20))
+        truth = np.stack([rng.permutation(50)[:k + 2] for _ in range(nq)]).astype(np.int32)
+        found = []
+        for _ in range(nq):
+            row = rng.integers(-1, 50, size=int(rng.integers(0, k + 3)))
+            found.append(row.astype(np.int64) if rng.random() < 0.5 else row.astype(np.int64).astype(np.uint64))
+        want = sum(len(set(truth[i, :k].tolist()) & {int(x) for x in found[i][:k].astype(np.int64) if x >= 0})
+                   for i in range(nq)) / (nq * k)
+        assert recall_at_k(found, truth, k) == pytest.approx(want, abs=1e-12)
+    with pytest.raises(ValueError):
+        recall_at_k([np.array([1])], np.array([[1, 2]]), 3)  # truth shorter than k
+    with pytest.raises(ValueError):
+        recall_at_k([np.array([1])] * 2, np.array([[1, 2]]), 1)  # row counts differ
+
+
+def test_recall_targets_are_the_native_ones():
+    native = pytest.importorskip("vectide._vectide")
+    from vectide.bench.metrics import RECALL_TARGETS
+
+    assert tuple(native.RECALL_TARGETS) == RECALL_TARGETS
+
+
 def test_engine_registry():
     with pytest.raises(ValueError, match="known engines: vectide:hnsw, hnswlib, faiss-hnsw, usearch"):
         make_engine("annoy")
@@ -118,7 +144,19 @@ def data_root(tmp_path_factory):
     mp.undo()
 
 
+def _knob(name):
+    """The knob a sweep varies for an engine of the harness: a native
+    engine's primary knob from the registry, ``ef`` for the peers."""
+    if not name.startswith("vectide:"):
+        return "ef"
+    import vectide
+
+    return next(e["primary_knob"] for e in vectide.engines() if e["name"] == name.split(":", 1)[1])
+
+
 def _check_result(doc, engines, k=10):
+    """The JSON contract of an ANN result, for the Python harness and the
+    native `vectide bench` alike (run with ``--ef 10,32 --max-queries 100``)."""
     for key in ("dataset", "k", "threads", "engines", "summary", "machine", "date", "n_train", "n_queries"):
         assert key in doc, key
     assert doc["dataset"] == DATASET and doc["k"] == k and doc["threads"] == 1
@@ -129,8 +167,12 @@ def _check_result(doc, engines, k=10):
         assert set(e) >= {"build_s", "memory_bytes", "params", "sweep", "qps_at_recall"}
         assert e["build_s"] > 0 and isinstance(e["memory_bytes"], int)
         assert e["params"]["m"] == 16 and e["params"]["threads"] == 1
-        assert [p["search_params"]["ef"] for p in e["sweep"]] == [10, 32]
-        assert [p["search_params"]["ef_effective"] for p in e["sweep"]] == [10, 32]
+        if _knob(name) is None:  # exact: measured once, no knob
+            assert [p["search_params"] for p in e["sweep"]] == [{}], name
+            assert e["sweep"][0]["recall"] == pytest.approx(1.0)
+        else:
+            assert [p["search_params"]["ef"] for p in e["sweep"]] == [10, 32]
+            assert [p["search_params"]["ef_effective"] for p in e["sweep"]] == [10, 32]
         for p in e["sweep"]:
             assert set(p) >= {"search_params", "recall", "qps"}
             assert 0.0 <= p["recall"] <= 1.0 and p["qps"] > 0
@@ -150,7 +192,6 @@ def _check_result(doc, engines, k=10):
         for name, v in ratios.items():
             want = None if at[name] is None or best is None else at[name] / best
             assert v == pytest.approx(want), (key, name)
-    assert doc["summary"]["ratio_vs_best_peer_at_0.9"]["hnswlib"] is not None
 
 
 def test_end_to_end_peers(data_root, monkeypatch, tmp_path, capsys):
@@ -166,6 +207,7 @@ def test_end_to_end_peers(data_root, monkeypatch, tmp_path, capsys):
     assert rc == 0
     doc = json.loads(out.read_text())
     _check_result(doc, ["hnswlib", "faiss-hnsw"])
+    assert doc["summary"]["ratio_vs_best_peer_at_0.9"]["hnswlib"] is not None
     assert max(v for v in doc["summary"]["ratio_vs_best_peer_at_0.95"].values() if v is not None) == pytest.approx(1.0)
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
     table = capsys.readouterr().out
@@ -184,6 +226,7 @@ def test_end_to_end_vectide(data_root, monkeypatch, tmp_path):
     assert rc == 0
     doc = json.loads(out.read_text())
     _check_result(doc, ["vectide:hnsw", "hnswlib"])
+    assert doc["summary"]["ratio_vs_best_peer_at_0.9"]["hnswlib"] is not None
     assert doc["engines"]["vectide:hnsw"].get("reported_memory_bytes", 1) > 0
     assert doc["summary"]["peers"] == ["hnswlib"]
 
@@ -203,6 +246,32 @@ def test_an_engine_without_a_knob_is_measured_once(data_root, monkeypatch, tmp_p
     assert flat["sweep"][0]["recall"] == pytest.approx(1.0)
     assert "m" not in flat["params"].get("index_params", {})
     assert len(doc["engines"]["vectide:hnsw"]["sweep"]) == 2
+
+
+def test_native_bench_passes_the_same_shape_check(data_root, tmp_path):
+    # `vectide bench` (Rust) writes the harness's JSON shape: the same check
+    # as the Python runs above, an exact engine measured once included.
+    pytest.importorskip("vectide._vectide")
+    import os
+    import subprocess
+    import sys
+
+    from test_cli import _cli
+
+    out = tmp_path / "native.json"
+    env = {**os.environ, "VECTIDE_DATA": str(data_root), "VECTIDE_PYTHON": sys.executable}
+    r = subprocess.run(
+        [_cli(), "bench", "--dataset", DATASET, "--engines", "vectide:hnsw,vectide:flat", "--ef", "10,32",
+         "--max-queries", "100", "--runs", "2", "--threads", "1", "--ef-construction", "100", "--out", str(out)],
+        capture_output=True, text=True, env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    _check_result(doc, ["vectide:hnsw", "vectide:flat"])
+    assert doc["summary"]["peers"] == []
+    assert len(doc["engines"]["vectide:hnsw"]["sweep"][0]["qps_runs"]) == 2
+    assert doc["engines"]["vectide:hnsw"]["params"]["index_params"]["m"] == 16
+    assert "m" not in doc["engines"]["vectide:flat"]["params"]["index_params"]
 
 
 def test_plot_and_table_of_a_native_result(tmp_path, capsys):

@@ -119,6 +119,25 @@ class Index:
 def simd_isa() -> str:
     """The instruction set the distance kernels use: 'avx512', 'avx2', 'neon' or 'scalar'."""
 
+RECALL_TARGETS: list[float]
+"""The recall targets benchmarks report QPS at (0.9, 0.95, 0.99)."""
+
+def recall_at_k(found: npt.NDArray[np.uint64], truth: npt.NDArray[np.uint64], k: int) -> float:
+    """Mean over queries of ``|found[i, :k] ∩ truth[i, :k]| / k`` (C-ordered
+    ``(nq, w)`` arrays; ``MISSING_ID`` pads short rows and never matches;
+    duplicates count once). ``ValueError`` for ``k < 1``, no queries, row
+    counts that differ or truth rows shorter than ``k``. The same code as
+    ``vectide bench`` (``vectide_core::eval``); ``vectide.bench.metrics``
+    wraps it for lists of rows."""
+
+def pareto_frontier(points: list[Tuple[float, float]]) -> list[Tuple[float, float]]:
+    """The ``(recall, qps)`` points no other point beats on both, by increasing recall."""
+
+def qps_at_recall(points: list[Tuple[float, float]], target: float) -> Optional[float]:
+    """QPS at ``target`` recall: ``None`` if no point reaches it, a point's QPS at
+    exactly ``target``, the lowest frontier point's QPS below it, else log-QPS
+    interpolated linearly in recall between the bracketing frontier points."""
+
 class DatabaseLockedError(RuntimeError):
     """The database directory is open in another process."""
 

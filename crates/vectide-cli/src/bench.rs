@@ -1,21 +1,29 @@
 //! `vectide bench`: the ANN recall/QPS sweep on native engines.
 //!
-//! Same flags and JSON shape as `python -m vectide.bench ann`; the query loop
-//! is native (one `search_into` per query, reused output buffer), so its QPS
-//! is the engine's own, without Python's per-call cost.
+//! Same flags and JSON shape as `python -m vectide.bench ann` (the keys its
+//! tests check: dataset, k, threads, machine, date, n_train, n_queries,
+//! per engine build_s, memory_bytes, params, sweep and qps_at_recall, and
+//! the summary); the query loop is native (one `search_into` per query,
+//! reused output buffer), so its QPS is the engine's own, without Python's
+//! per-call cost. Each engine's build parameters and the knob a sweep varies
+//! come from the registry (`vectide_engines::descriptor`); an engine without
+//! a knob is measured once. Recall and QPS at recall come from
+//! `vectide_core::eval`, the code the Python harness calls too.
 
 use crate::dataset::{self, Dataset};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use vectide_core::{Neighbor, SearchParams};
+use vectide_core::eval::{qps_at_recall, recall_at_k, RECALL_TARGETS};
+use vectide_core::{EngineDescriptor, Knob, Neighbor, SearchParams, RESERVED_ID};
 use vectide_engines::{AnyIndex, ParamValue, Params};
 
 const DEFAULT_EFS: &str = "10,16,24,32,48,64,96,128,192,256,384,512";
-const TARGETS: [f64; 3] = [0.9, 0.95, 0.99];
+const MEMORY_METHOD: &str = "RSS delta across the build: VmRSS from /proc/self/status before \
+     and after the insert call; all engines stay alive, each is measured by its own delta \
+     (the engine's own figure where /proc is missing)";
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -55,134 +63,220 @@ pub struct BenchArgs {
     max_queries: Option<usize>,
 }
 
+/// One sweep point: the knob value asked for (`None` for an engine without
+/// a knob), recall and the best QPS of the runs (all runs kept).
 struct Point {
-    ef: usize,
+    asked: Option<usize>,
     recall: f64,
     qps: f64,
+    qps_runs: Vec<f64>,
 }
 
-/// Mean recall@k of `found` (row-major, `k` per query) against ground truth.
-fn recall(found: &[u64], ds: &Dataset, nq: usize, k: usize) -> f64 {
-    let mut hits = 0usize;
-    for q in 0..nq {
-        let truth = &ds.neighbors[q * ds.gt_k..q * ds.gt_k + k];
-        let got = &found[q * k..(q + 1) * k];
-        hits += got
-            .iter()
-            .filter(|&&id| truth.iter().any(|&t| t as u64 == id))
-            .count();
-    }
-    hits as f64 / (nq * k) as f64
+/// The runs of one sweep point so far: the ids of the fastest, every QPS.
+#[derive(Default)]
+struct Runs {
+    found: Vec<u64>,
+    qps: Vec<f64>,
 }
 
-/// QPS at a recall target: log-QPS interpolated linearly in recall between
-/// the two Pareto-frontier points that bracket it; `None` when no point
-/// reaches it. Below the frontier's lowest recall, the fastest point that
-/// reaches the target counts.
-pub fn qps_at_recall(points: &[(f64, f64)], target: f64) -> Option<f64> {
-    let mut frontier: Vec<(f64, f64)> = points
-        .iter()
-        .copied()
-        .filter(|&(r, q)| {
-            !points
-                .iter()
-                .any(|&(r2, q2)| r2 >= r && q2 >= q && (r2 > r || q2 > q))
-        })
-        .collect();
-    frontier.sort_by(|a, b| a.0.total_cmp(&b.0));
-    frontier.dedup_by(|a, b| a.0 == b.0);
-    let (first, last) = (frontier.first()?, frontier.last()?);
-    if last.0 < target {
-        return None;
-    }
-    if target <= first.0 {
-        return Some(first.1);
-    }
-    if let Some(&(_, q)) = frontier.iter().find(|p| p.0 == target) {
-        return Some(q);
-    }
-    frontier.windows(2).find_map(|w| {
-        let ((r0, q0), (r1, q1)) = (w[0], w[1]);
-        (r0 <= target && target <= r1).then(|| {
-            let t = (target - r0) / (r1 - r0);
-            (q0.ln() + t * (q1.ln() - q0.ln())).exp()
-        })
-    })
+/// One engine: its index, build time, memory and sweep.
+struct Measured {
+    spec: String,
+    desc: &'static EngineDescriptor,
+    index: AnyIndex,
+    build_s: f64,
+    memory_bytes: u64,
+    sweep: Vec<Point>,
 }
 
 fn engine_name(spec: &str) -> String {
     spec.strip_prefix("vectide:").unwrap_or(spec).to_string()
 }
 
-fn build(ds: &Dataset, engine: &str, args: &BenchArgs) -> Result<(AnyIndex, f64), String> {
+/// The resident set of this process (`VmRSS`), when the system tells it.
+fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The build parameters of an engine from the registry: `threads`, and
+/// `--m` / `--ef-construction` where its schema has them.
+fn build_params(desc: &EngineDescriptor, args: &BenchArgs) -> Params {
     let mut params = Params::new();
     params.insert("threads".into(), ParamValue::Int(args.threads as i64));
-    // `--m` and `--ef-construction` go to engines whose schema has them.
-    let desc = vectide_engines::descriptor(engine).map_err(|e| e.to_string())?;
     for (name, value) in [("m", args.m), ("ef_construction", args.ef_construction)] {
         if desc.param(name).is_some() && !desc.persistence.in_directory() {
             params.insert(name.into(), ParamValue::Int(value as i64));
         }
     }
+    params
+}
+
+fn build(ds: &Dataset, spec: &str, args: &BenchArgs) -> Result<Measured, String> {
+    let engine = engine_name(spec);
+    let desc = vectide_engines::descriptor(&engine).map_err(|e| e.to_string())?;
+    let params = build_params(desc, args);
     let metric = ds.metric()?;
+    let before = rss_bytes();
     let index =
-        vectide_engines::create(engine, ds.dim, metric, &params).map_err(|e| e.to_string())?;
+        vectide_engines::create(&engine, ds.dim, metric, &params).map_err(|e| e.to_string())?;
     let n = ds.n_train();
     let ids: Vec<u64> = (0..n as u64).collect();
     let bar = ProgressBar::new(n as u64).with_message(format!("building {engine}"));
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{msg} {bar:40} {pos}/{len} [{elapsed_precise}<{eta_precise}]",
-        )
-        .expect("static template"),
-    );
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} [{elapsed_precise}<{eta_precise}]")
+    {
+        bar.set_style(style);
+    }
     bar.enable_steady_tick(Duration::from_millis(500));
     let start = Instant::now();
     let report = |done: usize| bar.set_position(done as u64);
     index
         .insert_with_progress(1, &ids, &ds.train, Some(&report))
         .map_err(|e| e.to_string())?;
-    let secs = start.elapsed().as_secs_f64();
+    let build_s = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    Ok((index, secs))
+    let reported = index.stats().map_err(|e| e.to_string())?.memory_bytes;
+    let memory_bytes = match (before, rss_bytes()) {
+        (Some(b), Some(a)) => a.saturating_sub(b),
+        _ => reported as u64,
+    };
+    Ok(Measured {
+        spec: spec.to_string(),
+        desc,
+        index,
+        build_s,
+        memory_bytes,
+        sweep: Vec::new(),
+    })
 }
 
-fn sweep_point(index: &AnyIndex, ds: &Dataset, nq: usize, k: usize, ef: usize) -> (f64, Vec<u64>) {
-    let params = SearchParams::with_ef(ef.max(k));
+/// One timed pass over the queries; returns the QPS and the ids found
+/// (`k` per query, `u64::MAX` where fewer were found).
+fn time_queries(
+    index: &AnyIndex,
+    ds: &Dataset,
+    nq: usize,
+    k: usize,
+    params: &SearchParams,
+) -> (f64, Vec<u64>) {
     let mut out: Vec<Neighbor> = Vec::with_capacity(k);
-    let mut found = vec![u64::MAX; nq * k];
+    let mut found = vec![RESERVED_ID; nq * k];
     let start = Instant::now();
     for (q, query) in ds.test.chunks_exact(ds.dim).take(nq).enumerate() {
         // Queries come from a validated dataset; an error here would be a bug
         // worth seeing, so it is reported as a miss and counted in recall.
-        if index.search_into(query, k, &params, None, &mut out).is_ok() {
+        if index.search_into(query, k, params, None, &mut out).is_ok() {
             for (j, n) in out.iter().enumerate() {
                 found[q * k + j] = n.id;
             }
         }
     }
-    let qps = nq as f64 / start.elapsed().as_secs_f64();
+    let secs = start.elapsed().as_secs_f64();
+    let qps = if secs > 0.0 {
+        nq as f64 / secs
+    } else {
+        f64::INFINITY
+    };
     (qps, found)
 }
 
-pub fn run(args: &BenchArgs) -> Result<(), String> {
-    {
-        use vectide_core::limits::{self, check_range};
-        let check = || -> vectide_core::Result<()> {
-            check_range("--k", args.k, 1, limits::MAX_K)?;
-            check_range("--threads", args.threads, 1, limits::MAX_THREADS)?;
-            check_range("--runs", args.runs, 1, 1000)?;
-            check_range("--m", args.m, limits::MIN_M, limits::MAX_M)?;
-            check_range("--ef-construction", args.ef_construction, 1, limits::MAX_EF)?;
-            for &ef in &args.ef {
-                check_range("--ef", ef, 1, limits::MAX_EF)?;
-            }
-            Ok(())
-        };
-        check().map_err(|e| e.to_string())?;
+/// `search_params` of a sweep point, as the Python harness writes them.
+fn search_params_json(knob: Option<Knob>, asked: Option<usize>, k: usize) -> Value {
+    match (knob, asked) {
+        (Some(Knob::Ef), Some(ef)) => json!({"ef": ef, "ef_effective": ef.max(k)}),
+        (Some(knob), Some(v)) => json!({knob.name(): v.max(k)}),
+        _ => json!({}),
     }
+}
+
+fn param_json(v: ParamValue) -> Value {
+    match v {
+        ParamValue::Int(i) => json!(i),
+        ParamValue::Float(f) => json!(f),
+        ParamValue::Bool(b) => json!(b),
+        ParamValue::Str(s) => json!(s),
+    }
+}
+
+/// What the result says of the machine (the Python harness's keys that
+/// apply to a native run, and the SIMD level).
+fn machine_info() -> Value {
+    let cpu_model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| {
+        c.lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, m)| m.trim().to_string())
+    });
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    json!({
+        "cpu_model": cpu_model,
+        "cores": cores,
+        "usable_cores": cores,
+        "platform": format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH),
+        "simd": vectide_core::distance::active_isa(),
+    })
+}
+
+/// The current UTC time as ISO 8601 (`2025-01-31T12:00:00+00:00`).
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}+00:00",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn check_args(args: &BenchArgs) -> Result<(), String> {
+    use vectide_core::limits::{self, check_range};
+    let check = || -> vectide_core::Result<()> {
+        check_range("--k", args.k, 1, limits::MAX_K)?;
+        check_range("--threads", args.threads, 1, limits::MAX_THREADS)?;
+        check_range("--runs", args.runs, 1, 1000)?;
+        check_range("--m", args.m, limits::MIN_M, limits::MAX_M)?;
+        check_range("--ef-construction", args.ef_construction, 1, limits::MAX_EF)?;
+        for &ef in &args.ef {
+            check_range("--ef", ef, 1, limits::MAX_EF)?;
+        }
+        Ok(())
+    };
+    check().map_err(|e| e.to_string())?;
     if args.ef.is_empty() {
         return Err("--ef needs at least one value".into());
+    }
+    Ok(())
+}
+
+pub fn run(args: &BenchArgs) -> Result<(), String> {
+    check_args(args)?;
+    let specs: Vec<String> = args
+        .engines
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for (i, spec) in specs.iter().enumerate() {
+        vectide_engines::descriptor(&engine_name(spec)).map_err(|e| e.to_string())?;
+        if specs[..i].contains(spec) {
+            return Err(format!("engine {spec} is listed twice"));
+        }
     }
     let ds = dataset::load(&args.dataset)?;
     if args.k > ds.gt_k {
@@ -192,6 +286,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         ));
     }
     let nq = args.max_queries.unwrap_or(usize::MAX).min(ds.n_test());
+    if nq == 0 {
+        return Err("the dataset has no test queries".into());
+    }
+    let metric = ds.metric()?;
     eprintln!(
         "{}: {} train, {} queries, dim {}, {} (simd: {})",
         ds.name,
@@ -201,122 +299,162 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         ds.distance,
         vectide_core::distance::active_isa()
     );
-    let specs: Vec<String> = args
-        .engines
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect();
-    let mut built = Vec::new();
+    let truth: Vec<u64> = ds.neighbors.iter().map(|&t| t as u64).collect();
+    let truth_rows = || truth.chunks_exact(ds.gt_k).take(nq);
+
+    let mut engines: Vec<Measured> = Vec::new();
     for spec in &specs {
-        let engine = engine_name(spec);
-        let (index, secs) = build(&ds, &engine, args)?;
-        eprintln!("built {spec} in {secs:.1}s");
-        built.push((spec.clone(), index, secs));
+        let m = build(&ds, spec, args)?;
+        eprintln!("built {spec} in {:.1}s", m.build_s);
+        engines.push(m);
     }
-    let mut sweeps: Vec<Vec<Point>> = built.iter().map(|_| Vec::new()).collect();
-    let bar = ProgressBar::new((args.ef.len() * args.runs * built.len()) as u64);
-    bar.set_style(
+    let bar = ProgressBar::new((args.ef.len() * args.runs * engines.len()) as u64);
+    if let Ok(style) =
         ProgressStyle::with_template("sweep {bar:40} {pos}/{len} [{elapsed_precise}]")
-            .expect("static template"),
-    );
-    for &ef in &args.ef {
-        let mut best: Vec<(f64, Vec<u64>)> = built.iter().map(|_| (0.0, Vec::new())).collect();
+    {
+        bar.set_style(style);
+    }
+    // Sweep order as in the Python harness: for ef, for run, for engine;
+    // an engine without a knob (exact) is measured once, at the first point.
+    for (i, &ef) in args.ef.iter().enumerate() {
+        let eff = ef.max(args.k);
+        let mut best: Vec<Runs> = engines.iter().map(|_| Runs::default()).collect();
         for _ in 0..args.runs {
-            for (i, (_, index, _)) in built.iter().enumerate() {
-                let (qps, found) = sweep_point(index, &ds, nq, args.k, ef);
-                if qps > best[i].0 {
-                    best[i] = (qps, found);
+            for (e, runs) in engines.iter().zip(best.iter_mut()) {
+                let mut params = SearchParams::default();
+                match e.desc.primary_knob {
+                    Some(knob) => params.set(knob, eff).map_err(|e| e.to_string())?,
+                    None if i > 0 => continue,
+                    None => {}
                 }
+                let (qps, found) = time_queries(&e.index, &ds, nq, args.k, &params);
                 bar.inc(1);
+                if runs.qps.iter().all(|&q| qps > q) {
+                    runs.found = found;
+                }
+                runs.qps.push(qps);
             }
         }
-        for (i, (qps, found)) in best.into_iter().enumerate() {
-            sweeps[i].push(Point {
-                ef: ef.max(args.k),
-                recall: recall(&found, &ds, nq, args.k),
+        for (e, runs) in engines.iter_mut().zip(best) {
+            let Some(qps) = runs.qps.iter().copied().reduce(f64::max) else {
+                continue; // not measured at this point (an exact engine)
+            };
+            let recall = recall_at_k(runs.found.chunks_exact(args.k), truth_rows(), args.k)
+                .map_err(|e| e.to_string())?;
+            e.sweep.push(Point {
+                asked: e.desc.primary_knob.map(|_| ef),
+                recall,
                 qps,
+                qps_runs: runs.qps,
             });
         }
     }
     bar.finish_and_clear();
 
-    let mut engines = serde_json::Map::new();
+    let key = |t: f64| format!("{t}");
     println!(
         "{:<16} {:>9} {:>10} {:>12} {:>12} {:>12}",
-        "engine", "build_s", "memory_MB", "qps@0.90", "qps@0.95", "qps@0.99"
+        "engine", "build_s", "memory_MB", "qps@0.9", "qps@0.95", "qps@0.99"
     );
-    for ((spec, index, secs), sweep) in built.iter().zip(&sweeps) {
-        let pts: Vec<(f64, f64)> = sweep.iter().map(|p| (p.recall, p.qps)).collect();
-        let at: BTreeMap<String, Option<f64>> = TARGETS
+    let mut engines_out = serde_json::Map::new();
+    for e in &engines {
+        let pts: Vec<(f64, f64)> = e.sweep.iter().map(|p| (p.recall, p.qps)).collect();
+        let at: Vec<(String, Option<f64>)> = RECALL_TARGETS
             .iter()
-            .map(|&t| (format!("{t}"), qps_at_recall(&pts, t)))
+            .map(|&t| (key(t), qps_at_recall(&pts, t)))
             .collect();
-        let fmt = |v: &Option<f64>| v.map_or("-".to_string(), |q| format!("{q:.0}"));
-        let stats = index.stats().map_err(|e| e.to_string())?;
+        let fmt = |v: Option<f64>| v.map_or("-".to_string(), |q| format!("{q:.0}"));
         println!(
             "{:<16} {:>9.1} {:>10.1} {:>12} {:>12} {:>12}",
-            spec,
-            secs,
-            stats.memory_bytes as f64 / 1e6,
-            fmt(&at["0.9"]),
-            fmt(&at["0.95"]),
-            fmt(&at["0.99"])
+            e.spec,
+            e.build_s,
+            e.memory_bytes as f64 / 1e6,
+            fmt(at[0].1),
+            fmt(at[1].1),
+            fmt(at[2].1)
         );
-        let params: serde_json::Map<String, Value> = index
+        for p in &e.sweep {
+            eprintln!(
+                "  {:<14} {}={:<4} recall={:.4} qps={:.0}",
+                e.spec,
+                e.desc.primary_knob.map_or("-", |k| k.name()),
+                p.asked.map_or("-".to_string(), |v| v.to_string()),
+                p.recall,
+                p.qps
+            );
+        }
+        let index_params: serde_json::Map<String, Value> = e
+            .index
             .params()
             .into_iter()
-            .map(|(k, v)| {
-                let v = match v {
-                    ParamValue::Int(i) => json!(i),
-                    ParamValue::Float(f) => json!(f),
-                    ParamValue::Bool(b) => json!(b),
-                    ParamValue::Str(s) => json!(s),
-                };
-                (k, v)
-            })
+            .map(|(k, v)| (k, param_json(v)))
             .collect();
-        engines.insert(
-            spec.clone(),
+        let stats = e.index.stats().map_err(|e| e.to_string())?;
+        engines_out.insert(
+            e.spec.clone(),
             json!({
-                "build_s": secs,
-                "memory_bytes": stats.memory_bytes,
-                "params": params,
-                "sweep": sweep.iter().map(|p| json!({
-                    "search_params": {"ef": p.ef},
+                "build_s": e.build_s,
+                "memory_bytes": e.memory_bytes,
+                "reported_memory_bytes": stats.memory_bytes,
+                "params": {
+                    "metric": metric.name(),
+                    "m": args.m,
+                    "ef_construction": args.ef_construction,
+                    "threads": args.threads,
+                    "engine": e.desc.name,
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "index_params": index_params,
+                },
+                "sweep": e.sweep.iter().map(|p| json!({
+                    "search_params": search_params_json(e.desc.primary_knob, p.asked, args.k),
                     "recall": p.recall,
                     "qps": p.qps,
+                    "qps_runs": p.qps_runs,
                 })).collect::<Vec<_>>(),
-                "qps_at_recall": at,
+                "qps_at_recall": at.into_iter().map(|(k, v)| (k, json!(v))).collect::<serde_json::Map<String, Value>>(),
             }),
         );
     }
-    for (spec, sweep) in specs.iter().zip(&sweeps) {
-        for p in sweep {
-            eprintln!(
-                "  {spec:<14} ef={:<4} recall={:.4} qps={:.0}",
-                p.ef, p.recall, p.qps
-            );
-        }
+    // The ratios compare each engine with the best peer (an engine not
+    // named vectide:*); a native run has none, so every ratio is null.
+    let mut summary = serde_json::Map::new();
+    summary.insert("peers".into(), json!([]));
+    for &t in &RECALL_TARGETS {
+        let nulls: serde_json::Map<String, Value> =
+            specs.iter().map(|s| (s.clone(), Value::Null)).collect();
+        summary.insert(
+            format!("ratio_vs_best_peer_at_{}", key(t)),
+            Value::Object(nulls),
+        );
+        summary.insert(format!("best_peer_at_{}", key(t)), Value::Null);
     }
-    // Native runs have no peers; the ratio is against the best peer present,
-    // i.e. null here, as the JSON contract says.
-    let ratios: serde_json::Map<String, Value> =
-        specs.iter().map(|s| (s.clone(), Value::Null)).collect();
     let report = json!({
         "dataset": ds.name,
+        "distance": ds.distance,
+        "metric": metric.name(),
         "k": args.k,
         "threads": args.threads,
         "n_train": ds.n_train(),
         "n_queries": nq,
-        "query_loop": "native (vectide bench)",
-        "simd": vectide_core::distance::active_isa(),
-        "engines": engines,
-        "summary": {"ratio_vs_best_peer_at_0.95": ratios},
+        "query_loop": "native (vectide bench): one search_into call per query",
+        "dimension": ds.dim,
+        "params": {
+            "m": args.m,
+            "ef_construction": args.ef_construction,
+            "ef": args.ef,
+            "runs": args.runs,
+            "timing": "Instant around the whole query loop; QPS = queries / seconds",
+            "sweep_order": "for ef: for run: for engine; best QPS of the runs kept",
+        },
+        "memory_method": MEMORY_METHOD,
+        "machine": machine_info(),
+        "date": utc_now(),
+        "engines": engines_out,
+        "summary": summary,
     });
     if let Some(out) = &args.out {
         let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))?;
+        std::fs::write(out, text + "\n").map_err(|e| format!("{}: {e}", out.display()))?;
         eprintln!("wrote {}", out.display());
         if let Some(png) = &args.plot {
             plot(out, png)?;
@@ -344,25 +482,32 @@ fn plot(json: &std::path::Path, png: &std::path::Path) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::qps_at_recall;
+    use super::*;
 
     #[test]
-    fn interpolates_log_qps_on_the_pareto_frontier() {
-        let pts = [(0.8, 1000.0), (0.9, 800.0), (0.99, 100.0), (0.85, 10.0)];
-        // Exact hit.
-        assert_eq!(qps_at_recall(&pts, 0.9), Some(800.0));
-        // Bracketed: geometric interpolation between 800 and 100.
-        let t = (0.95 - 0.9) / (0.99 - 0.9);
-        let want = (800f64.ln() + t * (100f64.ln() - 800f64.ln())).exp();
-        assert!((qps_at_recall(&pts, 0.95).unwrap() - want).abs() < 1e-9);
-        // Unreachable.
-        assert_eq!(qps_at_recall(&pts, 0.995), None);
-        // Below the frontier: the fastest point that reaches it.
-        assert_eq!(qps_at_recall(&pts, 0.5), Some(1000.0));
-        // The dominated point (0.85, 10) plays no part.
-        let t = (0.85 - 0.8) / (0.9 - 0.8);
-        let want = (1000f64.ln() + t * (800f64.ln() - 1000f64.ln())).exp();
-        assert!((qps_at_recall(&pts, 0.85).unwrap() - want).abs() < 1e-9);
-        assert_eq!(qps_at_recall(&[], 0.9), None);
+    fn search_params_are_written_as_the_python_harness_writes_them() {
+        assert_eq!(
+            search_params_json(Some(Knob::Ef), Some(5), 10),
+            json!({"ef": 5, "ef_effective": 10})
+        );
+        assert_eq!(
+            search_params_json(Some(Knob::Nprobe), Some(32), 10),
+            json!({"nprobe": 32})
+        );
+        assert_eq!(search_params_json(None, None, 10), json!({}));
+    }
+
+    #[test]
+    fn the_date_is_iso_8601_utc() {
+        let d = utc_now();
+        assert_eq!(d.len(), 25, "{d}");
+        assert!(d.ends_with("+00:00") && d.as_bytes()[10] == b'T', "{d}");
+        let year: i32 = d[..4].parse().unwrap();
+        let month: u32 = d[5..7].parse().unwrap();
+        let day: u32 = d[8..10].parse().unwrap();
+        assert!(
+            year >= 2024 && (1..=12).contains(&month) && (1..=31).contains(&day),
+            "{d}"
+        );
     }
 }

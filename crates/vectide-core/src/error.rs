@@ -1,4 +1,5 @@
-//! The one error type of the core crate, re-used by the engines.
+//! The one error type of the core crate, used by the engines and wrapped
+//! (not repeated) by the database's `DbError` and the server's `ApiError`.
 
 use std::path::PathBuf;
 
@@ -24,8 +25,9 @@ pub enum Error {
     /// A vector whose length is not the index dimension.
     #[error("dimension mismatch: the index has dimension {expected}, got {got}")]
     DimensionMismatch { expected: usize, got: usize },
-    /// Any other caller mistake; the message names the problem.
-    #[error("invalid input: {0}")]
+    /// Any other caller mistake; the message names the problem (and is
+    /// shown as is, over HTTP and in Python exceptions).
+    #[error("{0}")]
     InvalidInput(String),
     /// Ids that are not in the index.
     #[error("ids not found: {0:?}")]

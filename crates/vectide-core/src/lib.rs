@@ -6,8 +6,9 @@
 //! the named [`sync`] points every `fsync` goes through (observable by a
 //! crash kit, scoped by directory with [`scope`]),
 //! the [`VectorIndex`] trait that every engine implements, the one
-//! [`Error`] type and the documented bounds of every outside input
-//! ([`limits`]).
+//! [`Error`] type, the documented bounds of every outside input
+//! ([`limits`]) and how benchmarks judge results ([`eval`]: recall@k, the
+//! Pareto frontier, QPS at a recall target).
 //!
 //! Distances are "smaller is closer" everywhere: squared L2 for
 //! [`Metric::L2`], `1 - cos` for [`Metric::Cosine`] (vectors are normalised at
@@ -16,6 +17,7 @@
 pub mod distance;
 pub mod engine;
 pub mod error;
+pub mod eval;
 pub mod heap;
 pub mod index;
 pub mod io;

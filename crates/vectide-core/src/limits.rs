@@ -25,6 +25,7 @@
 //! | `wal_buffer` (hnsw-wal) | `0..=`[`MAX_WAL_BUFFER`] bytes (0 acts as 1) | bytes between fsyncs |
 //! | `seed` | `0..=2**63-1` | as it arrives (a signed 64-bit integer) |
 //! | integers in JSON (payloads, filters) | `-2**63..=2**64-1` | beyond, a JSON number is a double and would not round-trip |
+//! | nesting of a JSON request body | `..=`[`MAX_JSON_DEPTH`] levels | the JSON readers recurse |
 //! | `checkpoint_seconds` | `(0, `[`MAX_CHECKPOINT_SECONDS`]`]` | a `Duration` |
 
 use crate::error::{Error, Result};
@@ -205,9 +206,56 @@ pub fn check_json_integers(text: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Deepest nesting of arrays and objects in a JSON request body (the
+/// recursion limit of the JSON reader, which also applies to the parts a
+/// typed reader would skip).
+pub const MAX_JSON_DEPTH: usize = 128;
+
+/// Checks that a JSON text nests arrays and objects at most
+/// [`MAX_JSON_DEPTH`] levels deep (strings are skipped; the text is not
+/// otherwise validated).
+pub fn check_json_depth(text: &[u8]) -> Result<()> {
+    let (mut depth, mut i) = (0usize, 0usize);
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                i += 1;
+                while i < text.len() && text[i] != b'"' {
+                    i += if text[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Err(Error::invalid(format!(
+                        "JSON nested deeper than {MAX_JSON_DEPTH} levels (at byte {i})"
+                    )));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_nesting_is_bounded() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(check_json_depth(deep(MAX_JSON_DEPTH).as_bytes()).is_ok());
+        let e = check_json_depth(deep(MAX_JSON_DEPTH + 1).as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("nested deeper than 128"), "{e}");
+        let objects = format!("{}1{}", r#"{"a":"#.repeat(200), "}".repeat(200));
+        assert!(check_json_depth(objects.as_bytes()).is_err());
+        // Brackets inside strings (escaped quotes included) do not count.
+        let quoted = format!(r#"{{"s": "\"{}"}}"#, "[".repeat(500));
+        assert!(check_json_depth(quoted.as_bytes()).is_ok());
+    }
 
     #[test]
     fn ranges_name_the_parameter_and_the_bound() {

@@ -275,7 +275,7 @@ pub fn repair(dir: &Path) -> Result<RepairReport> {
                     rep.kept_through = record_seq(&bytes[r.clone()])?;
                 }
             }
-            Err(e @ DbError::Engine(vectide_core::Error::Version { .. })) => return Err(e),
+            Err(e @ DbError::Core(vectide_core::Error::Version { .. })) => return Err(e),
             Err(e) => {
                 // Keep the records that precede the damage in this segment.
                 let s = scan(&path, &bytes).unwrap_or_default();
@@ -336,7 +336,7 @@ impl CommitLog {
     /// Opens the log in `dir` and returns it with every valid record (their
     /// payloads, oldest first). Only a torn tail of the last segment is cut;
     /// a bad record anywhere else, a segment that ends early, or a gap in the
-    /// sequence numbers is [`DbError::Corrupted`] naming the segment and
+    /// sequence numbers is [`vectide_core::Error::Corrupted`] naming the segment and
     /// offset (`vectide repair` salvages what precedes it). New records get
     /// sequence numbers above both the log's last one and `floor` (what the
     /// engine and the store hold already).
@@ -457,10 +457,10 @@ impl CommitLog {
     pub fn append<T>(&self, make: impl FnOnce(Seq) -> Result<(Vec<u8>, T)>) -> Result<(Seq, T)> {
         let mut st = self.state.lock();
         if let Some(e) = &st.failed {
-            return Err(DbError::Io {
-                path: Some(self.dir.clone()),
-                source: std::io::Error::other(format!("the WAL failed earlier: {e}")),
-            });
+            return Err(DbError::io_at(
+                &self.dir,
+                std::io::Error::other(format!("the WAL failed earlier: {e}")),
+            ));
         }
         let seq = st.appended + 1;
         let (payload, out) = make(seq)?;
@@ -479,10 +479,7 @@ impl CommitLog {
         st.waiting += 1;
         let out = loop {
             if let Some(e) = &st.failed {
-                break Err(DbError::Io {
-                    path: Some(self.dir.clone()),
-                    source: std::io::Error::other(e.clone()),
-                });
+                break Err(DbError::io_at(&self.dir, std::io::Error::other(e.clone())));
             }
             if st.synced >= seq {
                 break Ok(());

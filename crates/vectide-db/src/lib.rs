@@ -202,7 +202,7 @@ fn read_catalog(dir: &Path) -> Result<Vec<(String, CollectionConfig)>> {
         )));
     }
     if v["version"].as_u64() != Some(CATALOG_VERSION) {
-        return Err(DbError::Engine(vectide_core::Error::Version {
+        return Err(DbError::Core(vectide_core::Error::Version {
             found: v["version"].as_u64().unwrap_or(0) as u32,
             supported: CATALOG_VERSION as u32,
         }));

@@ -74,7 +74,7 @@ fn flip(path: &Path, at: usize) {
 
 fn corrupted(dir: &Path) -> String {
     match Database::open(dir, opts()) {
-        Err(DbError::Corrupted(m)) => m,
+        Err(DbError::Core(vectide_core::Error::Corrupted(m))) => m,
         Err(e) => panic!("expected a corruption error, got {e}"),
         Ok(db) => panic!(
             "opened with {} points instead of failing",
@@ -227,7 +227,7 @@ fn damaged_point_stores_and_catalogs_are_typed_errors() {
     for cut in [good.len() / 2, 4096, 100, 0] {
         std::fs::write(&redb, &good[..cut]).unwrap();
         match Database::open(dir.path(), opts()) {
-            Err(DbError::Corrupted(_)) | Err(DbError::Store(_)) => {}
+            Err(e) if e.is_corrupted() || matches!(e, DbError::Store(_)) => {}
             Err(e) => panic!("cut at {cut}: unexpected error {e}"),
             // An empty file is a new store: redb starts afresh, and the WAL
             // (never checkpointed here) brings every point back.

@@ -5,8 +5,8 @@
 //! `threads` …) are checked against [`vectide_core::limits`] first:
 //! `TypeError` for a non-integer, `ValueError` beyond the bound.
 
-use crate::{as_rows, int_arg, opt_int_arg, CorruptIndexError};
-use pyo3::exceptions::{PyKeyError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use crate::{as_rows, int_arg, opt_int_arg};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -27,13 +27,10 @@ pyo3::create_exception!(
 fn to_py(e: DbError) -> PyErr {
     let msg = e.to_string();
     match e {
-        DbError::InvalidInput(_) => PyValueError::new_err(msg),
+        DbError::Core(e) => crate::to_py(e),
         DbError::CollectionNotFound(_) => PyKeyError::new_err(msg),
         DbError::CollectionExists(_) => PyValueError::new_err(msg),
         DbError::Locked { .. } => DatabaseLockedError::new_err(msg),
-        DbError::Corrupted(_) => CorruptIndexError::new_err(msg),
-        DbError::Io { .. } => PyOSError::new_err(msg),
-        DbError::Engine(e) => crate::to_py(e),
         DbError::Store(_) | DbError::Closed(_) => PyRuntimeError::new_err(msg),
     }
 }

@@ -728,6 +728,42 @@ fn engines(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
 }
 
 /// The SIMD instruction set the distance kernels dispatched to.
+/// The rows of a C-ordered 2-D array.
+fn id_rows<'a>(
+    a: &'a PyReadonlyArray2<'_, u64>,
+) -> PyResult<impl ExactSizeIterator<Item = &'a [u64]>> {
+    let width = a.as_array().ncols();
+    let n = a.as_array().nrows();
+    let flat = a
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("expected a C-ordered uint64 array"))?;
+    Ok((0..n).map(move |i| &flat[i * width..(i + 1) * width]))
+}
+
+/// Recall@k of result rows against ground-truth rows
+/// (`vectide_core::eval`, the same code as `vectide bench`).
+#[pyfunction]
+fn recall_at_k(
+    found: PyReadonlyArray2<'_, u64>,
+    truth: PyReadonlyArray2<'_, u64>,
+    k: usize,
+) -> PyResult<f64> {
+    vectide_core::eval::recall_at_k(id_rows(&found)?, id_rows(&truth)?, k).map_err(to_py)
+}
+
+/// The Pareto frontier of `(recall, qps)` points, by increasing recall.
+#[pyfunction]
+fn pareto_frontier(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    vectide_core::eval::pareto_frontier(&points)
+}
+
+/// QPS at a recall target, interpolated on the Pareto frontier (`None`
+/// when no point reaches it).
+#[pyfunction]
+fn qps_at_recall(points: Vec<(f64, f64)>, target: f64) -> Option<f64> {
+    vectide_core::eval::qps_at_recall(&points, target)
+}
+
 #[pyfunction]
 fn simd_isa() -> &'static str {
     vectide_core::distance::active_isa()
@@ -739,6 +775,13 @@ fn _vectide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     db::register(m)?;
     m.add_function(wrap_pyfunction!(simd_isa, m)?)?;
     m.add_function(wrap_pyfunction!(engines, m)?)?;
+    m.add_function(wrap_pyfunction!(recall_at_k, m)?)?;
+    m.add_function(wrap_pyfunction!(pareto_frontier, m)?)?;
+    m.add_function(wrap_pyfunction!(qps_at_recall, m)?)?;
+    m.add(
+        "RECALL_TARGETS",
+        vectide_core::eval::RECALL_TARGETS.to_vec(),
+    )?;
     m.add("DEFAULT_ENGINE", vectide_engines::DEFAULT_ENGINE)?;
     m.add("CorruptIndexError", m.py().get_type::<CorruptIndexError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

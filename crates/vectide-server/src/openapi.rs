@@ -99,13 +99,13 @@ pub fn document() -> Value {
                 "post": op("Retrieve points by id", Some(r("PointRequest")), points.clone())
             },
             "/collections/{name}/points/query": {"post": op("Query points", Some(r("QueryRequest")), json!({"type": "object", "properties": {"points": {"type": "array", "items": r("ScoredPoint")}}}))},
-            "/collections/{name}/points/query/batch": {"post": op("Batch of queries (together at most MAX_BATCH_RESULTS results)", Some(json!({"type": "object", "required": ["searches"], "properties": {"searches": {"type": "array", "items": r("QueryRequest")}}})), json!({"type": "array"}))},
+            "/collections/{name}/points/query/batch": {"post": op("Batch of queries (together at most MAX_BATCH_RESULTS results)", Some(r("QueryBatch")), json!({"type": "array"}))},
             "/collections/{name}/points/search": {"post": op("Search points", Some(r("SearchRequest")), json!({"type": "array", "items": r("ScoredPoint")}))},
-            "/collections/{name}/points/count": {"post": op("Count points", Some(json!({"type": "object", "properties": {"filter": r("Filter"), "exact": {"type": "boolean"}}})), json!({"type": "object", "properties": {"count": {"type": "integer"}}}))},
+            "/collections/{name}/points/count": {"post": op("Count points", Some(r("CountRequest")), json!({"type": "object", "properties": {"count": {"type": "integer"}}}))},
             "/collections/{name}/points/delete": {"post": op("Delete points by id or filter", Some(r("Selector")), update.clone())},
             "/collections/{name}/points/scroll": {"post": op("Page through points in id order", Some(r("ScrollRequest")), json!({"type": "object", "properties": {"points": points, "next_page_offset": r("PointId")}}))},
-            "/collections/{name}/points/payload": {"post": op("Merge keys into payloads", Some(json!({"allOf": [r("Selector"), {"type": "object", "required": ["payload"], "properties": {"payload": {"type": "object"}}}]})), update.clone())},
-            "/collections/{name}/index": {"put": op("Declare a payload index", Some(json!({"type": "object", "required": ["field_name", "field_schema"], "properties": {"field_name": {"type": "string", "minLength": 1}, "field_schema": {"type": "string", "enum": ["keyword", "integer"]}}})), update)}
+            "/collections/{name}/points/payload": {"post": op("Merge keys into payloads", Some(r("SetPayload")), update.clone())},
+            "/collections/{name}/index": {"put": op("Declare a payload index", Some(r("CreateIndex")), update)}
         },
         "components": {"schemas": {
             "Error": {"type": "object", "properties": {"status": {"type": "object", "properties": {"error": {"type": "string"}}}, "time": {"type": "number"}}},
@@ -114,9 +114,10 @@ pub fn document() -> Value {
             "Payload": {"type": "object", "nullable": true},
             "Point": {"type": "object", "properties": {"id": r("PointId"), "payload": r("Payload"), "vector": {"type": "array", "items": {"type": "number"}, "nullable": true}}},
             "PointStruct": {"type": "object", "required": ["id", "vector"], "properties": {"id": r("PointId"), "vector": r("Vector"), "payload": r("Payload")}},
-            "PointsList": {"type": "object", "properties": {"points": {"type": "array", "items": r("PointStruct")}, "batch": {"type": "object", "properties": {"ids": {"type": "array", "items": r("PointId")}, "vectors": {"type": "array", "items": r("Vector")}, "payloads": {"type": "array", "items": r("Payload")}}}}},
-            "PointRequest": {"type": "object", "required": ["ids"], "properties": {"ids": {"type": "array", "items": r("PointId")}, "with_payload": {"type": "boolean"}, "with_vector": {"type": "boolean"}}},
-            "ScoredPoint": {"type": "object", "required": ["id", "version", "score"], "properties": {"id": r("PointId"), "version": {"type": "integer"}, "score": {"type": "number"}, "payload": r("Payload")}},
+            "PointsList": {"type": "object", "properties": {"points": {"type": "array", "items": r("PointStruct")}, "batch": r("Batch")}},
+            "Batch": {"type": "object", "required": ["ids", "vectors"], "properties": {"ids": {"type": "array", "items": r("PointId")}, "vectors": {"type": "array", "items": r("Vector")}, "payloads": {"type": "array", "items": r("Payload")}}},
+            "PointRequest": {"type": "object", "required": ["ids"], "properties": {"ids": {"type": "array", "items": r("PointId")}, "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}}},
+            "ScoredPoint": {"type": "object", "required": ["id", "version", "score"], "properties": {"id": r("PointId"), "version": {"type": "integer"}, "score": {"type": "number"}, "payload": r("Payload"), "vector": {"type": "array", "items": {"type": "number"}, "nullable": true}}},
             "UpdateResult": {"type": "object", "properties": {"operation_id": {"type": "integer"}, "status": {"type": "string", "enum": ["completed"]}}},
             "Condition": {"type": "object", "properties": {
                 "key": {"type": "string"},
@@ -128,14 +129,20 @@ pub fn document() -> Value {
             }},
             "Filter": {"type": "object", "properties": {"must": {"type": "array", "items": r("Condition")}, "should": {"type": "array", "items": r("Condition")}, "must_not": {"type": "array", "items": r("Condition")}}},
             "Selector": {"type": "object", "properties": {"points": {"type": "array", "items": r("PointId")}, "filter": r("Filter")}},
-            "WithPayload": {"oneOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "string"}}]},
+            "SetPayload": {"type": "object", "required": ["payload"], "properties": {"points": {"type": "array", "items": r("PointId")}, "filter": r("Filter"), "payload": {"type": "object"}}},
+            "CountRequest": {"type": "object", "properties": {"filter": r("Filter"), "exact": {"type": "boolean"}}},
+            "CreateIndex": {"type": "object", "required": ["field_name", "field_schema"], "properties": {"field_name": {"type": "string", "minLength": 1}, "field_schema": {"oneOf": [{"type": "string", "enum": ["keyword", "integer"]}, {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "enum": ["keyword", "integer"]}}}]}}},
+            "QueryBatch": {"type": "object", "required": ["searches"], "properties": {"searches": {"type": "array", "items": r("QueryRequest")}}},
+            "WithPayload": {"oneOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "string"}},
+                {"type": "object", "properties": {"include": {"type": "array", "items": {"type": "string"}}}, "required": ["include"], "additionalProperties": false},
+                {"type": "object", "properties": {"exclude": {"type": "array", "items": {"type": "string"}}}, "required": ["exclude"], "additionalProperties": false}]},
             "QueryRequest": {"type": "object", "properties": {"query": {"oneOf": [r("Vector"), r("PointId"), {"type": "object", "properties": {"nearest": r("Vector")}}]}, "filter": r("Filter"), "limit": limit.clone(), "offset": offset.clone(), "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}, "score_threshold": {"type": "number"}, "params": search_params.clone()}},
             "SearchRequest": {"type": "object", "required": ["vector", "limit"], "properties": {"vector": r("Vector"), "filter": r("Filter"), "limit": limit.clone(), "offset": offset, "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}, "score_threshold": {"type": "number"}, "params": search_params}},
             "ScrollRequest": {"type": "object", "properties": {"filter": r("Filter"), "limit": limit, "offset": r("PointId"), "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}}},
             "CreateCollection": {"type": "object", "required": ["vectors"], "properties": {
                 "vectors": {"type": "object", "required": ["size", "distance"], "properties": {"size": {"type": "integer", "minimum": 1, "maximum": limits::MAX_DIM}, "distance": {"type": "string", "enum": ["Cosine", "Dot", "Euclid"]}}},
                 "hnsw_config": {"type": "object", "properties": {"m": {"type": "integer", "minimum": limits::MIN_M, "maximum": limits::MAX_M}, "ef_construct": {"type": "integer", "minimum": 1, "maximum": limits::MAX_EF}}},
-                "vectide": {"type": "object", "properties": {"engine": {"type": "string", "enum": engine_names}, "params": {
+                "vectide": {"type": "object", "additionalProperties": false, "properties": {"engine": {"type": "string", "enum": engine_names}, "params": {
                     "type": "object",
                     "description": format!(
                         "Engine parameters, checked against the engine's schema: unknown names are refused and \
@@ -145,4 +152,130 @@ pub fn document() -> Value {
             }}
         }}
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::document;
+    use crate::types;
+    use serde::de::{self, Deserialize, Deserializer, Visitor};
+    use std::collections::BTreeSet;
+
+    /// A deserializer that records the field names a derived struct asks
+    /// for, then stops.
+    struct Fields(Option<&'static [&'static str]>);
+
+    #[derive(Debug)]
+    struct Stop;
+    impl std::fmt::Display for Stop {
+        fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("stop")
+        }
+    }
+    impl std::error::Error for Stop {}
+    impl de::Error for Stop {
+        fn custom<T: std::fmt::Display>(_: T) -> Self {
+            Stop
+        }
+    }
+
+    impl<'de> Deserializer<'de> for &mut Fields {
+        type Error = Stop;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop)
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Stop> {
+            self.0 = Some(fields);
+            Err(Stop)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf option unit unit_struct newtype_struct seq tuple
+            tuple_struct map enum identifier ignored_any
+        }
+    }
+
+    fn fields<'de, T: Deserialize<'de>>() -> BTreeSet<&'static str> {
+        let mut f = Fields(None);
+        let _ = T::deserialize(&mut f);
+        f.0.expect("a derived struct").iter().copied().collect()
+    }
+
+    /// Every field a request type reads is documented, and the document
+    /// names no field the type ignores, except the fields that are read
+    /// only to be refused with a message (not part of the API).
+    #[test]
+    fn request_schemas_match_the_serde_types() {
+        let doc = document();
+        let schemas = &doc["components"]["schemas"];
+        let check = |schema: &str, read: BTreeSet<&'static str>, refused: &[&str]| {
+            let documented: BTreeSet<&str> = schemas[schema]["properties"]
+                .as_object()
+                .unwrap_or_else(|| panic!("{schema} has no properties"))
+                .keys()
+                .map(String::as_str)
+                .collect();
+            let accepted: BTreeSet<&str> = read
+                .iter()
+                .copied()
+                .filter(|f| !refused.contains(f))
+                .collect();
+            assert_eq!(documented, accepted, "{schema}");
+        };
+        let refused = ["using", "prefetch", "lookup_from"];
+        let mut query = fields::<types::QueryRequest>();
+        query.remove("vector");
+        check("QueryRequest", query, &refused);
+        let mut search = fields::<types::QueryRequest>();
+        search.remove("query");
+        check("SearchRequest", search, &refused);
+        check("ScrollRequest", fields::<types::Scroll>(), &["order_by"]);
+        check("PointRequest", fields::<types::Retrieve>(), &[]);
+        check("PointsList", fields::<types::Upsert>(), &[]);
+        check("PointStruct", fields::<types::PointStruct>(), &[]);
+        check("Batch", fields::<types::Batch>(), &[]);
+        check("CountRequest", fields::<types::Count>(), &[]);
+        check("CreateIndex", fields::<types::CreateIndex>(), &[]);
+        check("QueryBatch", fields::<types::QueryBatch>(), &[]);
+        let mut selector = fields::<types::Selector>();
+        selector.remove("payload");
+        check("Selector", selector, &["key"]);
+        check("SetPayload", fields::<types::Selector>(), &["key"]);
+        check(
+            "CreateCollection",
+            fields::<types::CreateCollection>(),
+            &["sparse_vectors"],
+        );
+        let create = &schemas["CreateCollection"]["properties"];
+        let sub = |v: &serde_json::Value| -> BTreeSet<String> {
+            v["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect()
+        };
+        let names = |s: BTreeSet<&'static str>| -> BTreeSet<String> {
+            s.into_iter().map(String::from).collect()
+        };
+        let mut vectors = fields::<types::VectorsConfig>();
+        vectors.remove("multivector_config");
+        assert_eq!(sub(&create["vectors"]), names(vectors));
+        assert_eq!(
+            sub(&create["hnsw_config"]),
+            names(fields::<types::HnswConfig>())
+        );
+        assert_eq!(
+            sub(&create["vectide"]),
+            names(fields::<types::VectideConfig>())
+        );
+        assert_eq!(create["vectide"]["additionalProperties"], false);
+        let params = &schemas["QueryRequest"]["properties"]["params"];
+        assert_eq!(sub(params), names(fields::<types::SearchParamsIn>()));
+    }
 }

@@ -30,15 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .metrics import recall_at_k
+
 DEFAULT_EFS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
-
-
-def recall_at_k(found: np.ndarray, truth: np.ndarray, k: int) -> float:
-    """Mean |found ∩ truth[:, :k]| / k over the queries."""
-    truth = truth[:, :k].astype(np.int64)
-    found = found.astype(np.int64)
-    hits = sum(len(np.intersect1d(f, t, assume_unique=True)) for f, t in zip(found, truth))
-    return hits / (k * len(truth))
 
 
 def timed_queries(index, queries: np.ndarray, k: int, ef: int, runs: int):

@@ -35,12 +35,13 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from .. import datasets
 from .ann import _log, machine_info, write_json
+from .metrics import recall_at_k
 
 
 def _cli() -> str:
@@ -132,39 +133,34 @@ def filtered_recall(X: np.ndarray, Q: np.ndarray, metric: str, root: Path, args)
     Qs = Q[: args.filter_queries]
     pct = np.arange(n) % 100
     out: Dict[str, Dict[str, float]] = {}
+
+    def exact_top10(q: np.ndarray, ids: Optional[np.ndarray] = None) -> np.ndarray:
+        Y = Xn if ids is None else Xn[ids]
+        if metric == "cosine":
+            dist = -(Y @ (q / np.linalg.norm(q)))
+        elif metric == "ip":
+            dist = -(Y @ q)
+        else:
+            dist = ((Y - q) ** 2).sum(1)
+        top = np.argsort(dist, kind="stable")[:10]
+        return top if ids is None else ids[top]
+
+    def recall(found, truth) -> float:
+        return recall_at_k([[h.id for h in res] for res in found], np.array(truth), 10)
+
     # Reference: the same searches without a filter, at the same default ef.
     found = c.search(Qs, k=10, with_payload=False)
-    hits = 0
-    for q, res in zip(Qs, found):
-        if metric == "cosine":
-            dist = -(Xn @ (q / np.linalg.norm(q)))
-        elif metric == "ip":
-            dist = -(X @ q)
-        else:
-            dist = ((X - q) ** 2).sum(1)
-        hits += len(set(np.argsort(dist, kind="stable")[:10].tolist()) & {h.id for h in res})
-    out["unfiltered"] = {"recall": hits / (10 * len(Qs))}
+    out["unfiltered"] = {"recall": recall(found, [exact_top10(q) for q in Qs])}
     _log(f"unfiltered recall@10 (reference): {out['unfiltered']['recall']:.4f}")
     for indexed in (False, True):
         if indexed:
             c.create_index("pct", "integer")
         for sel in (1, 10, 50):
-            mask = pct < sel
-            ids = np.nonzero(mask)[0]
-            hits = 0
+            ids = np.nonzero(pct < sel)[0]
             t0 = time.perf_counter()
             found = c.search(Qs, k=10, filter={"must": [{"key": "pct", "range": {"lt": sel}}]}, with_payload=False)
             secs = time.perf_counter() - t0
-            for q, res in zip(Qs, found):
-                if metric == "cosine":
-                    dist = -(Xn[ids] @ (q / np.linalg.norm(q)))
-                elif metric == "ip":
-                    dist = -(X[ids] @ q)
-                else:
-                    dist = ((X[ids] - q) ** 2).sum(1)
-                truth = set(ids[np.argsort(dist, kind="stable")[:10]].tolist())
-                hits += len(truth & {h.id for h in res})
-            r = hits / (10 * len(Qs))
+            r = recall(found, [exact_top10(q, ids) for q in Qs])
             key = "indexed" if indexed else "no_index"
             out.setdefault(key, {})[f"{sel}%"] = r
             out.setdefault(key + "_qps", {})[f"{sel}%"] = len(Qs) / secs

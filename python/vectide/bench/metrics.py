@@ -1,86 +1,82 @@
 """Recall, Pareto frontiers, QPS at a recall target and ratios between engines.
 
-``qps_at_recall(points, t)`` with ``points = [(recall, qps), ...]``:
+Recall@k, the Pareto frontier and QPS at a recall target are computed in one
+place, ``vectide_core::eval`` (Rust), which the native ``vectide bench``
+calls directly and this module through the extension (``vectide._vectide``);
+the functions here only put Python data in the shape it takes. The rules:
 
-1. Keep the Pareto frontier: points not dominated by another point with
-   recall >= and QPS >= (one of them strictly). Sorted by recall, the
-   frontier's QPS strictly decreases.
-2. No point reaches ``t`` -> ``None``.
-3. A frontier point with recall exactly ``t`` -> its QPS.
-4. ``t`` below the lowest frontier recall -> the QPS of that lowest point,
-   which is the largest QPS among all points with recall >= ``t``: we do not
-   extrapolate downwards, we report what the engine actually delivers at a
-   recall of at least ``t``.
-5. Otherwise two consecutive frontier points bracket ``t``
-   (``r_lo < t < r_hi``) and ``log(QPS)`` is interpolated linearly in recall.
+* ``recall_at_k``: mean over queries of ``|found[i][:k] ∩ truth[i, :k]| / k``;
+  rows may be shorter than ``k`` or padded with ids that cannot match
+  (``MISSING_ID``, or ``-1`` from faiss); duplicates count once.
+* ``pareto_frontier``: points not dominated by another point with recall >=
+  and QPS >= (one of them strictly), by increasing recall.
+* ``qps_at_recall(points, t)``: no point reaches ``t`` -> ``None``; a
+  frontier point at exactly ``t`` -> its QPS; ``t`` below the lowest
+  frontier recall -> the QPS of that lowest point (the largest QPS among the
+  points reaching ``t``: no extrapolation downwards); otherwise ``log(QPS)``
+  interpolated linearly in recall between the two frontier points that
+  bracket ``t``.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 Point = Tuple[float, float]
 
+#: Equal to ``vectide._vectide.RECALL_TARGETS`` (a test checks it); a
+#: constant here so that reports and plots of saved results need no build.
 RECALL_TARGETS = (0.9, 0.95, 0.99)
 
 
-def recall_at_k(found: Sequence[np.ndarray], truth: np.ndarray, k: int) -> float:
-    """Mean over queries of ``|found[i][:k] ∩ truth[i, :k]| / k``.
+def _native():
+    try:
+        from .. import _vectide
+    except ImportError as e:
+        raise RuntimeError(
+            "recall and QPS at recall are computed by the native module vectide._vectide "
+            f"(the same code as `vectide bench`), which is not built ({e}); build it with: make build"
+        ) from None
+    return _vectide
 
-    ``found`` rows may be shorter than ``k`` or padded with ids that cannot
-    match (e.g. ``MISSING_ID``); duplicates are counted once.
-    """
-    truth = np.asarray(truth)[:, :k].astype(np.int64)
+
+def _as_ids(rows: np.ndarray) -> np.ndarray:
+    """Ids as uint64 (a negative id, faiss's -1, becomes MISSING_ID)."""
+    return np.ascontiguousarray(rows, dtype=np.int64).view(np.uint64) if rows.dtype.kind == "i" else rows
+
+
+def recall_at_k(found: Sequence[np.ndarray], truth: np.ndarray, k: int) -> float:
+    """Recall@k of ``found`` (one row of ids per query, or an ``(nq, w)``
+    array) against ``truth`` (``(nq, >= k)``)."""
+    native = _native()
+    truth = np.asarray(truth)[:, :k]
+    if truth.dtype.kind not in "iu":
+        raise ValueError(f"ground-truth ids must be integers, got {truth.dtype}")
+    truth = np.ascontiguousarray(_as_ids(truth), dtype=np.uint64)
     nq = truth.shape[0]
     if len(found) != nq:
         raise ValueError(f"{len(found)} result rows for {nq} queries")
-    padded = np.full((nq, k), -1, dtype=np.int64)
+    padded = np.full((nq, k), native.MISSING_ID, dtype=np.uint64)
     for i, row in enumerate(found):
-        row = np.ascontiguousarray(np.asarray(row).reshape(-1)[:k])
-        if row.dtype == np.uint64:
-            row = row.view(np.int64)  # MISSING_ID becomes -1, which never matches
-        padded[i, : row.shape[0]] = row
-    hits = 0
-    for s in range(0, nq, 4096):
-        t, f = truth[s : s + 4096], padded[s : s + 4096]
-        hits += int((t[:, :, None] == f[:, None, :]).any(axis=2).sum())
-    return hits / (nq * k)
+        row = np.asarray(row).reshape(-1)[:k]
+        if row.size == 0:
+            continue
+        if row.dtype.kind not in "iu":
+            raise ValueError(f"result row {i}: ids must be integers, got {row.dtype}")
+        padded[i, : row.shape[0]] = _as_ids(row)
+    return native.recall_at_k(padded, truth, int(k))
 
 
 def pareto_frontier(points: Iterable[Point]) -> List[Point]:
     """Non-dominated ``(recall, qps)`` points, sorted by increasing recall."""
-    pts = sorted(set((float(r), float(q)) for r, q in points), key=lambda p: (-p[0], -p[1]))
-    frontier: List[Point] = []
-    best_qps = -math.inf
-    for r, q in pts:  # by decreasing recall; at equal recall the best QPS first
-        if q > best_qps:
-            frontier.append((r, q))
-            best_qps = q
-    frontier.reverse()
-    return frontier
+    return [tuple(p) for p in _native().pareto_frontier([(float(r), float(q)) for r, q in points])]
 
 
-def qps_at_recall(points: Iterable[Point], target: float, eps: float = 1e-12) -> Optional[float]:
+def qps_at_recall(points: Iterable[Point], target: float) -> Optional[float]:
     """QPS at ``target`` recall; see the module docstring for the rules."""
-    frontier = pareto_frontier(points)
-    reaching = [p for p in frontier if p[0] >= target - eps]
-    if not reaching:
-        return None
-    for r, q in frontier:
-        if abs(r - target) <= eps:
-            return q
-    if target < frontier[0][0]:
-        return frontier[0][1]
-    for (r_lo, q_lo), (r_hi, q_hi) in zip(frontier, frontier[1:]):
-        if r_lo < target < r_hi:
-            if q_lo <= 0 or q_hi <= 0:
-                return q_lo + (target - r_lo) / (r_hi - r_lo) * (q_hi - q_lo)
-            w = (target - r_lo) / (r_hi - r_lo)
-            return math.exp(math.log(q_lo) + w * (math.log(q_hi) - math.log(q_lo)))
-    return None  # unreachable: some frontier point reaches the target
+    return _native().qps_at_recall([(float(r), float(q)) for r, q in points], float(target))
 
 
 def ratio_vs_best_peer(
