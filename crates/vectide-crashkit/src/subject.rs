@@ -130,7 +130,7 @@ fn has_entries(dir: &Path) -> bool {
 
 fn db_err(e: vectide_db::DbError) -> Error {
     match e {
-        vectide_db::DbError::Engine(e) => e,
+        vectide_db::DbError::Core(e) => e,
         other => Error::invalid(other.to_string()),
     }
 }
