@@ -342,7 +342,7 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
         let hist = Arc::new(Mutex::new(History::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let crashed: Crashed = Arc::new(Mutex::new(None));
-        let at = 1 + rng.below(cfg.crash_window as usize) as u64;
+
         // A fence or a sync point, in proportion to how many of each the
         // target issued in the last round (at its first, in its creation).
         let (ds, df) = if rate == (0, 0) {
@@ -351,6 +351,11 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
             rate
         };
         let at_fence = df > 0 && rng.below((ds + df) as usize) < df as usize;
+        // Within the events a round issues (as the last one did), so that
+        // the crash comes before the writers run out as a rule.
+        let span = if at_fence { df } else { ds };
+        let window = cfg.crash_window.min(span.max(1));
+        let at = 1 + rng.below(window as usize) as u64;
         let images = TempDir::new(&scratch, "img-now")?;
         if at_fence {
             let (hist, stop, crashed, files) = (
