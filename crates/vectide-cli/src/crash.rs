@@ -243,7 +243,7 @@ pub fn run(args: &CrashArgs) -> Result<bool, String> {
         bar.finish_and_clear();
         mutations = m;
     }
-    let root = sim::scratch_root(&args.dir);
+    let root = vectide_crashkit::scratch_root(args.dir.as_deref());
     let kdir = root.join(format!("vectide-kill-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&kdir);
     let kr = kill_test(&kdir, args, &kcfg, rounds);

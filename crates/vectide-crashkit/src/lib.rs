@@ -36,3 +36,4 @@ pub mod workload;
 
 pub use history::{History, SeqFrom, Tally};
 pub use subject::{Subject, Target};
+pub use vectide_storage::scratch_root;

@@ -41,7 +41,9 @@ use std::sync::Arc;
 use vectide_core::sync::SyncSite;
 use vectide_core::{Error, Result};
 use vectide_storage::crashfs::{FileSim, FileSimConfig};
-use vectide_storage::{install_media_override, CrashImage, SimConfig, SimMedia, Site};
+use vectide_storage::{
+    install_media_override, scratch_dir, scratch_root, CrashImage, SimConfig, SimMedia, Site,
+};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -118,39 +120,8 @@ pub struct SimReport {
     pub violations: Vec<String>,
 }
 
-/// The scratch root: `/dev/shm` when present (images are many and small),
-/// else the system temp dir.
-pub fn scratch_root(dir: &Option<PathBuf>) -> PathBuf {
-    if let Some(d) = dir {
-        return d.clone();
-    }
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    }
-}
-
 /// A directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(root: &Path, tag: &str) -> Result<Self> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let p = root.join(format!("vectide-crashkit-{}-{tag}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).map_err(|e| Error::io_at(&p, e))?;
-        Ok(TempDir(p))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub type TempDir = tempfile::TempDir;
 
 /// Both simulators of one directory, installed while this lives.
 struct Sims {
@@ -165,12 +136,12 @@ struct Sims {
 
 impl Sims {
     fn new(dir: &Path, scratch: &Path, seed: u64, disable: Option<Disabled>) -> Result<Sims> {
-        let images = TempDir::new(scratch, "img")?;
+        let images = scratch_dir(scratch, "img")?;
         let files = FileSim::new(
             dir,
             FileSimConfig {
                 seed,
-                image_dir: images.0.clone(),
+                image_dir: images.path().to_path_buf(),
                 in_place: vec![vectide_db::STORE_FILE.to_string()],
                 ..Default::default()
             },
@@ -209,10 +180,16 @@ impl Sims {
     }
 }
 
-/// Writes a composite image: the files of `files_dir` (a file simulator
-/// image) with every region file replaced by the region image's bytes.
+/// Makes `out` a composite image: the files of `files_dir` (a file
+/// simulator image, moved there) with every region file replaced by the
+/// region image's bytes.
 fn compose(files_dir: &Path, regions: Option<&CrashImage>, out: &Path) -> Result<()> {
-    copy_tree(files_dir, out)?;
+    // The image is a scratch copy already: move it (same file system) rather
+    // than copy it again.
+    let moved = std::fs::remove_dir(out).is_ok() && std::fs::rename(files_dir, out).is_ok();
+    if !moved {
+        copy_tree(files_dir, out)?;
+    }
     if let Some(img) = regions {
         for r in &img.regions {
             for p in find_named(out, &r.name) {
@@ -286,12 +263,12 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
             "the crash simulator needs threads >= 1 and labels >= 8",
         ));
     }
-    let scratch = scratch_root(&cfg.scratch_dir);
+    let scratch = scratch_root(cfg.scratch_dir.as_deref());
     let mut rep = SimReport::default();
     let mut rng = Rng(cfg.seed ^ 0xc0c0_77e7);
     let mut base = Model::new();
     let mut past = Past::default();
-    let mut dir = TempDir::new(&scratch, "sim")?;
+    let mut dir = scratch_dir(&scratch, "sim")?;
     let mut pending: Option<(History, u64)> = None;
     let mut issued = 0u64;
     let mut retry: Vec<Option<u64>> = vec![None; cfg.threads];
@@ -299,18 +276,18 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
     let mut rate = (0u64, 0u64);
     for round in 0..=cfg.rounds {
         let sims = Sims::new(
-            &dir.0,
+            dir.path(),
             &scratch,
             cfg.seed ^ (round as u64) << 8,
             cfg.disable,
         )?;
-        let idx = match cfg.target.open(&dir.0, DIM) {
+        let idx = match cfg.target.open(dir.path(), DIM) {
             Ok(i) => i,
             Err(e) => {
                 rep.tally.violating_rounds += 1;
                 rep.violations.push(format!(
                     "round {round}: open (recovery) failed: {e}; the image holds {:?}",
-                    listing(&dir.0)
+                    listing(dir.path())
                 ));
                 break;
             }
@@ -356,7 +333,7 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
         let span = if at_fence { df } else { ds };
         let window = cfg.crash_window.min(span.max(1));
         let at = 1 + rng.below(window as usize) as u64;
-        let images = TempDir::new(&scratch, "img-now")?;
+        let images = scratch_dir(&scratch, "img-now")?;
         if at_fence {
             let (hist, stop, crashed, files) = (
                 hist.clone(),
@@ -364,7 +341,7 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
                 crashed.clone(),
                 sims.files.clone(),
             );
-            let target = images.0.join("at-fence");
+            let target = images.path().join("at-fence");
             sims.media.on_crash(move |img| {
                 let mut c = crashed.lock();
                 if c.is_none() {
@@ -416,7 +393,7 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
             }
             // Every writer ran out of operations before the crash point.
             None => {
-                let fimg = sims.files.image_now(&images.0.join("now"))?;
+                let fimg = sims.files.image_now(&images.path().join("now"))?;
                 (fimg.dir, Some(sims.media.image_now()), hist.lock().clone())
             }
         };
@@ -424,8 +401,8 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
         let (syncs1, fences1) = sims.counts();
         rate = (syncs1 - syncs0, fences1 - fences0);
         // The image lives in the simulators' scratch: compose it first.
-        let next = TempDir::new(&scratch, "sim")?;
-        compose(&files_dir, regions.as_ref(), &next.0)?;
+        let next = scratch_dir(&scratch, "sim")?;
+        compose(&files_dir, regions.as_ref(), next.path())?;
         drop(idx);
         drop(sims);
         drop(images);
@@ -502,11 +479,11 @@ fn crash_in_recovery(
     seed: u64,
 ) -> Result<Option<TempDir>> {
     // Count the recovery's events on a throwaway copy.
-    let probe = TempDir::new(scratch, "probe")?;
-    copy_tree(&img.0, &probe.0)?;
+    let probe = scratch_dir(scratch, "probe")?;
+    copy_tree(img.path(), probe.path())?;
     let (syncs, fences) = {
-        let sims = Sims::new(&probe.0, scratch, seed, cfg.disable)?;
-        drop(cfg.target.open(&probe.0, DIM));
+        let sims = Sims::new(probe.path(), scratch, seed, cfg.disable)?;
+        drop(cfg.target.open(probe.path(), DIM));
         sims.counts()
     };
     drop(probe);
@@ -515,12 +492,12 @@ fn crash_in_recovery(
         return Ok(None);
     }
     let at = seed % total;
-    let target = TempDir::new(scratch, "rec")?;
-    copy_tree(&img.0, &target.0)?;
-    let sims = Sims::new(&target.0, scratch, seed ^ 0xa5a5, cfg.disable)?;
+    let target = scratch_dir(scratch, "rec")?;
+    copy_tree(img.path(), target.path())?;
+    let sims = Sims::new(target.path(), scratch, seed ^ 0xa5a5, cfg.disable)?;
     type Image = Arc<Mutex<Option<(PathBuf, Option<CrashImage>)>>>;
     let crashed: Image = Arc::new(Mutex::new(None));
-    let holder = TempDir::new(scratch, "rec-img")?;
+    let holder = scratch_dir(scratch, "rec-img")?;
     if at < syncs {
         let (sink, media) = (crashed.clone(), sims.media.clone());
         sims.files.on_crash(move |f| {
@@ -532,7 +509,7 @@ fn crash_in_recovery(
         sims.files.crash_before([at]);
     } else {
         let (sink, files) = (crashed.clone(), sims.files.clone());
-        let where_ = holder.0.join("at-fence");
+        let where_ = holder.path().join("at-fence");
         sims.media.on_crash(move |r| {
             let mut c = sink.lock();
             if c.is_none() {
@@ -543,12 +520,12 @@ fn crash_in_recovery(
         });
         sims.media.crash_before([at - syncs]);
     }
-    drop(cfg.target.open(&target.0, DIM));
+    drop(cfg.target.open(target.path(), DIM));
     let Some((files_dir, regions)) = crashed.lock().take() else {
         return Ok(None);
     };
-    let out = TempDir::new(scratch, "sim")?;
-    compose(&files_dir, regions.as_ref(), &out.0)?;
+    let out = scratch_dir(scratch, "sim")?;
+    compose(&files_dir, regions.as_ref(), out.path())?;
     drop(sims);
     Ok(Some(out))
 }

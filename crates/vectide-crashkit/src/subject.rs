@@ -82,7 +82,7 @@ impl Target {
     pub fn exists(&self, dir: &Path) -> bool {
         match self {
             Target::Engine { .. } => matches!(vectide_engines::engine_at(dir), Ok(Some(_))),
-            Target::Db { .. } => dir.join("catalog.json").exists() || has_entries(dir),
+            Target::Db { .. } => has_entries(dir),
         }
     }
 

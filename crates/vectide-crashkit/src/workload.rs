@@ -2,27 +2,8 @@
 //! writer and the operation's number, so that a parent process can name
 //! what its killed child was doing.
 
-/// splitmix64: small, seeded, and the same on every platform.
-#[derive(Debug, Clone)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    /// Uniform in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-}
+/// The crash simulators' seeded generator (splitmix64).
+pub use vectide_storage::SplitMix as Rng;
 
 /// A vector with components uniform in [-1, 1).
 pub fn vector(rng: &mut Rng, dim: usize) -> Vec<f32> {

@@ -5,6 +5,10 @@
 //! exercised, not only the CRC.
 
 use proptest::prelude::*;
+
+#[path = "../../test-support/file_mutation.rs"]
+mod file_mutation;
+use file_mutation::{apply, mutation, reseal};
 use std::sync::OnceLock;
 use vectide_core::{Error, Metric, SearchParams, VectorIndex};
 use vectide_flat::{Flat, FlatParams};
@@ -31,31 +35,6 @@ fn valid_files() -> &'static [Vec<u8>] {
     FILES.get_or_init(|| [Metric::L2, Metric::Cosine].map(valid_file).to_vec())
 }
 
-/// Recomputes the CRC over the body so that only structural checks remain.
-fn reseal(bytes: &mut [u8]) {
-    if bytes.len() < END + 4 {
-        return;
-    }
-    let crc_at = bytes.len() - END - 4;
-    let crc = crc32fast::hash(&bytes[..crc_at]);
-    bytes[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
-}
-
-#[derive(Debug, Clone)]
-enum Mutation {
-    Set(usize, u8),
-    Truncate(usize),
-    Insert(usize, u8),
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        6 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Set(i, b)),
-        1 => any::<usize>().prop_map(Mutation::Truncate),
-        1 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Insert(i, b)),
-    ]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
 
@@ -66,24 +45,9 @@ proptest! {
         seal in any::<bool>(),
     ) {
         let mut bytes = valid_files()[which].clone();
-        for m in muts {
-            match m {
-                Mutation::Set(i, b) => {
-                    let i = i % bytes.len();
-                    bytes[i] = b;
-                }
-                Mutation::Truncate(n) => bytes.truncate(n % bytes.len()),
-                Mutation::Insert(i, b) => {
-                    let i = i % (bytes.len() + 1);
-                    bytes.insert(i, b);
-                }
-            }
-            if bytes.is_empty() {
-                break;
-            }
-        }
+        apply(&mut bytes, &muts);
         if seal {
-            reseal(&mut bytes);
+            reseal(&mut bytes, END);
         }
         // Either a typed error, or an index that answers queries (a
         // mutation may hit bytes no check can tell from valid ones, e.g. a
@@ -124,7 +88,7 @@ fn a_resealed_lie_in_the_header_is_caught_by_structure_checks() {
     for count in [37u64, 39, u64::MAX, u64::MAX / 28 + 1] {
         let mut bytes = valid.clone();
         bytes[COUNT_AT..COUNT_AT + 8].copy_from_slice(&count.to_le_bytes());
-        reseal(&mut bytes);
+        reseal(&mut bytes, END);
         let err = Flat::from_bytes(&bytes, Some(1)).unwrap_err();
         assert!(
             matches!(&err, Error::Corrupted(m) if m.contains("header says")),

@@ -4,6 +4,10 @@
 //! structural checks behind the CRC are exercised, not only the CRC.
 
 use proptest::prelude::*;
+
+#[path = "../../test-support/file_mutation.rs"]
+mod file_mutation;
+use file_mutation::{apply, mutation, reseal};
 use std::sync::OnceLock;
 use vectide_core::{Metric, SearchParams, VectorIndex};
 use vectide_hnsw::{Hnsw, HnswParams};
@@ -31,55 +35,15 @@ fn valid_file() -> &'static [u8] {
     })
 }
 
-/// Recomputes the CRC over the body so that only structural checks remain.
-fn reseal(bytes: &mut [u8]) {
-    if bytes.len() < END + 4 {
-        return;
-    }
-    let crc_at = bytes.len() - END - 4;
-    let crc = crc32fast::hash(&bytes[..crc_at]);
-    bytes[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
-}
-
-#[derive(Debug, Clone)]
-enum Mutation {
-    Set(usize, u8),
-    Truncate(usize),
-    Insert(usize, u8),
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        6 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Set(i, b)),
-        1 => any::<usize>().prop_map(Mutation::Truncate),
-        1 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Insert(i, b)),
-    ]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
     fn mutated_files_never_panic(muts in prop::collection::vec(mutation(), 1..4), seal in any::<bool>()) {
         let mut bytes = valid_file().to_vec();
-        for m in muts {
-            match m {
-                Mutation::Set(i, b) => {
-                    let i = i % bytes.len();
-                    bytes[i] = b;
-                }
-                Mutation::Truncate(n) => bytes.truncate(n % bytes.len()),
-                Mutation::Insert(i, b) => {
-                    let i = i % (bytes.len() + 1);
-                    bytes.insert(i, b);
-                }
-            }
-            if bytes.is_empty() {
-                break;
-            }
-        }
+        apply(&mut bytes, &muts);
         if seal {
-            reseal(&mut bytes);
+            reseal(&mut bytes, END);
         }
         // Either an error, or an index that answers queries and passes its
         // own graph check (a mutation may hit bytes that no check can tell
@@ -109,13 +73,13 @@ fn a_resealed_lie_in_the_header_is_caught_by_structure_checks() {
     // One slot more than the records hold.
     let slots = u32::from_le_bytes(bytes[SLOTS_AT..SLOTS_AT + 4].try_into().unwrap());
     bytes[SLOTS_AT..SLOTS_AT + 4].copy_from_slice(&(slots + 1).to_le_bytes());
-    reseal(&mut bytes);
+    reseal(&mut bytes, END);
     let err = Hnsw::from_bytes(&bytes, Some(1)).unwrap_err().to_string();
     assert!(err.contains("truncated") || err.contains("slot"), "{err}");
     // A slot count that would need gigabytes is refused before allocating.
     let mut bytes = valid_file().to_vec();
     bytes[SLOTS_AT..SLOTS_AT + 4].copy_from_slice(&u32::MAX.to_le_bytes());
-    reseal(&mut bytes);
+    reseal(&mut bytes, END);
     let err = Hnsw::from_bytes(&bytes, Some(1)).unwrap_err().to_string();
     assert!(
         err.contains("cannot fit") || err.contains("implausible"),

@@ -1,5 +1,6 @@
 //! Integration tests of the HNSW engine against a brute-force oracle.
 
+#[path = "../../test-support/oracle.rs"]
 mod common;
 
 use common::{brute_force, clustered, recall};

@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use vectide_core::{Error, Metric, Result, SearchParams, VectorIndex};
 use vectide_graph::HnswParams;
-use vectide_storage::{CrashImage, Media, SimConfig, SimMedia, Site};
+use vectide_storage::{scratch_dir, CrashImage, Media, SimConfig, SimMedia, Site, SplitMix as Rng};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -161,23 +161,6 @@ impl Op {
             seq,
             rows: Vec::new(),
         }
-    }
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
     }
 }
 
@@ -368,33 +351,10 @@ fn recall_at_10(idx: &PHnsw, model: &Model, queries: &[Vec<f32>]) -> f64 {
 }
 
 fn scratch_root(cfg: &CrashTestConfig) -> PathBuf {
-    if let Some(d) = &cfg.scratch_dir {
-        return d.clone();
-    }
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    }
+    vectide_storage::scratch_root(cfg.scratch_dir.as_deref())
 }
 
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(root: &Path, tag: &str) -> Result<Self> {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let p = root.join(format!("vectide-crash-{}-{tag}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).map_err(|e| Error::io_at(&p, e))?;
-        Ok(TempDir(p))
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+type TempDir = tempfile::TempDir;
 
 fn sim(
     seed: u64,
@@ -631,13 +591,13 @@ fn check_second_crash(
     (before, after): (&Snap, &Snap),
 ) -> Vec<String> {
     let mut v = Vec::new();
-    let Ok(d) = TempDir::new(root, "again") else {
+    let Ok(d) = scratch_dir(root, "again") else {
         return vec!["harness: no temp dir".into()];
     };
-    if let Err(e) = img.write_to(&d.0) {
+    if let Err(e) = img.write_to(d.path()) {
         return vec![format!("harness: {e}")];
     }
-    let idx = match PHnsw::open_on(&d.0, sim(seed, None, []), Some(1)) {
+    let idx = match PHnsw::open_on(d.path(), sim(seed, None, []), Some(1)) {
         Ok(i) => i,
         Err(e) => return vec![format!("recovery failed: {e}")],
     };
@@ -716,8 +676,9 @@ fn handle(shared: &mut Shared, w: &Workload, refs: &Refs, img: CrashImage) {
     };
     let mut recall_drop = 0.0;
     let result = (|| -> Result<bool> {
-        let d1 = TempDir::new(&shared.root, "img")?;
-        img.write_to(&d1.0).map_err(|e| Error::io_at(&d1.0, e))?;
+        let d1 = scratch_dir(&shared.root, "img")?;
+        img.write_to(d1.path())
+            .map_err(|e| Error::io_at(d1.path(), e))?;
         let in_recovery = shared.recovery_points.contains(&img.fence);
         // The directories to recover and check: the image itself, or the
         // images of crashes during its recovery.
@@ -725,11 +686,11 @@ fn handle(shared: &mut Shared, w: &Workload, refs: &Refs, img: CrashImage) {
         let mut had_work = false;
         if in_recovery {
             // Count the recovery's fences on a throwaway copy.
-            let probe = TempDir::new(&shared.root, "probe")?;
-            img.write_to(&probe.0)
-                .map_err(|e| Error::io_at(&probe.0, e))?;
+            let probe = scratch_dir(&shared.root, "probe")?;
+            img.write_to(probe.path())
+                .map_err(|e| Error::io_at(probe.path(), e))?;
             let s = sim(cfg.seed, cfg.disable, []);
-            let opened = PHnsw::open_on(&probe.0, s.clone(), Some(1));
+            let opened = PHnsw::open_on(probe.path(), s.clone(), Some(1));
             let rec_fences = s.fences();
             merge_sites(&mut shared.report.recovery_sites, &s);
             if let Ok(idx) = &opened {
@@ -744,9 +705,9 @@ fn handle(shared: &mut Shared, w: &Workload, refs: &Refs, img: CrashImage) {
                 vec![(img.fence.wrapping_mul(0x9e37_79b9) >> 7) % rec_fences]
             };
             for j in at {
-                let copy = TempDir::new(&shared.root, "rec")?;
-                img.write_to(&copy.0)
-                    .map_err(|e| Error::io_at(&copy.0, e))?;
+                let copy = scratch_dir(&shared.root, "rec")?;
+                img.write_to(copy.path())
+                    .map_err(|e| Error::io_at(copy.path(), e))?;
                 let s2 = sim_n(
                     cfg.seed ^ img.fence ^ j,
                     cfg.disable,
@@ -756,10 +717,11 @@ fn handle(shared: &mut Shared, w: &Workload, refs: &Refs, img: CrashImage) {
                 let second: Arc<Mutex<Vec<CrashImage>>> = Arc::new(Mutex::new(Vec::new()));
                 let sink = second.clone();
                 s2.on_crash(move |i| sink.lock().push(i));
-                drop_idx(PHnsw::open_on(&copy.0, s2, Some(1)));
+                drop_idx(PHnsw::open_on(copy.path(), s2, Some(1)));
                 for i2 in std::mem::take(&mut *second.lock()) {
-                    let d2 = TempDir::new(&shared.root, "img2")?;
-                    i2.write_to(&d2.0).map_err(|e| Error::io_at(&d2.0, e))?;
+                    let d2 = scratch_dir(&shared.root, "img2")?;
+                    i2.write_to(d2.path())
+                        .map_err(|e| Error::io_at(d2.path(), e))?;
                     finals.push(d2);
                 }
                 label = "recovery";
@@ -770,7 +732,7 @@ fn handle(shared: &mut Shared, w: &Workload, refs: &Refs, img: CrashImage) {
         }
         for dir in &finals {
             let s = sim_n(cfg.seed ^ img.fence, cfg.disable, [], cfg.images_per_point);
-            let opened = PHnsw::open_on(&dir.0, s.clone(), Some(1));
+            let opened = PHnsw::open_on(dir.path(), s.clone(), Some(1));
             merge_sites(&mut shared.report.recovery_sites, &s);
             match opened {
                 Ok(idx) => {
@@ -855,9 +817,9 @@ pub fn run(cfg: &CrashTestConfig) -> Result<CrashTestReport> {
     let mut model = Model::new();
     let mut crashable: Vec<u64> = Vec::new();
     {
-        let d = TempDir::new(&root, "dry")?;
+        let d = scratch_dir(&root, "dry")?;
         let s = sim(cfg.seed, cfg.disable, []);
-        let idx = build(&d.0, &w, s.clone())?;
+        let idx = build(d.path(), &w, s.clone())?;
         for op in &w.ops {
             refs.models.push(model.clone());
             refs.recall.push(recall_at_10(&idx, &model, &w.queries));
@@ -903,14 +865,14 @@ pub fn run(cfg: &CrashTestConfig) -> Result<CrashTestReport> {
         root: root.clone(),
         cfg: cfg.clone(),
     }));
-    let d = TempDir::new(&root, "run")?;
+    let d = scratch_dir(&root, "run")?;
     let s = sim_n(
         cfg.seed,
         cfg.disable,
         points.iter().copied(),
         cfg.images_per_point,
     );
-    let idx = build(&d.0, &w, s.clone())?;
+    let idx = build(d.path(), &w, s.clone())?;
     {
         let (shared, w) = (shared.clone(), w.clone());
         s.on_crash(move |img| handle(&mut shared.lock(), &w, &refs, img));

@@ -1,6 +1,6 @@
 //! P-HNSW integration tests: recall, reopen, upserts, deletes, bad regions.
 
-#[path = "../../vectide-hnsw/tests/common/mod.rs"]
+#[path = "../../test-support/oracle.rs"]
 mod common;
 
 use common::{brute_force, clustered, recall};

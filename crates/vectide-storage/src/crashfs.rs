@@ -250,6 +250,29 @@ fn open_durable(path: &Path) -> Option<Durable> {
     })
 }
 
+/// Where crash harnesses put their indexes and images: `dir` when given,
+/// else `/dev/shm` when present (images are many and small), else the
+/// system temp dir.
+pub fn scratch_root(dir: Option<&Path>) -> PathBuf {
+    if let Some(d) = dir {
+        return d.to_path_buf();
+    }
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// A fresh directory under `root`, removed when dropped.
+pub fn scratch_dir(root: &Path, tag: &str) -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("vectide-crash-{tag}-"))
+        .tempdir_in(root)
+        .map_err(|e| Error::io_at(root, e))
+}
+
 /// Records every file under `dir` (`rel` below the root) as durable: its
 /// entry and its whole length.
 fn adopt_existing(

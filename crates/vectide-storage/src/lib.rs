@@ -37,10 +37,12 @@ pub mod media;
 pub mod region;
 pub mod wal;
 
-pub use crashfs::{FileCrashImage, FileSim, FileSimConfig, FileSimReport};
+pub use crashfs::{
+    scratch_dir, scratch_root, FileCrashImage, FileSim, FileSimConfig, FileSimReport,
+};
 pub use media::{
     install_media_override, media_for, CrashImage, Media, MediaGuard, MsyncMedia, PmemMedia,
-    SimConfig, SimMedia, SimReport,
+    SimConfig, SimMedia, SimReport, SplitMix,
 };
 pub use region::{PersistMode, Region, Site};
 pub use wal::Wal;

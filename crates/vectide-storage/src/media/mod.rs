@@ -12,7 +12,7 @@ pub use msync::MsyncMedia;
 pub use pmem::PmemMedia;
 pub use scoped::{install_media_override, media_for, MediaGuard};
 pub(crate) use sim::next as rng_next;
-pub use sim::{CrashImage, SimConfig, SimMedia, SimReport};
+pub use sim::{CrashImage, SimConfig, SimMedia, SimReport, SplitMix};
 
 use crate::region::{PersistMode, Site};
 use std::sync::atomic::{AtomicU64, Ordering};

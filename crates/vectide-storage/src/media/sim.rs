@@ -132,6 +132,25 @@ pub(crate) fn next(rng: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The same seeded splitmix64 for crash harnesses' workloads: small,
+/// seeded, and the same sequence on every platform.
+#[derive(Debug, Clone)]
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next_u64(&mut self) -> u64 {
+        next(&mut self.0)
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    /// Uniform in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+}
+
 impl SimMedia {
     pub fn new(config: SimConfig) -> Self {
         SimMedia {
