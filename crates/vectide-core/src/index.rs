@@ -106,8 +106,12 @@ pub struct IndexStats {
 /// ## Sequence numbers
 /// Every mutating call carries a caller-supplied operation sequence number.
 /// [`VectorIndex::durable_seq`] returns a low watermark: every operation with
-/// a sequence number `<= durable_seq()` that has entered the engine is durable
-/// (for volatile engines: captured by the last save). Applying an operation
+/// a sequence number `<= durable_seq()` that the engine has acknowledged is
+/// durable (for volatile engines: captured by the last save). A caller that
+/// applies operations in sequence order (the database does) gets more: every
+/// operation up to the watermark that entered the engine is durable. Callers
+/// that race writers get no promise about an operation still in flight below
+/// it, which a crash may drop. Applying an operation
 /// twice is harmless: an insert whose sequence number is not newer than the one
 /// already recorded for its id is skipped, and deleting an absent id is a no-op.
 /// A database WAL can therefore replay every record after `durable_seq()`.

@@ -42,26 +42,10 @@ fn clean(cfg: &SimConfigKit) -> vectide_crashkit::sim::SimReport {
     r
 }
 
-/// Engines the kit finds broken, with what it finds: kept here so that the
-/// test below keeps checking every other engine (remove one once fixed).
-///
-/// `hnsw-wal`: after a crash with several writers, its recovered
-/// `durable_seq()` is the sequence number of the WAL's last record, which
-/// can be below numbers acknowledged earlier in the log (writers number
-/// before they take the log lock); numbering from it then reuses numbers,
-/// and the index skips the new operations as replays.
-const KNOWN_BROKEN: &[&str] = &["hnsw-wal"];
-
 #[test]
 fn every_durable_engine_recovers_exactly_from_simulated_crashes() {
     for (i, name) in vectide_engines::durable_names().into_iter().enumerate() {
         let cfg = config(name, Params::new(), 11 + i as u64);
-        if KNOWN_BROKEN.contains(&name) {
-            // Its violations depend on the interleaving: shown, not asserted.
-            let r = run(&cfg).unwrap();
-            println!("{name} (known broken): {:#?}", r.violations);
-            continue;
-        }
         let r = clean(&cfg);
         assert!(
             r.tally.max_in_flight >= 2,

@@ -241,11 +241,14 @@ impl Baseline {
             BaselineKind::Wal => {
                 let (wal, records) = Wal::open(&dir.join(WAL_FILE))?;
                 replayed = Self::replay(&inner, dim, base, &records)?;
+                // Writers log in lock order, not sequence order: the
+                // watermark is the highest number logged, as it was while
+                // the index ran (`State::appended`).
                 durable = records
-                    .last()
-                    .and_then(|r| r.get(..8))
-                    .map_or(base, |b| u64::from_le_bytes(b.try_into().expect("8")))
-                    .max(base);
+                    .iter()
+                    .filter_map(|r| r.get(..8))
+                    .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
+                    .fold(base, u64::max);
                 Some(wal)
             }
         };
@@ -672,6 +675,22 @@ mod tests {
         (0..n * dim)
             .map(|i| (((i as u64 * 2654435761 + salt) % 1000) as f32) / 1000.0 + 0.001)
             .collect()
+    }
+
+    #[test]
+    fn wal_watermark_survives_operations_logged_out_of_sequence_order() {
+        // Two writers numbered 5 and 6; the one holding 6 logs first.
+        let dir = tempfile::tempdir().unwrap();
+        let p = BaselineParams::defaults(BaselineKind::Wal);
+        let w = Baseline::create(dir.path(), BaselineKind::Wal, 2, Metric::L2, p).unwrap();
+        w.insert(6, &[1], &[0.5, 0.5]).unwrap();
+        w.insert(5, &[2], &[0.25, 0.5]).unwrap();
+        w.flush().unwrap();
+        assert_eq!(w.durable_seq(), 6);
+        drop(w);
+        let w = Baseline::open(dir.path(), None).unwrap();
+        assert_eq!(w.durable_seq(), 6, "not the last record's 5");
+        assert_eq!(w.len(), 2);
     }
 
     #[test]
