@@ -18,11 +18,13 @@ use crate::filter::{Condition, Filter, Scalar};
 use crate::ids::ExtId;
 use redb::backends::FileBackend;
 use redb::{
-    Database, Durability, ReadableTable, ReadableTableMetadata, StorageBackend, TableDefinition,
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageBackend,
+    TableDefinition,
 };
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use vectide_core::sync::{sync_point, SyncKind, SyncSite};
 use vectide_core::Seq;
@@ -60,26 +62,53 @@ impl SyncedFileBackend {
     }
 }
 
+type LockResult<T> = std::result::Result<T, redb::BackendError>;
+
+/// Everything but `sync_data` goes straight to redb's `FileBackend`,
+/// including its byte-range locks (which keep a second process out).
 impl StorageBackend for SyncedFileBackend {
     fn len(&self) -> std::io::Result<u64> {
         self.inner.len()
     }
-    fn read(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-        self.inner.read(offset, len)
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read(offset, out)
     }
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         self.inner.set_len(len)
     }
-    fn sync_data(&self, eventual: bool) -> std::io::Result<()> {
-        // `FileBackend::sync_data` is `fdatasync` on Linux, whatever `eventual`.
+    fn sync_data(&self) -> std::io::Result<()> {
         sync_point(&self.file, &self.path, SYNC_STORE, SyncKind::Data, |_| {
-            self.inner.sync_data(eventual)
+            self.inner.sync_data()
         })
     }
     fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
         self.inner.write(offset, data)
     }
+    fn close(&self) -> std::io::Result<()> {
+        self.inner.close()
+    }
+    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<bool> {
+        self.inner.try_lock_range(start, end)
+    }
+    fn try_lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<bool> {
+        self.inner.try_lock_shared_range(start, end)
+    }
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<()> {
+        self.inner.lock_range(start, end)
+    }
+    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<()> {
+        self.inner.lock_shared_range(start, end)
+    }
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<()> {
+        self.inner.unlock_range(start, end)
+    }
+    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<bool> {
+        self.inner.query_lock_range(start, end)
+    }
 }
+
+/// redb's file format that redb 4.x writes.
+const REDB_FILE_FORMAT: u32 = 3;
 
 const POINTS: TableDefinition<u64, &[u8]> = TableDefinition::new("points");
 const IDS: TableDefinition<&[u8], u64> = TableDefinition::new("ids");
@@ -291,10 +320,20 @@ fn decode_point(b: &[u8]) -> Result<Point> {
 impl PointStore {
     /// Opens (or creates) the store and loads the mirror.
     pub fn open(path: &Path) -> Result<PointStore> {
-        let db = Database::builder().create_with_backend(SyncedFileBackend::open(path)?)?;
+        let db = match Database::builder().create_with_backend(SyncedFileBackend::open(path)?) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::UpgradeRequired(found)) => {
+                return Err(DbError::Core(vectide_core::Error::Version {
+                    found: found.into(),
+                    supported: REDB_FILE_FORMAT,
+                }))
+            }
+            Err(e) => return Err(e.into()),
+        };
         // Make sure the tables exist.
         let mut w = db.begin_write()?;
-        w.set_durability(Durability::Immediate);
+        w.set_durability(Durability::Immediate)
+            .map_err(redb::Error::from)?;
         {
             w.open_table(POINTS)?;
             w.open_table(IDS)?;
@@ -407,7 +446,8 @@ impl PointStore {
         ops: impl IntoIterator<Item = (Seq, &'a [Change])>,
     ) -> Result<()> {
         let mut w = self.db.begin_write()?;
-        w.set_durability(Durability::None);
+        w.set_durability(Durability::None)
+            .map_err(redb::Error::from)?;
         let mut last = self.applied;
         {
             let mut pts = w.open_table(POINTS)?;
@@ -505,7 +545,8 @@ impl PointStore {
     /// engine's durable point as of the same checkpoint (`engine_seq`).
     pub fn checkpoint(&mut self, engine_seq: Seq) -> Result<Seq> {
         let mut w = self.db.begin_write()?;
-        w.set_durability(Durability::Immediate);
+        w.set_durability(Durability::Immediate)
+            .map_err(redb::Error::from)?;
         {
             let mut meta = w.open_table(META)?;
             meta.insert("applied_seq", self.applied)?;
@@ -553,7 +594,8 @@ impl PointStore {
             return Err(DbError::invalid("index field names are 1..=256 bytes"));
         }
         let mut w = self.db.begin_write()?;
-        w.set_durability(Durability::Immediate);
+        w.set_durability(Durability::Immediate)
+            .map_err(redb::Error::from)?;
         w.open_table(INDEXES)?.insert(field, kind.name())?;
         w.commit()?;
         self.build_index(field, kind);
