@@ -48,6 +48,28 @@ def test_collections_points_filters_and_reopen(tmp_path):
     assert db.delete_collection("docs") and db.list_collections() == []
 
 
+def test_collection_search_knobs_and_exact(tmp_path):
+    db = vectide.connect(tmp_path / "db")
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(400, 8)).astype(np.float32)
+    c = db.create_collection("c", dim=8, metric="l2", m=4, ef_construction=8)
+    c.upsert(list(range(400)), X)
+    q = rng.normal(size=(20, 8)).astype(np.float32)
+    truth = np.argsort(((X[None, :, :] - q[:, None, :]) ** 2).sum(-1), axis=1)[:, :10]
+    exact = c.search_numpy(q, k=10, exact=True)[0].astype(np.int64)
+    np.testing.assert_array_equal(exact, truth)
+    # A native knob the engine takes is accepted, one it does not is named.
+    assert len(c.search(q[0], k=5, ef=64)[0]) == 5
+    with pytest.raises(ValueError, match="nprobe.*ef|ef.*nprobe"):
+        c.search(q[0], k=5, nprobe=4)
+    with pytest.raises(ValueError, match="ef"):
+        c.search(q[0], k=5, ef=0)
+    # `ef` is the primary knob, ignored where there is none (flat is exact).
+    f = db.create_collection("f", dim=8, metric="l2", engine="flat")
+    f.upsert(list(range(400)), X)
+    np.testing.assert_array_equal(f.search_numpy(q, k=10, ef=5)[0].astype(np.int64), truth)
+
+
 def test_bad_input_and_locking(tmp_path):
     db = vectide.connect(tmp_path / "db")
     with pytest.raises(vectide.DatabaseLockedError):

@@ -170,8 +170,12 @@ class _Collection:
         ef: Optional[int] = None,
         with_payload: bool = True,
         with_vector: bool = False,
+        exact: bool = False,
+        **knobs: int,
     ) -> str:
-        """``k`` 1..=100,000, ``ef`` 1..=100,000, ``nq * k`` at most 2**24."""
+        """``k`` 1..=100,000, ``ef`` 1..=100,000 (the engine's primary knob,
+        ignored without one), ``nq * k`` at most 2**24; ``exact`` scans every
+        live point; ``knobs`` are the engine's native search knobs."""
     def get(self, ids_json: str, with_vector: bool = True) -> str: ...
     def delete(self, ids_json: Optional[str] = None, filter_json: Optional[str] = None) -> int: ...
     def count(self, filter_json: Optional[str] = None) -> int: ...

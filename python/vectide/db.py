@@ -195,17 +195,27 @@ class Collection:
         with_payload: bool = True,
         with_vector: bool = False,
         ef: Optional[int] = None,
+        exact: bool = False,
+        **knobs: int,
     ) -> List[List[Hit]]:
-        """The ``k`` nearest points of each query row (a list per query)."""
-        raw = self._c.search(_rows(vectors), k, _filter(filter), ef, with_payload, with_vector)
+        """The ``k`` nearest points of each query row (a list per query).
+
+        ``ef`` sets the engine's primary search knob (ignored by an engine
+        without one, as Qdrant's ``hnsw_ef``); ``exact=True`` scans every
+        live point; other keyword arguments are the engine's native knobs
+        (``vectide.engines()``), e.g. ``nprobe=32``: one it does not take is
+        a ``ValueError`` naming those it does."""
+        raw = self._c.search(_rows(vectors), k, _filter(filter), ef, with_payload, with_vector, exact, **knobs)
         return [[Hit(**h) for h in q] for q in json.loads(raw)]
 
-    def search_numpy(self, vectors, k: int = 10, filter=None, ef: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+    def search_numpy(
+        self, vectors, k: int = 10, filter=None, ef: Optional[int] = None, exact: bool = False, **knobs: int
+    ) -> Tuple[np.ndarray, np.ndarray]:
         """Fast path: ``(ids, scores)`` arrays of shape ``(nq, k)``; ids are
         uint64 when every id is an integer (padding ``2**64-1``), else objects
-        (padding ``None``); missing scores are NaN."""
+        (padding ``None``); missing scores are NaN. Knobs as in ``search``."""
         # The native call checks k (and nq * k) before anything is allocated here.
-        res = json.loads(self._c.search(_rows(vectors), k, _filter(filter), ef, False, False))
+        res = json.loads(self._c.search(_rows(vectors), k, _filter(filter), ef, False, False, exact, **knobs))
         numeric = all(isinstance(h["id"], int) for q in res for h in q)
         ids = np.full((len(res), k), np.iinfo(np.uint64).max, dtype=np.uint64) if numeric else np.full((len(res), k), None, dtype=object)
         scores = np.full((len(res), k), np.nan, dtype=np.float32)

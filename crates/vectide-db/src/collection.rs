@@ -1000,9 +1000,24 @@ impl Collection {
     /// Saves or flushes the engine, makes the store durable, and deletes the
     /// WAL segments both cover. Writers wait while it runs.
     pub fn checkpoint(&self) -> Result<()> {
+        self.checkpoint_and(false)
+    }
+
+    /// The last checkpoint, at the database's close: the engine is closed
+    /// (its background work stopped) rather than flushed.
+    pub(crate) fn final_checkpoint(&self) -> Result<()> {
+        self.checkpoint_and(true)
+    }
+
+    fn checkpoint_and(&self, close: bool) -> Result<()> {
         let turn = self.turn.lock();
         if self.engine.descriptor().persistence == Persistence::Volatile {
             self.engine.save(&self.dir.join(INDEX_FILE))?;
+            if close {
+                self.engine.close()?;
+            }
+        } else if close {
+            self.engine.close()?;
         } else {
             self.engine.flush()?;
         }

@@ -372,7 +372,7 @@ impl Database {
         let mut first_err = None;
         for c in cols.values() {
             c.close();
-            if let Err(e) = c.checkpoint() {
+            if let Err(e) = c.final_checkpoint() {
                 first_err.get_or_insert(e);
             }
         }
@@ -434,6 +434,8 @@ impl Database {
         self.write_catalog(&cols)?;
         *self.collections.write() = cols;
         c.close();
+        // Its files are about to go: only its background work must stop.
+        let _ = c.engine().close();
         let dir = c.dir().to_path_buf();
         drop(c);
         let _ = std::fs::remove_dir_all(&dir);

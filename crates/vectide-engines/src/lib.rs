@@ -241,6 +241,38 @@ mod tests {
         assert_eq!(idx.threads(), 1);
     }
 
+    /// What `params()` reports recreates the index: every parameter of the
+    /// schema is there (the path of a durable engine included), each valid
+    /// for it, and creating from it gives the same parameters again.
+    #[test]
+    fn every_engine_reports_every_parameter_of_its_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in REGISTRY {
+            let mut p = Params::new();
+            if d.params.iter().any(|s| s.name == "path") {
+                let path = dir.path().join(d.name);
+                p.insert("path".into(), ParamValue::Str(path.display().to_string()));
+            }
+            let idx = create(d.name, 4, Metric::L2, &p).unwrap();
+            let out = idx.params();
+            for spec in d.params {
+                assert!(
+                    out.contains_key(spec.name),
+                    "{}: {} missing from {out:?}",
+                    d.name,
+                    spec.name
+                );
+            }
+            validate(d.name, 4, &out).unwrap_or_else(|e| panic!("{}: {e}", d.name));
+            drop(idx);
+            if let Some(ParamValue::Str(path)) = out.get("path") {
+                std::fs::remove_dir_all(path).unwrap();
+            }
+            let again = create(d.name, 4, Metric::L2, &out).unwrap();
+            assert_eq!(again.params(), out, "{}", d.name);
+        }
+    }
+
     #[test]
     fn rejects_unknown_engine_and_params() {
         let e = create("nope", 8, Metric::L2, &Params::new()).unwrap_err();

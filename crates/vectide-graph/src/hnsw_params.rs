@@ -76,6 +76,15 @@ impl HnswParams {
                 self.ef_search
             )));
         }
+        // Parameters travel as JSON / Python integers typed i64: a larger
+        // seed could not be reported back as it was given.
+        if i64::try_from(self.seed).is_err() {
+            return Err(Error::invalid(format!(
+                "seed must be in 0..={}, got {}",
+                i64::MAX,
+                self.seed
+            )));
+        }
         if !(self.consolidate_fraction > 0.0 && self.consolidate_fraction <= 1.0) {
             return Err(Error::invalid(format!(
                 "consolidate_fraction must be in (0, 1], got {}",
@@ -201,4 +210,22 @@ pub fn graph_params_out(p: &HnswParams, threads: usize) -> Params {
     );
     out.insert("threads".into(), Int(threads as i64));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_that_cannot_be_reported_back_is_refused() {
+        let mut p = HnswParams {
+            seed: i64::MAX as u64,
+            ..HnswParams::default()
+        };
+        p.validate().unwrap();
+        assert_eq!(graph_params(&graph_params_out(&p, 1)).unwrap().seed, p.seed);
+        p.seed = i64::MAX as u64 + 1;
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("seed must be in 0..="), "{e}");
+    }
 }

@@ -156,6 +156,16 @@ impl PHnsw {
             "pmem"
         };
         out.insert("persist".into(), ParamValue::Str(mode.to_string()));
+        let int = |v: usize| ParamValue::Int(i64::try_from(v).unwrap_or(i64::MAX));
+        let g = &self.logs.g;
+        out.insert("nlog_entries".into(), int(g.nlog_entries));
+        out.insert("nlist_entries".into(), int(g.nlist_entries));
+        // The node blocks the region holds now: creating with it gives an
+        // index of the same room.
+        out.insert(
+            "initial_capacity".into(),
+            int(vectide_graph::Graph::slots(&self.graph).max(1)),
+        );
         out
     }
 }

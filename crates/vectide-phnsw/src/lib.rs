@@ -13,8 +13,10 @@
 //! Rooms: `layout` (the byte layout, `docs/format-phnsw.md`), `log` (NLog and
 //! NlistLog), `labels` (persistent label map), `builder` (inserts and
 //! upserts, §4.3), `update` (deletes), `recovery` (§5), `engine` (state,
-//! open, search), `check` (structural checker) and `crashtest` (the crash
-//! simulator harness behind `vectide crash-test`).
+//! open, search), `check` (structural checker) and `crashtest` (a single-writer
+//! harness that crashes at every fence of a small workload, with the
+//! mutation check; test builds only, feature `crash-harness`; the generic
+//! kit behind `vectide crash-test` is `vectide-crashkit`).
 //!
 //! ## Where we deviate from the paper, and why
 //! - **Fence sharing for in-edges.** The paper fences every NlistLog entry's
@@ -72,6 +74,7 @@
 
 mod builder;
 pub mod check;
+#[cfg(feature = "crash-harness")]
 pub mod crashtest;
 pub mod descriptor;
 mod engine;

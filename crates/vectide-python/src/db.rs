@@ -5,9 +5,10 @@
 //! `threads` …) are checked against [`vectide_core::limits`] first:
 //! `TypeError` for a non-integer, `ValueError` beyond the bound.
 
-use crate::{as_rows, int_arg, opt_int_arg};
+use crate::{as_rows, int_arg, opt_int_arg, set_knobs};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -242,8 +243,11 @@ impl PyCollection {
     }
 
     /// Searches each query row; returns JSON: a list (per query) of hits
-    /// `{"id", "score", "distance", "payload"?, "vector"?}`.
-    #[pyo3(signature = (queries, k=None, filter_json=None, ef=None, with_payload=true, with_vector=false))]
+    /// `{"id", "score", "distance", "payload"?, "vector"?}`. `ef` sets the
+    /// engine's primary knob (ignored by an engine without one, as Qdrant's
+    /// `hnsw_ef` is); `exact` scans every live point; other keyword
+    /// arguments are the engine's native knobs.
+    #[pyo3(signature = (queries, k=None, filter_json=None, ef=None, with_payload=true, with_vector=false, exact=false, **knobs))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -254,13 +258,25 @@ impl PyCollection {
         ef: Option<&Bound<'_, PyAny>>,
         with_payload: bool,
         with_vector: bool,
+        exact: bool,
+        knobs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<String> {
         let c = self.col()?;
         let k = opt_int_arg(k, "k", 1, limits::MAX_K as u64)?.unwrap_or(10) as i64;
-        let params = match opt_int_arg(ef, "ef", 1, limits::MAX_EF as u64)? {
-            None => SearchParams::default(),
-            Some(e) => SearchParams::with_ef(e as usize),
+        let desc = c.engine().descriptor();
+        let mut params = SearchParams {
+            exact,
+            ..SearchParams::default()
         };
+        if let (Some(e), Some(knob)) = (
+            opt_int_arg(ef, "ef", 1, limits::MAX_EF as u64)?,
+            desc.primary_knob,
+        ) {
+            params
+                .set(knob, (e as usize).min(knob.max()))
+                .map_err(crate::to_py)?;
+        }
+        set_knobs(desc, knobs, &mut params)?;
         let filter = filter_from(filter_json)?;
         let dim = c.config().dim;
         let rows = as_rows(queries, dim, "queries")?;

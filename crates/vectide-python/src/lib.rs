@@ -104,6 +104,23 @@ pub(crate) fn int_arg(obj: &Bound<'_, PyAny>, name: &str, lo: u64, hi: u64) -> P
 }
 
 /// An optional integer argument (`None` passes through).
+/// Sets an engine's native search knobs from keyword arguments
+/// (`nprobe=32`): a knob the engine does not take is a `ValueError` naming
+/// the ones it does, a value outside `1..=max` one naming the bounds.
+pub(crate) fn set_knobs(
+    desc: &vectide_core::EngineDescriptor,
+    knobs: Option<&Bound<'_, PyDict>>,
+    params: &mut SearchParams,
+) -> PyResult<()> {
+    for (name, value) in knobs.into_iter().flat_map(|k| k.iter()) {
+        let name: String = name.extract()?;
+        let knob = desc.knob(&name).map_err(to_py)?;
+        let v = int_arg(&value, &name, 1, knob.max() as u64)?;
+        params.set(knob, v as usize).map_err(to_py)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn opt_int_arg(
     obj: Option<&Bound<'_, PyAny>>,
     name: &str,
@@ -497,14 +514,7 @@ impl PyIndex {
                 params.ef = (e > 0).then_some(e);
             }
         }
-        if let Some(knobs) = knobs {
-            for (name, value) in knobs.iter() {
-                let name: String = name.extract()?;
-                let knob = desc.knob(&name).map_err(to_py)?;
-                let v = int_arg(&value, &name, 1, knob.max() as u64)?;
-                params.set(knob, v as usize).map_err(to_py)?;
-            }
-        }
+        set_knobs(desc, knobs, &mut params)?;
         let allowed: Option<HashSet<u64>> = match filter {
             None => None,
             Some(f) => Some(as_ids(f)?.as_slice()?.iter().copied().collect()),
