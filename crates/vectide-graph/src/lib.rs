@@ -15,6 +15,7 @@
 
 pub mod graph;
 pub mod hnsw_params;
+pub mod mem;
 pub mod prune;
 pub mod repair;
 pub mod search;
@@ -110,6 +111,71 @@ mod tests {
         assert_eq!(out, vec![1]);
         prune::select_alpha(&g, dist, &cands, 3, 4.0, &mut out);
         assert_eq!(out, vec![1, 2]);
+    }
+
+    #[test]
+    fn the_expanded_set_is_what_the_search_expanded_and_robust_prune_merges_the_old_list() {
+        let g = Line::new(12);
+        let dist = Metric::L2.distance_fn();
+        let mut s = Scratch::default();
+        let q = [3.1, 0.0];
+        let entry = [Candidate::new(dist(&q, g.vector(0)), 0)];
+        search::search_layer_expanded(&g, dist, &q, &entry, 2, 0, &mut s, |_| true);
+        // From 0 every node is a neighbour: 0 is expanded, then the top 2
+        // (3 and 4, the farther of which ties the threshold), and nothing
+        // farther.
+        let expanded: Vec<u32> = s.expanded.iter().map(|c| c.node).collect();
+        assert_eq!(expanded, vec![0, 3, 4]);
+        // The plain search records nothing.
+        s.expanded.clear();
+        search::search_layer(&g, dist, &q, &entry, 2, 0, &mut s, |_| true);
+        assert!(s.expanded.is_empty());
+        // RobustPrune of node 6 over {4, 5, 9} and its own list {7, 8}, 8
+        // refused: ranked 5, 7, 4, 9; α = 1 keeps 5 and 7 only (4 lies
+        // behind 5, 9 behind 7); α = 4 keeps all four (4·d(5, 4) = 4 ≥
+        // d(6, 4) = 4; 4·d(7, 9) = 16 ≥ d(6, 9) = 9).
+        store_list(g.list(6, 0), &[7, 8]);
+        let (mut pool, mut ranked, mut out) = (Vec::new(), Vec::new(), Vec::new());
+        let keep = |x: u32| x != 8;
+        prune::robust_prune(
+            &g,
+            dist,
+            6,
+            &[4, 5, 9, 6],
+            keep,
+            1.0,
+            10,
+            &mut pool,
+            &mut ranked,
+            &mut out,
+        );
+        assert_eq!(out, vec![5, 7]);
+        prune::robust_prune(
+            &g,
+            dist,
+            6,
+            &[4, 5, 9],
+            keep,
+            4.0,
+            10,
+            &mut pool,
+            &mut ranked,
+            &mut out,
+        );
+        assert_eq!(out, vec![5, 7, 4, 9]);
+        prune::robust_prune(
+            &g,
+            dist,
+            6,
+            &[4, 5, 9],
+            keep,
+            4.0,
+            3,
+            &mut pool,
+            &mut ranked,
+            &mut out,
+        );
+        assert_eq!(out, vec![5, 7, 4], "at most r");
     }
 
     #[test]

@@ -51,6 +51,35 @@ pub fn select_alpha<G: Graph>(
     }
 }
 
+/// FreshDiskANN's RobustPrune (Algorithm 3): the new out-list of `p` from
+/// the candidate pool `cands` together with `p`'s current list, without `p`
+/// itself and without nodes `keep` refuses (deleted ones, say), ranked by
+/// distance to `p` and pruned by the α-rule to at most `r`. `pool` and
+/// `ranked` are scratch; the list is left in `out`.
+#[allow(clippy::too_many_arguments)]
+pub fn robust_prune<G: Graph>(
+    g: &G,
+    dist: DistanceFn,
+    p: u32,
+    cands: &[u32],
+    keep: impl Fn(u32) -> bool,
+    alpha: f32,
+    r: usize,
+    pool: &mut Vec<u32>,
+    ranked: &mut Vec<Candidate>,
+    out: &mut Vec<u32>,
+) {
+    g.neighbors_into(p, 0, out);
+    pool.clear();
+    pool.extend_from_slice(cands);
+    pool.extend_from_slice(out);
+    pool.sort_unstable();
+    pool.dedup();
+    pool.retain(|&x| x != p && keep(x));
+    rank_from(g, dist, p, pool, ranked);
+    select_alpha(g, dist, ranked, r, alpha, out);
+}
+
 /// Distances from `base` to each id, sorted closest first, into `out`.
 pub fn rank_from<G: Graph>(
     store: &G,

@@ -21,6 +21,9 @@ pub struct Scratch {
     pub query: Vec<f32>,
     /// Per layer, the neighbours an insert selected (see `plan_links`).
     pub lists: Vec<Vec<u32>>,
+    /// The nodes a [`search_layer_expanded`] expanded (Vamana's visited set
+    /// 𝒱), in the order it expanded them.
+    pub expanded: Vec<Candidate>,
 }
 
 /// Greedy walk at one layer: moves to the closest neighbour until none is
@@ -55,7 +58,40 @@ pub fn greedy<G: Graph>(
 /// for which `admit` holds in `scratch.top`. Nodes that are not admitted are
 /// still traversed, so a filter or a deleted node never cuts the graph.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn search_layer<G: Graph, A: Fn(u32) -> bool>(
+    store: &G,
+    dist: DistanceFn,
+    q: &[f32],
+    entries: &[Candidate],
+    ef: usize,
+    level: usize,
+    scratch: &mut Scratch,
+    admit: A,
+) {
+    search_layer_impl::<G, A, false>(store, dist, q, entries, ef, level, scratch, admit)
+}
+
+/// [`search_layer`] that also records every node it expands in
+/// `scratch.expanded`: FreshVamana's GreedySearch (Algorithm 1), whose
+/// visited set 𝒱 is the candidate pool of an insert's RobustPrune.
+#[allow(clippy::too_many_arguments)]
+pub fn search_layer_expanded<G: Graph, A: Fn(u32) -> bool>(
+    store: &G,
+    dist: DistanceFn,
+    q: &[f32],
+    entries: &[Candidate],
+    ef: usize,
+    level: usize,
+    scratch: &mut Scratch,
+    admit: A,
+) {
+    scratch.expanded.clear();
+    search_layer_impl::<G, A, true>(store, dist, q, entries, ef, level, scratch, admit)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn search_layer_impl<G: Graph, A: Fn(u32) -> bool, const RECORD: bool>(
     store: &G,
     dist: DistanceFn,
     q: &[f32],
@@ -71,6 +107,7 @@ pub fn search_layer<G: Graph, A: Fn(u32) -> bool>(
         top,
         neighbors,
         fresh,
+        expanded,
         ..
     } = scratch;
     visited.reset(store.slots());
@@ -87,6 +124,9 @@ pub fn search_layer<G: Graph, A: Fn(u32) -> bool>(
     while let Some(Reverse(c)) = candidates.pop() {
         if c.dist > Dist(top.threshold()) {
             break;
+        }
+        if RECORD {
+            expanded.push(c);
         }
         // Start loading the list of the node likely expanded next.
         if level == 0 {

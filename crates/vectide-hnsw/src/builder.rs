@@ -3,12 +3,12 @@
 //! heuristic of Algorithm 4), and the publication of a new node.
 
 use crate::engine::{pack_entry, retire, unpack_entry, Hnsw, IdEntry};
-use crate::layout::{Store, LIVE};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vectide_core::heap::Candidate;
 use vectide_core::validate::{check_batch, copy_normalized};
 use vectide_core::{Error, Result, Seq};
+use vectide_graph::mem::{Store, LIVE};
 use vectide_graph::prune::{
     backlink, draw_level, plan_links, rank_from, select_heuristic, Backlink,
 };

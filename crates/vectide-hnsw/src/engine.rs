@@ -1,6 +1,5 @@
 //! The [`Hnsw`] engine: state, locks, and the [`VectorIndex`] implementation.
 
-use crate::layout::{Store, DELETED, LIVE};
 use crate::params::HnswParams;
 use crate::search::{knn, Scratch};
 use parking_lot::{Mutex, RwLock};
@@ -13,6 +12,7 @@ use vectide_core::visited::VisitedPool;
 use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
 };
+use vectide_graph::mem::{Store, DELETED, LIVE};
 
 /// Where an external id lives and which operation wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,3 +1,3 @@
 //! The [`Graph`] trait lives in `vectide-graph`; re-exported for this crate's modules.
 
-pub(crate) use vectide_graph::graph::{store_list, Graph};
+pub(crate) use vectide_graph::graph::Graph;

@@ -8,9 +8,10 @@
 //! - [`params`]: [`HnswParams`] and their defaults (`m = 16`,
 //!   `ef_construction = 200`), shared by the HNSW family in
 //!   `vectide_graph::hnsw_params`;
-//! - `layout`: the slot arrays (vectors, atomic neighbour lists, labels,
+//! - layout: the slot arrays (vectors, atomic neighbour lists, labels,
 //!   states) and the concurrency protocol that lets searches run without locks
-//!   while inserts link new nodes;
+//!   while inserts link new nodes live in `vectide_graph::mem`, shared with
+//!   `fresh-vamana`;
 //! - `builder`: parallel batch insert (rayon) with per-node locks, HNSW's
 //!   neighbour-selection heuristic, upsert publication;
 //! - `search`: greedy descent and the filtered best-first layer search;
@@ -48,7 +49,6 @@ mod builder;
 pub mod descriptor;
 mod engine;
 mod graph;
-mod layout;
 pub mod persist;
 mod search;
 mod update;

@@ -10,13 +10,13 @@
 
 use crate::engine::{unpack_entry, Alloc, Hnsw, IdEntry};
 use crate::graph::Graph;
-use crate::layout::{Store, DELETED, FREE, LIVE};
 use crate::params::{HnswParams, MAX_LEVEL};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use vectide_core::io::{atomic_write, ByteReader, CrcWriter};
 use vectide_core::{Error, Metric, Result, VectorIndex};
+use vectide_graph::mem::{Store, DELETED, FREE, LIVE};
 
 /// First bytes of an HNSW index file.
 pub const MAGIC: &[u8; 8] = b"VTDXHNSW";
@@ -160,7 +160,7 @@ impl Hnsw {
         // Free slots take 4 bytes in the file but a whole row in memory; a
         // file may describe at most MAX_EXPANSION times its size (plus a floor)
         // in memory, so that a hostile header cannot ask for a huge allocation.
-        let needed = Store::bytes_for(hdr.dim, hdr.m, n) as u64;
+        let needed = Store::bytes_for(hdr.dim, 2 * hdr.m, n) as u64;
         let allowed = (bytes.len() as u64)
             .saturating_mul(MAX_EXPANSION)
             .max(EXPANSION_FLOOR);

@@ -26,12 +26,12 @@
 
 use crate::engine::{pack_entry, unpack_entry, Hnsw, NO_ENTRY};
 use crate::graph::Graph;
-use crate::layout::{Store, FREE};
 use crate::search::{search_layer, Scratch};
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
 use vectide_core::heap::Candidate;
 use vectide_core::{Result, Seq, VectorIndex};
+use vectide_graph::mem::{Store, FREE};
 use vectide_graph::prune::rank_from;
 use vectide_graph::repair::{repair_list, RepairScratch};
 
@@ -304,7 +304,7 @@ impl Hnsw {
             if !used_slot(s) {
                 continue;
             }
-            if store.state(s) == crate::layout::LIVE {
+            if store.state(s) == vectide_graph::mem::LIVE {
                 report.live += 1;
             }
             for l in 0..=store.level(s) {
@@ -321,7 +321,9 @@ impl Hnsw {
         let ep = unpack_entry(self.entry.load(Ordering::Acquire)).map(|(s, _)| s);
         report.orphans = (0..used as u32)
             .filter(|&s| {
-                store.state(s) == crate::layout::LIVE && Some(s) != ep && indeg[s as usize] == 0
+                store.state(s) == vectide_graph::mem::LIVE
+                    && Some(s) != ep
+                    && indeg[s as usize] == 0
             })
             .count();
         if let Some(ep) = ep.filter(|&e| used_slot(e)) {
@@ -329,7 +331,7 @@ impl Hnsw {
             let mut stack = vec![ep];
             seen[ep as usize] = true;
             while let Some(x) = stack.pop() {
-                if store.state(x) == crate::layout::LIVE {
+                if store.state(x) == vectide_graph::mem::LIVE {
                     report.reachable += 1;
                 }
                 store.neighbors_into(x, 0, &mut buf);

@@ -1,8 +1,10 @@
-//! The in-memory layout of the graph.
+//! The in-memory graph store of the volatile graph engines (`hnsw`, and
+//! `fresh-vamana` with a single layer).
 //!
 //! Node slots are numbered `0..capacity`. Per slot:
 //! - the vector (`dim` f32, normalised under cosine) in one contiguous array;
-//! - the layer-0 list: `[count, n_0, …, n_{2m-1}]` as `AtomicU32`;
+//! - the layer-0 list: `[count, n_0, …, n_{m0-1}]` as `AtomicU32` (HNSW's
+//!   `m0 = 2m`; Vamana's out-degree bound `R`);
 //! - the upper lists (`level` of them, each `[count, n_0, …, n_{m-1}]`) in
 //!   a boxed slice per slot;
 //! - label (external id), the sequence number that wrote it, level, state,
@@ -37,7 +39,7 @@ pub const LIVE: u8 = 2;
 pub const DELETED: u8 = 3;
 
 /// A slice of cells that the engine writes under the protocol above.
-pub(crate) struct Cells<T> {
+pub struct Cells<T> {
     data: Box<[UnsafeCell<T>]>,
 }
 
@@ -49,7 +51,7 @@ pub(crate) struct Cells<T> {
 unsafe impl<T: Send + Sync> Sync for Cells<T> {}
 
 impl<T> Cells<T> {
-    pub(crate) fn new(v: Vec<T>) -> Self {
+    pub fn new(v: Vec<T>) -> Self {
         let b: Box<[T]> = v.into_boxed_slice();
         // SAFETY: `UnsafeCell<T>` is `repr(transparent)` over `T`, so a boxed
         // slice of `T` has exactly the layout of a boxed slice of
@@ -59,7 +61,7 @@ impl<T> Cells<T> {
     }
 
     #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.data.len()
     }
 
@@ -67,7 +69,7 @@ impl<T> Cells<T> {
     ///
     /// Panics when out of bounds (engine bug, not user input).
     #[inline]
-    pub(crate) fn get(&self, start: usize, len: usize) -> &[T] {
+    pub fn get(&self, start: usize, len: usize) -> &[T] {
         let cells = &self.data[start..start + len];
         // SAFETY: same layout as above; the engine's protocol guarantees no
         // concurrent `get_mut` on these elements while this borrow lives.
@@ -80,7 +82,7 @@ impl<T> Cells<T> {
     /// No other thread may access these elements while the borrow lives.
     #[inline]
     #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn get_mut(&self, start: usize, len: usize) -> &mut [T] {
+    pub unsafe fn get_mut(&self, start: usize, len: usize) -> &mut [T] {
         let cells = &self.data[start..start + len];
         // SAFETY: exclusivity is the caller's obligation; `UnsafeCell` makes
         // mutation through a shared reference permitted.
@@ -88,7 +90,7 @@ impl<T> Cells<T> {
     }
 
     /// Exclusive access through `&mut self` (used while growing).
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
         let len = self.data.len();
         // SAFETY: `&mut self` proves exclusivity; layout as in `new`.
         unsafe { std::slice::from_raw_parts_mut(self.data.as_mut_ptr() as *mut T, len) }
@@ -101,12 +103,12 @@ impl<T> Cells<T> {
 /// and the SIMD kernels' loads do not straddle lines.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-pub(crate) struct Line([f32; LINE_FLOATS]);
+pub struct Line([f32; LINE_FLOATS]);
 
 const LINE_FLOATS: usize = 16;
 
 /// Graph storage for `capacity` slots.
-pub(crate) struct Store {
+pub struct Store {
     pub dim: usize,
     /// Cache lines per vector.
     lines: usize,
@@ -136,8 +138,14 @@ fn atomics_u8(n: usize) -> Box<[AtomicU8]> {
 }
 
 impl Store {
-    pub(crate) fn new(dim: usize, m: usize, capacity: usize) -> Self {
-        let m0 = 2 * m;
+    /// HNSW's store: upper lists of `m`, layer-0 lists of `2m`.
+    pub fn new(dim: usize, m: usize, capacity: usize) -> Self {
+        Self::with_degrees(dim, m, 2 * m, capacity)
+    }
+
+    /// A store whose layer-0 lists hold `m0` and upper lists `m` (a
+    /// single-layer graph never gives a node a level above 0).
+    pub fn with_degrees(dim: usize, m: usize, m0: usize, capacity: usize) -> Self {
         let lines = dim.div_ceil(LINE_FLOATS);
         Store {
             dim,
@@ -158,9 +166,9 @@ impl Store {
 
     /// Bytes that [`Store::new`] allocates for `capacity` slots (before any
     /// upper layer).
-    pub(crate) fn bytes_for(dim: usize, m: usize, capacity: usize) -> usize {
+    pub fn bytes_for(dim: usize, m0: usize, capacity: usize) -> usize {
         let per_slot = dim.div_ceil(LINE_FLOATS) * 64
-            + (1 + 2 * m) * 4
+            + (1 + m0) * 4
             + std::mem::size_of::<Box<[AtomicU32]>>()
             + 1
             + 8
@@ -172,7 +180,7 @@ impl Store {
 
     /// Grows to `new_capacity` slots, keeping every slot's content. Needs
     /// exclusive access (the engine holds its store lock for writing).
-    pub(crate) fn grow(&mut self, new_capacity: usize) {
+    pub fn grow(&mut self, new_capacity: usize) {
         if new_capacity <= self.capacity {
             return;
         }
@@ -219,14 +227,7 @@ impl Store {
     /// the entry point, and no search or insert that could still hold its id
     /// is in flight (see the module docs). The caller owns it exclusively
     /// until it links it.
-    pub(crate) unsafe fn init_slot(
-        &self,
-        slot: u32,
-        label: u64,
-        seq: u64,
-        vector: &[f32],
-        level: usize,
-    ) {
+    pub unsafe fn init_slot(&self, slot: u32, label: u64, seq: u64, vector: &[f32], level: usize) {
         let s = slot as usize;
         // SAFETY: exclusivity of this slot's cells is the caller's contract.
         unsafe {
@@ -245,7 +246,7 @@ impl Store {
     }
 
     #[inline]
-    pub(crate) fn vector(&self, slot: u32) -> &[f32] {
+    pub fn vector(&self, slot: u32) -> &[f32] {
         let lines = self.vectors.get(slot as usize * self.lines, self.lines);
         // SAFETY: `Line` is `repr(C)` over `[f32; 16]` with no padding, so the
         // borrowed lines hold `16 * self.lines >= dim` floats, shared as `&`.
@@ -254,7 +255,7 @@ impl Store {
 
     /// Address of a slot's vector, for prefetching (never dereferenced here).
     #[inline]
-    pub(crate) fn vector_ptr(&self, slot: u32) -> *const f32 {
+    pub fn vector_ptr(&self, slot: u32) -> *const f32 {
         self.vectors
             .get(0, 0)
             .as_ptr()
@@ -263,7 +264,7 @@ impl Store {
 
     /// Address of a slot's layer-0 list, for prefetching (never dereferenced here).
     #[inline]
-    pub(crate) fn links0_ptr(&self, slot: u32) -> *const AtomicU32 {
+    pub fn links0_ptr(&self, slot: u32) -> *const AtomicU32 {
         self.links0
             .as_ptr()
             .wrapping_add(slot as usize * (1 + self.m0))
@@ -272,7 +273,7 @@ impl Store {
     /// The list `[count, entries…]` of a slot at a layer; empty when the
     /// slot has no such layer.
     #[inline]
-    pub(crate) fn list(&self, slot: u32, level: usize) -> &[AtomicU32] {
+    pub fn list(&self, slot: u32, level: usize) -> &[AtomicU32] {
         let s = slot as usize;
         if level == 0 {
             let w = 1 + self.m0;
@@ -286,7 +287,7 @@ impl Store {
 
     /// Capacity of a list at a layer.
     #[inline]
-    pub(crate) fn cap(&self, level: usize) -> usize {
+    pub fn cap(&self, level: usize) -> usize {
         if level == 0 {
             self.m0
         } else {
@@ -295,12 +296,12 @@ impl Store {
     }
 
     /// Replaces a slot's list at a layer. The caller holds the slot's lock.
-    pub(crate) fn set_list(&self, slot: u32, level: usize, ids: &[u32]) {
+    pub fn set_list(&self, slot: u32, level: usize, ids: &[u32]) {
         crate::graph::store_list(Store::list(self, slot, level), ids);
     }
 
     /// Appends to a list with room; returns false when full. Caller holds the lock.
-    pub(crate) fn push_neighbor(&self, slot: u32, level: usize, id: u32) -> bool {
+    pub fn push_neighbor(&self, slot: u32, level: usize, id: u32) -> bool {
         let list = self.list(slot, level);
         if list.is_empty() {
             return false;
@@ -315,35 +316,35 @@ impl Store {
     }
 
     #[inline]
-    pub(crate) fn lock(&self, slot: u32) -> parking_lot::MutexGuard<'_, ()> {
+    pub fn lock(&self, slot: u32) -> parking_lot::MutexGuard<'_, ()> {
         self.locks[slot as usize].lock()
     }
 
     #[inline]
-    pub(crate) fn state(&self, slot: u32) -> u8 {
+    pub fn state(&self, slot: u32) -> u8 {
         self.states[slot as usize].load(Ordering::Acquire)
     }
 
-    pub(crate) fn set_state(&self, slot: u32, state: u8) {
+    pub fn set_state(&self, slot: u32, state: u8) {
         self.states[slot as usize].store(state, Ordering::Release)
     }
 
     #[inline]
-    pub(crate) fn label(&self, slot: u32) -> u64 {
+    pub fn label(&self, slot: u32) -> u64 {
         self.labels[slot as usize].load(Ordering::Relaxed)
     }
 
-    pub(crate) fn seq(&self, slot: u32) -> u64 {
+    pub fn seq(&self, slot: u32) -> u64 {
         self.seqs[slot as usize].load(Ordering::Relaxed)
     }
 
     #[inline]
-    pub(crate) fn level(&self, slot: u32) -> usize {
+    pub fn level(&self, slot: u32) -> usize {
         self.levels[slot as usize].load(Ordering::Relaxed) as usize
     }
 
     /// Approximate bytes held.
-    pub(crate) fn memory_bytes(&self, used: usize) -> usize {
+    pub fn memory_bytes(&self, used: usize) -> usize {
         let per_slot = self.lines * 64 + (1 + self.m0) * 4 + 8 + 8 + 1 + 1 + 1 + 16;
         let upper: usize = (0..used.min(self.capacity))
             .map(|s| self.level(s as u32) * (1 + self.m) * 4)
@@ -353,7 +354,7 @@ impl Store {
 
     /// Total elements in the vectors array (for tests).
     #[cfg(test)]
-    pub(crate) fn vector_cells(&self) -> usize {
+    pub fn vector_cells(&self) -> usize {
         self.vectors.len() * LINE_FLOATS
     }
 }
