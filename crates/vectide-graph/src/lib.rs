@@ -19,6 +19,7 @@ pub mod mem;
 pub mod prune;
 pub mod repair;
 pub mod search;
+pub mod slots;
 
 pub use graph::{store_list, Graph};
 pub use hnsw_params::HnswParams;

@@ -2,17 +2,18 @@
 //! HNSW (Malkov & Yashunin, Algorithm 1 with the neighbour-selection
 //! heuristic of Algorithm 4), and the publication of a new node.
 
-use crate::engine::{pack_entry, retire, unpack_entry, Hnsw, IdEntry};
+use crate::engine::{pack_entry, unpack_entry, Hnsw};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vectide_core::heap::Candidate;
 use vectide_core::validate::{check_batch, copy_normalized};
-use vectide_core::{Error, Result, Seq};
-use vectide_graph::mem::{Store, LIVE};
+use vectide_core::{Result, Seq};
+use vectide_graph::mem::Store;
 use vectide_graph::prune::{
     backlink, draw_level, plan_links, rank_from, select_heuristic, Backlink,
 };
 use vectide_graph::search::Scratch;
+use vectide_graph::slots::{allocate, newer_rows, publish};
 use vectide_graph::Graph;
 
 /// Called with the number of rows done so far (for progress bars).
@@ -23,29 +24,6 @@ impl Hnsw {
     fn random_level(&self) -> usize {
         let n = self.level_counter.fetch_add(1, Ordering::Relaxed);
         draw_level(self.params.seed, n, self.params.m)
-    }
-
-    /// Takes `n` slots (reclaimed ones first), growing the store if needed.
-    fn allocate(&self, n: usize) -> Result<Vec<u32>> {
-        let mut a = self.alloc.lock();
-        let reuse = n.min(a.free.len());
-        let at = a.free.len() - reuse;
-        let mut slots: Vec<u32> = a.free.split_off(at);
-        let fresh = n - reuse;
-        let start = a.next as usize;
-        let end = start + fresh;
-        if end >= u32::MAX as usize {
-            a.free.extend(slots);
-            return Err(Error::invalid("index is full: 2^32-1 slots"));
-        }
-        let cap = self.store.read().capacity;
-        if end > cap {
-            let new_cap = end.max(cap + cap / 2).max(1024).min(u32::MAX as usize - 1);
-            self.store.write().grow(new_cap);
-        }
-        a.next = end as u32;
-        slots.extend(start as u32..end as u32);
-        Ok(slots)
     }
 
     /// Inserts a batch (upsert semantics), in parallel on the index's pool.
@@ -64,18 +42,11 @@ impl Hnsw {
         check_batch(self.dim, self.metric, ids, vectors)?;
         let _op = self.seqs.begin(seq);
         let _shared = self.mutate.read();
-        // Idempotent replay: an id already written by this or a later
-        // operation is left alone.
-        let rows: Vec<usize> = {
-            let map = self.ids.lock();
-            (0..ids.len())
-                .filter(|&r| map.get(&ids[r]).is_none_or(|e| e.seq < seq))
-                .collect()
-        };
+        let rows = newer_rows(&self.ids, ids, seq);
         if rows.is_empty() {
             return Ok(());
         }
-        let slots = self.allocate(rows.len())?;
+        let slots = allocate(&self.alloc, &self.store, rows.len())?;
         let store = self.store.read();
         let done = AtomicUsize::new(0);
         let dim = self.dim;
@@ -85,7 +56,7 @@ impl Hnsw {
             copy_normalized(self.metric, &vectors[r * dim..(r + 1) * dim], &mut v);
             let level = self.random_level();
             self.insert_node(&store, slots[i], ids[r], seq, &v, level, scratch);
-            self.publish(&store, slots[i], ids[r], seq);
+            publish(&store, &self.ids, &self.pending, slots[i], ids[r], seq);
             scratch.query = v;
             if let Some(p) = progress {
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
@@ -208,25 +179,5 @@ impl Hnsw {
         rank_from(store, self.dist, slot, buf, ranked);
         select_heuristic(store, self.dist, ranked, store.cap(l), selected);
         store.set_list(slot, l, selected);
-    }
-
-    /// Makes a linked node visible under its id (replacing an older version).
-    fn publish(&self, store: &Store, slot: u32, label: u64, seq: Seq) {
-        let mut map = self.ids.lock();
-        match map.get(&label).copied() {
-            Some(e) if e.seq > seq => {
-                drop(map);
-                retire(store, &self.pending, slot);
-            }
-            Some(e) => {
-                map.insert(label, IdEntry { slot, seq });
-                retire(store, &self.pending, e.slot);
-                store.set_state(slot, LIVE);
-            }
-            None => {
-                map.insert(label, IdEntry { slot, seq });
-                store.set_state(slot, LIVE);
-            }
-        }
     }
 }

@@ -12,21 +12,9 @@ use vectide_core::visited::VisitedPool;
 use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
 };
-use vectide_graph::mem::{Store, DELETED, LIVE};
+use vectide_graph::mem::{Store, LIVE};
 
-/// Where an external id lives and which operation wrote it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct IdEntry {
-    pub slot: u32,
-    pub seq: Seq,
-}
-
-/// Slot allocation: reclaimed slots first, then never-used ones.
-#[derive(Debug, Default)]
-pub(crate) struct Alloc {
-    pub free: Vec<u32>,
-    pub next: u32,
-}
+pub(crate) use vectide_graph::slots::{Alloc, IdEntry};
 
 pub(crate) const NO_ENTRY: u64 = u64::MAX;
 
@@ -340,10 +328,4 @@ impl VectorIndex for Hnsw {
             ..IndexStats::default()
         })
     }
-}
-
-/// Marks a slot deleted and queues it for consolidation.
-pub(crate) fn retire(store: &Store, pending: &Mutex<Vec<u32>>, slot: u32) {
-    store.set_state(slot, DELETED);
-    pending.lock().push(slot);
 }

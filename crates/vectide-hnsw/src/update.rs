@@ -41,18 +41,7 @@ impl Hnsw {
         let removed = {
             let _shared = self.mutate.read();
             let store = self.store.read();
-            let mut map = self.ids.lock();
-            let mut n = 0;
-            for id in ids {
-                // Idempotent replay: a delete older than the write it would
-                // undo is skipped.
-                if map.get(id).is_some_and(|e| e.seq <= seq) {
-                    let e = map.remove(id).expect("present");
-                    crate::engine::retire(&store, &self.pending, e.slot);
-                    n += 1;
-                }
-            }
-            n
+            vectide_graph::slots::delete_ids(&store, &self.ids, &self.pending, ids, seq)
         };
         let pending = self.pending.lock().len();
         let live = self.len().max(1);
