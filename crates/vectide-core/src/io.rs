@@ -172,6 +172,52 @@ impl<'a> ByteReader<'a> {
     }
 }
 
+/// The envelope of a single-file index (`MAGIC | version u32 | body… |
+/// crc32 u32 | END_MAGIC`): checks the magic, that the file holds at least
+/// `min_len` bytes before its trailer, the version, the end marker and the
+/// CRC32 of everything before it. Returns the checksummed part (the magic
+/// and version included). `what` names the file kind in errors.
+pub fn check_envelope<'a>(
+    bytes: &'a [u8],
+    magic: &[u8; 8],
+    end_magic: &[u8; 8],
+    version: u32,
+    min_len: usize,
+    what: &str,
+) -> Result<&'a [u8]> {
+    if bytes.len() < magic.len() || &bytes[..magic.len()] != magic {
+        return Err(Error::corrupted(format!(
+            "not a Vectide {what} file (bad magic)"
+        )));
+    }
+    if bytes.len() < min_len + 12 {
+        return Err(Error::corrupted(format!(
+            "truncated: {} bytes is shorter than a header",
+            bytes.len()
+        )));
+    }
+    let found = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if found != version {
+        return Err(Error::Version {
+            found,
+            supported: version,
+        });
+    }
+    let (rest, end) = bytes.split_at(bytes.len() - end_magic.len());
+    if end != end_magic {
+        return Err(Error::corrupted("truncated: end marker missing"));
+    }
+    let (body, crc) = rest.split_at(rest.len() - 4);
+    let want = u32::from_le_bytes(crc.try_into().expect("4 bytes"));
+    let got = crc32fast::hash(body);
+    if want != got {
+        return Err(Error::corrupted(format!(
+            "checksum mismatch: stored {want:#010x}, computed {got:#010x}"
+        )));
+    }
+    Ok(body)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

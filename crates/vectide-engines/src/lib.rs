@@ -25,6 +25,7 @@ pub static REGISTRY: &[&EngineDescriptor] = &[
     &vectide_phnsw::baselines::HNSW_SNAP,
     &vectide_phnsw::baselines::HNSW_WAL,
     &vectide_flat::DESCRIPTOR,
+    &vectide_vamana::DESCRIPTOR,
 ];
 
 /// The engine a collection or an index gets when none is named.

@@ -37,6 +37,9 @@ pub const INSERTING: u8 = 1;
 pub const LIVE: u8 = 2;
 /// Deleted, waiting for consolidation: traversable, never returned.
 pub const DELETED: u8 = 3;
+/// A navigation node of the index's own (Vamana's frozen start point):
+/// traversable, never returned, never deleted.
+pub const FROZEN: u8 = 4;
 
 /// A slice of cells that the engine writes under the protocol above.
 pub struct Cells<T> {

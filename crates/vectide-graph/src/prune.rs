@@ -54,7 +54,8 @@ pub fn select_alpha<G: Graph>(
 /// FreshDiskANN's RobustPrune (Algorithm 3): the new out-list of `p` from
 /// the candidate pool `cands` together with `p`'s current list, without `p`
 /// itself and without nodes `keep` refuses (deleted ones, say), ranked by
-/// distance to `p` and pruned by the α-rule to at most `r`. `pool` and
+/// distance to `p` and pruned by the α-rule to at most `r` (the α = 1
+/// selection first, then α fills the room left). `pool` and
 /// `ranked` are scratch; the list is left in `out`.
 #[allow(clippy::too_many_arguments)]
 pub fn robust_prune<G: Graph>(
@@ -77,7 +78,28 @@ pub fn robust_prune<G: Graph>(
     pool.dedup();
     pool.retain(|&x| x != p && keep(x));
     rank_from(g, dist, p, pool, ranked);
-    select_alpha(g, dist, ranked, r, alpha, out);
+    // As DiskANN's code: first the α = 1 selection, then the room left is
+    // filled in rank order under α (each admitted one checked against all
+    // kept so far), so the list holds the diverse neighbours first and the
+    // long α-edges after them.
+    select_alpha(g, dist, ranked, r, 1.0, out);
+    if alpha > 1.0 && out.len() < r {
+        for c in ranked.iter() {
+            if out.len() >= r {
+                break;
+            }
+            if out.contains(&c.node) {
+                continue;
+            }
+            let vc = g.vector(c.node);
+            if out
+                .iter()
+                .all(|&k| alpha * dist(vc, g.vector(k)) >= c.dist.0)
+            {
+                out.push(c.node);
+            }
+        }
+    }
 }
 
 /// Distances from `base` to each id, sorted closest first, into `out`.
@@ -190,7 +212,8 @@ pub fn backlink<G: Graph>(
     Backlink::Replace
 }
 
-fn splitmix64(mut x: u64) -> u64 {
+/// SplitMix64's output function: a well-mixed 64-bit value of `x`.
+pub fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

@@ -14,7 +14,7 @@ use crate::params::{HnswParams, MAX_LEVEL};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use vectide_core::io::{atomic_write, ByteReader, CrcWriter};
+use vectide_core::io::{atomic_write, check_envelope, ByteReader, CrcWriter};
 use vectide_core::{Error, Metric, Result, VectorIndex};
 use vectide_graph::mem::{Store, DELETED, FREE, LIVE};
 
@@ -124,7 +124,7 @@ impl Hnsw {
 
     /// Parses the bytes of an index file (the fuzzable core of [`Hnsw::load`]).
     pub fn from_bytes(bytes: &[u8], threads: Option<usize>) -> Result<Self> {
-        let body = check_envelope(bytes)?;
+        let body = check_envelope(bytes, MAGIC, END_MAGIC, FORMAT_VERSION, HEADER_LEN, "HNSW")?;
         let mut r = ByteReader::new(body);
         let hdr = read_header(&mut r)?;
         let params = HnswParams {
@@ -310,39 +310,6 @@ struct Header {
     level_counter: u64,
     live: u64,
     consolidate_fraction: f64,
-}
-
-/// Checks the end magic and the checksum; returns the checksummed body.
-fn check_envelope(bytes: &[u8]) -> Result<&[u8]> {
-    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
-        return Err(Error::corrupted("not a Vectide HNSW file (bad magic)"));
-    }
-    if bytes.len() < HEADER_LEN + 12 {
-        return Err(Error::corrupted(format!(
-            "truncated: {} bytes is shorter than a header",
-            bytes.len()
-        )));
-    }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
-        return Err(Error::Version {
-            found: version,
-            supported: FORMAT_VERSION,
-        });
-    }
-    let (rest, end) = bytes.split_at(bytes.len() - END_MAGIC.len());
-    if end != END_MAGIC {
-        return Err(Error::corrupted("truncated: end marker missing"));
-    }
-    let (body, crc) = rest.split_at(rest.len() - 4);
-    let want = u32::from_le_bytes(crc.try_into().expect("4 bytes"));
-    let got = crc32fast::hash(body);
-    if want != got {
-        return Err(Error::corrupted(format!(
-            "checksum mismatch: stored {want:#010x}, computed {got:#010x}"
-        )));
-    }
-    Ok(body)
 }
 
 fn read_header(r: &mut ByteReader<'_>) -> Result<Header> {

@@ -1,3 +1,3 @@
 //! Graph traversal lives in `vectide-graph`; re-exported for this crate's modules.
 
-pub(crate) use vectide_graph::search::{knn, search_layer, Scratch};
+pub(crate) use vectide_graph::search::{knn, Scratch};

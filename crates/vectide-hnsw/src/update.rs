@@ -26,14 +26,11 @@
 
 use crate::engine::{pack_entry, unpack_entry, Hnsw, NO_ENTRY};
 use crate::graph::Graph;
-use crate::search::{search_layer, Scratch};
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
-use vectide_core::heap::Candidate;
 use vectide_core::{Result, Seq, VectorIndex};
 use vectide_graph::mem::{Store, FREE};
-use vectide_graph::prune::rank_from;
-use vectide_graph::repair::{repair_list, RepairScratch};
+use vectide_graph::repair::{reconnect_unreachable, repair_list, RepairScratch};
 
 impl Hnsw {
     pub(crate) fn delete_batch(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
@@ -113,139 +110,24 @@ impl Hnsw {
         dead.len()
     }
 
-    /// Makes every live node reachable again on layer 0. The pruning in
-    /// [`Hnsw::repair_node`] can drop every edge that used to reach a node
-    /// (or a small group of nodes) through a deleted node; the property test
-    /// finds such cases with small `m`. A walk from the entry point marks what
-    /// is reachable; each node it misses is linked from the closest reachable
-    /// node that has room, or that can give up its farthest neighbour while
-    /// another node still links to that one. Everything the linked node
-    /// reaches becomes reachable with it. Returns the nodes relinked.
+    /// Makes every live node reachable again on layer 0
+    /// (`vectide_graph::repair::reconnect_unreachable`); returns the nodes
+    /// relinked.
     fn reconnect_unreachable(&self, store: &Store, used: usize, is_dead: &[bool]) -> usize {
-        let live = |s: u32| !is_dead[s as usize] && store.state(s) != FREE;
         let Some(ep) = unpack_entry(self.entry.load(Ordering::Acquire)).map(|(s, _)| s) else {
             return 0;
         };
-        let mut buf = Vec::new();
-        let mut reach = vec![false; used];
-        // In-edges from reachable nodes: a node may give up a neighbour only
-        // if another reachable node still links to it, so that relinking one
-        // node never strands another.
-        let mut indeg = vec![0u32; used];
-        let mark = |from: u32, reach: &mut Vec<bool>, indeg: &mut Vec<u32>, buf: &mut Vec<u32>| {
-            let mut stack = vec![from];
-            reach[from as usize] = true;
-            while let Some(x) = stack.pop() {
-                store.neighbors_into(x, 0, buf);
-                for &y in buf.iter() {
-                    indeg[y as usize] += 1;
-                    if live(y) && !reach[y as usize] {
-                        reach[y as usize] = true;
-                        stack.push(y);
-                    }
-                }
-            }
-        };
-        mark(ep, &mut reach, &mut indeg, &mut buf);
-        let missing: Vec<u32> = (0..used as u32)
-            .filter(|&s| live(s) && !reach[s as usize])
-            .collect();
-        if missing.is_empty() {
-            return 0;
-        }
+        let live = |s: u32| !is_dead[s as usize] && store.state(s) != FREE;
         let mut scratch = self.scratch.get();
-        let mut list = Vec::new();
-        let mut cands = Vec::new();
-        let mut ranked = Vec::new();
-        let mut relinked = 0;
-        let mut queue: std::collections::VecDeque<u32> = missing.into_iter().collect();
-        let mut budget = queue.len() * 4 + 16;
-        while let Some(x) = queue.pop_front() {
-            if reach[x as usize] || budget == 0 {
-                continue;
-            }
-            budget -= 1;
-            let v = store.vector(x);
-            let entry = Candidate::new((self.dist)(v, store.vector(ep)), ep);
-            search_layer(
-                store,
-                self.dist,
-                v,
-                &[entry],
-                self.params.ef_construction,
-                0,
-                &mut scratch,
-                |s| live(s) && reach[s as usize],
-            );
-            let Scratch { top, sorted, .. } = &mut *scratch;
-            top.drain_sorted_into(sorted);
-            cands.clear();
-            cands.extend(sorted.iter().map(|c| c.node));
-            // Every reachable node with room is a candidate too (the search
-            // above may only have found full ones).
-            for s in 0..used as u32 {
-                if live(s) && reach[s as usize] && s != x && !cands.contains(&s) {
-                    store.neighbors_into(s, 0, &mut list);
-                    if list.len() < store.cap(0) {
-                        cands.push(s);
-                    }
-                }
-            }
-            rank_from(store, self.dist, x, &cands, &mut ranked);
-            // A neighbour list with room first; else a full one gives up a
-            // neighbour another reachable node also links.
-            let mut choice = None;
-            for c in &ranked {
-                store.neighbors_into(c.node, 0, &mut list);
-                if list.len() < store.cap(0) {
-                    choice = Some((c.node, None));
-                    break;
-                }
-            }
-            if choice.is_none() {
-                for c in &ranked {
-                    let y = c.node;
-                    store.neighbors_into(y, 0, &mut list);
-                    let vy = store.vector(y);
-                    let victim = list
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, &z)| indeg[z as usize] > 1)
-                        .max_by(|a, b| {
-                            (self.dist)(vy, store.vector(*a.1))
-                                .total_cmp(&(self.dist)(vy, store.vector(*b.1)))
-                        })
-                        .map(|(i, _)| i);
-                    if let Some(i) = victim {
-                        choice = Some((y, Some(i)));
-                        break;
-                    }
-                }
-            }
-            let Some((y, slot_in_list)) = choice else {
-                continue; // the next repair (or consolidation) tries again
-            };
-            {
-                let _g = store.lock(y);
-                store.neighbors_into(y, 0, &mut list);
-                match slot_in_list {
-                    None => list.push(x),
-                    Some(i) => list[i] = x,
-                }
-                store.set_list(y, 0, &list);
-            }
-            relinked += 1;
-            // An eviction can strand what was reachable only through a
-            // cycle: recompute reachability from scratch and queue whatever
-            // is missing now.
-            reach.iter_mut().for_each(|r| *r = false);
-            indeg.iter_mut().for_each(|d| *d = 0);
-            mark(ep, &mut reach, &mut indeg, &mut buf);
-            if slot_in_list.is_some() {
-                queue.extend((0..used as u32).filter(|&s| live(s) && !reach[s as usize]));
-            }
-        }
-        relinked
+        reconnect_unreachable(
+            store,
+            self.dist,
+            ep,
+            used,
+            live,
+            self.params.ef_construction,
+            &mut scratch,
+        )
     }
 
     fn repair_node(&self, store: &Store, s: u32, is_dead: &[bool], sc: &mut RepairScratch) {

@@ -1,0 +1,327 @@
+//! Inserting: FreshVamana's Insert (Algorithm 2) with per-node locks, and
+//! the static build of a bulk load into an empty index as Vamana does it.
+//!
+//! **Insert** (`insert_node`): GreedySearch for the new point from the
+//! start node with a list of `l_build`; RobustPrune of its visited set 𝒱
+//! gives its out-list; then for each chosen neighbour `j`, under `j`'s lock,
+//! the back-edge `j → p` is appended while `j`'s list has room (up to
+//! `SLACK · r`, as DiskANN), else `j`'s list becomes RobustPrune(j,
+//! N_out(j) ∪ {p}), back to `r`. The node is published under its
+//! id only after it is linked. Inserts run in parallel on the index's pool,
+//! searches and deletes alongside.
+//!
+//! **Bulk build** (`build_bulk`, a batch of more than `r` rows into an empty
+//! index): every row gets a slot, the graph starts as a random `r`-regular
+//! one, the start node is a frozen copy of the medoid (the point nearest
+//! the centroid), and two passes over the rows in a seeded random order —
+//! the first with α = 1, the second with the index's α — run the same
+//! search, prune and back-edge steps (Subramanya et al. 2019, §2.3); a
+//! last walk links any node the pruning left without an in-edge.
+
+use crate::engine::FreshVamana;
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use vectide_core::heap::Candidate;
+use vectide_core::validate::{check_batch, copy_normalized};
+use vectide_core::{Result, Seq, RESERVED_ID};
+use vectide_graph::mem::{Store, DELETED, FREE, FROZEN};
+use vectide_graph::prune::{robust_prune, splitmix64};
+use vectide_graph::search::{search_layer_expanded, Scratch};
+use vectide_graph::slots::{allocate, newer_rows, publish};
+use vectide_graph::Graph;
+
+/// Called with the number of rows done so far (for progress bars).
+pub use vectide_core::Progress;
+
+/// Whether RobustPrune may keep `x` as a neighbour: not a free slot, not a
+/// node waiting for consolidation.
+#[inline]
+pub(crate) fn linkable(store: &Store, x: u32) -> bool {
+    let s = store.state(x);
+    s != FREE && s != DELETED
+}
+
+impl FreshVamana {
+    /// Inserts a batch (upsert semantics), in parallel on the index's pool.
+    pub fn insert_with_progress(
+        &self,
+        seq: Seq,
+        ids: &[u64],
+        vectors: &[f32],
+        progress: Option<Progress<'_>>,
+    ) -> Result<()> {
+        check_batch(self.dim, self.metric, ids, vectors)?;
+        let _op = self.seqs.begin(seq);
+        let _shared = self.mutate.read();
+        let rows = newer_rows(&self.ids, ids, seq);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let dim = self.dim;
+        let mut normed = Vec::with_capacity(rows.len() * dim);
+        let mut buf = Vec::new();
+        for &r in &rows {
+            copy_normalized(self.metric, &vectors[r * dim..(r + 1) * dim], &mut buf);
+            normed.extend_from_slice(&buf);
+        }
+        let fresh_index = {
+            let _g = self.start_lock.lock();
+            let empty = self.start_slot().is_none();
+            if empty {
+                self.create_start(&normed)?;
+            }
+            empty
+        };
+        let slots = allocate(&self.alloc, &self.store, rows.len())?;
+        let store = self.store.read();
+        if fresh_index && rows.len() > self.params.r {
+            self.build_bulk(&store, &slots, &rows, ids, &normed, seq, progress);
+            return Ok(());
+        }
+        let done = AtomicUsize::new(0);
+        let work = |scratch: &mut Scratch, i: usize| {
+            let v = &normed[i * dim..(i + 1) * dim];
+            // SAFETY: `slots[i]` came from `allocate`: never linked, or
+            // reclaimed by a consolidation that removed every edge to it
+            // and waited for all searches (exclusive store lock) before
+            // freeing it. No other thread knows its id until it is linked.
+            unsafe { store.init_slot(slots[i], ids[rows[i]], seq, v, 0) };
+            self.link(&store, slots[i], self.alpha(), true, scratch);
+            publish(
+                &store,
+                &self.ids,
+                &self.pending,
+                slots[i],
+                ids[rows[i]],
+                seq,
+            );
+            report(progress, &done, rows.len(), 1);
+        };
+        if rows.len() < 64 || vectide_core::VectorIndex::threads(self) == 1 {
+            let mut scratch = self.scratch.get();
+            (0..rows.len()).for_each(|i| work(&mut scratch, i));
+        } else {
+            self.install(|| {
+                (0..rows.len())
+                    .into_par_iter()
+                    .for_each_init(|| self.scratch.get(), |scratch, i| work(scratch, i))
+            });
+        }
+        Ok(())
+    }
+
+    /// Creates the frozen start node: a copy of the medoid of `rows`
+    /// (row-major, normalised). The caller holds `start_lock`.
+    fn create_start(&self, rows: &[f32]) -> Result<()> {
+        let dim = self.dim;
+        let n = rows.len() / dim;
+        let mut centroid = vec![0f64; dim];
+        for r in rows.chunks_exact(dim) {
+            for (c, &x) in centroid.iter_mut().zip(r) {
+                *c += x as f64;
+            }
+        }
+        let centroid: Vec<f32> = centroid.iter().map(|&c| (c / n as f64) as f32).collect();
+        let medoid = rows
+            .chunks_exact(dim)
+            .map(|r| (self.dist)(&centroid, r))
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map_or(0, |(i, _)| i);
+        let slot = allocate(&self.alloc, &self.store, 1)?[0];
+        let store = self.store.read();
+        // SAFETY: a fresh slot of an index without a start node: nothing
+        // links to it and no search can reach it before `start` is set.
+        unsafe {
+            store.init_slot(
+                slot,
+                RESERVED_ID,
+                0,
+                &rows[medoid * dim..(medoid + 1) * dim],
+                0,
+            )
+        };
+        store.set_state(slot, FROZEN);
+        self.start.store(slot as u64, Ordering::Release);
+        Ok(())
+    }
+
+    /// Links `slot` (initialised, its vector in place) into the graph:
+    /// Algorithm 2's GreedySearch, RobustPrune of the visited set into its
+    /// own list, then the back-edges. With `force`, a node whose every
+    /// back-edge the pruning dropped takes the last neighbour's farthest
+    /// edge (the bulk build instead ends with a reachability walk).
+    pub(crate) fn link(
+        &self,
+        store: &Store,
+        slot: u32,
+        alpha: f32,
+        force: bool,
+        scratch: &mut Scratch,
+    ) {
+        let Some(start) = self.start_slot() else {
+            return;
+        };
+        let v = store.vector(slot);
+        let entry = [Candidate::new((self.dist)(v, store.vector(start)), start)];
+        search_layer_expanded(
+            store,
+            self.dist,
+            v,
+            &entry,
+            self.params.l_build,
+            0,
+            scratch,
+            |_| true,
+        );
+        let r = self.params.r;
+        let mut visited = std::mem::take(&mut scratch.lists);
+        visited.resize_with(2, Vec::new);
+        let (cands, chosen) = visited.split_at_mut(1);
+        let (cands, chosen) = (&mut cands[0], &mut chosen[0]);
+        cands.clear();
+        cands.extend(scratch.expanded.iter().map(|c| c.node));
+        let keep = |x: u32| linkable(store, x);
+        let Scratch {
+            neighbors: pool,
+            sorted: ranked,
+            fresh: list,
+            ..
+        } = scratch;
+        {
+            let _g = store.lock(slot);
+            robust_prune(
+                store, self.dist, slot, cands, keep, alpha, r, pool, ranked, list,
+            );
+            store.set_list(slot, 0, list);
+            chosen.clear();
+            chosen.extend_from_slice(list);
+        }
+        // Back-edges. `linked`: some neighbour kept the edge to the node.
+        let mut linked = false;
+        for (i, &j) in chosen.iter().enumerate() {
+            let _g = store.lock(j);
+            store.neighbors_into(j, 0, list);
+            if list.contains(&slot) {
+                linked = true;
+                continue;
+            }
+            if list.len() < store.cap(0) {
+                linked |= store.push_neighbor(j, 0, slot);
+                continue;
+            }
+            robust_prune(
+                store,
+                self.dist,
+                j,
+                &[slot],
+                keep,
+                alpha,
+                r,
+                pool,
+                ranked,
+                list,
+            );
+            linked |= list.contains(&slot);
+            // A point far from everything (an outlier, an upsert that moved
+            // far) loses every back-edge to the pruning and could not be
+            // found at all: the last neighbour gives up its farthest edge
+            // for it.
+            if force && !linked && i + 1 == chosen.len() {
+                list.pop();
+                list.push(slot);
+                linked = true;
+            }
+            store.set_list(j, 0, list);
+        }
+        scratch.lists = visited;
+    }
+
+    /// The static build of a bulk load into an empty index (see the module
+    /// docs). The start node exists; `slots[i]` receives row `rows[i]`
+    /// (`normed` holds the rows in that order).
+    #[allow(clippy::too_many_arguments)]
+    fn build_bulk(
+        &self,
+        store: &Store,
+        slots: &[u32],
+        rows: &[usize],
+        ids: &[u64],
+        normed: &[f32],
+        seq: Seq,
+        progress: Option<Progress<'_>>,
+    ) {
+        let dim = self.dim;
+        let n = slots.len();
+        let r = self.params.r;
+        let seed = self.params.seed;
+        self.install(|| {
+            (0..n).into_par_iter().for_each(|i| {
+                // SAFETY: fresh slots of an index that had no node but the
+                // start one, which links to none of them yet; each slot is
+                // written by one iteration only.
+                unsafe {
+                    store.init_slot(
+                        slots[i],
+                        ids[rows[i]],
+                        seq,
+                        &normed[i * dim..(i + 1) * dim],
+                        0,
+                    )
+                };
+            });
+            // A random r-regular start graph over the new nodes and the
+            // start node.
+            let start = self.start_slot().expect("created before the build");
+            let all: Vec<u32> = slots.iter().copied().chain([start]).collect();
+            all.par_iter().enumerate().for_each(|(i, &s)| {
+                let want = r.min(all.len() - 1);
+                let mut list: Vec<u32> = Vec::with_capacity(want);
+                let mut k = 0u64;
+                while list.len() < want {
+                    let pick = all[(splitmix64(seed ^ splitmix64((i as u64) << 20 ^ k))
+                        % all.len() as u64) as usize];
+                    k += 1;
+                    if pick != s && !list.contains(&pick) {
+                        list.push(pick);
+                    }
+                }
+                let _g = store.lock(s);
+                store.set_list(s, 0, &list);
+            });
+        });
+        // Two passes in a seeded random order: α = 1, then α.
+        let mut order: Vec<u32> = slots.to_vec();
+        order.sort_by_key(|&s| splitmix64(seed ^ 0x0bd3 ^ s as u64));
+        let done = AtomicUsize::new(0);
+        for alpha in [1.0, self.alpha()] {
+            self.install(|| {
+                order.par_iter().for_each_init(
+                    || self.scratch.get(),
+                    |scratch, &s| {
+                        self.link(store, s, alpha, false, scratch);
+                        report(progress, &done, 2 * n, 2);
+                    },
+                )
+            });
+        }
+        // Duplicates (and other nodes pruned out of every list) get an
+        // in-edge back.
+        let used = self.alloc.lock().next as usize;
+        self.reconnect(store, used, &vec![false; used]);
+        for (i, &s) in slots.iter().enumerate() {
+            publish(store, &self.ids, &self.pending, s, ids[rows[i]], seq);
+        }
+    }
+}
+
+/// Counts one more unit of work done out of `total` and reports the rows
+/// done (a bulk build does two units per row, one per pass).
+fn report(progress: Option<Progress<'_>>, done: &AtomicUsize, total: usize, per_row: usize) {
+    if let Some(p) = progress {
+        let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+        if d.is_multiple_of(1024) || d == total {
+            p(d / per_row);
+        }
+    }
+}

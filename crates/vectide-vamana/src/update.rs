@@ -1,0 +1,221 @@
+//! Deletes: lazy, into the DeleteList, and their consolidation
+//! (FreshDiskANN's Algorithm 4).
+//!
+//! A delete removes the id from the id map and marks its slot `DELETED`:
+//! searches keep walking it (the graph stays navigable) but never return
+//! it. When the DeleteList exceeds `consolidate_fraction` of the live
+//! points — or on request (`maintain`) — a consolidation runs:
+//!
+//! 1. inserts and deletes pause (exclusive `mutate` lock); searches go on;
+//! 2. in parallel over every remaining node `p` whose out-list names a
+//!    deleted node: the candidate set is `p`'s surviving neighbours plus
+//!    the surviving neighbours of its deleted ones, and `p`'s list becomes
+//!    RobustPrune(p, candidates, α, R) — Algorithm 4 exactly;
+//! 3. a walk from the start node finds live nodes the pruning left
+//!    unreachable and links each from its closest reachable node (shared
+//!    with hnsw: `vectide_graph::repair::reconnect_unreachable`);
+//! 4. an exclusive store-lock barrier waits for every search that may still
+//!    hold a deleted id, then the slots are marked free and handed to the
+//!    allocator, which gives them to the next inserts (slot reuse).
+//!
+//! The start node is frozen: never deleted, so it never moves.
+
+use crate::builder::linkable;
+use crate::engine::FreshVamana;
+use rayon::prelude::*;
+use std::sync::atomic::Ordering;
+use vectide_core::heap::Candidate;
+use vectide_core::{Result, Seq, VectorIndex};
+use vectide_graph::mem::{Store, FREE, FROZEN, LIVE};
+use vectide_graph::prune::robust_prune;
+use vectide_graph::repair::reconnect_unreachable;
+use vectide_graph::Graph;
+
+/// Per-thread buffers of a consolidation.
+#[derive(Default)]
+struct Buffers {
+    list: Vec<u32>,
+    dead_list: Vec<u32>,
+    cands: Vec<u32>,
+    pool: Vec<u32>,
+    ranked: Vec<Candidate>,
+    out: Vec<u32>,
+}
+
+impl FreshVamana {
+    pub(crate) fn delete_batch(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
+        let _op = self.seqs.begin(seq);
+        let removed = {
+            let _shared = self.mutate.read();
+            let store = self.store.read();
+            vectide_graph::slots::delete_ids(&store, &self.ids, &self.pending, ids, seq)
+        };
+        let pending = self.pending.lock().len();
+        let live = self.len().max(1);
+        if pending as f64 > self.params.consolidate_fraction * live as f64 {
+            self.consolidate();
+        }
+        Ok(removed)
+    }
+
+    /// Runs Algorithm 4 over the DeleteList and reclaims its slots (see the
+    /// module docs). Returns how many slots were reclaimed.
+    pub fn consolidate(&self) -> usize {
+        let _exclusive = self.mutate.write();
+        let dead: Vec<u32> = std::mem::take(&mut *self.pending.lock());
+        if dead.is_empty() {
+            return 0;
+        }
+        let used = self.alloc.lock().next as usize;
+        {
+            let store = self.store.read();
+            let mut is_dead = vec![false; used];
+            for &d in &dead {
+                is_dead[d as usize] = true;
+            }
+            let alpha = self.alpha();
+            self.install(|| {
+                (0..used as u32)
+                    .into_par_iter()
+                    .for_each_init(Buffers::default, |b, s| {
+                        if !is_dead[s as usize] && store.state(s) != FREE {
+                            self.repair(&store, s, &is_dead, alpha, b);
+                        }
+                    })
+            });
+            self.reconnect(&store, used, &is_dead);
+        }
+        // Barrier: once we hold the store exclusively, no search that could
+        // have read an edge to a dead node is still running.
+        drop(self.store.write());
+        {
+            let store = self.store.read();
+            for &d in &dead {
+                store.set_state(d, FREE);
+            }
+        }
+        self.alloc.lock().free.extend_from_slice(&dead);
+        self.consolidations.fetch_add(1, Ordering::Relaxed);
+        dead.len()
+    }
+
+    /// Links every live node the start node cannot reach (pruning can drop
+    /// a node's last in-edge: duplicates of a kept neighbour, say, are
+    /// never kept). Inserts and deletes wait; searches go on. Returns the
+    /// nodes relinked.
+    pub fn repair_reachability(&self) -> usize {
+        let _exclusive = self.mutate.write();
+        let used = self.alloc.lock().next as usize;
+        let store = self.store.read();
+        self.reconnect(&store, used, &vec![false; used])
+    }
+
+    pub(crate) fn reconnect(&self, store: &Store, used: usize, is_dead: &[bool]) -> usize {
+        let Some(start) = self.start_slot() else {
+            return 0;
+        };
+        let live = |s: u32| !is_dead[s as usize] && store.state(s) != FREE;
+        let mut scratch = self.scratch.get();
+        reconnect_unreachable(
+            store,
+            self.dist,
+            start,
+            used,
+            live,
+            self.params.l_build,
+            &mut scratch,
+        )
+    }
+
+    /// Algorithm 4 for one node.
+    fn repair(&self, store: &Store, p: u32, is_dead: &[bool], alpha: f32, b: &mut Buffers) {
+        let dead = |x: u32| is_dead.get(x as usize).copied().unwrap_or(false);
+        store.neighbors_into(p, 0, &mut b.list);
+        if !b.list.iter().any(|&x| dead(x)) {
+            return;
+        }
+        b.cands.clear();
+        for &v in b.list.iter().filter(|&&v| dead(v)) {
+            store.neighbors_into(v, 0, &mut b.dead_list);
+            b.cands
+                .extend(b.dead_list.iter().copied().filter(|&y| !dead(y)));
+        }
+        let keep = |x: u32| !dead(x) && linkable(store, x);
+        let _g = store.lock(p);
+        robust_prune(
+            store,
+            self.dist,
+            p,
+            &b.cands,
+            keep,
+            alpha,
+            self.params.r,
+            &mut b.pool,
+            &mut b.ranked,
+            &mut b.out,
+        );
+        store.set_list(p, 0, &b.out);
+    }
+}
+
+/// What [`FreshVamana::check_graph`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GraphCheck {
+    /// Live nodes.
+    pub live: usize,
+    /// Live nodes reachable from the start node (through any used node,
+    /// deleted ones included, as searches walk them).
+    pub reachable: usize,
+    /// Edges naming a free slot, and self-loops.
+    pub bad_edges: usize,
+    /// Lists longer than their room (`SLACK · r`).
+    pub over_degree: usize,
+    /// Whether the start node is a used slot in the frozen state.
+    pub start_ok: bool,
+}
+
+impl FreshVamana {
+    /// Walks the whole graph and checks its structure (for tests and
+    /// `check_structure`; O(N·R), pauses inserts and deletes).
+    pub fn check_graph(&self) -> GraphCheck {
+        let _exclusive = self.mutate.write();
+        let used = self.alloc.lock().next as usize;
+        let store = self.store.read();
+        let used_slot = |s: u32| (s as usize) < used && store.state(s) != FREE;
+        let mut report = GraphCheck::default();
+        let mut buf = Vec::new();
+        for s in 0..used as u32 {
+            if !used_slot(s) {
+                continue;
+            }
+            if store.state(s) == LIVE {
+                report.live += 1;
+            }
+            store.neighbors_into(s, 0, &mut buf);
+            if buf.len() > store.cap(0) {
+                report.over_degree += 1;
+            }
+            report.bad_edges += buf.iter().filter(|&&y| !used_slot(y) || y == s).count();
+        }
+        let start = self.start_slot().filter(|&s| used_slot(s));
+        report.start_ok = start.is_some_and(|s| store.state(s) == FROZEN);
+        if let Some(start) = start {
+            let mut seen = vec![false; used];
+            let mut stack = vec![start];
+            seen[start as usize] = true;
+            while let Some(x) = stack.pop() {
+                if store.state(x) == LIVE {
+                    report.reachable += 1;
+                }
+                store.neighbors_into(x, 0, &mut buf);
+                for &y in &buf {
+                    if used_slot(y) && !seen[y as usize] {
+                        seen[y as usize] = true;
+                        stack.push(y);
+                    }
+                }
+            }
+        }
+        report
+    }
+}
