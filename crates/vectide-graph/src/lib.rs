@@ -13,6 +13,7 @@
 //! Used by the `hnsw` and `p-hnsw` engines; the graph engines to come
 //! (FreshVamana, d-HNSW) build on the same pieces.
 
+pub mod core;
 pub mod graph;
 pub mod hnsw_params;
 pub mod mem;

@@ -2,16 +2,10 @@
 
 use crate::params::HnswParams;
 use crate::search::{knn, Scratch};
-use parking_lot::{Mutex, RwLock};
-use std::collections::HashMap;
-use std::path::PathBuf;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use vectide_core::metric::DistanceFn;
-use vectide_core::seq::SeqTracker;
-use vectide_core::visited::VisitedPool;
-use vectide_core::{
-    Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
-};
+use vectide_core::{Filter, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex};
+use vectide_graph::core::GraphCore;
 use vectide_graph::mem::{Store, LIVE};
 
 pub(crate) use vectide_graph::slots::{Alloc, IdEntry};
@@ -29,31 +23,24 @@ pub(crate) fn unpack_entry(word: u64) -> Option<(u32, usize)> {
     (word != NO_ENTRY).then_some(((word >> 8) as u32, (word & 0xff) as usize))
 }
 
-/// A volatile HNSW index (see the crate docs for the design).
+/// A volatile HNSW index (see the crate docs for the design). The state
+/// every volatile graph engine shares (store, locks, id map, allocator,
+/// DeleteList, sequence numbers, pools) is its [`GraphCore`], which it
+/// dereferences to.
 pub struct Hnsw {
-    pub(crate) dim: usize,
-    pub(crate) metric: Metric,
+    pub(crate) core: GraphCore,
     pub(crate) params: HnswParams,
-    pub(crate) dist: DistanceFn,
-    /// Readers (searches, insert batches) share it; growth and slot
-    /// reclamation take it exclusively.
-    pub(crate) store: RwLock<Store>,
-    /// Insert and delete batches share it; consolidation and save take it
-    /// exclusively, so they see no half-done insert.
-    pub(crate) mutate: RwLock<()>,
-    pub(crate) ids: Mutex<HashMap<u64, IdEntry>>,
-    pub(crate) alloc: Mutex<Alloc>,
-    pub(crate) pending: Mutex<Vec<u32>>,
     pub(crate) entry: AtomicU64,
     /// Held by an insert whose level exceeds the current top level.
     pub(crate) entry_lock: Mutex<()>,
     pub(crate) level_counter: AtomicU64,
-    pub(crate) consolidations: AtomicU64,
-    pub(crate) seqs: SeqTracker,
-    pub(crate) durable: AtomicU64,
-    pub(crate) scratch: VisitedPool<Scratch>,
-    pub(crate) pool: Option<rayon::ThreadPool>,
-    pub(crate) path: Mutex<Option<PathBuf>>,
+}
+
+impl std::ops::Deref for Hnsw {
+    type Target = GraphCore;
+    fn deref(&self) -> &GraphCore {
+        &self.core
+    }
 }
 
 impl std::fmt::Debug for Hnsw {
@@ -81,30 +68,12 @@ impl Hnsw {
         store: Store,
     ) -> Result<Self> {
         params.validate()?;
-        if dim == 0 || dim > 65_536 {
-            return Err(Error::invalid(format!(
-                "dimension must be in 1..=65536, got {dim}"
-            )));
-        }
-        let pool = vectide_core::engine::thread_pool("hnsw", params.threads)?;
+        let core = GraphCore::new("hnsw", dim, metric, store, params.threads)?;
         Ok(Hnsw {
-            dim,
-            metric,
-            dist: metric.distance_fn(),
-            store: RwLock::new(store),
-            mutate: RwLock::new(()),
-            ids: Mutex::new(HashMap::new()),
-            alloc: Mutex::new(Alloc::default()),
-            pending: Mutex::new(Vec::new()),
+            core,
             entry: AtomicU64::new(NO_ENTRY),
             entry_lock: Mutex::new(()),
             level_counter: AtomicU64::new(0),
-            consolidations: AtomicU64::new(0),
-            seqs: SeqTracker::default(),
-            durable: AtomicU64::new(0),
-            scratch: VisitedPool::default(),
-            pool,
-            path: Mutex::new(None),
             params,
         })
     }
@@ -112,23 +81,6 @@ impl Hnsw {
     /// The parameters the index was built with.
     pub fn params(&self) -> &HnswParams {
         &self.params
-    }
-
-    /// Runs `f` on the index's thread pool (or rayon's global one).
-    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        match &self.pool {
-            Some(p) => p.install(f),
-            None => f(),
-        }
-    }
-
-    /// Prepares a query: checks it and normalises it under cosine.
-    pub(crate) fn prepare_query<'a>(
-        &self,
-        query: &'a [f32],
-        buf: &'a mut Vec<f32>,
-    ) -> Result<&'a [f32]> {
-        vectide_core::validate::prepare_query(self.dim, self.metric, query, buf)
     }
 
     /// Searches with a prepared scratch; results go to `out`.
@@ -161,17 +113,6 @@ impl Hnsw {
                 .map(|c| Neighbor::new(store.label(c.node), c.dist.0)),
         );
     }
-
-    /// Slots holding a live or not-yet-reclaimed vector.
-    pub fn slots_used(&self) -> usize {
-        let a = self.alloc.lock();
-        a.next as usize - a.free.len()
-    }
-
-    /// The path the index was last saved to or loaded from.
-    pub fn path(&self) -> Option<PathBuf> {
-        self.path.lock().clone()
-    }
 }
 
 impl VectorIndex for Hnsw {
@@ -181,10 +122,6 @@ impl VectorIndex for Hnsw {
 
     fn params(&self) -> vectide_core::Params {
         vectide_graph::hnsw_params::graph_params_out(&self.params, self.threads())
-    }
-
-    fn pool(&self) -> Option<&rayon::ThreadPool> {
-        self.pool.as_ref()
     }
 
     /// Edges to free slots or to nodes absent from that layer, and a live
@@ -257,75 +194,11 @@ impl VectorIndex for Hnsw {
         filter: Option<Filter<'_>>,
         out: &mut Vec<Neighbor>,
     ) -> Result<()> {
-        if k == 0 {
-            return Err(Error::invalid("k must be at least 1"));
-        }
-        let mut scratch = self.scratch.get();
-        let mut qbuf = std::mem::take(&mut scratch.query);
-        let result = self.prepare_query(query, &mut qbuf).map(|q| {
-            let ef = params.ef.unwrap_or(self.params.ef_search).max(k);
-            let store = self.store.read();
-            self.search_with(&store, q, k, ef, filter, &mut scratch, out);
-        });
-        scratch.query = qbuf;
-        result
-    }
-
-    fn distances(&self, query: &[f32], ids: &[u64], out: &mut Vec<Neighbor>) -> Result<()> {
-        let mut scratch = self.scratch.get();
-        let mut qbuf = std::mem::take(&mut scratch.query);
-        let result = self.prepare_query(query, &mut qbuf).map(|q| {
-            let store = self.store.read();
-            let map = self.ids.lock();
-            out.extend(ids.iter().filter_map(|&id| {
-                let slot = map.get(&id)?.slot;
-                Some(Neighbor::new(id, (self.dist)(q, store.vector(slot))))
-            }));
-        });
-        scratch.query = qbuf;
-        result
-    }
-
-    fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
-        let store = self.store.read();
-        let slot = self.ids.lock().get(&id).map(|e| e.slot);
-        Ok(slot.map(|s| store.vector(s).to_vec()))
-    }
-
-    fn contains(&self, id: u64) -> Result<bool> {
-        Ok(self.ids.lock().contains_key(&id))
-    }
-
-    fn len(&self) -> usize {
-        self.ids.lock().len()
-    }
-
-    fn flush(&self) -> Result<()> {
-        match self.path() {
-            Some(p) => self.save(&p),
-            None => Ok(()),
-        }
-    }
-
-    fn durable_seq(&self) -> Seq {
-        self.durable.load(Ordering::Acquire)
-    }
-
-    fn stats(&self) -> Result<IndexStats> {
-        // Lock order: `alloc` is never taken while holding `store`.
-        let used = self.alloc.lock().next as usize;
-        let slots_used = self.slots_used();
-        let live = self.len();
-        let store = self.store.read();
-        let ids_bytes = self.ids.lock().capacity() * (std::mem::size_of::<(u64, IdEntry)>() + 1);
-        Ok(IndexStats {
-            live,
-            slots_used,
-            capacity: store.capacity,
-            pending_deletes: self.pending.lock().len(),
-            memory_bytes: store.memory_bytes(used) + ids_bytes,
-            consolidations: self.consolidations.load(Ordering::Relaxed),
-            ..IndexStats::default()
+        let ef = params.ef.unwrap_or(self.params.ef_search).max(k);
+        self.core.with_query(query, k, |store, q, scratch| {
+            self.search_with(store, q, k, ef, filter, scratch, out)
         })
     }
+
+    vectide_graph::graph_core_methods!();
 }

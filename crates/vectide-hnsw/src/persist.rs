@@ -282,16 +282,11 @@ impl Hnsw {
             }
             _ => {}
         }
-        let idx = Hnsw::with_store(hdr.dim, hdr.metric, params, store)?;
-        *idx.ids.lock() = ids;
-        *idx.alloc.lock() = alloc;
-        *idx.pending.lock() = pending;
+        let mut idx = Hnsw::with_store(hdr.dim, hdr.metric, params, store)?;
+        idx.core.restore(ids, alloc, pending, hdr.durable_seq);
         idx.entry.store(hdr.entry, Ordering::Release);
         idx.level_counter
             .store(hdr.level_counter, Ordering::Relaxed);
-        idx.durable.store(hdr.durable_seq, Ordering::Release);
-        let mut idx = idx;
-        idx.seqs = vectide_core::SeqTracker::starting_at(hdr.durable_seq);
         Ok(idx)
     }
 }

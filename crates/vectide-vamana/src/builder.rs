@@ -64,20 +64,24 @@ impl FreshVamana {
             copy_normalized(self.metric, &vectors[r * dim..(r + 1) * dim], &mut buf);
             normed.extend_from_slice(&buf);
         }
-        let fresh_index = {
+        {
+            // The first batch creates the start node; a large one builds
+            // the graph statically while holding the lock, so that a batch
+            // arriving meanwhile waits here instead of linking into a graph
+            // whose lists the build is about to overwrite.
             let _g = self.start_lock.lock();
-            let empty = self.start_slot().is_none();
-            if empty {
+            if self.start_slot().is_none() {
                 self.create_start(&normed)?;
+                if rows.len() > self.params.r {
+                    let slots = allocate(&self.alloc, &self.store, rows.len())?;
+                    let store = self.store.read();
+                    self.build_bulk(&store, &slots, &rows, ids, &normed, seq, progress);
+                    return Ok(());
+                }
             }
-            empty
-        };
+        }
         let slots = allocate(&self.alloc, &self.store, rows.len())?;
         let store = self.store.read();
-        if fresh_index && rows.len() > self.params.r {
-            self.build_bulk(&store, &slots, &rows, ids, &normed, seq, progress);
-            return Ok(());
-        }
         let done = AtomicUsize::new(0);
         let work = |scratch: &mut Scratch, i: usize| {
             let v = &normed[i * dim..(i + 1) * dim];

@@ -2,51 +2,35 @@
 //! [`VectorIndex`] implementation.
 
 use crate::params::VamanaParams;
-use parking_lot::{Mutex, RwLock};
-use std::collections::HashMap;
-use std::path::PathBuf;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::heap::Candidate;
-use vectide_core::metric::DistanceFn;
-use vectide_core::seq::SeqTracker;
-use vectide_core::visited::VisitedPool;
-use vectide_core::{
-    Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
-};
+use vectide_core::{Filter, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex};
+use vectide_graph::core::GraphCore;
 use vectide_graph::mem::{Store, LIVE};
 use vectide_graph::search::{search_layer, Scratch};
-use vectide_graph::slots::{Alloc, IdEntry};
 
 /// No start node yet (an index that never held a point).
 pub(crate) const NO_START: u64 = u64::MAX;
 
-/// A FreshVamana index in memory (see the crate docs for the design).
+/// A FreshVamana index in memory (see the crate docs for the design). The
+/// state every volatile graph engine shares (store, locks, id map,
+/// allocator, DeleteList, sequence numbers, pools) is its [`GraphCore`],
+/// which it dereferences to.
 pub struct FreshVamana {
-    pub(crate) dim: usize,
-    pub(crate) metric: Metric,
+    pub(crate) core: GraphCore,
     pub(crate) params: VamanaParams,
-    pub(crate) dist: DistanceFn,
-    /// Readers (searches, insert batches) share it; growth and slot
-    /// reclamation take it exclusively.
-    pub(crate) store: RwLock<Store>,
-    /// Insert and delete batches share it; consolidation and save take it
-    /// exclusively, so they see no half-done insert.
-    pub(crate) mutate: RwLock<()>,
-    pub(crate) ids: Mutex<HashMap<u64, IdEntry>>,
-    pub(crate) alloc: Mutex<Alloc>,
-    /// The DeleteList: slots deleted (or replaced by an upsert) and not yet
-    /// consolidated.
-    pub(crate) pending: Mutex<Vec<u32>>,
     /// The frozen start node's slot, or [`NO_START`].
     pub(crate) start: AtomicU64,
     /// Held by the insert that creates the start node.
     pub(crate) start_lock: Mutex<()>,
-    pub(crate) consolidations: AtomicU64,
-    pub(crate) seqs: SeqTracker,
-    pub(crate) durable: AtomicU64,
-    pub(crate) scratch: VisitedPool<Scratch>,
-    pub(crate) pool: Option<rayon::ThreadPool>,
-    pub(crate) path: Mutex<Option<PathBuf>>,
+}
+
+impl std::ops::Deref for FreshVamana {
+    type Target = GraphCore;
+    fn deref(&self) -> &GraphCore {
+        &self.core
+    }
 }
 
 impl std::fmt::Debug for FreshVamana {
@@ -74,30 +58,11 @@ impl FreshVamana {
         store: Store,
     ) -> Result<Self> {
         params.validate()?;
-        if dim == 0 || dim > vectide_core::limits::MAX_DIM {
-            return Err(Error::invalid(format!(
-                "dimension must be in 1..={}, got {dim}",
-                vectide_core::limits::MAX_DIM
-            )));
-        }
-        let pool = vectide_core::engine::thread_pool("fresh-vamana", params.threads)?;
+        let core = GraphCore::new("fresh-vamana", dim, metric, store, params.threads)?;
         Ok(FreshVamana {
-            dim,
-            metric,
-            dist: metric.distance_fn(),
-            store: RwLock::new(store),
-            mutate: RwLock::new(()),
-            ids: Mutex::new(HashMap::new()),
-            alloc: Mutex::new(Alloc::default()),
-            pending: Mutex::new(Vec::new()),
+            core,
             start: AtomicU64::new(NO_START),
             start_lock: Mutex::new(()),
-            consolidations: AtomicU64::new(0),
-            seqs: SeqTracker::default(),
-            durable: AtomicU64::new(0),
-            scratch: VisitedPool::default(),
-            pool,
-            path: Mutex::new(None),
             params,
         })
     }
@@ -121,14 +86,6 @@ impl FreshVamana {
     pub(crate) fn start_slot(&self) -> Option<u32> {
         let w = self.start.load(Ordering::Acquire);
         (w != NO_START).then_some(w as u32)
-    }
-
-    /// Runs `f` on the index's thread pool (or rayon's global one).
-    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        match &self.pool {
-            Some(p) => p.install(f),
-            None => f(),
-        }
     }
 
     /// GreedySearch (Algorithm 1) from the start node with a list of `l`,
@@ -166,18 +123,6 @@ impl FreshVamana {
                 .map(|c| Neighbor::new(store.label(c.node), c.dist.0)),
         );
     }
-
-    /// Slots holding a live or not-yet-reclaimed vector (the start node
-    /// included).
-    pub fn slots_used(&self) -> usize {
-        let a = self.alloc.lock();
-        a.next as usize - a.free.len()
-    }
-
-    /// The path the index was last saved to or loaded from.
-    pub fn path(&self) -> Option<PathBuf> {
-        self.path.lock().clone()
-    }
 }
 
 impl VectorIndex for FreshVamana {
@@ -187,10 +132,6 @@ impl VectorIndex for FreshVamana {
 
     fn params(&self) -> vectide_core::Params {
         self.params.to_params(self.threads())
-    }
-
-    fn pool(&self) -> Option<&rayon::ThreadPool> {
-        self.pool.as_ref()
     }
 
     fn check_structure(&self) -> Result<Vec<String>> {
@@ -262,74 +203,11 @@ impl VectorIndex for FreshVamana {
         filter: Option<Filter<'_>>,
         out: &mut Vec<Neighbor>,
     ) -> Result<()> {
-        if k == 0 {
-            return Err(Error::invalid("k must be at least 1"));
-        }
-        let mut scratch = self.scratch.get();
-        let mut qbuf = std::mem::take(&mut scratch.query);
-        let result = vectide_core::validate::prepare_query(self.dim, self.metric, query, &mut qbuf)
-            .map(|q| {
-                let l = params.ef.unwrap_or(self.params.l_search).max(k);
-                let store = self.store.read();
-                self.search_with(&store, q, k, l, filter, &mut scratch, out);
-            });
-        scratch.query = qbuf;
-        result
-    }
-
-    fn distances(&self, query: &[f32], ids: &[u64], out: &mut Vec<Neighbor>) -> Result<()> {
-        let mut qbuf = Vec::new();
-        let q = vectide_core::validate::prepare_query(self.dim, self.metric, query, &mut qbuf)?;
-        let store = self.store.read();
-        let map = self.ids.lock();
-        out.extend(ids.iter().filter_map(|&id| {
-            let slot = map.get(&id)?.slot;
-            Some(Neighbor::new(id, (self.dist)(q, store.vector(slot))))
-        }));
-        Ok(())
-    }
-
-    fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
-        let store = self.store.read();
-        let slot = self.ids.lock().get(&id).map(|e| e.slot);
-        Ok(slot.map(|s| store.vector(s).to_vec()))
-    }
-
-    fn contains(&self, id: u64) -> Result<bool> {
-        Ok(self.ids.lock().contains_key(&id))
-    }
-
-    fn len(&self) -> usize {
-        self.ids.lock().len()
-    }
-
-    fn flush(&self) -> Result<()> {
-        match self.path() {
-            Some(p) => self.save(&p),
-            None => Ok(()),
-        }
-    }
-
-    fn durable_seq(&self) -> Seq {
-        self.durable.load(Ordering::Acquire)
-    }
-
-    fn stats(&self) -> Result<IndexStats> {
-        // Lock order: `alloc` is never taken while holding `store`.
-        let used = self.alloc.lock().next as usize;
-        let slots_used = self.slots_used();
-        let live = self.len();
-        let store = self.store.read();
-        let ids_bytes = self.ids.lock().capacity() * (std::mem::size_of::<(u64, IdEntry)>() + 1);
-        let pending = self.pending.lock().len();
-        Ok(IndexStats {
-            live,
-            slots_used,
-            capacity: store.capacity,
-            pending_deletes: pending,
-            memory_bytes: store.memory_bytes(used) + ids_bytes,
-            consolidations: self.consolidations.load(Ordering::Relaxed),
-            ..IndexStats::default()
+        let l = params.ef.unwrap_or(self.params.l_search).max(k);
+        self.core.with_query(query, k, |store, q, scratch| {
+            self.search_with(store, q, k, l, filter, scratch, out)
         })
     }
+
+    vectide_graph::graph_core_methods!();
 }

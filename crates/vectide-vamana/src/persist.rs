@@ -254,12 +254,8 @@ impl FreshVamana {
             )));
         }
         let mut idx = FreshVamana::with_store(hdr.dim, hdr.metric, hdr.params, store)?;
-        *idx.ids.lock() = ids;
-        *idx.alloc.lock() = alloc;
-        *idx.pending.lock() = pending;
+        idx.core.restore(ids, alloc, pending, hdr.durable_seq);
         idx.start.store(hdr.start, Ordering::Release);
-        idx.durable.store(hdr.durable_seq, Ordering::Release);
-        idx.seqs = vectide_core::SeqTracker::starting_at(hdr.durable_seq);
         Ok(idx)
     }
 }

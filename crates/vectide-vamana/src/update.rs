@@ -23,9 +23,8 @@
 use crate::builder::linkable;
 use crate::engine::FreshVamana;
 use rayon::prelude::*;
-use std::sync::atomic::Ordering;
 use vectide_core::heap::Candidate;
-use vectide_core::{Result, Seq, VectorIndex};
+use vectide_core::{Result, Seq};
 use vectide_graph::mem::{Store, FREE, FROZEN, LIVE};
 use vectide_graph::prune::robust_prune;
 use vectide_graph::repair::reconnect_unreachable;
@@ -45,14 +44,8 @@ struct Buffers {
 impl FreshVamana {
     pub(crate) fn delete_batch(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
         let _op = self.seqs.begin(seq);
-        let removed = {
-            let _shared = self.mutate.read();
-            let store = self.store.read();
-            vectide_graph::slots::delete_ids(&store, &self.ids, &self.pending, ids, seq)
-        };
-        let pending = self.pending.lock().len();
-        let live = self.len().max(1);
-        if pending as f64 > self.params.consolidate_fraction * live as f64 {
+        let (removed, due) = self.core.delete(seq, ids, self.params.consolidate_fraction);
+        if due {
             self.consolidate();
         }
         Ok(removed)
@@ -85,17 +78,7 @@ impl FreshVamana {
             });
             self.reconnect(&store, used, &is_dead);
         }
-        // Barrier: once we hold the store exclusively, no search that could
-        // have read an edge to a dead node is still running.
-        drop(self.store.write());
-        {
-            let store = self.store.read();
-            for &d in &dead {
-                store.set_state(d, FREE);
-            }
-        }
-        self.alloc.lock().free.extend_from_slice(&dead);
-        self.consolidations.fetch_add(1, Ordering::Relaxed);
+        self.core.reclaim(&dead);
         dead.len()
     }
 

@@ -272,9 +272,17 @@ fn concurrent_inserts_deletes_and_searches_match_the_oracle() {
     for (id, v) in &model {
         assert_eq!(idx.get(*id).unwrap().as_ref(), Some(v));
     }
+    // L = 128: with r = 16 on 12 tight clusters, recall at L = 64 depends on
+    // the order the writers' batches land in (0.91 to 0.99, measured; the
+    // same when run serially); at 128 we measured 0.956 to 1.
     let queries = clustered(50, DIM, 12, 6);
-    let r = recall_vs(&idx, &model, &queries, 64);
-    println!("recall@10 after concurrent churn: {r:.4}");
+    let r = recall_vs(&idx, &model, &queries, 128);
+    let g = idx.check_graph();
+    println!("recall@10 at L = 128 after concurrent churn: {r:.4}; {g:?}");
+    assert_eq!(
+        g.reachable, g.live,
+        "every live node reachable from the start"
+    );
     assert!(r >= 0.93, "{r}");
     assert_eq!(idx.check_structure().unwrap(), Vec::<String>::new());
 }
