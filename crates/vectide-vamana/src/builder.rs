@@ -310,8 +310,15 @@ impl FreshVamana {
             });
         }
         // Duplicates (and other nodes pruned out of every list) get an
-        // in-edge back.
-        let used = self.alloc.lock().next as usize;
+        // in-edge back. No slot above these can be in use: the build holds
+        // the start lock on an index that had only the start node, so the
+        // allocator is not read here (it is never taken under the store
+        // lock).
+        let used = slots
+            .iter()
+            .chain(self.start_slot().as_ref())
+            .max()
+            .map_or(0, |&m| m as usize + 1);
         self.reconnect(store, used, &vec![false; used]);
         for (i, &s) in slots.iter().enumerate() {
             publish(store, &self.ids, &self.pending, s, ids[rows[i]], seq);
