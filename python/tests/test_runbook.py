@@ -73,6 +73,8 @@ def test_malformed_files_are_refused():
         ("a:\n  max_pts: 5\n  1:\n    operation: insert\n    start: 0\n", r"missing \['end'\]"),
         ("a:\n  max_pts: 5\n  1:\n    operation: search\n    start: 0\n", "unknown field"),
         ("a:\n  max_pts: 5\nb:\n  max_pts: 5\n", "name one"),
+        ("a:\n  max_pts: 5\n  1.5:\n    operation: search\n", "unknown key"),
+        ("a:\n  max_pts: 5\n  1:\n    operation: search\n  '1':\n    operation: search\n", "appears twice"),
     ]:
         with pytest.raises(rbk.RunbookError, match=message):
             rbk.loads(text)
@@ -89,3 +91,10 @@ def test_generators_are_deterministic_and_valid(kind):
         assert counts["peak_active"] == 2_000 and counts["insert"] == 6
     with pytest.raises(rbk.RunbookError, match="unknown generator"):
         rbk.generate("zigzag", n=100, dataset="toy")
+
+
+def test_hand_built_runbooks_are_checked_too():
+    with pytest.raises(rbk.RunbookError, match=r"missing \['end'\]"):
+        rbk.check(rbk.Runbook("toy", 10, [rbk.Step("insert", start=0)]), 100)
+    with pytest.raises(rbk.RunbookError, match="unknown operation"):
+        rbk.check(rbk.Runbook("toy", 10, [rbk.Step("upsert")]), 100)

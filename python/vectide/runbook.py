@@ -26,7 +26,8 @@ Generators (deterministic, written out as YAML with :func:`dump`):
   insert.
 * ``expiration``: chunks enter in order and each leaves after a lifetime of
   1, 2 or 4 chunk steps drawn from the seed (big-ann's expiration-time
-  runbooks have mixed lifetimes too); a search after every step.
+  runbooks have mixed lifetimes too); a search after every step; the
+  runbook ends at the first chunk that would not fit under ``max_pts``.
 * ``churn:P``: ``max_pts`` rows enter, then each cycle deletes P % of them
   (a contiguous range that moves round the set) and inserts the same rows
   again; a search after every cycle.
@@ -103,10 +104,11 @@ def loads(text: str, dataset: Optional[str] = None) -> Runbook:
     for k, v in body.items():
         if k in ("max_pts", "gt_url"):
             continue
-        try:
-            num = int(k)
-        except (TypeError, ValueError):
-            raise RunbookError(f"{dataset}: unknown key {k!r} (steps are numbered 1, 2, …)") from None
+        if isinstance(k, bool) or not (isinstance(k, int) or (isinstance(k, str) and k.isdigit())):
+            raise RunbookError(f"{dataset}: unknown key {k!r} (steps are numbered 1, 2, …)")
+        num = int(k)
+        if num in numbered:
+            raise RunbookError(f"{dataset}: step {num} appears twice")
         numbered[num] = v
     if sorted(numbered) != list(range(1, len(numbered) + 1)):
         raise RunbookError(f"{dataset}: steps must be numbered 1..{len(numbered)} without gaps")
@@ -163,6 +165,13 @@ def check(rb: Runbook, n: int) -> Dict[str, int]:
             raise RunbookError(f"step {num} ({op}): range {a}..{b} is empty or outside 0..{n}")
 
     for num, s in enumerate(rb.steps, 1):
+        if s.operation not in OPERATIONS:
+            raise RunbookError(f"step {num}: unknown operation {s.operation!r} (known: {', '.join(OPERATIONS)})")
+        need = {"insert": ("start", "end"), "delete": ("start", "end"), "search": (),
+                "replace": ("tags_start", "tags_end", "ids_start", "ids_end")}[s.operation]
+        missing = [f for f in need if not isinstance(getattr(s, f), int)]
+        if missing:
+            raise RunbookError(f"step {num} ({s.operation}): missing {missing}")
         counts[s.operation] += 1
         if s.operation == "insert":
             rng(num, "insert", s.start, s.end)

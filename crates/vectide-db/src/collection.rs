@@ -1003,8 +1003,10 @@ impl Collection {
         self.checkpoint_and(false)
     }
 
-    /// The last checkpoint, at the database's close: the engine is closed
-    /// (its background work stopped) rather than flushed.
+    /// The last checkpoint, at the database's close: a durable engine is
+    /// closed (its background work stopped, the rest made durable) rather
+    /// than flushed; a volatile one is saved, which is all its close would
+    /// do again.
     pub(crate) fn final_checkpoint(&self) -> Result<()> {
         self.checkpoint_and(true)
     }
@@ -1013,9 +1015,6 @@ impl Collection {
         let turn = self.turn.lock();
         if self.engine.descriptor().persistence == Persistence::Volatile {
             self.engine.save(&self.dir.join(INDEX_FILE))?;
-            if close {
-                self.engine.close()?;
-            }
         } else if close {
             self.engine.close()?;
         } else {

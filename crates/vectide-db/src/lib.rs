@@ -434,8 +434,6 @@ impl Database {
         self.write_catalog(&cols)?;
         *self.collections.write() = cols;
         c.close();
-        // Its files are about to go: only its background work must stop.
-        let _ = c.engine().close();
         let dir = c.dir().to_path_buf();
         drop(c);
         let _ = std::fs::remove_dir_all(&dir);

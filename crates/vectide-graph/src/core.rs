@@ -2,7 +2,9 @@
 //! engine (`hnsw`, `fresh-vamana`) shares — the store and its locks, the id
 //! map, slot allocation, the DeleteList, sequence numbers, the scratch pool,
 //! the thread pool — so that an engine adds only its graph logic. An engine
-//! holds one and dereferences to it.
+//! holds one in a crate-private field: the allocator and the store's states
+//! decide which slots `Store::init_slot` may overwrite, so no user of the
+//! engine may reach them.
 //!
 //! ## Locks
 //! - `store`: searches and insert batches share it; growth and slot
@@ -158,11 +160,17 @@ impl GraphCore {
         (removed, pending as f64 > fraction * live as f64)
     }
 
-    /// The end of a consolidation (the caller holds `mutate` exclusively and
-    /// has removed every edge to `dead`): waits, by taking the store
-    /// exclusively, for every search that may still hold a dead id, then
-    /// frees the slots for the next inserts.
-    pub fn reclaim(&self, dead: &[u32]) {
+    /// The end of a consolidation: waits, by taking the store exclusively,
+    /// for every search that may still hold a dead id, then frees the slots
+    /// for the next inserts.
+    ///
+    /// # Safety
+    /// The caller holds `mutate` exclusively, every slot in `dead` is
+    /// deleted (retired, not live, not an entry point) and no list of a
+    /// slot outside `dead` names one of them: the next insert given such a
+    /// slot writes its vector with `Store::init_slot`, which requires that
+    /// nothing can reach it.
+    pub unsafe fn reclaim(&self, dead: &[u32]) {
         drop(self.store.write());
         {
             let store = self.store.read();

@@ -39,24 +39,31 @@ impl Hnsw {
         vectors: &[f32],
         progress: Option<Progress<'_>>,
     ) -> Result<()> {
-        check_batch(self.dim, self.metric, ids, vectors)?;
-        let _op = self.seqs.begin(seq);
-        let _shared = self.mutate.read();
-        let rows = newer_rows(&self.ids, ids, seq);
+        check_batch(self.core.dim, self.core.metric, ids, vectors)?;
+        let _op = self.core.seqs.begin(seq);
+        let _shared = self.core.mutate.read();
+        let rows = newer_rows(&self.core.ids, ids, seq);
         if rows.is_empty() {
             return Ok(());
         }
-        let slots = allocate(&self.alloc, &self.store, rows.len())?;
-        let store = self.store.read();
+        let slots = allocate(&self.core.alloc, &self.core.store, rows.len())?;
+        let store = self.core.store.read();
         let done = AtomicUsize::new(0);
-        let dim = self.dim;
+        let dim = self.core.dim;
         let work = |scratch: &mut Scratch, i: usize| {
             let r = rows[i];
             let mut v = std::mem::take(&mut scratch.query);
-            copy_normalized(self.metric, &vectors[r * dim..(r + 1) * dim], &mut v);
+            copy_normalized(self.core.metric, &vectors[r * dim..(r + 1) * dim], &mut v);
             let level = self.random_level();
             self.insert_node(&store, slots[i], ids[r], seq, &v, level, scratch);
-            publish(&store, &self.ids, &self.pending, slots[i], ids[r], seq);
+            publish(
+                &store,
+                &self.core.ids,
+                &self.core.pending,
+                slots[i],
+                ids[r],
+                seq,
+            );
             scratch.query = v;
             if let Some(p) = progress {
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
@@ -66,13 +73,13 @@ impl Hnsw {
             }
         };
         if rows.len() < 64 || vectide_core::VectorIndex::threads(self) == 1 {
-            let mut scratch = self.scratch.get();
+            let mut scratch = self.core.scratch.get();
             (0..rows.len()).for_each(|i| work(&mut scratch, i));
         } else {
-            self.install(|| {
+            self.core.install(|| {
                 (0..rows.len())
                     .into_par_iter()
-                    .for_each_init(|| self.scratch.get(), |scratch, i| work(scratch, i))
+                    .for_each_init(|| self.core.scratch.get(), |scratch, i| work(scratch, i))
             });
         }
         Ok(())
@@ -113,7 +120,7 @@ impl Hnsw {
         let mut lists = std::mem::take(&mut scratch.lists);
         plan_links(
             store,
-            self.dist,
+            self.core.dist,
             v,
             slot,
             level,
@@ -139,7 +146,7 @@ impl Hnsw {
                     ..
                 } = scratch;
                 let _g = store.lock(n);
-                match backlink(store, self.dist, n, slot, l, neighbors, sorted, fresh) {
+                match backlink(store, self.core.dist, n, slot, l, neighbors, sorted, fresh) {
                     Backlink::Present => {}
                     Backlink::Append => {
                         store.push_neighbor(n, l, slot);
@@ -176,8 +183,8 @@ impl Hnsw {
         buf.sort_unstable();
         buf.dedup();
         buf.retain(|&x| x != slot);
-        rank_from(store, self.dist, slot, buf, ranked);
-        select_heuristic(store, self.dist, ranked, store.cap(l), selected);
+        rank_from(store, self.core.dist, slot, buf, ranked);
+        select_heuristic(store, self.core.dist, ranked, store.cap(l), selected);
         store.set_list(slot, l, selected);
     }
 }

@@ -25,8 +25,8 @@ pub(crate) fn unpack_entry(word: u64) -> Option<(u32, usize)> {
 
 /// A volatile HNSW index (see the crate docs for the design). The state
 /// every volatile graph engine shares (store, locks, id map, allocator,
-/// DeleteList, sequence numbers, pools) is its [`GraphCore`], which it
-/// dereferences to.
+/// DeleteList, sequence numbers, pools) is its [`GraphCore`], private to
+/// the crate.
 pub struct Hnsw {
     pub(crate) core: GraphCore,
     pub(crate) params: HnswParams,
@@ -36,18 +36,11 @@ pub struct Hnsw {
     pub(crate) level_counter: AtomicU64,
 }
 
-impl std::ops::Deref for Hnsw {
-    type Target = GraphCore;
-    fn deref(&self) -> &GraphCore {
-        &self.core
-    }
-}
-
 impl std::fmt::Debug for Hnsw {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hnsw")
-            .field("dim", &self.dim)
-            .field("metric", &self.metric)
+            .field("dim", &self.core.dim)
+            .field("metric", &self.core.metric)
             .field("params", &self.params)
             .field("len", &self.len())
             .finish()
@@ -98,10 +91,10 @@ impl Hnsw {
         out.clear();
         let entry = unpack_entry(self.entry.load(Ordering::Acquire));
         match filter {
-            None => knn(store, self.dist, q, entry, ef, scratch, |s| {
+            None => knn(store, self.core.dist, q, entry, ef, scratch, |s| {
                 store.state(s) == LIVE
             }),
-            Some(f) => knn(store, self.dist, q, entry, ef, scratch, |s| {
+            Some(f) => knn(store, self.core.dist, q, entry, ef, scratch, |s| {
                 store.state(s) == LIVE && f(store.label(s))
             }),
         }
@@ -152,11 +145,11 @@ impl VectorIndex for Hnsw {
     }
 
     fn dim(&self) -> usize {
-        self.dim
+        self.core.dim
     }
 
     fn metric(&self) -> Metric {
-        self.metric
+        self.core.metric
     }
 
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {

@@ -56,17 +56,17 @@ impl Hnsw {
     /// Saves the index to `path` atomically (temp file, fsync, rename).
     /// Inserts and deletes wait while it runs; searches go on.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let _exclusive = self.mutate.write();
-        let watermark = self.seqs.watermark();
-        let alloc_next = self.alloc.lock().next;
-        let store = self.store.read();
+        let _exclusive = self.core.mutate.write();
+        let watermark = self.core.seqs.watermark();
+        let alloc_next = self.core.alloc.lock().next;
+        let store = self.core.store.read();
         atomic_write(path, |w| {
             let mut cw = CrcWriter::new(w);
             let mut h = Vec::with_capacity(HEADER_LEN);
             h.extend_from_slice(MAGIC);
             h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-            h.extend_from_slice(&[self.metric as u8, 0, 0, 0]);
-            h.extend_from_slice(&(self.dim as u32).to_le_bytes());
+            h.extend_from_slice(&[self.core.metric as u8, 0, 0, 0]);
+            h.extend_from_slice(&(self.core.dim as u32).to_le_bytes());
             h.extend_from_slice(&(self.params.m as u32).to_le_bytes());
             h.extend_from_slice(&(self.params.ef_construction as u32).to_le_bytes());
             h.extend_from_slice(&(self.params.ef_search as u32).to_le_bytes());
@@ -80,7 +80,7 @@ impl Hnsw {
             h.extend_from_slice(&self.params.consolidate_fraction.to_le_bytes());
             debug_assert_eq!(h.len(), HEADER_LEN);
             cw.put(&h)?;
-            let mut rec = Vec::with_capacity(64 + self.dim * 4 + (1 + store.m0) * 4);
+            let mut rec = Vec::with_capacity(64 + self.core.dim * 4 + (1 + store.m0) * 4);
             let mut list = Vec::new();
             for s in 0..alloc_next {
                 rec.clear();
@@ -108,8 +108,8 @@ impl Hnsw {
             w.write_all(END_MAGIC)?;
             Ok(())
         })?;
-        self.durable.store(watermark, Ordering::Release);
-        *self.path.lock() = Some(path.to_path_buf());
+        self.core.durable.store(watermark, Ordering::Release);
+        *self.core.path.lock() = Some(path.to_path_buf());
         Ok(())
     }
 
@@ -118,7 +118,7 @@ impl Hnsw {
     pub fn load(path: &Path, threads: Option<usize>) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| Error::io_at(path, e))?;
         let idx = Self::from_bytes(&bytes, threads)?;
-        *idx.path.lock() = Some(path.to_path_buf());
+        *idx.core.path.lock() = Some(path.to_path_buf());
         Ok(idx)
     }
 
@@ -350,7 +350,7 @@ pub fn inspect(path: &Path) -> Result<FileInfo> {
     let idx = Hnsw::from_bytes(&bytes, Some(1))?;
     let stats = idx.stats()?;
     let entry = unpack_entry(idx.entry.load(Ordering::Acquire));
-    let slots = idx.alloc.lock().next as usize;
+    let slots = idx.core.alloc.lock().next as usize;
     let crc_at = bytes.len() - END_MAGIC.len() - 4;
     Ok(FileInfo {
         format_version: FORMAT_VERSION,

@@ -34,7 +34,7 @@ use vectide_graph::repair::{reconnect_unreachable, repair_list, RepairScratch};
 
 impl Hnsw {
     pub(crate) fn delete_batch(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
-        let _op = self.seqs.begin(seq);
+        let _op = self.core.seqs.begin(seq);
         let (removed, due) = self.core.delete(seq, ids, self.params.consolidate_fraction);
         if due {
             self.consolidate();
@@ -47,9 +47,9 @@ impl Hnsw {
     /// in-edge; consolidations run this too). Inserts and deletes wait;
     /// searches go on. Returns the nodes relinked.
     pub fn repair_reachability(&self) -> usize {
-        let _exclusive = self.mutate.write();
-        let used = self.alloc.lock().next as usize;
-        let store = self.store.read();
+        let _exclusive = self.core.mutate.write();
+        let used = self.core.alloc.lock().next as usize;
+        let store = self.core.store.read();
         // Tombstones stay in the graph until a consolidation: searches walk
         // them, so reachability goes through them too.
         self.reconnect_unreachable(&store, used, &vec![false; used])
@@ -58,19 +58,19 @@ impl Hnsw {
     /// Repairs the graph around every pending delete and reclaims their
     /// slots. Returns how many slots were reclaimed.
     pub fn consolidate(&self) -> usize {
-        let _exclusive = self.mutate.write();
-        let dead: Vec<u32> = std::mem::take(&mut *self.pending.lock());
+        let _exclusive = self.core.mutate.write();
+        let dead: Vec<u32> = std::mem::take(&mut *self.core.pending.lock());
         if dead.is_empty() {
             return 0;
         }
-        let used = self.alloc.lock().next as usize;
+        let used = self.core.alloc.lock().next as usize;
         {
-            let store = self.store.read();
+            let store = self.core.store.read();
             let mut is_dead = vec![false; used];
             for &d in &dead {
                 is_dead[d as usize] = true;
             }
-            self.install(|| {
+            self.core.install(|| {
                 (0..used as u32)
                     .into_par_iter()
                     .for_each_init(RepairScratch::default, |sc, s| {
@@ -90,7 +90,11 @@ impl Hnsw {
             }
             self.reconnect_unreachable(&store, used, &is_dead);
         }
-        self.core.reclaim(&dead);
+        // SAFETY: we hold `mutate` exclusively; every dead slot was retired
+        // by a delete or an upsert, and the repair above rewrote every list
+        // of a surviving slot that named one (the entry/start point is
+        // never dead: hnsw moved it, fresh-vamana's is frozen).
+        unsafe { self.core.reclaim(&dead) };
         dead.len()
     }
 
@@ -102,10 +106,10 @@ impl Hnsw {
             return 0;
         };
         let live = |s: u32| !is_dead[s as usize] && store.state(s) != FREE;
-        let mut scratch = self.scratch.get();
+        let mut scratch = self.core.scratch.get();
         reconnect_unreachable(
             store,
-            self.dist,
+            self.core.dist,
             ep,
             used,
             live,
@@ -116,13 +120,13 @@ impl Hnsw {
 
     fn repair_node(&self, store: &Store, s: u32, is_dead: &[bool], sc: &mut RepairScratch) {
         let dead = |x: u32| is_dead.get(x as usize).copied().unwrap_or(false);
-        let alpha = if self.metric == vectide_core::Metric::Ip {
+        let alpha = if self.core.metric == vectide_core::Metric::Ip {
             1.0
         } else {
             self.params.repair_alpha
         };
         for l in 0..=store.level(s) {
-            if repair_list(store, self.dist, s, l, dead, alpha, sc) {
+            if repair_list(store, self.core.dist, s, l, dead, alpha, sc) {
                 let _g = store.lock(s);
                 store.set_list(s, l, sc.kept());
             }
@@ -148,9 +152,9 @@ impl Hnsw {
     /// Walks the whole graph and checks its structure (for tests and
     /// `vectide inspect`; O(N·m), pauses inserts and deletes).
     pub fn check_graph(&self) -> GraphCheck {
-        let _exclusive = self.mutate.write();
-        let used = self.alloc.lock().next as usize;
-        let store = self.store.read();
+        let _exclusive = self.core.mutate.write();
+        let used = self.core.alloc.lock().next as usize;
+        let store = self.core.store.read();
         let used_slot = |s: u32| (s as usize) < used && store.state(s) != FREE;
         let mut report = GraphCheck::default();
         let mut indeg = vec![0u32; used];

@@ -103,7 +103,6 @@ pub(crate) fn int_arg(obj: &Bound<'_, PyAny>, name: &str, lo: u64, hi: u64) -> P
     }
 }
 
-/// An optional integer argument (`None` passes through).
 /// Sets an engine's native search knobs from keyword arguments
 /// (`nprobe=32`): a knob the engine does not take is a `ValueError` naming
 /// the ones it does, a value outside `1..=max` one naming the bounds.
@@ -121,6 +120,7 @@ pub(crate) fn set_knobs(
     Ok(())
 }
 
+/// An optional integer argument (`None` passes through).
 pub(crate) fn opt_int_arg(
     obj: Option<&Bound<'_, PyAny>>,
     name: &str,

@@ -50,18 +50,18 @@ impl FreshVamana {
         vectors: &[f32],
         progress: Option<Progress<'_>>,
     ) -> Result<()> {
-        check_batch(self.dim, self.metric, ids, vectors)?;
-        let _op = self.seqs.begin(seq);
-        let _shared = self.mutate.read();
-        let rows = newer_rows(&self.ids, ids, seq);
+        check_batch(self.core.dim, self.core.metric, ids, vectors)?;
+        let _op = self.core.seqs.begin(seq);
+        let _shared = self.core.mutate.read();
+        let rows = newer_rows(&self.core.ids, ids, seq);
         if rows.is_empty() {
             return Ok(());
         }
-        let dim = self.dim;
+        let dim = self.core.dim;
         let mut normed = Vec::with_capacity(rows.len() * dim);
         let mut buf = Vec::new();
         for &r in &rows {
-            copy_normalized(self.metric, &vectors[r * dim..(r + 1) * dim], &mut buf);
+            copy_normalized(self.core.metric, &vectors[r * dim..(r + 1) * dim], &mut buf);
             normed.extend_from_slice(&buf);
         }
         {
@@ -73,15 +73,15 @@ impl FreshVamana {
             if self.start_slot().is_none() {
                 self.create_start(&normed)?;
                 if rows.len() > self.params.r {
-                    let slots = allocate(&self.alloc, &self.store, rows.len())?;
-                    let store = self.store.read();
+                    let slots = allocate(&self.core.alloc, &self.core.store, rows.len())?;
+                    let store = self.core.store.read();
                     self.build_bulk(&store, &slots, &rows, ids, &normed, seq, progress);
                     return Ok(());
                 }
             }
         }
-        let slots = allocate(&self.alloc, &self.store, rows.len())?;
-        let store = self.store.read();
+        let slots = allocate(&self.core.alloc, &self.core.store, rows.len())?;
+        let store = self.core.store.read();
         let done = AtomicUsize::new(0);
         let work = |scratch: &mut Scratch, i: usize| {
             let v = &normed[i * dim..(i + 1) * dim];
@@ -93,8 +93,8 @@ impl FreshVamana {
             self.link(&store, slots[i], self.alpha(), true, scratch);
             publish(
                 &store,
-                &self.ids,
-                &self.pending,
+                &self.core.ids,
+                &self.core.pending,
                 slots[i],
                 ids[rows[i]],
                 seq,
@@ -102,22 +102,27 @@ impl FreshVamana {
             report(progress, &done, rows.len(), 1);
         };
         if rows.len() < 64 || vectide_core::VectorIndex::threads(self) == 1 {
-            let mut scratch = self.scratch.get();
+            let mut scratch = self.core.scratch.get();
             (0..rows.len()).for_each(|i| work(&mut scratch, i));
         } else {
-            self.install(|| {
+            self.core.install(|| {
                 (0..rows.len())
                     .into_par_iter()
-                    .for_each_init(|| self.scratch.get(), |scratch, i| work(scratch, i))
+                    .for_each_init(|| self.core.scratch.get(), |scratch, i| work(scratch, i))
             });
         }
+        drop(store);
+        drop(_shared);
+        // Upserts retire the nodes they replace into the DeleteList too: the
+        // same threshold consolidates them.
+        self.consolidate_if_due();
         Ok(())
     }
 
     /// Creates the frozen start node: a copy of the medoid of `rows`
     /// (row-major, normalised). The caller holds `start_lock`.
     fn create_start(&self, rows: &[f32]) -> Result<()> {
-        let dim = self.dim;
+        let dim = self.core.dim;
         let n = rows.len() / dim;
         let mut centroid = vec![0f64; dim];
         for r in rows.chunks_exact(dim) {
@@ -128,12 +133,12 @@ impl FreshVamana {
         let centroid: Vec<f32> = centroid.iter().map(|&c| (c / n as f64) as f32).collect();
         let medoid = rows
             .chunks_exact(dim)
-            .map(|r| (self.dist)(&centroid, r))
+            .map(|r| (self.core.dist)(&centroid, r))
             .enumerate()
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map_or(0, |(i, _)| i);
-        let slot = allocate(&self.alloc, &self.store, 1)?[0];
-        let store = self.store.read();
+        let slot = allocate(&self.core.alloc, &self.core.store, 1)?[0];
+        let store = self.core.store.read();
         // SAFETY: a fresh slot of an index without a start node: nothing
         // links to it and no search can reach it before `start` is set.
         unsafe {
@@ -167,10 +172,13 @@ impl FreshVamana {
             return;
         };
         let v = store.vector(slot);
-        let entry = [Candidate::new((self.dist)(v, store.vector(start)), start)];
+        let entry = [Candidate::new(
+            (self.core.dist)(v, store.vector(start)),
+            start,
+        )];
         search_layer_expanded(
             store,
-            self.dist,
+            self.core.dist,
             v,
             &entry,
             self.params.l_build,
@@ -195,7 +203,16 @@ impl FreshVamana {
         {
             let _g = store.lock(slot);
             robust_prune(
-                store, self.dist, slot, cands, keep, alpha, r, pool, ranked, list,
+                store,
+                self.core.dist,
+                slot,
+                cands,
+                keep,
+                alpha,
+                r,
+                pool,
+                ranked,
+                list,
             );
             store.set_list(slot, 0, list);
             chosen.clear();
@@ -216,7 +233,7 @@ impl FreshVamana {
             }
             robust_prune(
                 store,
-                self.dist,
+                self.core.dist,
                 j,
                 &[slot],
                 keep,
@@ -229,10 +246,9 @@ impl FreshVamana {
             linked |= list.contains(&slot);
             // A point far from everything (an outlier, an upsert that moved
             // far) loses every back-edge to the pruning and could not be
-            // found at all: the last neighbour gives up its farthest edge
-            // for it.
-            if force && !linked && i + 1 == chosen.len() {
-                list.pop();
+            // found at all: the last neighbour keeps the edge anyway, in the
+            // slack its pruned list leaves (at most r of ⌈1.3·r⌉ ids).
+            if force && !linked && i + 1 == chosen.len() && list.len() < store.cap(0) {
                 list.push(slot);
                 linked = true;
             }
@@ -255,11 +271,11 @@ impl FreshVamana {
         seq: Seq,
         progress: Option<Progress<'_>>,
     ) {
-        let dim = self.dim;
+        let dim = self.core.dim;
         let n = slots.len();
         let r = self.params.r;
         let seed = self.params.seed;
-        self.install(|| {
+        self.core.install(|| {
             (0..n).into_par_iter().for_each(|i| {
                 // SAFETY: fresh slots of an index that had no node but the
                 // start one, which links to none of them yet; each slot is
@@ -299,9 +315,9 @@ impl FreshVamana {
         order.sort_by_key(|&s| splitmix64(seed ^ 0x0bd3 ^ s as u64));
         let done = AtomicUsize::new(0);
         for alpha in [1.0, self.alpha()] {
-            self.install(|| {
+            self.core.install(|| {
                 order.par_iter().for_each_init(
-                    || self.scratch.get(),
+                    || self.core.scratch.get(),
                     |scratch, &s| {
                         self.link(store, s, alpha, false, scratch);
                         report(progress, &done, 2 * n, 2);
@@ -321,7 +337,14 @@ impl FreshVamana {
             .map_or(0, |&m| m as usize + 1);
         self.reconnect(store, used, &vec![false; used]);
         for (i, &s) in slots.iter().enumerate() {
-            publish(store, &self.ids, &self.pending, s, ids[rows[i]], seq);
+            publish(
+                store,
+                &self.core.ids,
+                &self.core.pending,
+                s,
+                ids[rows[i]],
+                seq,
+            );
         }
     }
 }

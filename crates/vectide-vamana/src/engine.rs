@@ -16,7 +16,7 @@ pub(crate) const NO_START: u64 = u64::MAX;
 /// A FreshVamana index in memory (see the crate docs for the design). The
 /// state every volatile graph engine shares (store, locks, id map,
 /// allocator, DeleteList, sequence numbers, pools) is its [`GraphCore`],
-/// which it dereferences to.
+/// private to the crate.
 pub struct FreshVamana {
     pub(crate) core: GraphCore,
     pub(crate) params: VamanaParams,
@@ -26,18 +26,11 @@ pub struct FreshVamana {
     pub(crate) start_lock: Mutex<()>,
 }
 
-impl std::ops::Deref for FreshVamana {
-    type Target = GraphCore;
-    fn deref(&self) -> &GraphCore {
-        &self.core
-    }
-}
-
 impl std::fmt::Debug for FreshVamana {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FreshVamana")
-            .field("dim", &self.dim)
-            .field("metric", &self.metric)
+            .field("dim", &self.core.dim)
+            .field("metric", &self.core.metric)
             .field("params", &self.params)
             .field("len", &self.len())
             .finish()
@@ -75,7 +68,7 @@ impl FreshVamana {
     /// α as the pruning rule uses it: 1 under inner product, whose
     /// distances can be negative (a scaled threshold means nothing there).
     pub(crate) fn alpha(&self) -> f32 {
-        if self.metric == Metric::Ip {
+        if self.core.metric == Metric::Ip {
             1.0
         } else {
             self.params.alpha
@@ -105,12 +98,15 @@ impl FreshVamana {
         let Some(start) = self.start_slot() else {
             return;
         };
-        let entry = [Candidate::new((self.dist)(q, store.vector(start)), start)];
+        let entry = [Candidate::new(
+            (self.core.dist)(q, store.vector(start)),
+            start,
+        )];
         match filter {
-            None => search_layer(store, self.dist, q, &entry, l, 0, scratch, |s| {
+            None => search_layer(store, self.core.dist, q, &entry, l, 0, scratch, |s| {
                 store.state(s) == LIVE
             }),
-            Some(f) => search_layer(store, self.dist, q, &entry, l, 0, scratch, |s| {
+            Some(f) => search_layer(store, self.core.dist, q, &entry, l, 0, scratch, |s| {
                 store.state(s) == LIVE && f(store.label(s))
             }),
         }
@@ -161,11 +157,11 @@ impl VectorIndex for FreshVamana {
     }
 
     fn dim(&self) -> usize {
-        self.dim
+        self.core.dim
     }
 
     fn metric(&self) -> Metric {
-        self.metric
+        self.core.metric
     }
 
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {

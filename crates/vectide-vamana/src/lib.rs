@@ -24,6 +24,9 @@
 //!   WAL after it;
 //! - `engine`: [`FreshVamana`] and its [`VectorIndex`] implementation.
 //!
+//! Upserts retire the nodes they replace into the DeleteList, so an insert
+//! batch also consolidates once the DeleteList passes the threshold.
+//!
 //! ## The start node
 //! As DiskANN's "frozen points", the index navigates from a node of its own:
 //! a copy of the medoid of the first batch, never returned and never
@@ -36,7 +39,8 @@
 //!   searches), since consolidation would remove those edges anyway.
 //! - **A new node always gets an in-edge.** When the pruning of every
 //!   back-edge drops it (a point far from all others), its last neighbour
-//!   gives up its farthest edge for it, so an upsert is found at once;
+//!   keeps the edge anyway, in the slack its pruned list leaves, so an
+//!   upsert is found at once;
 //!   and consolidations (and a bulk build) end with a reachability walk
 //!   that links any node pruning left without an in-edge (duplicates of a
 //!   kept neighbour are never kept by the α-rule).

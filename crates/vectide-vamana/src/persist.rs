@@ -53,18 +53,18 @@ impl FreshVamana {
     /// Saves the index to `path` atomically (temp file, fsync, rename).
     /// Inserts and deletes wait while it runs; searches go on.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let _exclusive = self.mutate.write();
-        let watermark = self.seqs.watermark();
-        let alloc_next = self.alloc.lock().next;
-        let store = self.store.read();
+        let _exclusive = self.core.mutate.write();
+        let watermark = self.core.seqs.watermark();
+        let alloc_next = self.core.alloc.lock().next;
+        let store = self.core.store.read();
         let p = &self.params;
         atomic_write(path, |w| {
             let mut cw = CrcWriter::new(w);
             let mut h = Vec::with_capacity(HEADER_LEN);
             h.extend_from_slice(MAGIC);
             h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-            h.extend_from_slice(&[self.metric as u8, 0, 0, 0]);
-            h.extend_from_slice(&(self.dim as u32).to_le_bytes());
+            h.extend_from_slice(&[self.core.metric as u8, 0, 0, 0]);
+            h.extend_from_slice(&(self.core.dim as u32).to_le_bytes());
             h.extend_from_slice(&(p.r as u32).to_le_bytes());
             h.extend_from_slice(&(p.l_build as u32).to_le_bytes());
             h.extend_from_slice(&(p.l_search as u32).to_le_bytes());
@@ -77,7 +77,7 @@ impl FreshVamana {
             h.extend_from_slice(&(self.len() as u64).to_le_bytes());
             debug_assert_eq!(h.len(), HEADER_LEN);
             cw.put(&h)?;
-            let mut rec = Vec::with_capacity(24 + self.dim * 4 + (1 + store.cap(0)) * 4);
+            let mut rec = Vec::with_capacity(24 + self.core.dim * 4 + (1 + store.cap(0)) * 4);
             let mut list = Vec::new();
             for s in 0..alloc_next {
                 rec.clear();
@@ -102,8 +102,8 @@ impl FreshVamana {
             w.write_all(END_MAGIC)?;
             Ok(())
         })?;
-        self.durable.store(watermark, Ordering::Release);
-        *self.path.lock() = Some(path.to_path_buf());
+        self.core.durable.store(watermark, Ordering::Release);
+        *self.core.path.lock() = Some(path.to_path_buf());
         Ok(())
     }
 
@@ -112,7 +112,7 @@ impl FreshVamana {
     pub fn load(path: &Path, threads: Option<usize>) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| Error::io_at(path, e))?;
         let idx = Self::from_bytes(&bytes, threads)?;
-        *idx.path.lock() = Some(path.to_path_buf());
+        *idx.core.path.lock() = Some(path.to_path_buf());
         Ok(idx)
     }
 
@@ -180,6 +180,12 @@ impl FreshVamana {
                 return Err(Error::corrupted(format!("slot {s}: bad state {state}")));
             }
             let label = r.u64()?;
+            if (label == vectide_core::RESERVED_ID) != (state == FROZEN) {
+                return Err(Error::corrupted(format!(
+                    "slot {s}: label {label:#x} in state {state} (only the start node is labelled {:#x})",
+                    vectide_core::RESERVED_ID
+                )));
+            }
             let seq = r.u64()?;
             vec.clear();
             r.f32s(hdr.dim, &mut vec)?;
@@ -320,7 +326,7 @@ pub fn inspect(path: &Path) -> Result<FileInfo> {
     let bytes = std::fs::read(path).map_err(|e| Error::io_at(path, e))?;
     let idx = FreshVamana::from_bytes(&bytes, Some(1))?;
     let stats = idx.stats()?;
-    let slots = idx.alloc.lock().next as usize;
+    let slots = idx.core.alloc.lock().next as usize;
     let crc_at = bytes.len() - END_MAGIC.len() - 4;
     Ok(FileInfo {
         format_version: FORMAT_VERSION,

@@ -43,7 +43,7 @@ struct Buffers {
 
 impl FreshVamana {
     pub(crate) fn delete_batch(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
-        let _op = self.seqs.begin(seq);
+        let _op = self.core.seqs.begin(seq);
         let (removed, due) = self.core.delete(seq, ids, self.params.consolidate_fraction);
         if due {
             self.consolidate();
@@ -51,23 +51,32 @@ impl FreshVamana {
         Ok(removed)
     }
 
+    /// Consolidates when the DeleteList exceeds `consolidate_fraction` of
+    /// the live points.
+    pub(crate) fn consolidate_if_due(&self) {
+        let pending = self.core.pending.lock().len();
+        if pending as f64 > self.params.consolidate_fraction * self.core.live().max(1) as f64 {
+            self.consolidate();
+        }
+    }
+
     /// Runs Algorithm 4 over the DeleteList and reclaims its slots (see the
     /// module docs). Returns how many slots were reclaimed.
     pub fn consolidate(&self) -> usize {
-        let _exclusive = self.mutate.write();
-        let dead: Vec<u32> = std::mem::take(&mut *self.pending.lock());
+        let _exclusive = self.core.mutate.write();
+        let dead: Vec<u32> = std::mem::take(&mut *self.core.pending.lock());
         if dead.is_empty() {
             return 0;
         }
-        let used = self.alloc.lock().next as usize;
+        let used = self.core.alloc.lock().next as usize;
         {
-            let store = self.store.read();
+            let store = self.core.store.read();
             let mut is_dead = vec![false; used];
             for &d in &dead {
                 is_dead[d as usize] = true;
             }
             let alpha = self.alpha();
-            self.install(|| {
+            self.core.install(|| {
                 (0..used as u32)
                     .into_par_iter()
                     .for_each_init(Buffers::default, |b, s| {
@@ -78,7 +87,11 @@ impl FreshVamana {
             });
             self.reconnect(&store, used, &is_dead);
         }
-        self.core.reclaim(&dead);
+        // SAFETY: we hold `mutate` exclusively; every dead slot was retired
+        // by a delete or an upsert, and the repair above rewrote every list
+        // of a surviving slot that named one (the entry/start point is
+        // never dead: hnsw moved it, fresh-vamana's is frozen).
+        unsafe { self.core.reclaim(&dead) };
         dead.len()
     }
 
@@ -87,9 +100,9 @@ impl FreshVamana {
     /// never kept). Inserts and deletes wait; searches go on. Returns the
     /// nodes relinked.
     pub fn repair_reachability(&self) -> usize {
-        let _exclusive = self.mutate.write();
-        let used = self.alloc.lock().next as usize;
-        let store = self.store.read();
+        let _exclusive = self.core.mutate.write();
+        let used = self.core.alloc.lock().next as usize;
+        let store = self.core.store.read();
         self.reconnect(&store, used, &vec![false; used])
     }
 
@@ -98,10 +111,10 @@ impl FreshVamana {
             return 0;
         };
         let live = |s: u32| !is_dead[s as usize] && store.state(s) != FREE;
-        let mut scratch = self.scratch.get();
+        let mut scratch = self.core.scratch.get();
         reconnect_unreachable(
             store,
-            self.dist,
+            self.core.dist,
             start,
             used,
             live,
@@ -127,7 +140,7 @@ impl FreshVamana {
         let _g = store.lock(p);
         robust_prune(
             store,
-            self.dist,
+            self.core.dist,
             p,
             &b.cands,
             keep,
@@ -161,9 +174,9 @@ impl FreshVamana {
     /// Walks the whole graph and checks its structure (for tests and
     /// `check_structure`; O(N·R), pauses inserts and deletes).
     pub fn check_graph(&self) -> GraphCheck {
-        let _exclusive = self.mutate.write();
-        let used = self.alloc.lock().next as usize;
-        let store = self.store.read();
+        let _exclusive = self.core.mutate.write();
+        let used = self.core.alloc.lock().next as usize;
+        let store = self.core.store.read();
         let used_slot = |s: u32| (s as usize) < used && store.state(s) != FREE;
         let mut report = GraphCheck::default();
         let mut buf = Vec::new();
