@@ -155,9 +155,14 @@ impl GraphCore {
             let store = self.store.read();
             crate::slots::delete_ids(&store, &self.ids, &self.pending, ids, seq)
         };
+        (removed, self.consolidation_due(fraction))
+    }
+
+    /// Whether the DeleteList exceeds `fraction` of the live points (a
+    /// consolidation is due).
+    pub fn consolidation_due(&self, fraction: f64) -> bool {
         let pending = self.pending.lock().len();
-        let live = self.live().max(1);
-        (removed, pending as f64 > fraction * live as f64)
+        pending as f64 > fraction * self.live().max(1) as f64
     }
 
     /// The end of a consolidation: waits, by taking the store exclusively,

@@ -54,8 +54,10 @@ impl FreshVamana {
     /// Consolidates when the DeleteList exceeds `consolidate_fraction` of
     /// the live points.
     pub(crate) fn consolidate_if_due(&self) {
-        let pending = self.core.pending.lock().len();
-        if pending as f64 > self.params.consolidate_fraction * self.core.live().max(1) as f64 {
+        if self
+            .core
+            .consolidation_due(self.params.consolidate_fraction)
+        {
             self.consolidate();
         }
     }
