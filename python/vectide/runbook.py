@@ -32,8 +32,13 @@ Generators (deterministic, written out as YAML with :func:`dump`):
   (a contiguous range that moves round the set) and inserts the same rows
   again; a search after every cycle.
 
-The ``clustered`` generator needs the dataset's k-means clusters and comes
-with the runbook runner.
+* ``clustered`` (:func:`clustered`): the dataset's rows are grouped by a
+  seeded k-means into ``clusters`` (64) clusters and reordered so that each
+  cluster is a contiguous range; clusters are inserted one by one in cluster
+  order; after every 8th cluster the oldest live clusters are deleted until
+  at most ``max_pts`` points are active; a search follows every 4th
+  operation. It returns the runbook with the row order it needs, since
+  runbook ranges name rows.
 """
 
 from __future__ import annotations
@@ -43,7 +48,10 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-__all__ = ["RunbookError", "Step", "Runbook", "load", "loads", "dump", "check", "generate", "GENERATORS"]
+__all__ = [
+    "RunbookError", "Step", "Runbook", "load", "loads", "dump", "check", "generate", "clustered", "kmeans",
+    "GENERATORS",
+]
 
 OPERATIONS = ("insert", "delete", "search", "replace")
 
@@ -249,7 +257,107 @@ def _churn(n: int, max_pts: int, percent: float, cycles: int) -> List[Step]:
     return steps
 
 
-GENERATORS = ("sliding-window", "expiration", "churn:P")
+GENERATORS = ("sliding-window", "expiration", "churn:P", "clustered")
+
+
+def kmeans(x: np.ndarray, k: int, seed: int = 0, iters: int = 25, sample: int = 100_000) -> np.ndarray:
+    """Cluster labels of the rows of ``x`` (squared L2): k-means++ seeding
+    on a seeded sample of at most ``sample`` rows, then ``iters`` Lloyd
+    iterations over all rows; an emptied cluster takes the point farthest
+    from its centre. Deterministic for a given ``seed``."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n = len(x)
+    if not (1 <= k <= n):
+        raise RunbookError(f"k-means into {k} clusters needs at least {k} rows, got {n}")
+    rng = np.random.default_rng(seed)
+    pool = x[rng.choice(n, size=min(n, sample), replace=False)] if n > sample else x
+    centres = np.empty((k, x.shape[1]), dtype=np.float32)
+    centres[0] = pool[rng.integers(len(pool))]
+    d2 = ((pool - centres[0]) ** 2).sum(1)
+    for c in range(1, k):
+        total = float(d2.sum())
+        pick = rng.choice(len(pool), p=d2 / total) if total > 0 else rng.integers(len(pool))
+        centres[c] = pool[pick]
+        d2 = np.minimum(d2, ((pool - centres[c]) ** 2).sum(1))
+    sq = (x * x).sum(1)
+    labels = np.zeros(n, dtype=np.int64)
+    for _ in range(iters):
+        best = np.empty(n, dtype=np.float32)
+        for a in range(0, n, 65536):
+            d = sq[a : a + 65536, None] - 2 * x[a : a + 65536] @ centres.T + (centres * centres).sum(1)[None, :]
+            labels[a : a + 65536] = d.argmin(1)
+            best[a : a + 65536] = d.min(1)
+        counts = np.bincount(labels, minlength=k)
+        sums = np.zeros((k, x.shape[1]), dtype=np.float64)
+        np.add.at(sums, labels, x)
+        new = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
+        for c in np.flatnonzero(counts == 0):
+            far = int(best.argmax())
+            new[c], best[far] = x[far], -np.inf
+        if np.array_equal(new, centres):
+            break
+        centres = new
+    return labels
+
+
+def clustered(
+    x: np.ndarray,
+    dataset: str,
+    clusters: int = 64,
+    max_pts: int = 200_000,
+    delete_every: int = 8,
+    search_every: int = 4,
+    seed: int = 0,
+):
+    """The ``clustered`` runbook over the rows of ``x`` (see the module
+    docs): ``(runbook, order, bounds)`` where ``order`` is the row order the
+    runbook's ranges refer to (row ``i`` of the reordered data is row
+    ``order[i]`` of ``x``) and ``bounds[c]..bounds[c+1]`` is cluster ``c``."""
+    n = len(x)
+    labels = kmeans(x, clusters, seed=seed)
+    order = np.argsort(labels, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(labels, minlength=clusters))]).astype(np.int64)
+    max_pts = min(max_pts, n)
+    steps: List[Step] = []
+    ops = 0
+
+    def op(step: Step) -> None:
+        nonlocal ops
+        steps.append(step)
+        ops += 1
+        if ops % search_every == 0:
+            steps.append(Step("search"))
+
+    live: List[int] = []
+
+    def drop_oldest(active: int) -> int:
+        old = live.pop(0)
+        op(Step("delete", int(bounds[old]), int(bounds[old + 1])))
+        return active - int(bounds[old + 1] - bounds[old])
+
+    active = 0
+    for c in range(clusters):
+        a, b = int(bounds[c]), int(bounds[c + 1])
+        if a == b:
+            continue
+        if b - a > max_pts:
+            raise RunbookError(f"clustered: cluster {c} has {b - a} points, more than max_pts {max_pts}")
+        while active + (b - a) > max_pts:  # a large cluster: make room now
+            active = drop_oldest(active)
+        op(Step("insert", a, b))
+        live.append(c)
+        active += b - a
+        if (c + 1) % delete_every == 0:
+            # The oldest live clusters leave until the next batch of
+            # delete_every clusters (of mean size) fits under max_pts.
+            room = max(max_pts - delete_every * n // clusters, 0)
+            while live and active > room:
+                active = drop_oldest(active)
+    if not steps or steps[-1].operation != "search":
+        steps.append(Step("search"))
+    rb = Runbook(dataset, max_pts, steps)
+    check(rb, n)
+    return rb, order, bounds
 
 
 def generate(

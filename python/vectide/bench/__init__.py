@@ -6,6 +6,12 @@
   re-insert churn (see :mod:`vectide.bench.churn`).
 * ``python -m vectide.bench phnsw ...``: the P-HNSW paper's figures at our
   scale (see :mod:`vectide.bench.phnsw`).
+* ``python -m vectide.bench stability ...``: recall over many delete and
+  re-insert cycles, every streaming engine and peer (see
+  :mod:`vectide.bench.churn`).
+* ``python -m vectide.bench runbook ...``: big-ann-benchmarks streaming
+  runbooks over Vectide's streaming engines and the peers (see
+  :mod:`vectide.bench.runbooks`).
 * ``python -m vectide.bench exact ...``: batched exact search, ``vectide:flat``
   against faiss ``IndexFlat`` (see :mod:`vectide.bench.exact`).
 * ``python -m vectide.bench plot FILE.json FILE.png``: the recall/QPS plot of a
@@ -35,6 +41,14 @@ def main(argv=None) -> int:
         from . import db
 
         return db.main(argv[1:])
+    if argv and argv[0] == "stability":  # and stability
+        from . import churn
+
+        return churn.stability_main(argv[1:])
+    if argv and argv[0] == "runbook":  # and runbook
+        from . import runbooks
+
+        return runbooks.main(argv[1:])
     if argv and argv[0] == "exact":  # and exact
         from . import exact
 
@@ -55,6 +69,8 @@ def main(argv=None) -> int:
     sub.add_parser("churn", help="recall/QPS under delete + re-insert churn (vectide:hnsw)", add_help=False)
     sub.add_parser("db", help="database: upsert throughput, filtered recall, restart, server vs in-process", add_help=False)
     sub.add_parser("phnsw", help="P-HNSW paper figures: insert time, breakdown, recovery, msync, crash test", add_help=False)
+    sub.add_parser("stability", help="recall over 50 delete/re-insert cycles, streaming engines and peers", add_help=False)
+    sub.add_parser("runbook", help="big-ann streaming runbooks: every streaming engine and peer, same threads", add_help=False)
     sub.add_parser("exact", help="exact search: vectide:flat against faiss IndexFlat, same threads", add_help=False)
     p = sub.add_parser("plot", help="recall/QPS plot of a result JSON")
     p.add_argument("json", metavar="FILE.json")

@@ -16,6 +16,11 @@
    QPS within 10 %, slots in use at most 1.1x the live points.
 
 ``make demo`` runs it on ``glove-6b-50-angular-100k``.
+
+``python -m vectide.bench stability`` (:func:`stability`) grows the same cycle
+into FreshDiskANN's recall-stability experiment over every streaming engine
+and peer: each engine's knob fixed at the smallest sweep value whose cycle-0
+recall@10 reaches 0.95, then ``--cycles`` cycles at each rate of ``--rates``.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ import argparse
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Dict
 
 import numpy as np
 
@@ -247,3 +254,147 @@ def main(argv=None) -> int:
         p.error("--fraction must be in (0, 1), --rounds >= 0, --k >= 1")
     report = run(args)
     return 0 if all(report["summary"]["checks"].values()) else 1
+
+
+# --------------------------------------------------------------------------
+# Recall stability over many churn cycles, every streaming engine and peer
+# (FreshDiskANN's Figures 1-3 at our scale). Grown out of the single-engine
+# churn above: the same cycle (delete a random share, re-insert the same
+# vectors under the same ids, measure against the original ground truth),
+# run through the runbook runner so that every engine is driven the same way.
+
+STABILITY_ENGINES = "vectide:fresh-vamana,vectide:hnsw,hnswlib,diskann,svs"
+
+
+def stability(args: argparse.Namespace) -> dict:
+    from vectide import datasets
+    from vectide import runbook as rbmod
+
+    from . import runbooks
+    from .ann import machine_info, write_json
+
+    engines = [e for e in args.engines.split(",") if e]
+    ds = datasets.load(args.dataset)
+    n = len(ds.train)
+    nq = min(args.queries, len(ds.test))
+    # Random deletes: the rows are put in a seeded random order, so that the
+    # contiguous ranges churn:P deletes are random sets of the original rows.
+    order = np.random.default_rng(args.seed).permutation(n)
+    cache = datasets.data_dir() / "runbooks" / ds.name
+    prep = runbooks.Prepared(ds, order, nq, cache / f"order-{runbooks._digest(order)}")
+    workdir = cache / "work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    rates = [float(r) for r in args.rates.split(",") if r]
+    out: Dict[str, Dict[str, object]] = {}
+    print(f"{ds.name}: {n} points, {nq} queries, cycles {args.cycles}, rates {rates}, engines {engines}", flush=True)
+    for rate in rates:
+        rb = rbmod.generate(f"churn:{rate:g}", n, ds.name, max_pts=n, cycles=args.cycles)
+        truth = runbooks.ground_truth(prep, rb, args.k, cache)
+        for e in engines:
+            t0 = time.perf_counter()
+            r = runbooks.run_engine(
+                e, prep, rb, truth, args.k, DEFAULT_EFS[0], 32, args.update_threads, workdir,
+                settle_after_deletes=True, calibrate=DEFAULT_EFS, target=args.target,
+            )
+            searches = [s for s in r["steps"] if s["operation"] == "search"]
+            cycles = [
+                {"cycle": i, "recall10": s["recall"], "recall5at5": s["recall5at5"], "qps": s["qps"],
+                 "memory_bytes": s["memory_bytes"]}
+                for i, s in enumerate(searches)
+            ]
+            churn_s = [s["seconds"] for s in r["steps"] if s["operation"] in ("insert", "delete")][1:]
+            first = cycles[0]["recall10"]
+            worst = min(c["recall10"] for c in cycles[1:]) if len(cycles) > 1 else first
+            out.setdefault(e, {})[f"{rate:g}"] = {
+                "knob": r["search_knob"], "calibration": r["calibration"], "params": r["params"],
+                "consolidation_policy": r["consolidation_policy"], "cycles": cycles,
+                "cycle0_recall10": first, "worst_recall10": worst, "drift_points": 100 * (first - worst),
+                "cycle0_recall5at5": cycles[0]["recall5at5"],
+                "worst_recall5at5": min(c["recall5at5"] for c in cycles),
+                "churn_seconds": float(sum(churn_s)),
+            }
+            print(f"{e} @ {rate:g}%: knob {r['search_knob']}, recall@{args.k} cycle 0 {first:.4f}, worst {worst:.4f} "
+                  f"(drift {100 * (first - worst):.2f} points), {time.perf_counter() - t0:.0f} s", flush=True)
+    doc = {
+        "benchmark": "stability",
+        "dataset": ds.name,
+        "n": n,
+        "k": args.k,
+        "queries": nq,
+        "cycles": args.cycles,
+        "rates_percent": rates,
+        "target_recall_for_knob": args.target,
+        "knob_sweep": list(DEFAULT_EFS),
+        "threads": {"updates": args.update_threads, "searches": 1},
+        "method": "per cycle: delete a random P % of the points (a moving range over a seeded random row order), "
+        "wait for the engine's consolidation, re-insert the same vectors under the same ids, search; recall "
+        "against the original ground truth; 5-recall@5 from the first 5 results of the k-search",
+        "build_params": {"vamana_family": runbooks.VAMANA, "hnsw_family": runbooks.HNSW},
+        "machine": machine_info(),
+        "simd": runbooks._simd(),
+        "engines": out,
+        "summary": {
+            "recall_drift_points": {e: {r: v["drift_points"] for r, v in per.items()} for e, per in out.items()},
+            "cycle0_recall10": {e: next(iter(per.values()))["cycle0_recall10"] for e, per in out.items()},
+        },
+    }
+    write_json(doc, args.out)
+    print(f"wrote {args.out}")
+    if args.plot:
+        plot_stability(doc, Path(args.plot))
+    return doc
+
+
+def plot_stability(doc: dict, directory: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rates = [f"{r:g}" for r in doc["rates_percent"]]
+    fig, axes = plt.subplots(1, len(rates), figsize=(6 * len(rates), 4.5), squeeze=False)
+    for ax, rate in zip(axes[0], rates):
+        for e, per in doc["engines"].items():
+            if rate in per:
+                cyc = per[rate]["cycles"]
+                ax.plot([c["cycle"] for c in cyc], [c["recall10"] for c in cyc], label=f"{e} {per[rate]['knob']}")
+        ax.set_title(f"{rate}% deleted and re-inserted per cycle ({doc['dataset']})")
+        ax.set_xlabel("cycle")
+        ax.set_ylabel(f"recall@{doc['k']}")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = directory / "stability.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def stability_main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m vectide.bench stability",
+        description="recall@10 over many delete/re-insert cycles, every streaming engine and peer, same threads",
+    )
+    p.add_argument("--dataset", default="glove-6b-50-angular-100k")
+    p.add_argument("--cycles", type=int, default=50)
+    p.add_argument("--rates", default="5,10", help="percent deleted and re-inserted per cycle (50 on request)")
+    p.add_argument("--engines", default=STABILITY_ENGINES)
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--target", type=float, default=0.95, help="cycle-0 recall@k that fixes each engine's knob")
+    p.add_argument("--update-threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.add_argument("--plot", default=None, metavar="DIR")
+    args = p.parse_args(argv)
+    if args.cycles < 1 or args.k < 5 or args.queries < 1 or args.update_threads < 1:
+        p.error("--cycles, --queries and --update-threads must be >= 1 and --k >= 5 (5-recall@5 is reported)")
+    try:
+        for r in args.rates.split(","):
+            if not (0 < float(r) <= 100):
+                raise ValueError(f"rate {r} must be in (0, 100]")
+        stability(args)
+    except (ValueError, KeyError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

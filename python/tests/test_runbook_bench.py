@@ -1,0 +1,203 @@
+"""The runbook benchmark: the clustered generator, ground truth over the
+active set, and a small run of every streaming engine and peer."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vectide import runbook as rbk
+from vectide.bench import runbooks
+
+DATASET = "clustered-20k-32-angular"
+
+
+def _blobs(seed=3, k=6, per=200, dim=8):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=20.0, size=(k, dim))
+    x = np.concatenate([c + rng.normal(size=(per, dim)) for c in centres]).astype(np.float32)
+    truth = np.repeat(np.arange(k), per)
+    return x, truth
+
+
+def test_kmeans_recovers_well_separated_blobs_and_is_deterministic():
+    x, truth = _blobs()
+    labels = rbk.kmeans(x, 6, seed=0)
+    # Every blob lands in one cluster and every cluster holds one blob.
+    pairs = {(int(a), int(b)) for a, b in zip(truth, labels)}
+    assert len(pairs) == 6 and len({b for _, b in pairs}) == 6
+    assert np.array_equal(labels, rbk.kmeans(x, 6, seed=0))
+    # Lloyd's fixed point: each point is with its nearest centre.
+    centres = np.stack([x[labels == c].mean(0) for c in range(6)])
+    d = ((x[:, None, :] - centres[None]) ** 2).sum(-1)
+    assert np.array_equal(d.argmin(1), labels)
+    with pytest.raises(rbk.RunbookError, match="at least 7 rows"):
+        rbk.kmeans(x[:6], 7)
+
+
+def test_clustered_runbook_inserts_clusters_in_order_and_stays_under_max_pts():
+    x, _ = _blobs(k=16, per=50)
+    rb, order, bounds = rbk.clustered(x, "blobs", clusters=16, max_pts=400, delete_every=4, search_every=4)
+    assert sorted(order.tolist()) == list(range(len(x)))
+    inserts = [(s.start, s.end) for s in rb.steps if s.operation == "insert"]
+    assert inserts == [(int(bounds[c]), int(bounds[c + 1])) for c in range(16) if bounds[c] < bounds[c + 1]]
+    # Deletes take the oldest live clusters first.
+    deletes = [(s.start, s.end) for s in rb.steps if s.operation == "delete"]
+    assert deletes and deletes == inserts[: len(deletes)]
+    counts = rbk.check(rb, len(x))
+    assert counts["peak_active"] <= 400
+    # A search after every 4th operation, and one at the end.
+    ops = 0
+    for i, s in enumerate(rb.steps):
+        if s.operation == "search":
+            assert ops % 4 == 0 or i == len(rb.steps) - 1
+        else:
+            ops += 1
+            if ops % 4 == 0:
+                assert rb.steps[i + 1].operation == "search"
+    assert rb.steps[-1].operation == "search"
+    # Points of one cluster share a label.
+    labels = rbk.kmeans(x, 16, seed=0)[order]
+    for c in range(16):
+        assert len(set(labels[bounds[c] : bounds[c + 1]].tolist())) <= 1
+    assert rbk.dump(rb) == rbk.dump(rbk.clustered(x, "blobs", clusters=16, max_pts=400, delete_every=4)[0])
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    from vectide import datasets
+
+    root = tmp_path_factory.mktemp("runbook-data")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VECTIDE_DATA", str(root))
+    datasets.prepare(DATASET, verbose=False)
+    yield root
+    mp.undo()
+
+
+def _run(tmp_path, engines, runbook="clustered", extra=()):
+    out = tmp_path / "rb.json"
+    code = runbooks.main(
+        ["--dataset", DATASET, "--runbook", runbook, "--engines", ",".join(engines), "--max-pts", "4000",
+         "--queries", "100", "--knob", "64", "--out", str(out), *extra]
+    )
+    return code, out
+
+
+def test_ground_truth_is_exact_over_the_active_set(data_root, monkeypatch, tmp_path):
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    from vectide import datasets
+
+    ds = datasets.load(DATASET)
+    rb = rbk.loads(
+        "t:\n  max_pts: 3000\n"
+        "  1: {operation: insert, start: 0, end: 3000}\n"
+        "  2: {operation: delete, start: 1000, end: 2000}\n"
+        "  3: {operation: replace, tags_start: 0, tags_end: 500, ids_start: 5000, ids_end: 5500}\n"
+        "  4: {operation: search}\n"
+    )
+    prep = runbooks.Prepared(ds, None, 50, tmp_path / "prep")
+    truth = runbooks.ground_truth(prep, rb, 10, tmp_path)
+    assert len(truth) == 1 and truth[0].shape == (50, 10)
+    # Brute force: ids 0..499 hold rows 5000..5499, 500..999 and 2000..2999 their own.
+    ids = np.concatenate([np.arange(0, 1000), np.arange(2000, 3000)])
+    rows = ids.copy()
+    rows[:500] += 5000
+    x = np.asarray(prep.data)[rows]
+    sims = prep.queries @ x.T
+    want = ids[np.argsort(-sims, axis=1, kind="stable")[:, :10]]
+    assert (truth[0] == want).mean() > 0.999
+    assert not np.isin(truth[0], np.arange(1000, 2000)).any()
+    # Cached: the second call reads the file.
+    cached = list(tmp_path.glob("gt-*.npz"))
+    assert len(cached) == 1
+    assert np.array_equal(runbooks.ground_truth(prep, rb, 10, tmp_path)[0], truth[0])
+
+
+def test_a_small_clustered_run_over_every_engine(data_root, monkeypatch, tmp_path):
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    engines = runbooks.streaming_engines() + ["hnswlib", "faiss-ivf"]
+    for name, module in (("svs", "svs"),):
+        try:
+            __import__(module)
+            engines.append(name)
+        except ImportError:
+            pass
+    if Path(runbooks.peers_python()).exists():
+        engines.append("diskann")
+    code, out = _run(tmp_path, engines)
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["summary"]["avg_recall10"]) == set(engines)
+    assert doc["threads"] == {"updates": 2, "searches": 1}
+    searches = doc["runbook"]["search"]
+    for name, e in doc["engines"].items():
+        steps = [s for s in e["steps"] if s["operation"] == "search"]
+        assert len(steps) == searches
+        for s in steps:
+            assert 0 <= s["recall"] <= 1 and s["qps"] > 0 and s["p99_latency_us"] >= s["mean_latency_us"] * 0.5
+        ops = sum(s["seconds"] for s in e["steps"])
+        assert e["seconds"] == pytest.approx(ops) and doc["summary"]["seconds"][name] == e["seconds"]
+        assert e["consolidation_policy"] and doc["policies"][name] == e["consolidation_policy"]
+        if name != "faiss-ivf":  # graphs: the clustered stream keeps them accurate
+            assert e["avg_recall"] >= 0.9, (name, e["avg_recall"])
+    assert Path(doc["runbook"]["yaml"]).exists()
+    assert rbk.check(rbk.load(doc["runbook"]["yaml"]), 20_000)["search"] == searches
+
+
+@pytest.mark.parametrize(
+    "runbook, engines, message",
+    [
+        ("nosuch", ["vectide:hnsw"], "neither a file nor a generator"),
+        ("churn:5", ["vectide:nosuch"], "unknown streaming engine 'vectide:nosuch'"),
+        ("churn:5", ["vectide:p-hnsw"], "unknown streaming engine"),
+        ("churn:5", ["hnswlib", "hnswlib"], "listed twice"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_runs(data_root, monkeypatch, tmp_path, capsys, runbook, engines, message):
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    code, out = _run(tmp_path, engines, runbook)
+    assert code == 2 and not out.exists()
+    assert message in capsys.readouterr().err
+
+
+def test_a_runbook_file_that_deletes_ids_never_inserted_is_refused(data_root, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    path = tmp_path / "bad.yaml"
+    path.write_text("t:\n  max_pts: 100\n  1: {operation: insert, start: 0, end: 100}\n"
+                    "  2: {operation: delete, start: 50, end: 150}\n  3: {operation: search}\n")
+    code, out = _run(tmp_path, ["vectide:hnsw"], str(path))
+    assert code == 2 and not out.exists()
+    assert "step 2 (delete 50..150): ids never inserted" in capsys.readouterr().err
+    path.write_text("t:\n  max_pts: 30000\n  1: {operation: insert, start: 0, end: 100}\n")
+    assert _run(tmp_path, ["vectide:hnsw"], str(path))[0] == 2
+    assert "max_pts 30000 must be in 1..=20000" in capsys.readouterr().err
+
+
+def test_stability_fixes_each_knob_at_the_target_and_reports_drift(data_root, monkeypatch, tmp_path):
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    from vectide.bench import churn
+
+    out = tmp_path / "stability.json"
+    code = churn.stability_main(
+        ["--dataset", DATASET, "--cycles", "2", "--rates", "10", "--engines", "vectide:fresh-vamana,hnswlib",
+         "--queries", "100", "--out", str(out)]
+    )
+    assert code == 0
+    doc = json.loads(out.read_text())
+    for name in ("vectide:fresh-vamana", "hnswlib"):
+        r = doc["engines"][name]["10"]
+        sweep = r["calibration"]["sweep"]
+        # The smallest sweep value reaching the target: every earlier one missed it.
+        assert sweep[-1]["recall"] >= 0.95 and all(p["recall"] < 0.95 for p in sweep[:-1])
+        assert list(r["knob"].values()) == [r["calibration"]["chosen"]]
+        assert len(r["cycles"]) == 3  # cycle 0 and two churn cycles
+        assert r["cycle0_recall10"] == r["cycles"][0]["recall10"]
+        worst = min(c["recall10"] for c in r["cycles"][1:])
+        assert doc["summary"]["recall_drift_points"][name]["10"] == pytest.approx(100 * (r["cycle0_recall10"] - worst))
+        assert 0 < r["cycles"][0]["recall5at5"] <= 1
+    assert churn.stability_main(["--rates", "0", "--out", str(tmp_path / "x.json")]) == 2
