@@ -116,8 +116,12 @@ def test_recall_targets_are_the_native_ones():
 
 
 def test_engine_registry():
-    with pytest.raises(ValueError, match="known engines: vectide:hnsw, hnswlib, faiss-hnsw, usearch"):
+    known = "vectide:hnsw, vectide:fresh-vamana, hnswlib, faiss-hnsw, usearch, diskann, svs, glass, scann, vsag"
+    with pytest.raises(ValueError, match=f"known engines: {known}"):
         make_engine("annoy")
+    # Each engine names the knob a sweep varies; building is not needed for that.
+    assert [make_engine(n).knob for n in ("diskann", "svs", "glass", "scann", "vsag")] == [
+        "L", "L", "ef", "leaves_to_search", "ef"]
     assert make_engine("vectide:flat").name == "vectide:flat"
     assert not is_peer("vectide:hnsw") and is_peer("hnswlib")
 
@@ -146,9 +150,9 @@ def data_root(tmp_path_factory):
 
 def _knob(name):
     """The knob a sweep varies for an engine of the harness: a native
-    engine's primary knob from the registry, ``ef`` for the peers."""
+    engine's primary knob from the registry, the adapter's for the peers."""
     if not name.startswith("vectide:"):
-        return "ef"
+        return make_engine(name).knob
     import vectide
 
     return next(e["primary_knob"] for e in vectide.engines() if e["name"] == name.split(":", 1)[1])
@@ -170,9 +174,11 @@ def _check_result(doc, engines, k=10):
         if _knob(name) is None:  # exact: measured once, no knob
             assert [p["search_params"] for p in e["sweep"]] == [{}], name
             assert e["sweep"][0]["recall"] == pytest.approx(1.0)
-        else:
+        elif _knob(name) == "ef":
             assert [p["search_params"]["ef"] for p in e["sweep"]] == [10, 32]
             assert [p["search_params"]["ef_effective"] for p in e["sweep"]] == [10, 32]
+        else:  # L, leaves_to_search: the value searched with (at most the leaves there are)
+            assert [p["search_params"][_knob(name)] for p in e["sweep"]] == [10, 32], name
         for p in e["sweep"]:
             assert set(p) >= {"search_params", "recall", "qps"}
             assert 0.0 <= p["recall"] <= 1.0 and p["qps"] > 0
@@ -212,6 +218,73 @@ def test_end_to_end_peers(data_root, monkeypatch, tmp_path, capsys):
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
     table = capsys.readouterr().out
     assert "hnswlib" in table and "faiss-hnsw" in table and "QPS@0.95" in table
+
+
+#: The peers measured as the fastest installable libraries (import name,
+#: engine); each test of them skips when its package is missing.
+FAST_PEERS = [("diskannpy", "diskann"), ("svs", "svs"), ("glass", "glass"), ("scann", "scann"), ("pyvsag", "vsag")]
+
+
+def test_end_to_end_fast_peers(data_root, monkeypatch, tmp_path):
+    # The Vamana engines side by side with the peers configured as their
+    # authors recommend: every one reaches recall 0.9 at the largest knob
+    # value and its params name its configuration.
+    pytest.importorskip("vectide._vectide")
+    for module, _ in FAST_PEERS:
+        pytest.importorskip(module)
+    engines = ["vectide:fresh-vamana"] + [name for _, name in FAST_PEERS]
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    import tempfile
+
+    scratch = tmp_path / "scratch"  # where DiskANN writes its index directory
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    out = tmp_path / "fast.json"
+    rc = main([
+        "ann", "--dataset", DATASET, "--engines", ",".join(engines), "--k", "10", "--threads", "1",
+        "--ef", "10,32", "--max-queries", "100", "--runs", "1", "--out", str(out),
+    ])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    _check_result(doc, engines)
+    assert doc["summary"]["peers"] == engines[1:]
+    e = {name: doc["engines"][name]["params"] for name in engines}
+    # The Vamana engines share R, L_build and alpha (FreshDiskANN §6.2).
+    fv = e["vectide:fresh-vamana"]["index_params"]
+    assert (fv["r"], fv["l_build"]) == (64, 75) and fv["alpha"] == pytest.approx(1.2)
+    assert e["vectide:fresh-vamana"]["ignores"] == ["m", "ef_construction"]
+    d = e["diskann"]["index_params"]
+    assert (d["graph_degree"], d["complexity"], d["alpha"], d["distance_metric"]) == (64, 75, 1.2, "l2")
+    s = e["svs"]["index_params"]
+    assert (s["graph_max_degree"], s["window_size"], s["alpha"]) == (64, 75, 1.2)
+    assert s["distance"] == "L2 over unit vectors"
+    g = e["glass"]["index_params"]
+    assert (g["index_type"], g["R"], g["L"], g["build_quant"], g["search_quant"], g["refine_quant"]) == (
+        "HNSW", 48, 200, "SQ8U", "SQ8U", "FP16")
+    sc = e["scann"]["index_params"]
+    assert (sc["num_leaves"], sc["dimensions_per_block"], sc["anisotropic_quantization_threshold"], sc["reorder"]) == (
+        141, 2, 0.2, 100)  # round(sqrt(20000)) leaves
+    assert doc["engines"]["scann"]["sweep"][0]["search_params"] == {
+        "leaves_to_search": 10, "pre_reorder_num_neighbors": 100}
+    v = e["vsag"]["index_params"]
+    assert v["index"] == "hgraph" and v["index_param"]["base_quantization_type"] == "sq8"
+    assert v["index_param"]["use_reorder"] is True and v["metric_type"] == "ip"
+    for name in engines[1:]:
+        assert e[name]["version"] and e[name]["config_source"] and e[name]["search"], name
+        assert e[name]["ignores"] == ["m", "ef_construction"], name
+    # DiskANN's index directory is gone once the run is over.
+    assert list(scratch.iterdir()) == []
+
+
+def test_missing_peer_package_names_the_pip_package(monkeypatch):
+    import sys
+
+    pips = {"diskann": "diskannpy-rust", "svs": "scalable-vs", "glass": "pyglass-portable", "scann": "scann",
+            "vsag": "pyvsag"}
+    for module, name in FAST_PEERS:
+        monkeypatch.setitem(sys.modules, module, None)  # the import fails as if not installed
+        with pytest.raises(RuntimeError, match=f"pip install {pips[name]}$"):
+            make_engine(name).check()
 
 
 def test_end_to_end_vectide(data_root, monkeypatch, tmp_path):

@@ -6,14 +6,19 @@
 
 Method
 ------
-* Every engine is built on ``train`` with the same ``M``, ``efConstruction``
-  and build thread count. ``build_s`` is the wall time of the library's add
-  call(s). ``memory_bytes`` is the growth of the process's resident set
-  (``/proc/self/statm``) across the build, each side taken after
+* Every engine is built on ``train`` with the same build thread count; the
+  engines that take ``M`` and ``efConstruction`` (the HNSW ones) get the same
+  values, the Vamana ones share R, L and alpha, and the other peers are
+  configured as their authors recommend (each engine's ``params`` records
+  its configuration and its source). ``build_s`` is the wall time of the
+  library's build call(s). ``memory_bytes`` is the growth of the process's
+  resident set (``/proc/self/statm``) across the build, each side taken after
   ``gc.collect()`` and ``malloc_trim(0)``; all engines stay alive for the
   interleaved sweep, so each is measured by its own delta.
-* The same ``ef`` list is swept for every engine (``ef < k`` runs at ``k``;
-  ``search_params`` records both). Queries go one per call, from the same
+* The same ``ef`` list is swept for every engine as its primary search knob
+  (``ef``, ``L``, ScaNN's leaves to search; ``ef < k`` runs at ``k``;
+  ``search_params`` records what was searched with) and an engine without a
+  knob is measured once. Queries go one per call, from the same
   Python loop for every engine, timed with ``time.perf_counter`` around the
   whole loop: QPS = queries / seconds. Sweep order is
   ``for ef: for run: for engine``, so the measurements compared with each
@@ -192,9 +197,7 @@ def run_ann(
                 point = best.get(a.name)
                 qps_runs = (point["qps_runs"] if point else []) + [qps]
                 if point is None or qps > point["qps"]:
-                    params = {"ef": int(ef), "ef_effective": eff} if a.knob == "ef" else {}
-                    if a.knob not in (None, "ef"):
-                        params = {a.knob: eff}
+                    params = {"ef": int(ef), "ef_effective": eff} if a.knob == "ef" else a.search_params(eff)
                     point = {"search_params": params, "recall": rec, "qps": qps}
                 point["qps_runs"] = qps_runs
                 best[a.name] = point
