@@ -89,12 +89,12 @@ struct Measured {
     sweep: Vec<Point>,
 }
 
-fn engine_name(spec: &str) -> String {
+pub(crate) fn engine_name(spec: &str) -> String {
     spec.strip_prefix("vectide:").unwrap_or(spec).to_string()
 }
 
 /// The resident set of this process (`VmRSS`), when the system tells it.
-fn rss_bytes() -> Option<u64> {
+pub(crate) fn rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -192,7 +192,7 @@ fn search_params_json(knob: Option<Knob>, asked: Option<usize>, k: usize) -> Val
     }
 }
 
-fn param_json(v: ParamValue) -> Value {
+pub(crate) fn param_json(v: ParamValue) -> Value {
     match v {
         ParamValue::Int(i) => json!(i),
         ParamValue::Float(f) => json!(f),
@@ -203,7 +203,7 @@ fn param_json(v: ParamValue) -> Value {
 
 /// What the result says of the machine (the Python harness's keys that
 /// apply to a native run, and the SIMD level).
-fn machine_info() -> Value {
+pub(crate) fn machine_info() -> Value {
     let cpu_model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| {
         c.lines()
             .find(|l| l.starts_with("model name"))
@@ -221,7 +221,7 @@ fn machine_info() -> Value {
 }
 
 /// The current UTC time as ISO 8601 (`2025-01-31T12:00:00+00:00`).
-fn utc_now() -> String {
+pub(crate) fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -58,8 +58,14 @@ pub fn python() -> PathBuf {
     PathBuf::from("python3")
 }
 
-/// Exports (preparing if needed) and loads a dataset by name or HDF5 path.
+/// Exports (preparing if needed) and loads a dataset by name or HDF5 path;
+/// a directory of sidecars already exported (holding `meta.json`) is read
+/// as it is, without Python.
 pub fn load(name_or_path: &str) -> Result<Dataset, String> {
+    let dir = Path::new(name_or_path);
+    if dir.is_dir() && dir.join("meta.json").is_file() {
+        return read_dir(dir);
+    }
     let py = python();
     let out = Command::new(&py)
         .args(["-m", "vectide.datasets", "export", name_or_path])

@@ -4,6 +4,8 @@
 //!   Python harness `python -m vectide.bench ann` adds the peers);
 //! - `vectide inspect PATH` describes an index file (or index directory)
 //!   after checking it;
+//! - `vectide runbook` runs a big-ann-benchmarks streaming runbook (YAML) on
+//!   native engines (`python -m vectide.bench runbook` adds the peers);
 //! - `vectide crash-test ENGINE|db:ENGINE` runs the crash kit (simulated
 //!   crash states, SIGKILLs, the mutation check) on a durable engine or a
 //!   database collection;
@@ -15,6 +17,7 @@ mod bench;
 mod crash;
 mod dataset;
 mod db;
+mod runbook;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -35,6 +38,10 @@ struct Cli {
 enum Command {
     /// Recall/QPS sweep of native engines on an ann-benchmarks dataset.
     Bench(bench::BenchArgs),
+    /// Streaming runbook (big-ann-benchmarks YAML) on native engines:
+    /// inserts, deletes, replaces and searches with recall over the active
+    /// set; exits 2 when the runbook does not fit the dataset (nothing runs).
+    Runbook(runbook::RunbookArgs),
     /// List the registered engines with their parameters and search knobs.
     Engines {
         /// Print JSON instead of text.
@@ -78,6 +85,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(&args),
+        Command::Runbook(args) => match runbook::run(&args) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(e.exit_code());
+            }
+        },
         Command::Engines { json } => engines(json),
         Command::Inspect { path, json } => inspect(&path, json),
         Command::CrashTest(args) => match crash::run(&args) {

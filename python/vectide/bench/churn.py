@@ -287,6 +287,32 @@ def stability(args: argparse.Namespace) -> dict:
     rates = [float(r) for r in args.rates.split(",") if r]
     out: Dict[str, Dict[str, object]] = {}
     print(f"{ds.name}: {n} points, {nq} queries, cycles {args.cycles}, rates {rates}, engines {engines}", flush=True)
+
+    def document() -> dict:
+        return {
+            "benchmark": "stability",
+            "dataset": ds.name,
+            "n": n,
+            "k": args.k,
+            "queries": nq,
+            "cycles": args.cycles,
+            "rates_percent": rates,
+            "target_recall_for_knob": args.target,
+            "knob_sweep": list(DEFAULT_EFS),
+            "threads": {"updates": args.update_threads, "searches": 1},
+            "method": "per cycle: delete a random P % of the points (a moving range over a seeded random row order), "
+            "wait for the engine's consolidation, re-insert the same vectors under the same ids, search; recall "
+            "against the original ground truth; 5-recall@5 from the first 5 results of the k-search",
+            "build_params": {"vamana_family": runbooks.VAMANA, "hnsw_family": runbooks.HNSW},
+            "machine": machine_info(),
+            "simd": runbooks._simd(),
+            "engines": out,
+            "summary": {
+                "recall_drift_points": {e: {r: v["drift_points"] for r, v in per.items()} for e, per in out.items()},
+                "cycle0_recall10": {e: next(iter(per.values()))["cycle0_recall10"] for e, per in out.items()},
+            },
+        }
+
     for rate in rates:
         rb = rbmod.generate(f"churn:{rate:g}", n, ds.name, max_pts=n, cycles=args.cycles)
         truth = runbooks.ground_truth(prep, rb, args.k, cache)
@@ -315,29 +341,8 @@ def stability(args: argparse.Namespace) -> dict:
             }
             print(f"{e} @ {rate:g}%: knob {r['search_knob']}, recall@{args.k} cycle 0 {first:.4f}, worst {worst:.4f} "
                   f"(drift {100 * (first - worst):.2f} points), {time.perf_counter() - t0:.0f} s", flush=True)
-    doc = {
-        "benchmark": "stability",
-        "dataset": ds.name,
-        "n": n,
-        "k": args.k,
-        "queries": nq,
-        "cycles": args.cycles,
-        "rates_percent": rates,
-        "target_recall_for_knob": args.target,
-        "knob_sweep": list(DEFAULT_EFS),
-        "threads": {"updates": args.update_threads, "searches": 1},
-        "method": "per cycle: delete a random P % of the points (a moving range over a seeded random row order), "
-        "wait for the engine's consolidation, re-insert the same vectors under the same ids, search; recall "
-        "against the original ground truth; 5-recall@5 from the first 5 results of the k-search",
-        "build_params": {"vamana_family": runbooks.VAMANA, "hnsw_family": runbooks.HNSW},
-        "machine": machine_info(),
-        "simd": runbooks._simd(),
-        "engines": out,
-        "summary": {
-            "recall_drift_points": {e: {r: v["drift_points"] for r, v in per.items()} for e, per in out.items()},
-            "cycle0_recall10": {e: next(iter(per.values()))["cycle0_recall10"] for e, per in out.items()},
-        },
-    }
+            write_json(document(), args.out)  # partial results survive an interrupted run
+    doc = document()
     write_json(doc, args.out)
     print(f"wrote {args.out}")
     if args.plot:
