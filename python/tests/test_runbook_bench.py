@@ -116,6 +116,11 @@ def test_ground_truth_is_exact_over_the_active_set(data_root, monkeypatch, tmp_p
     cached = list(tmp_path.glob("gt-*.npz"))
     assert len(cached) == 1
     assert np.array_equal(runbooks.ground_truth(prep, rb, 10, tmp_path)[0], truth[0])
+    # The same ranges over another row order are other points: not the cached answer.
+    order = np.arange(len(ds.train))[::-1].copy()
+    other = runbooks.Prepared(ds, order, 50, tmp_path / "prep-reversed")
+    again = runbooks.ground_truth(other, rb, 10, tmp_path)[0]
+    assert len(list(tmp_path.glob("gt-*.npz"))) == 2 and not np.array_equal(again, truth[0])
 
 
 def test_a_small_clustered_run_over_every_engine(data_root, monkeypatch, tmp_path):

@@ -133,7 +133,11 @@ def _digest(order: Optional[np.ndarray]) -> Optional[str]:
 
 def ground_truth(prep: Prepared, rb: rbmod.Runbook, k: int, cache: Path) -> List[np.ndarray]:
     """Exact top-``k`` over the active set at every search step (cached)."""
-    key = hashlib.sha256((rbmod.dump(rb) + f"|k={k}|nq={len(prep.queries)}").encode()).hexdigest()[:16]
+    # The row order is part of the key: the same ranges over another order
+    # (stability's random one, clustered's) are other points.
+    key = hashlib.sha256(
+        (rbmod.dump(rb) + f"|k={k}|nq={len(prep.queries)}|rows={prep.directory.name}").encode()
+    ).hexdigest()[:16]
     path = cache / f"gt-{key}.npz"
     if path.exists():
         with np.load(path) as z:
