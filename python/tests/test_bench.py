@@ -136,18 +136,6 @@ def test_unknown_engine_cli(capsys, monkeypatch, tmp_path):
 # End to end
 
 
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    from vectide import datasets
-
-    root = tmp_path_factory.mktemp("bench-data")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("VECTIDE_DATA", str(root))
-    datasets.prepare(DATASET, verbose=False)
-    yield root
-    mp.undo()
-
-
 def _knob(name):
     """The knob a sweep varies for an engine of the harness: a native
     engine's primary knob from the registry, the adapter's for the peers."""

@@ -19,18 +19,6 @@ ROWS = 20_000
 pytest.importorskip("vectide._vectide")
 
 
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    from vectide import datasets
-
-    root = tmp_path_factory.mktemp("native-runbook-data")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("VECTIDE_DATA", str(root))
-    datasets.prepare(DATASET, verbose=False)
-    yield root
-    mp.undo()
-
-
 def _run(data_root, tmp_path, rb, *extra):
     from test_cli import _cli
 

@@ -67,18 +67,6 @@ def test_clustered_runbook_inserts_clusters_in_order_and_stays_under_max_pts():
     assert rbk.dump(rb) == rbk.dump(rbk.clustered(x, "blobs", clusters=16, max_pts=400, delete_every=4)[0])
 
 
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    from vectide import datasets
-
-    root = tmp_path_factory.mktemp("runbook-data")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("VECTIDE_DATA", str(root))
-    datasets.prepare(DATASET, verbose=False)
-    yield root
-    mp.undo()
-
-
 def _run(tmp_path, engines, runbook="clustered", extra=()):
     out = tmp_path / "rb.json"
     code = runbooks.main(
