@@ -9,7 +9,9 @@ Method
   ``expiration``, ``churn:P``) is checked against the dataset before
   anything runs. A generated one is written next to the results as YAML;
   ``clustered`` also fixes the row order its ranges refer to (k-means into 64
-  clusters, seed 0), saved with it.
+  clusters, seed 0), kept with its YAML in
+  ``$VECTIDE_DATA/runbooks/<dataset>/clustered-<max_pts>-s<seed>.npz``: its
+  ranges name rows of that order, not of the dataset's own.
 * Ground truth of every search step is exact over the active set (ids and
   the rows they hold after replaces), computed with Vectide's ``flat``
   engine, and cached under ``$VECTIDE_DATA/runbooks/`` keyed by the dataset
