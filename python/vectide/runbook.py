@@ -181,22 +181,17 @@ def check(rb: Runbook, n: int) -> Dict[str, int]:
         if missing:
             raise RunbookError(f"step {num} ({s.operation}): missing {missing}")
         counts[s.operation] += 1
-        if s.operation == "insert":
-            rng(num, "insert", s.start, s.end)
-            dup = np.flatnonzero(active[s.start : s.end])
-            if dup.size:
+        if s.operation in ("insert", "delete"):
+            rng(num, s.operation, s.start, s.end)
+            inserting = s.operation == "insert"
+            # An insert needs every id inactive, a delete every id active.
+            wrong = np.flatnonzero(active[s.start : s.end] == inserting)
+            if wrong.size:
+                why = "ids already active from an earlier insert" if inserting else "ids never inserted or deleted already"
                 raise RunbookError(
-                    f"step {num} (insert {s.start}..{s.end}): ids already active from an earlier insert, first {s.start + int(dup[0])}"
+                    f"step {num} ({s.operation} {s.start}..{s.end}): {why}, first {s.start + int(wrong[0])}"
                 )
-            active[s.start : s.end] = True
-        elif s.operation == "delete":
-            rng(num, "delete", s.start, s.end)
-            gone = np.flatnonzero(~active[s.start : s.end])
-            if gone.size:
-                raise RunbookError(
-                    f"step {num} (delete {s.start}..{s.end}): ids never inserted or deleted already, first {s.start + int(gone[0])}"
-                )
-            active[s.start : s.end] = False
+            active[s.start : s.end] = inserting
         elif s.operation == "replace":
             rng(num, "replace tags", s.tags_start, s.tags_end)
             rng(num, "replace ids", s.ids_start, s.ids_end)

@@ -179,6 +179,18 @@ class Engine:
         )
 
 
+def vectide_descriptor(engine: str) -> Dict[str, object]:
+    """The native registry's entry for ``engine`` (``vectide.engines()``);
+    ``ValueError`` naming the known engines when there is none."""
+    import vectide
+
+    desc = next((e for e in vectide.engines() if e["name"] == engine), None)
+    if desc is None:
+        known = ", ".join(e["name"] for e in vectide.engines())
+        raise ValueError(f"unknown engine 'vectide:{engine}'; known Vectide engines: {known}")
+    return desc
+
+
 class VectideEngine(Engine):
     """``vectide:ENGINE``: ``vectide.Index(..., engine=ENGINE)``. Its build
     parameters and the knob a sweep varies come from the native registry
@@ -197,10 +209,7 @@ class VectideEngine(Engine):
 
             self.engine = engine or vectide.DEFAULT_ENGINE
             self.name = f"vectide:{self.engine}"
-            desc = next((e for e in vectide.engines() if e["name"] == self.engine), None)
-            if desc is None:
-                known = ", ".join(e["name"] for e in vectide.engines())
-                raise ValueError(f"unknown engine {self.name!r}; known Vectide engines: {known}")
+            desc = vectide_descriptor(self.engine)
             self.knob = desc["primary_knob"]
             self._takes = {p["name"] for p in desc["params"]}
         except ImportError:

@@ -109,18 +109,12 @@ class Prepared:
             x = np.ascontiguousarray(ds.train if order is None else ds.train[order], dtype=np.float32)
             q = np.ascontiguousarray(ds.test[:nq], dtype=np.float32)
             if self.metric == "cosine":
-                x, q = _unit(x), _unit(q)
+                x, q = datasets._normalize(x), datasets._normalize(q)
             _save_npy(self.data_path, x)
             _save_npy(self.queries_path, q)
             stamp.write_text(json.dumps(want))
         self.data = np.load(self.data_path, mmap_mode="r")
         self.queries = np.load(self.queries_path)
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(x, axis=1, keepdims=True)
-    n[n == 0] = 1
-    return (x / n).astype(np.float32)
 
 
 def _save_npy(path: Path, a: np.ndarray) -> None:
@@ -304,7 +298,7 @@ def load_runbook(spec: str, ds, max_pts: int, seed: int, cache: Path):
             rb = rbmod.loads(text)
         else:
             _log(f"clustered: k-means of {n} rows into 64 clusters (seed {seed})")
-            rb, order, _ = rbmod.clustered(ds.train if ds.metric != "cosine" else _unit(ds.train),
+            rb, order, _ = rbmod.clustered(ds.train if ds.metric != "cosine" else datasets._normalize(ds.train),
                                            f"{ds.name}-clustered", max_pts=max_pts, seed=seed)
             tmp = path.with_name(path.name + ".tmp.npz")
             np.savez(tmp, order=order, yaml=np.array(rbmod.dump(rb)))

@@ -116,10 +116,9 @@ class VectideStream(Stream):
     def __init__(self, spec: Dict, engine: str) -> None:
         super().__init__(spec)
         vectide = _import("vectide", "vectide")
-        desc = next((e for e in vectide.engines() if e["name"] == engine), None)
-        if desc is None:
-            known = ", ".join(e["name"] for e in vectide.engines())
-            raise StreamError(f"unknown Vectide engine {engine!r}; known: {known}")
+        from vectide.bench.engines import vectide_descriptor  # this worker runs in Vectide's venv
+
+        desc = vectide_descriptor(engine)
         if desc["in_directory"]:
             raise StreamError(f"vectide:{engine} lives in a directory; runbooks drive in-memory engines")
         self.name = f"vectide:{engine}"

@@ -1,8 +1,9 @@
 """The corruption matrix: every file of a database damaged in turn.
 
 A template database holds one collection per durable kind of engine state:
-``h`` (``hnsw``: snapshot + WAL tail), ``p`` (``p-hnsw``, msync), ``s``
-(``hnsw-snap``) and ``w`` (``hnsw-wal``). For every file in it (catalog, WAL
+``h`` (``hnsw``: snapshot + WAL tail), ``v`` (``fresh-vamana``: snapshot +
+WAL tail), ``p`` (``p-hnsw``, msync), ``s`` (``hnsw-snap``) and ``w``
+(``hnsw-wal``). For every file in it (catalog, WAL
 segments, point stores, engine files) and every damage (flip 8 bytes, zero
 512 bytes, truncate) at its start, middle and end, a copy is damaged and
 opened in a fresh process, which reads every point and runs a search. Each
@@ -33,7 +34,7 @@ from typing import Dict, List
 import numpy as np
 
 DIM = 8
-ENGINES = {"h": "hnsw", "p": "p-hnsw", "s": "hnsw-snap", "w": "hnsw-wal"}
+ENGINES = {"h": "hnsw", "v": "fresh-vamana", "p": "p-hnsw", "s": "hnsw-snap", "w": "hnsw-wal"}
 
 
 def build_template(path: Path) -> None:
@@ -42,7 +43,7 @@ def build_template(path: Path) -> None:
     rng = np.random.default_rng(5)
     db = vectide.connect(path)
     for name, engine in ENGINES.items():
-        kw = {"m": 8, "ef_construction": 32}
+        kw = {"r": 8, "l_build": 32} if engine == "fresh-vamana" else {"m": 8, "ef_construction": 32}
         if engine == "p-hnsw":
             kw["persist"] = "msync"
         c = db.create_collection(name, dim=DIM, metric="l2", engine=engine, **kw)
