@@ -19,6 +19,12 @@ pub trait Graph: Sync {
     fn vector(&self, slot: u32) -> &[f32];
     /// Address of a slot's vector, for prefetching only.
     fn vector_ptr(&self, slot: u32) -> *const f32;
+    /// Starts loading every cache line of a slot's vector (a hint: it never
+    /// faults). The default touches the first line only.
+    #[inline]
+    fn prefetch_vector(&self, slot: u32) {
+        vectide_core::distance::prefetch(self.vector_ptr(slot));
+    }
     /// Address of a slot's layer-0 list, for prefetching only.
     fn list0_ptr(&self, slot: u32) -> *const u8;
     /// The list `[count, entries…]` of a slot at a layer; empty when the slot

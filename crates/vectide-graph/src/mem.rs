@@ -125,6 +125,11 @@ pub struct Store {
     labels: Box<[AtomicU64]>,
     seqs: Box<[AtomicU64]>,
     states: Box<[AtomicU8]>,
+    /// One bit per slot, set iff its state is [`LIVE`]: the check every
+    /// search makes of every node it meets, kept in `capacity / 8` bytes so
+    /// that it stays in cache (the state bytes are `capacity` bytes, and a
+    /// miss on them per candidate cost a fifth of a query's time).
+    live: Box<[AtomicU64]>,
     locks: Box<[Mutex<()>]>,
 }
 
@@ -163,6 +168,7 @@ impl Store {
             labels: atomics_u64(capacity),
             seqs: atomics_u64(capacity),
             states: atomics_u8(capacity),
+            live: atomics_u64(capacity.div_ceil(64)),
             locks: (0..capacity).map(|_| Mutex::new(())).collect(),
         }
     }
@@ -177,7 +183,8 @@ impl Store {
             + 8
             + 8
             + 1
-            + std::mem::size_of::<Mutex<()>>();
+            + std::mem::size_of::<Mutex<()>>()
+            + 1; // the live bit, rounded up to a byte
         capacity.saturating_mul(per_slot)
     }
 
@@ -217,6 +224,7 @@ impl Store {
         extend64(&mut self.labels, new_capacity);
         extend64(&mut self.seqs, new_capacity);
         extend8(&mut self.states, new_capacity);
+        extend64(&mut self.live, new_capacity.div_ceil(64));
         let mut locks = std::mem::take(&mut self.locks).into_vec();
         locks.resize_with(new_capacity, || Mutex::new(()));
         self.locks = locks.into_boxed_slice();
@@ -245,7 +253,7 @@ impl Store {
         self.levels[s].store(level as u8, Ordering::Relaxed);
         self.labels[s].store(label, Ordering::Relaxed);
         self.seqs[s].store(seq, Ordering::Relaxed);
-        self.states[s].store(INSERTING, Ordering::Release);
+        self.set_state(slot, INSERTING);
     }
 
     #[inline]
@@ -328,8 +336,25 @@ impl Store {
         self.states[slot as usize].load(Ordering::Acquire)
     }
 
+    /// Whether a slot is [`LIVE`] (returned by searches), from the bitmap.
+    #[inline]
+    pub fn is_live(&self, slot: u32) -> bool {
+        let s = slot as usize;
+        self.live[s / 64].load(Ordering::Acquire) & (1 << (s % 64)) != 0
+    }
+
+    /// Sets a slot's state and its live bit. The state is stored first, so a
+    /// reader that sees the bit set also sees the state `LIVE` (and, through
+    /// the `Release`/`Acquire` pair, everything written before it).
     pub fn set_state(&self, slot: u32, state: u8) {
-        self.states[slot as usize].store(state, Ordering::Release)
+        let s = slot as usize;
+        self.states[s].store(state, Ordering::Release);
+        let bit = 1u64 << (s % 64);
+        if state == LIVE {
+            self.live[s / 64].fetch_or(bit, Ordering::Release);
+        } else {
+            self.live[s / 64].fetch_and(!bit, Ordering::Release);
+        }
     }
 
     #[inline]
@@ -352,7 +377,7 @@ impl Store {
         let upper: usize = (0..used.min(self.capacity))
             .map(|s| self.level(s as u32) * (1 + self.m) * 4)
             .sum();
-        self.capacity * per_slot + upper
+        self.capacity * per_slot + self.live.len() * 8 + upper
     }
 
     /// Total elements in the vectors array (for tests).
@@ -374,6 +399,13 @@ impl Graph for Store {
     #[inline]
     fn vector_ptr(&self, slot: u32) -> *const f32 {
         Store::vector_ptr(self, slot)
+    }
+    #[inline]
+    fn prefetch_vector(&self, slot: u32) {
+        let p = self.vector_ptr(slot);
+        for line in 0..self.lines {
+            vectide_core::distance::prefetch(p.wrapping_add(line * LINE_FLOATS));
+        }
     }
     #[inline]
     fn list0_ptr(&self, slot: u32) -> *const u8 {
@@ -433,5 +465,31 @@ mod tests {
             assert!(s.push_neighbor(0, 0, i));
         }
         assert!(!s.push_neighbor(0, 0, 9));
+    }
+
+    #[test]
+    fn live_bit_follows_every_state_change_and_survives_growth() {
+        // 130 slots: three bitmap words, the last one partial.
+        let mut s = Store::new(1, 2, 130);
+        for slot in [0u32, 63, 64, 129] {
+            // SAFETY: single-threaded test; nothing references the slots.
+            unsafe { s.init_slot(slot, slot as u64, 0, &[0.0], 0) };
+            assert!(!s.is_live(slot), "an inserting slot is not live");
+            s.set_state(slot, LIVE);
+            assert!(s.is_live(slot));
+        }
+        s.set_state(63, DELETED);
+        assert!(!s.is_live(63));
+        assert!(s.is_live(64), "neighbouring bits are untouched");
+        s.grow(300);
+        for slot in 0..300u32 {
+            let want = matches!(slot, 0 | 64 | 129);
+            assert_eq!(s.is_live(slot), want, "slot {slot} after growth");
+            assert_eq!(s.is_live(slot), s.state(slot) == LIVE);
+        }
+        s.set_state(64, FREE);
+        // SAFETY: slot 0 is unreferenced; re-initialising clears its bit.
+        unsafe { s.init_slot(0, 7, 1, &[1.0], 0) };
+        assert!(!s.is_live(0) && !s.is_live(64) && s.is_live(129));
     }
 }

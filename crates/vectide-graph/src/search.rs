@@ -144,14 +144,14 @@ fn search_layer_impl<G: Graph, A: Fn(u32) -> bool, const RECORD: bool>(
         fresh.clear();
         for &nb in neighbors.iter() {
             if visited.insert(nb) {
-                prefetch(store.vector_ptr(nb));
+                // Every line of the vector: the kernel reads them all, and a
+                // line left to the hardware prefetcher stalled the kernel
+                // (measured: 8 % more queries/s at L = 32, 64).
+                store.prefetch_vector(nb);
                 fresh.push(nb);
             }
         }
-        for (i, &nb) in fresh.iter().enumerate() {
-            if let Some(&next) = fresh.get(i + 1) {
-                prefetch(store.vector_ptr(next).wrapping_add(16));
-            }
+        for &nb in fresh.iter() {
             let d = dist(q, store.vector(nb));
             if d < top.threshold() {
                 candidates.push(Reverse(Candidate::new(d, nb)));

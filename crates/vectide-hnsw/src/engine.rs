@@ -6,7 +6,7 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::{Filter, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex};
 use vectide_graph::core::GraphCore;
-use vectide_graph::mem::{Store, LIVE};
+use vectide_graph::mem::Store;
 
 pub(crate) use vectide_graph::slots::{Alloc, IdEntry};
 
@@ -92,10 +92,10 @@ impl Hnsw {
         let entry = unpack_entry(self.entry.load(Ordering::Acquire));
         match filter {
             None => knn(store, self.core.dist, q, entry, ef, scratch, |s| {
-                store.state(s) == LIVE
+                store.is_live(s)
             }),
             Some(f) => knn(store, self.core.dist, q, entry, ef, scratch, |s| {
-                store.state(s) == LIVE && f(store.label(s))
+                store.is_live(s) && f(store.label(s))
             }),
         }
         out.extend(

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::heap::Candidate;
 use vectide_core::{Filter, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex};
 use vectide_graph::core::GraphCore;
-use vectide_graph::mem::{Store, LIVE};
+use vectide_graph::mem::Store;
 use vectide_graph::search::{search_layer, Scratch};
 
 /// No start node yet (an index that never held a point).
@@ -104,10 +104,10 @@ impl FreshVamana {
         )];
         match filter {
             None => search_layer(store, self.core.dist, q, &entry, l, 0, scratch, |s| {
-                store.state(s) == LIVE
+                store.is_live(s)
             }),
             Some(f) => search_layer(store, self.core.dist, q, &entry, l, 0, scratch, |s| {
-                store.state(s) == LIVE && f(store.label(s))
+                store.is_live(s) && f(store.label(s))
             }),
         }
         let Scratch { top, sorted, .. } = scratch;
