@@ -149,6 +149,10 @@ def test_a_small_clustered_run_over_every_engine(data_root, monkeypatch, tmp_pat
         ("churn:5", ["vectide:nosuch"], "unknown streaming engine 'vectide:nosuch'"),
         ("churn:5", ["vectide:p-hnsw"], "unknown streaming engine"),
         ("churn:5", ["hnswlib", "hnswlib"], "listed twice"),
+        ("churn:5", ["vectide:hnsw@repair_alpha"], "expected NAME@key=value"),
+        ("churn:5", ["hnswlib@m=8"], "only vectide:ENGINE takes @key=value"),
+        ("churn:5", ["vectide:nosuch@m=8"], "unknown streaming engine 'vectide:nosuch@m=8'"),
+        ("churn:5", ["vectide:hnsw@m=8@m=9"], "sets 'm' twice"),
     ],
 )
 def test_bad_input_is_refused_before_anything_runs(data_root, monkeypatch, tmp_path, capsys, runbook, engines, message):
@@ -194,3 +198,29 @@ def test_stability_fixes_each_knob_at_the_target_and_reports_drift(data_root, mo
         assert doc["summary"]["recall_drift_points"][name]["10"] == pytest.approx(100 * (r["cycle0_recall10"] - worst))
         assert 0 < r["cycles"][0]["recall5at5"] <= 1
     assert churn.stability_main(["--rates", "0", "--out", str(tmp_path / "x.json")]) == 2
+
+
+def test_engine_variants_parse_and_run_beside_the_plain_engine(data_root, monkeypatch, tmp_path):
+    assert runbooks.split_engine("vectide:hnsw") == ("vectide:hnsw", {})
+    assert runbooks.split_engine("vectide:hnsw@repair_alpha=1.2@m=8@x=a") == (
+        "vectide:hnsw", {"repair_alpha": 1.2, "m": 8, "x": "a"})
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    from vectide.bench import churn
+
+    out = tmp_path / "variants.json"
+    code = churn.stability_main(
+        ["--dataset", DATASET, "--cycles", "1", "--rates", "10", "--engines",
+         "vectide:hnsw,vectide:hnsw@repair_alpha=1.2", "--queries", "50", "--out", str(out)]
+    )
+    assert code == 0
+    doc = json.loads(out.read_text())
+    plain = doc["engines"]["vectide:hnsw"]["10"]["params"]
+    variant = doc["engines"]["vectide:hnsw@repair_alpha=1.2"]["10"]["params"]
+    assert plain["repair_alpha"] == pytest.approx(1.0)
+    assert variant["repair_alpha"] == pytest.approx(1.2)
+    # A parameter the engine does not take fails its run with the engine's own message.
+    code = churn.stability_main(
+        ["--dataset", DATASET, "--cycles", "1", "--rates", "10", "--engines", "vectide:hnsw@nosuch=1",
+         "--queries", "50", "--out", str(tmp_path / "bad.json")]
+    )
+    assert code == 2

@@ -274,6 +274,7 @@ def stability(args: argparse.Namespace) -> dict:
     from .ann import machine_info, write_json
 
     engines = [e for e in args.engines.split(",") if e]
+    runbooks.check_engines(engines)
     ds = datasets.load(args.dataset)
     n = len(ds.train)
     nq = min(args.queries, len(ds.test))

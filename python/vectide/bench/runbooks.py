@@ -40,7 +40,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -76,6 +76,49 @@ def peers_python() -> str:
 
 def python_for(engine: str) -> str:
     return peers_python() if engine == "diskann" else sys.executable
+
+
+def split_engine(engine: str) -> Tuple[str, Dict[str, object]]:
+    """``vectide:NAME@key=value@key=value`` → (``vectide:NAME``, overrides):
+    a variant of a Vectide engine with some build parameters changed (say
+    ``vectide:hnsw@repair_alpha=1.2``), run and reported under its full
+    name beside the plain engine. Values parse as int, then float, else
+    stay strings; the engine checks the names (an unknown one is an error)."""
+    base, *pairs = engine.split("@")
+    overrides: Dict[str, object] = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        if not eq or not key or not raw:
+            raise ValueError(f"engine variant {engine!r}: expected NAME@key=value, got {pair!r}")
+        if key in overrides:
+            raise ValueError(f"engine variant {engine!r} sets {key!r} twice")
+        value: object = raw
+        for conv in (int, float):
+            try:
+                value = conv(raw)
+                break
+            except ValueError:
+                pass
+        overrides[key] = value
+    if overrides and not base.startswith("vectide:"):
+        raise ValueError(f"engine variant {engine!r}: only vectide:ENGINE takes @key=value")
+    return base, overrides
+
+
+def check_engines(engines: Sequence[str]) -> None:
+    """Every name must be a registered streaming engine (or a variant of
+    one) or a peer, and none listed twice; raises ``ValueError``."""
+    if len(set(engines)) != len(engines):
+        raise ValueError("an engine is listed twice")
+    known = streaming_engines()
+    for e in engines:
+        base, _ = split_engine(e)
+        if base not in known and base not in PEER_ENGINES:
+            raise ValueError(f"unknown streaming engine {e!r}; known: {', '.join(known + list(PEER_ENGINES))} "
+                             "(a Vectide engine also as vectide:NAME@param=value)")
+    if "diskann" in engines and not Path(peers_python()).exists():
+        raise ValueError(f"diskann runs under {peers_python()} (diskannpy 0.7.0 pins numpy 1.25), which does "
+                         "not exist: run `make venv`, or set VECTIDE_PEERS_VENV")
 
 
 def _log(msg: str) -> None:
@@ -186,19 +229,21 @@ def run_engine(
     delete step (the stability benchmark). ``calibrate``: at the first search
     step, try these knob values in order and keep the first whose recall@k
     reaches ``target`` (the largest when none does) for the rest of the run."""
+    name = engine
+    engine, overrides = split_engine(name)
     params = dict(VAMANA) if engine in ("diskann", "svs", "vectide:fresh-vamana") else dict(HNSW)
     params["l_search"] = knob if not calibrate else int(calibrate[0])
     if engine == "faiss-ivf":
         params = {"nlist": _nlist(rb.max_pts)}
     spec = {"dim": int(prep.data.shape[1]), "metric": prep.metric, "capacity": int(rb.max_pts),
-            "update_threads": update_threads, "params": params}
+            "update_threads": update_threads, "params": params, "overrides": overrides}
     sample = None
     if engine == "faiss-ivf":  # the quantiser's training sample (untimed)
         rng = np.random.default_rng(0)
         pick = np.sort(rng.choice(len(prep.data), size=min(len(prep.data), 50 * spec["params"]["nlist"]), replace=False))
         sample = workdir / "ivf-train.npy"
         _save_npy(sample, np.asarray(prep.data[pick]))
-    w = Worker(engine, python_for(engine), str(workdir / f"{engine.replace(':', '_')}.log"))
+    w = Worker(engine, python_for(engine), str(workdir / f"{name.replace(':', '_')}.log"))
     try:
         opened = w.call(op="open", engine=engine, spec=spec, data=str(prep.data_path), queries=str(prep.queries_path),
                         train_sample=None if sample is None else str(sample))
@@ -208,7 +253,7 @@ def run_engine(
         totals = {"insert": 0.0, "delete": 0.0, "replace": 0.0, "consolidate": 0.0, "search": 0.0}
         si = 0
         calibration = None
-        bar = _bar(len(rb.steps), engine)
+        bar = _bar(len(rb.steps), name)
         for num, s in enumerate(rb.steps, 1):
             row: Dict[str, object] = {"step": num, "operation": s.operation}
             if s.operation in ("insert", "delete"):
@@ -257,7 +302,7 @@ def run_engine(
                 if s.operation == "search":
                     bar.set_postfix(recall=f"{row['recall']:.3f}")
             elif s.operation == "search":  # not a terminal: a line per search step
-                _log(f"{engine}: step {num}/{len(rb.steps)}: recall@{k} {row['recall']:.4f}, "
+                _log(f"{name}: step {num}/{len(rb.steps)}: recall@{k} {row['recall']:.4f}, "
                      f"{row['qps']:.0f} qps, memory {row['memory_bytes'] / 1e6:.0f} MB")
         if bar is not None:
             bar.close()
@@ -315,15 +360,7 @@ def load_runbook(spec: str, ds, max_pts: int, seed: int, cache: Path):
 
 def run(args: argparse.Namespace) -> Dict[str, object]:
     engines = [e for e in args.engines.split(",") if e] if args.engines else default_engines()
-    if len(set(engines)) != len(engines):
-        raise ValueError("an engine is listed twice")
-    known = streaming_engines()
-    for e in engines:
-        if e not in known and e not in PEER_ENGINES:
-            raise ValueError(f"unknown streaming engine {e!r}; known: {', '.join(known + list(PEER_ENGINES))}")
-    if "diskann" in engines and not Path(peers_python()).exists():
-        raise ValueError(f"diskann runs under {peers_python()} (diskannpy 0.7.0 pins numpy 1.25), which does "
-                         "not exist: run `make venv`, or set VECTIDE_PEERS_VENV")
+    check_engines(engines)
     ds = datasets.load(args.dataset)
     cache = datasets.data_dir() / "runbooks" / ds.name
     cache.mkdir(parents=True, exist_ok=True)

@@ -121,10 +121,15 @@ class VectideStream(Stream):
         desc = vectide_descriptor(engine)
         if desc["in_directory"]:
             raise StreamError(f"vectide:{engine} lives in a directory; runbooks drive in-memory engines")
-        self.name = f"vectide:{engine}"
         self.knob = desc["primary_knob"]
         takes = {p["name"] for p in desc["params"]}
         given = {k: v for k, v in spec.get("params", {}).items() if k in takes}
+        overrides = spec.get("overrides") or {}
+        unknown = sorted(set(overrides) - takes)
+        if unknown:
+            raise StreamError(f"vectide:{engine} has no parameter {', '.join(unknown)}; it takes {', '.join(sorted(takes))}")
+        given.update(overrides)
+        self.name = "@".join([f"vectide:{engine}"] + [f"{k}={v}" for k, v in overrides.items()])
         self.index = vectide.Index(self.dim, metric=self.metric, engine=engine, threads=self.threads, **given)
         self.params = {"engine": engine, "version": vectide.__version__, "simd": vectide.simd_isa(),
                        **dict(self.index.params())}
