@@ -76,6 +76,33 @@ def test_native_bench_rejects_unknown_engine(tmp_path, monkeypatch):
     assert out.returncode == 1 and "unknown engine" in out.stderr
 
 
+def test_pq_eval_measures_product_quantization(tmp_path, monkeypatch):
+    monkeypatch.setenv("VECTIDE_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("VECTIDE_PYTHON", sys.executable)
+    out_json = tmp_path / "pq.json"
+    subprocess.run(
+        [_cli(), "pq-eval", "--dataset", "clustered-20k-32-angular", "--m", "4,16", "--queries", "50",
+         "--out", str(out_json)],
+        check=True, capture_output=True, text=True, env=os.environ.copy(),
+    )
+    res = json.loads(out_json.read_text())
+    assert res["benchmark"] == "pq-eval" and res["simd"] in ("scalar", "avx2", "avx512", "neon")
+    small, big = res["results"]["pq4"], res["results"]["pq16"]
+    for r in (small, big):
+        assert 0 < r["recall10_at_10"] <= r["recall10_at_100"] <= 1
+        assert r["codes_per_s_dispatched"] > 0 and r["codes_per_s_scalar"] > 0
+    # More bytes per code: closer distances and better PQ-only recall.
+    assert big["distance_error_random_pairs"] < small["distance_error_random_pairs"]
+    assert big["recall10_at_10"] > small["recall10_at_10"]
+    assert big["recall10_at_100"] >= 0.9
+    assert set(res["summary"]) == {"pq4", "pq16"}
+    bad = subprocess.run(
+        [_cli(), "pq-eval", "--dataset", "clustered-20k-32-angular", "--m", "64", "--queries", "5"],
+        capture_output=True, text=True, env=os.environ.copy(),
+    )
+    assert bad.returncode == 1 and "m (bytes per code) must be in 1..=32" in bad.stderr
+
+
 def test_import_reads_npy_hdf5_and_jsonl_and_rejects_bad_files(tmp_path):
     h5py = pytest.importorskip("h5py")
     rng = np.random.default_rng(3)

@@ -11,12 +11,15 @@
 //!   database collection;
 //! - `vectide serve --data DIR` serves a database over HTTP;
 //! - `vectide import --data DIR --collection NAME FILE` loads points;
-//! - `vectide repair --data DIR` salvages a database whose WAL is damaged.
+//! - `vectide repair --data DIR` salvages a database whose WAL is damaged;
+//! - `vectide pq-eval --dataset NAME` measures product quantization
+//!   (`vectide-quant`) on a dataset: PQ-only recall, distance error, speed.
 
 mod bench;
 mod crash;
 mod dataset;
 mod db;
+mod quant;
 mod runbook;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +45,9 @@ enum Command {
     /// inserts, deletes, replaces and searches with recall over the active
     /// set; exits 2 when the runbook does not fit the dataset (nothing runs).
     Runbook(runbook::RunbookArgs),
+    /// Product quantization on a dataset: PQ-only recall, distance error
+    /// and lookup speed per code size (JSON).
+    PqEval(quant::PqEvalArgs),
     /// List the registered engines with their parameters and search knobs.
     Engines {
         /// Print JSON instead of text.
@@ -92,6 +98,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(e.exit_code());
             }
         },
+        Command::PqEval(args) => quant::run(&args),
         Command::Engines { json } => engines(json),
         Command::Inspect { path, json } => inspect(&path, json),
         Command::CrashTest(args) => match crash::run(&args) {
