@@ -26,17 +26,27 @@
 //!   directory and, at chosen ones, writes a post-crash image of the whole
 //!   directory (unsynced tails kept, dropped or torn; entries not yet made
 //!   durable by a directory sync drawn). It ships in release builds too.
+//! - [`block`]: aligned block files for the disk-resident indexes, behind
+//!   the [`BlockFile`] trait: [`DirectFile`] (`O_DIRECT`, batched reads
+//!   through io_uring, `pread` where the kernel refuses it) and
+//!   [`SimBlockFile`] (in memory; at chosen sync points a crash image where
+//!   every unsynced block is kept, dropped or torn at 512-byte sectors).
 //!
 //! Engines call the same code on every media: no code path exists only in
 //! tests. Every `persist` and `fence` names its call [`Site`], so that the
 //! simulator can disable one site at a time (the mutation check of the crash
 //! tests) and count persistence work per operation.
 
+pub mod block;
 pub mod crashfs;
 pub mod media;
 pub mod region;
 pub mod wal;
 
+pub use block::{
+    AlignedBuf, BlockCrashImage, BlockFate, BlockFile, DirectFile, IoStats, ReadReq, SimBlockFile,
+    BLOCK,
+};
 pub use crashfs::{
     scratch_dir, scratch_root, FileCrashImage, FileSim, FileSimConfig, FileSimReport,
 };
