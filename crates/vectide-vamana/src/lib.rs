@@ -56,12 +56,14 @@
 
 mod builder;
 mod engine;
+pub mod export;
 pub mod params;
 pub mod persist;
 mod update;
 
 pub use builder::Progress;
 pub use engine::FreshVamana;
+pub use export::{GraphExport, START_LABEL};
 pub use params::{VamanaParams, PARAMS};
 pub use persist::{inspect, FileInfo, FORMAT_VERSION, MAGIC};
 pub use update::GraphCheck;

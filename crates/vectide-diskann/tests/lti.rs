@@ -1,0 +1,258 @@
+//! The long-term index end to end: a fresh-vamana graph written as an LTI
+//! (on the crash-simulating block file and on a real O_DIRECT file), beam
+//! search against the brute-force oracle, the cache, the stats, damage
+//! found by the sector checksums, and header parsing under random bytes.
+
+#[path = "../../test-support/oracle.rs"]
+mod oracle;
+
+use proptest::prelude::*;
+use std::path::Path;
+use vectide_core::{Error, Metric, VectorIndex};
+use vectide_diskann::layout::Header;
+use vectide_diskann::lti::{self, GraphSource, Lti, Scratch};
+use vectide_storage::block::{AlignedBuf, BlockFile, DirectFile, SimBlockFile, BLOCK};
+use vectide_vamana::{FreshVamana, GraphExport, VamanaParams};
+
+const DIM: usize = 24;
+const N: usize = 3000;
+
+fn graph(metric: Metric) -> (GraphExport, Vec<f32>) {
+    let data = oracle::clustered(N, DIM, 12, 7);
+    let v = FreshVamana::new(DIM, metric, VamanaParams::default()).unwrap();
+    let ids: Vec<u64> = (0..N as u64).map(|i| i * 3 + 1).collect();
+    v.insert(1, &ids, &data).unwrap();
+    (v.export_graph(), data)
+}
+
+fn source(g: &GraphExport) -> GraphSource<'_> {
+    GraphSource {
+        dim: g.dim,
+        metric: g.metric,
+        max_degree: g.max_degree,
+        vectors: &g.vectors,
+        labels: &g.labels,
+        lists: &g.lists,
+        start: g.start.unwrap(),
+        durable_seq: g.durable_seq,
+    }
+}
+
+fn truth(metric: Metric, data: &[f32], queries: &[Vec<f32>], k: usize) -> Vec<Vec<u64>> {
+    let points: Vec<(u64, Vec<f32>)> = data
+        .chunks(DIM)
+        .enumerate()
+        .map(|(i, x)| (i as u64 * 3 + 1, x.to_vec()))
+        .collect();
+    queries
+        .iter()
+        .map(|q| oracle::brute_force(metric, &points, q, k))
+        .collect()
+}
+
+fn normalised(metric: Metric, q: &[f32]) -> Vec<f32> {
+    let mut q = q.to_vec();
+    if metric == Metric::Cosine {
+        let n = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+        q.iter_mut().for_each(|x| *x /= n);
+    }
+    q
+}
+
+fn run_queries(
+    lti: &Lti,
+    metric: Metric,
+    queries: &[Vec<f32>],
+    l: usize,
+    w: usize,
+) -> (Vec<Vec<u64>>, lti::QueryStats) {
+    let mut scratch = Scratch::default();
+    let mut out = Vec::new();
+    let mut total = lti::QueryStats::default();
+    let found = queries
+        .iter()
+        .map(|q| {
+            let s = lti
+                .search(
+                    &normalised(metric, q),
+                    10,
+                    l,
+                    w,
+                    &|_| true,
+                    &mut scratch,
+                    &mut out,
+                )
+                .unwrap();
+            total += s;
+            out.iter().map(|&(_, label)| label).collect()
+        })
+        .collect();
+    (found, total)
+}
+
+fn queries(n: usize) -> Vec<Vec<f32>> {
+    oracle::clustered(n, DIM, 12, 99)
+        .chunks(DIM)
+        .map(|q| q.to_vec())
+        .collect()
+}
+
+#[test]
+fn beam_search_over_a_simulated_file_finds_the_true_neighbours() {
+    let dir = tempfile::tempdir().unwrap();
+    for metric in [Metric::L2, Metric::Cosine] {
+        let (g, data) = graph(metric);
+        let file = SimBlockFile::new(1);
+        let pq = dir.path().join(format!("{metric:?}.pq"));
+        let h = lti::write(&file, &pq, &source(&g), 8, 0).unwrap();
+        assert_eq!(h.nodes as usize, g.len());
+        assert_eq!(file.len_blocks(), 1 + h.data_sectors());
+        let lti = Lti::open(Box::new(file), &pq).unwrap();
+        let qs = queries(100);
+        let t = truth(metric, &data, &qs, 10);
+        let (found, stats) = run_queries(&lti, metric, &qs, 60, 4);
+        let r = oracle::recall(&found, &t);
+        assert!(r >= 0.95, "{metric:?}: recall {r}");
+        // Every hop reads at most W sectors, in one batch.
+        assert!(stats.sectors_read <= 4 * stats.hops && stats.hops > 0);
+        assert_eq!(
+            stats.exact_distances + 100,
+            stats.expanded,
+            "the start node is never a result"
+        );
+        assert_eq!(
+            lti.file().stats().batches,
+            stats.hops + 1,
+            "plus the header read"
+        );
+        // The start node never comes back; every label is a user id.
+        assert!(found
+            .iter()
+            .flatten()
+            .all(|&id| id % 3 == 1 && id < 3 * N as u64));
+    }
+}
+
+#[test]
+fn the_cache_saves_reads_and_changes_no_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, _) = graph(Metric::L2);
+    let pq = dir.path().join("x.pq");
+    let file = SimBlockFile::new(1);
+    lti::write(&file, &pq, &source(&g), 8, 0).unwrap();
+    let mut lti = Lti::open(Box::new(file), &pq).unwrap();
+    let qs = queries(50);
+    let (before, cold) = run_queries(&lti, Metric::L2, &qs, 40, 4);
+    let cached = lti
+        .cache_near_start(200 * lti.header().node_bytes())
+        .unwrap();
+    assert!(cached > 100 && cached <= 200, "{cached}");
+    let (after, warm) = run_queries(&lti, Metric::L2, &qs, 40, 4);
+    assert_eq!(before, after);
+    assert!(warm.cache_hits > 0 && warm.sectors_read < cold.sectors_read);
+    assert_eq!(warm.expanded, cold.expanded);
+}
+
+#[test]
+fn a_real_direct_file_reads_the_same_and_filters_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, data) = graph(Metric::L2);
+    let path = dir.path().join("lti.blk");
+    let pq = dir.path().join("lti.pq");
+    {
+        let f = DirectFile::open(&path, true, vectide_core::sync::SyncSite("test.lti")).unwrap();
+        lti::write(&f, &pq, &source(&g), 8, 0).unwrap();
+    }
+    let f = DirectFile::open(&path, false, vectide_core::sync::SyncSite("test.lti")).unwrap();
+    let lti = Lti::open(Box::new(f), &pq).unwrap();
+    let qs = queries(30);
+    let (found, _) = run_queries(&lti, Metric::L2, &qs, 60, 4);
+    assert!(oracle::recall(&found, &truth(Metric::L2, &data, &qs, 10)) >= 0.95);
+    // Only even labels admitted: every result is even.
+    let mut s = Scratch::default();
+    let mut out = Vec::new();
+    lti.search(&qs[0], 10, 60, 4, &|l| l % 2 == 0, &mut s, &mut out)
+        .unwrap();
+    assert_eq!(out.len(), 10);
+    assert!(out.iter().all(|&(_, l)| l % 2 == 0));
+    assert!(matches!(
+        lti.search(&qs[0][..5], 10, 60, 4, &|_| true, &mut s, &mut out),
+        Err(Error::DimensionMismatch { .. })
+    ));
+}
+
+fn reopen(bytes: Vec<u8>, pq: &Path) -> vectide_core::Result<Lti> {
+    Lti::open(Box::new(SimBlockFile::with_durable(bytes, 1).unwrap()), pq)
+}
+
+#[test]
+fn damage_is_an_error_never_a_wrong_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, _) = graph(Metric::L2);
+    let pq = dir.path().join("x.pq");
+    let file = SimBlockFile::new(1);
+    lti::write(&file, &pq, &source(&g), 8, 0).unwrap();
+    let good = file.current();
+    // A flipped bit in the sector of the start node: its read fails.
+    let h = Header::decode(&good[..BLOCK], (good.len() / BLOCK) as u64).unwrap();
+    let (sector, off) = h.locate(h.start);
+    let mut bad = good.clone();
+    bad[sector as usize * BLOCK + off + 3] ^= 0x10;
+    let lti = reopen(bad, &pq).unwrap();
+    let mut out = Vec::new();
+    let err = lti.search(
+        &g.vectors[..DIM],
+        10,
+        20,
+        4,
+        &|_| true,
+        &mut Scratch::default(),
+        &mut out,
+    );
+    assert!(matches!(err, Err(Error::Corrupted(_))), "{err:?}");
+    // A truncated file, a damaged header, a PQ file of another index.
+    assert!(reopen(good[..good.len() - BLOCK].to_vec(), &pq).is_err());
+    let mut hdr = good.clone();
+    hdr[17] ^= 1;
+    assert!(reopen(hdr, &pq).is_err());
+    let other = dir.path().join("other.pq");
+    // The writer refuses parts that disagree.
+    assert!(lti::write(
+        &SimBlockFile::new(1),
+        &other,
+        &GraphSource {
+            labels: &g.labels[..500],
+            ..source(&g)
+        },
+        8,
+        0
+    )
+    .is_err());
+    let mut pq_bytes = std::fs::read(&pq).unwrap();
+    let mid = pq_bytes.len() / 2;
+    pq_bytes[mid] ^= 1;
+    std::fs::write(&other, &pq_bytes).unwrap();
+    assert!(reopen(good, &other).is_err(), "PQ file checksum");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+    /// Random sector-0 bytes (sealed or not) and random lengths: the header
+    /// parser returns an error or a header consistent with the length.
+    #[test]
+    fn header_parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..128),
+                                  seal in any::<bool>(), sectors in 0u64..1_000_000) {
+        let mut b = AlignedBuf::new(1);
+        let real = Header { metric: Metric::L2, dim: 8, max_degree: 16, nodes: 100, start: 3, durable_seq: 1, pq_bytes: 4 }.encode();
+        b.copy_from_slice(&real);
+        let at = bytes.first().copied().unwrap_or(0) as usize % 80;
+        for (i, &x) in bytes.iter().enumerate() {
+            if at + i < BLOCK { b[at + i] = x; }
+        }
+        if seal { vectide_diskann::layout::seal(&mut b[..]); }
+        if let Ok(h) = Header::decode(&b, sectors) {
+            prop_assert_eq!(1 + h.data_sectors(), sectors);
+            prop_assert!(h.nodes == 0 || h.start < h.nodes);
+        }
+    }
+}
