@@ -12,6 +12,8 @@
 //! - `vectide serve --data DIR` serves a database over HTTP;
 //! - `vectide import --data DIR --collection NAME FILE` loads points;
 //! - `vectide repair --data DIR` salvages a database whose WAL is damaged;
+//! - `vectide disk-search --dataset NAME` measures the long-term index's
+//!   beam search from the SSD (O_DIRECT);
 //! - `vectide pq-eval --dataset NAME` measures product quantization
 //!   (`vectide-quant`) on a dataset: PQ-only recall, distance error, speed.
 
@@ -19,6 +21,7 @@ mod bench;
 mod crash;
 mod dataset;
 mod db;
+mod disk;
 mod quant;
 mod runbook;
 
@@ -48,6 +51,9 @@ enum Command {
     /// Product quantization on a dataset: PQ-only recall, distance error
     /// and lookup speed per code size (JSON).
     PqEval(quant::PqEvalArgs),
+    /// FreshDiskANN's long-term index on a dataset: build, write with
+    /// O_DIRECT, and sweep the beam search (recall, QPS, sectors per query).
+    DiskSearch(disk::DiskSearchArgs),
     /// List the registered engines with their parameters and search knobs.
     Engines {
         /// Print JSON instead of text.
@@ -99,6 +105,7 @@ fn main() -> ExitCode {
             }
         },
         Command::PqEval(args) => quant::run(&args),
+        Command::DiskSearch(args) => disk::run(&args),
         Command::Engines { json } => engines(json),
         Command::Inspect { path, json } => inspect(&path, json),
         Command::CrashTest(args) => match crash::run(&args) {

@@ -147,8 +147,9 @@ impl Header {
                 h.start, h.nodes
             )));
         }
-        // Bounded before any multiplication by the node count can overflow.
-        if h.nodes > file_sectors.saturating_mul(PAYLOAD as u64) {
+        // Bounded before any multiplication by the node count can overflow
+        // (node numbers are u32 in the records).
+        if h.nodes > u32::MAX as u64 || h.nodes > file_sectors.saturating_mul(PAYLOAD as u64) {
             return Err(Error::corrupted(format!(
                 "LTI header: {} nodes in {file_sectors} sectors",
                 h.nodes
@@ -241,8 +242,24 @@ impl<'a> Node<'a> {
     }
 }
 
-/// Appends one node record to `out`.
-pub fn encode_node(out: &mut Vec<u8>, h: &Header, vector: &[f32], label: u64, neighbors: &[u32]) {
+/// Appends one node record to `out`; a vector of the wrong length or more
+/// neighbours than the record holds is an error.
+pub fn encode_node(
+    out: &mut Vec<u8>,
+    h: &Header,
+    vector: &[f32],
+    label: u64,
+    neighbors: &[u32],
+) -> Result<()> {
+    if vector.len() != h.dim as usize || neighbors.len() > h.max_degree as usize {
+        return Err(Error::invalid(format!(
+            "LTI record: {} floats and {} neighbours for dim {} and max degree {}",
+            vector.len(),
+            neighbors.len(),
+            h.dim,
+            h.max_degree
+        )));
+    }
     let start = out.len();
     for x in vector {
         out.extend_from_slice(&x.to_le_bytes());
@@ -253,6 +270,7 @@ pub fn encode_node(out: &mut Vec<u8>, h: &Header, vector: &[f32], label: u64, ne
         out.extend_from_slice(&n.to_le_bytes());
     }
     out.resize(start + h.node_bytes(), 0);
+    Ok(())
 }
 
 /// The PQ file beside an LTI: magic `VTDXLTPQ`, version, dim, m, n, the
@@ -319,7 +337,10 @@ impl PqFile {
             return Err(Error::corrupted(format!("PQ file: dim {dim}, m {m}")));
         }
         let floats = dim + vectide_quant::KSUB * dim;
-        if (r.remaining() as u64) != floats as u64 * 4 + n.saturating_mul(m as u64) {
+        let want = n
+            .checked_mul(m as u64)
+            .and_then(|c| c.checked_add(floats as u64 * 4));
+        if want != Some(r.remaining() as u64) {
             return Err(Error::corrupted(format!(
                 "PQ file: {} bytes left for {n} codes",
                 r.remaining()
@@ -386,7 +407,7 @@ mod tests {
     fn node_records_round_trip_and_bad_ids_are_refused() {
         let h = header(3, 4, 10);
         let mut b = Vec::new();
-        encode_node(&mut b, &h, &[1.0, 2.0, 3.0], 77, &[4, 9]);
+        encode_node(&mut b, &h, &[1.0, 2.0, 3.0], 77, &[4, 9]).unwrap();
         assert_eq!(b.len(), h.node_bytes());
         let n = Node::parse(&b, &h).unwrap();
         assert_eq!(
@@ -397,7 +418,9 @@ mod tests {
         n.vector_into(&mut v).unwrap();
         assert_eq!(v, [1.0, 2.0, 3.0]);
         let mut bad = Vec::new();
-        encode_node(&mut bad, &h, &[1.0, 2.0, 3.0], 77, &[10]);
+        encode_node(&mut bad, &h, &[1.0, 2.0, 3.0], 77, &[10]).unwrap();
+        assert!(encode_node(&mut Vec::new(), &h, &[1.0, 2.0, 3.0], 77, &[1, 2, 3, 4, 5]).is_err());
+        assert!(encode_node(&mut Vec::new(), &h, &[1.0], 77, &[]).is_err());
         assert!(Node::parse(&bad, &h).is_err());
         let mut deg = b.clone();
         deg[20..24].copy_from_slice(&5u32.to_le_bytes());

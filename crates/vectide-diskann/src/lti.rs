@@ -89,6 +89,24 @@ pub fn write(
             "LTI write: a list is over the degree bound or names a missing node",
         ));
     }
+    if n < vectide_quant::KSUB || n > u32::MAX as usize {
+        return Err(Error::invalid(format!(
+            "LTI write: {n} nodes; an LTI holds 256 (one per PQ centroid) to 2^32 - 1 nodes"
+        )));
+    }
+    if g.dim == 0
+        || g.dim > crate::layout::MAX_DIM as usize
+        || g.max_degree == 0
+        || g.max_degree > crate::layout::MAX_DEGREE as usize
+    {
+        return Err(Error::invalid(format!(
+            "LTI write: dim {} and max degree {} must be in 1..={} and 1..={}",
+            g.dim,
+            g.max_degree,
+            crate::layout::MAX_DIM,
+            crate::layout::MAX_DEGREE
+        )));
+    }
     let h = Header {
         metric: g.metric,
         dim: g.dim as u32,
@@ -130,7 +148,7 @@ pub fn write(
             &g.vectors[i * g.dim..(i + 1) * g.dim],
             g.labels[i],
             &g.lists[i],
-        );
+        )?;
         if nps > 0 {
             let slot = i % nps;
             if slot == 0 && i > 0 {
@@ -252,6 +270,8 @@ impl Lti {
         let h = &self.header;
         let spn = h.sectors_per_node();
         let nb = h.node_bytes();
+        // A scratch used on an index with smaller records gets new buffers.
+        scratch.bufs.retain(|b| b.blocks() >= spn);
         while scratch.bufs.len() < ids.len() {
             scratch.bufs.push(AlignedBuf::new(spn));
         }

@@ -343,9 +343,13 @@ impl Store {
         self.live[s / 64].load(Ordering::Acquire) & (1 << (s % 64)) != 0
     }
 
-    /// Sets a slot's state and its live bit. The state is stored first, so a
-    /// reader that sees the bit set also sees the state `LIVE` (and, through
-    /// the `Release`/`Acquire` pair, everything written before it).
+    /// Sets a slot's state and its live bit, state first. A reader that sees
+    /// the bit set sees everything written before it was set (`Release` /
+    /// `Acquire`); while a slot leaves `LIVE` the bit may trail the state by
+    /// an instant (a search can still return a point whose delete is in
+    /// progress, as with the state alone). Callers serialise the changes of
+    /// one slot (its id's lock, exclusive ownership, or the store lock), so
+    /// the state and the bit never disagree once a change is done.
     pub fn set_state(&self, slot: u32, state: u8) {
         let s = slot as usize;
         self.states[s].store(state, Ordering::Release);

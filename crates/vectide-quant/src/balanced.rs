@@ -72,7 +72,7 @@ pub fn balanced_kmeans(
     let mut rng = StdRng::seed_from_u64(p.kmeans.seed ^ 0xba1a_4ced);
     let mut labels = constrained_assign(data, dim, &centres, cap, p.candidates);
     for _ in 0..p.rounds {
-        update_means(data, dim, &labels, &mut centres, k, &mut rng);
+        let _ = update_means(data, dim, &labels, &mut centres, k, &mut rng);
         labels = constrained_assign(data, dim, &centres, cap, p.candidates);
     }
     Ok((Centroids::new(dim, centres)?, labels))

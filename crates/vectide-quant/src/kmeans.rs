@@ -287,8 +287,10 @@ fn lloyd(
             .filter(|(l, a)| **l != a.0)
             .map(|(l, a)| *l = a.0)
             .count();
-        update_means(data, dim, &labels, centres, k, rng);
-        if (changed as f64) <= p.tolerance * n as f64 {
+        let reseeded = update_means(data, dim, &labels, centres, k, rng);
+        // A split cluster's two centres have no points of their own yet:
+        // never stop on the iteration that made them.
+        if !reseeded && (changed as f64) <= p.tolerance * n as f64 {
             break;
         }
     }
@@ -296,7 +298,7 @@ fn lloyd(
 
 /// Moves each centre to the mean of its points (sums in f64, in a fixed
 /// order); an empty cluster takes half of the largest one: both get its
-/// centre, nudged apart.
+/// centre, nudged apart. Returns whether a cluster was re-seeded.
 pub(crate) fn update_means(
     data: &[f32],
     dim: usize,
@@ -304,7 +306,8 @@ pub(crate) fn update_means(
     centres: &mut [f32],
     k: usize,
     rng: &mut StdRng,
-) {
+) -> bool {
+    let mut reseeded = false;
     let mut sums = vec![0f64; k * dim];
     let mut counts = vec![0usize; k];
     for (x, &l) in data.chunks_exact(dim).zip(labels) {
@@ -342,7 +345,9 @@ pub(crate) fn update_means(
         }
         counts[c] = counts[big] / 2;
         counts[big] -= counts[c];
+        reseeded = true;
     }
+    reseeded
 }
 
 /// Sculley's mini-batch k-means.

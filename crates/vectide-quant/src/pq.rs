@@ -352,7 +352,8 @@ fn lookup(table: &[f32], m: usize, code: &[u8]) -> f32 {
     let m = m.min(code.len()).min(table.len() / KSUB);
     #[cfg(target_arch = "x86_64")]
     {
-        if use_avx2() {
+        // The gather's i32 indices cover tables up to 2^31 entries.
+        if use_avx2() && m * KSUB <= i32::MAX as usize {
             // SAFETY: `use_avx2` is true only when the CPU has AVX2 (runtime
             // detection); `m <= code.len()` and `m * KSUB <= table.len()`
             // hold by the `min` above, as `lookup_avx2` requires.

@@ -258,11 +258,15 @@ impl DirectFile {
         let rings = if std::env::var(IO_ENV).is_ok_and(|v| v == "pread") {
             None
         } else {
-            // A probe: where the kernel refuses io_uring, every batch uses pread.
-            io_uring::IoUring::new(64).ok().map(|r| Rings {
-                free: Mutex::new(vec![r]),
-                entries: 64,
-            })
+            // Where the kernel refuses io_uring, or has it without the READ
+            // opcode (5.1 to 5.5), every batch uses pread.
+            io_uring::IoUring::new(64)
+                .ok()
+                .filter(supports_read)
+                .map(|r| Rings {
+                    free: Mutex::new(vec![r]),
+                    entries: 64,
+                })
         };
         Ok(DirectFile {
             file,
@@ -350,7 +354,11 @@ impl DirectFile {
                 for c in ring.completion() {
                     pending -= 1;
                     let (i, res) = (c.user_data() as usize, c.result());
-                    if res < 0 {
+                    if res == -libc::EINVAL || res == -libc::EOPNOTSUPP {
+                        // An operation this kernel or file refuses through
+                        // the ring: read it with pread below.
+                        short.push(i);
+                    } else if res < 0 {
                         failure.get_or_insert(std::io::Error::from_raw_os_error(-res));
                     } else if (res as usize) < reqs[i].buf.len() {
                         short.push(i);
@@ -399,6 +407,13 @@ impl DirectFile {
         }
         Ok(())
     }
+}
+
+/// Whether the kernel behind `ring` implements `IORING_OP_READ`.
+fn supports_read(ring: &io_uring::IoUring) -> bool {
+    let mut probe = io_uring::Probe::new();
+    ring.submitter().register_probe(&mut probe).is_ok()
+        && probe.is_supported(io_uring::opcode::Read::CODE)
 }
 
 impl BlockFile for DirectFile {

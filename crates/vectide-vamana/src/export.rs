@@ -51,9 +51,11 @@ impl FreshVamana {
     /// Nodes in the DeleteList are left out with their edges: consolidate
     /// first (`maintain`) for a graph repaired around them.
     pub fn export_graph(&self) -> GraphExport {
+        // `mutate` shuts out inserts (the only allocators), so reading the
+        // allocator after the store lock cannot deadlock with one.
         let _exclusive = self.core.mutate.write();
-        let store = self.core.store.read();
         let used = self.core.alloc.lock().next;
+        let store = self.core.store.read();
         let start = self.start_slot();
         let mut number = vec![u32::MAX; used as usize];
         let mut slots = Vec::new();
