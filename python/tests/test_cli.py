@@ -103,6 +103,34 @@ def test_pq_eval_measures_product_quantization(tmp_path, monkeypatch):
     assert bad.returncode == 1 and "m (bytes per code) must be in 1..=32" in bad.stderr
 
 
+def test_disk_search_measures_the_long_term_index_from_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("VECTIDE_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("VECTIDE_PYTHON", sys.executable)
+    out_json = tmp_path / "disk.json"
+    subprocess.run(
+        [_cli(), "disk-search", "--dataset", "clustered-20k-32-angular", "--dir", str(tmp_path / "lti"),
+         "--l", "16,64", "--w", "4", "--threads", "1,2", "--pq-bytes", "16", "--cache-mb", "1",
+         "--queries", "100", "--out", str(out_json)],
+        check=True, capture_output=True, text=True, env=os.environ.copy(), timeout=600,
+    )
+    res = json.loads(out_json.read_text())
+    assert res["benchmark"] == "disk-search" and res["read_path"] in ("io_uring", "pread")
+    assert (tmp_path / "lti" / "lti.blk").stat().st_size == res["lti_bytes"] and res["lti_bytes"] % 4096 == 0
+    assert res["cached_nodes"] > 0 and res["ram_bytes_per_vector"] > 16
+    pts = {(p["threads"], p["L"]): p for p in res["sweep"]}
+    assert set(pts) == {(1, 16), (1, 64), (2, 16), (2, 64)}
+    for p in pts.values():
+        assert p["qps"] > 0 and p["mean_hops"] > 0
+        assert p["mean_sectors_read"] <= 4 * p["mean_hops"] + 1e-9
+    # A longer list reads more and finds more; threads change no answer.
+    assert pts[(1, 64)]["recall"] >= pts[(1, 16)]["recall"] and pts[(1, 64)]["recall"] >= 0.9
+    assert pts[(1, 64)]["mean_sectors_read"] > pts[(1, 16)]["mean_sectors_read"]
+    assert pts[(2, 64)]["recall"] == pts[(1, 64)]["recall"]
+    bad = subprocess.run([_cli(), "disk-search", "--dataset", "clustered-20k-32-angular", "--w", "0"],
+                         capture_output=True, text=True, env=os.environ.copy())
+    assert bad.returncode == 1 and "at least 1" in bad.stderr
+
+
 def test_import_reads_npy_hdf5_and_jsonl_and_rejects_bad_files(tmp_path):
     h5py = pytest.importorskip("h5py")
     rng = np.random.default_rng(3)

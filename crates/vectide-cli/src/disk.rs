@@ -96,6 +96,7 @@ pub fn run(args: &DiskSearchArgs) -> Result<(), String> {
         threads: Some(args.build_threads),
         ..VamanaParams::default()
     };
+    let (r, l_build, alpha) = (params.r, params.l_build, params.alpha);
     let t0 = Instant::now();
     let v = FreshVamana::new(dim, metric, params).map_err(|e| e.to_string())?;
     let ids: Vec<u64> = (0..n as u64).collect();
@@ -248,8 +249,8 @@ pub fn run(args: &DiskSearchArgs) -> Result<(), String> {
         "machine": crate::bench::machine_info(),
         "o_direct": direct,
         "read_path": read_path,
-        "build": {"engine": "fresh-vamana", "r": 64, "l_build": 75, "alpha": 1.2, "threads": args.build_threads,
-                  "build_s": build_s, "lti_write_s": write_s},
+        "build": {"engine": vectide_vamana::DESCRIPTOR.name, "r": r, "l_build": l_build, "alpha": alpha,
+                  "threads": args.build_threads, "build_s": build_s, "lti_write_s": write_s},
         "pq_bytes": args.pq_bytes,
         "lti_bytes": file_bytes,
         "ram_bytes": lti.memory_bytes(),
