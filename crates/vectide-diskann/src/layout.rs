@@ -285,25 +285,56 @@ pub const PQ_END: &[u8; 8] = b"VTDXEND\0";
 
 impl PqFile {
     pub fn encode(pq: &ProductQuantizer, codes: &[u8]) -> Vec<u8> {
-        let mut b = Vec::with_capacity(32 + 4 * pq.codebooks().len() + codes.len());
+        let mut b = Self::head(pq, (codes.len() / pq.m()) as u64);
+        b.extend_from_slice(codes);
+        b
+    }
+
+    /// The bytes before the codes.
+    fn head(pq: &ProductQuantizer, n: u64) -> Vec<u8> {
+        let mut b = Vec::with_capacity(32 + 4 * (pq.codebooks().len() + pq.dim()));
         b.extend_from_slice(PQ_MAGIC);
         b.extend_from_slice(&VERSION.to_le_bytes());
         b.extend_from_slice(&(pq.dim() as u32).to_le_bytes());
         b.extend_from_slice(&(pq.m() as u32).to_le_bytes());
-        b.extend_from_slice(&((codes.len() / pq.m()) as u64).to_le_bytes());
+        b.extend_from_slice(&n.to_le_bytes());
         for x in pq.mean().iter().chain(pq.codebooks()) {
             b.extend_from_slice(&x.to_le_bytes());
         }
-        b.extend_from_slice(codes);
         b
     }
 
     /// Writes the PQ file atomically (temp file, fsync, rename).
     pub fn write(path: &std::path::Path, pq: &ProductQuantizer, codes: &[u8]) -> Result<()> {
-        let body = PqFile::encode(pq, codes);
+        let m = pq.m();
+        Self::write_with(path, pq, (codes.len() / m) as u64, |i| {
+            &codes[i * m..(i + 1) * m]
+        })
+    }
+
+    /// Writes the PQ file of `n` codes, node `i`'s from `code(i)`, streamed
+    /// (no copy of the code array: a merge writes old codes with new ones
+    /// in their slots).
+    pub fn write_with<'c>(
+        path: &std::path::Path,
+        pq: &ProductQuantizer,
+        n: u64,
+        code: impl Fn(usize) -> &'c [u8],
+    ) -> Result<()> {
+        let head = Self::head(pq, n);
         vectide_core::io::atomic_write(path, |w| {
-            w.write_all(&body)?;
-            w.write_all(&crc32fast::hash(&body).to_le_bytes())?;
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&head);
+            w.write_all(&head)?;
+            for i in 0..n as usize {
+                let c = code(i);
+                if c.len() != pq.m() {
+                    return Err(Error::invalid("PQ file: a code of the wrong size"));
+                }
+                crc.update(c);
+                w.write_all(c)?;
+            }
+            w.write_all(&crc.finalize().to_le_bytes())?;
             w.write_all(PQ_END)?;
             Ok(())
         })

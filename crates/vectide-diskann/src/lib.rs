@@ -18,6 +18,7 @@
 
 pub mod layout;
 pub mod lti;
+pub mod merge;
 
 pub use layout::Header;
 pub use lti::{GraphSource, Lti, QueryStats, Scratch};

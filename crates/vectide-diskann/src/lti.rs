@@ -19,6 +19,7 @@
 use crate::layout::{check_sector, encode_node, seal, Header, Node, PqFile, NO_LABEL, PAYLOAD};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use vectide_core::metric::DistanceFn;
 use vectide_core::{Error, Metric, Result, VisitedSet};
 use vectide_quant::{DistanceTable, PqParams, ProductQuantizer};
@@ -120,64 +121,140 @@ pub fn write(
     p.seed = seed;
     let pq = ProductQuantizer::train(g.vectors, g.dim, &p)?;
     let codes = pq.encode_all(g.vectors)?;
-    file.set_len_blocks(0)?;
-    const RUN: usize = 256;
-    let spn = h.sectors_per_node();
-    let nps = h.nodes_per_sector();
-    let mut buf = AlignedBuf::new(RUN);
-    let mut filled = 0usize; // sectors in `buf`
-    let mut next_sector = 1u64;
-    let mut rec = Vec::with_capacity(h.node_bytes());
-    let flush = |buf: &mut AlignedBuf, filled: &mut usize, next: &mut u64| -> Result<()> {
-        if *filled > 0 {
-            for s in 0..*filled {
-                seal(buf.block_mut(s));
-            }
-            file.write(*next, &buf[..*filled * BLOCK])?;
-            *next += *filled as u64;
-            buf.fill(0);
-            *filled = 0;
-        }
-        Ok(())
-    };
+    let mut w = NodeWriter::new(file, h)?;
     for i in 0..n {
-        rec.clear();
-        encode_node(
-            &mut rec,
-            &h,
+        w.push(
             &g.vectors[i * g.dim..(i + 1) * g.dim],
             g.labels[i],
             &g.lists[i],
         )?;
-        if nps > 0 {
-            let slot = i % nps;
-            if slot == 0 && i > 0 {
-                filled += 1;
-                if filled == RUN {
-                    flush(&mut buf, &mut filled, &mut next_sector)?;
-                }
-            }
-            let at = filled * BLOCK + slot * h.node_bytes();
-            buf[at..at + rec.len()].copy_from_slice(&rec);
-        } else {
-            if filled + spn > RUN {
-                flush(&mut buf, &mut filled, &mut next_sector)?;
-            }
-            for (k, chunk) in rec.chunks(PAYLOAD).enumerate() {
-                let at = (filled + k) * BLOCK;
-                buf[at..at + chunk.len()].copy_from_slice(chunk);
-            }
-            filled += spn;
-        }
     }
-    if nps > 0 && n > 0 {
-        filled += 1;
-    }
-    flush(&mut buf, &mut filled, &mut next_sector)?;
-    file.write(0, &h.encode())?;
-    file.sync()?;
+    let h = w.finish(h.start, h.durable_seq)?;
     PqFile::write(pq_path, &pq, &codes)?;
     Ok(h)
+}
+
+/// Sectors a [`NodeWriter`] gathers before one write, and the run length
+/// of [`Lti::scan`]'s sequential reads.
+pub const RUN: usize = 256;
+
+/// Writes node records in node order into an empty block file, in runs of
+/// [`RUN`] sectors, each sector sealed; [`NodeWriter::finish`] writes the
+/// header (with the node count pushed) and syncs. The LTI writer and each
+/// StreamingMerge phase write through it.
+pub struct NodeWriter<'a> {
+    file: &'a dyn BlockFile,
+    h: Header,
+    buf: AlignedBuf,
+    /// Whole sectors in `buf`.
+    filled: usize,
+    /// Records in the sector being filled (records that share sectors).
+    in_sector: usize,
+    next_sector: u64,
+    rec: Vec<u8>,
+    zero: Vec<f32>,
+    nodes: u64,
+}
+
+impl<'a> NodeWriter<'a> {
+    /// A writer of records shaped by `shape` (its `dim`, `max_degree`,
+    /// metric and `pq_bytes`; the node count is what gets pushed). The file
+    /// is emptied first.
+    pub fn new(file: &'a dyn BlockFile, shape: Header) -> Result<Self> {
+        file.set_len_blocks(0)?;
+        Ok(NodeWriter {
+            file,
+            h: shape,
+            buf: AlignedBuf::new(RUN),
+            filled: 0,
+            in_sector: 0,
+            next_sector: 1,
+            rec: Vec::with_capacity(shape.node_bytes()),
+            zero: vec![0.0; shape.dim as usize],
+            nodes: 0,
+        })
+    }
+
+    /// Records pushed so far.
+    pub fn nodes(&self) -> u64 {
+        self.nodes
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.filled > 0 {
+            for s in 0..self.filled {
+                seal(self.buf.block_mut(s));
+            }
+            self.file
+                .write(self.next_sector, &self.buf[..self.filled * BLOCK])?;
+            self.next_sector += self.filled as u64;
+            self.buf.fill(0);
+            self.filled = 0;
+        }
+        Ok(())
+    }
+
+    /// Appends the next node's record.
+    pub fn push(&mut self, vector: &[f32], label: u64, list: &[u32]) -> Result<()> {
+        self.rec.clear();
+        encode_node(&mut self.rec, &self.h, vector, label, list)?;
+        let nps = self.h.nodes_per_sector();
+        if nps > 0 {
+            if self.in_sector == nps {
+                self.filled += 1;
+                self.in_sector = 0;
+                if self.filled == RUN {
+                    self.flush()?;
+                }
+            }
+            let at = self.filled * BLOCK + self.in_sector * self.h.node_bytes();
+            self.buf[at..at + self.rec.len()].copy_from_slice(&self.rec);
+            self.in_sector += 1;
+        } else {
+            let spn = self.h.sectors_per_node();
+            if self.filled + spn > RUN {
+                self.flush()?;
+            }
+            for (k, chunk) in self.rec.chunks(PAYLOAD).enumerate() {
+                let at = (self.filled + k) * BLOCK;
+                self.buf[at..at + chunk.len()].copy_from_slice(chunk);
+            }
+            self.filled += spn;
+        }
+        self.nodes += 1;
+        Ok(())
+    }
+
+    /// Appends a free record: no point (label [`NO_LABEL`], a zero vector,
+    /// no neighbours); never returned, never linked to.
+    pub fn push_free(&mut self) -> Result<()> {
+        let zero = std::mem::take(&mut self.zero);
+        let r = self.push(&zero, NO_LABEL, &[]);
+        self.zero = zero;
+        r
+    }
+
+    /// Writes the last sectors and the header, then syncs. Returns the
+    /// header as written.
+    pub fn finish(mut self, start: u64, durable_seq: u64) -> Result<Header> {
+        if self.in_sector > 0 {
+            self.filled += 1;
+            self.in_sector = 0;
+        }
+        self.flush()?;
+        let h = Header {
+            nodes: self.nodes,
+            start,
+            durable_seq,
+            ..self.h
+        };
+        if h.nodes > 0 && h.start >= h.nodes {
+            return Err(Error::invalid("LTI write: start node past the node count"));
+        }
+        self.file.write(0, &h.encode())?;
+        self.file.sync()?;
+        Ok(h)
+    }
 }
 
 /// An open LTI: the file, its header, PQ codes in RAM and the node cache.
@@ -185,7 +262,9 @@ pub struct Lti {
     file: Box<dyn BlockFile>,
     header: Header,
     pq: ProductQuantizer,
-    codes: Vec<u8>,
+    /// Shared with the intermediate index of a StreamingMerge, and handed
+    /// back (patched in place) at its switch.
+    codes: Arc<Vec<u8>>,
     dist: DistanceFn,
     cache: HashMap<u32, Box<[u8]>>,
 }
@@ -199,6 +278,10 @@ pub struct Scratch {
     table: DistanceTable,
     /// Expanded nodes: `(exact distance, label)`.
     full: Vec<(f32, u64)>,
+    /// With [`Lti::search_expanded`]: every expanded node that holds a
+    /// point, `(exact distance, node)`, and their vectors back to back.
+    pub expanded: Vec<(f32, u32)>,
+    pub expanded_vectors: Vec<f32>,
     bufs: Vec<AlignedBuf>,
     vec: Vec<f32>,
     node: Vec<u8>,
@@ -209,13 +292,20 @@ impl Lti {
     /// Opens an LTI file and its PQ file; checks the header, the PQ file
     /// (envelope, CRC) and that both describe the same nodes.
     pub fn open(file: Box<dyn BlockFile>, pq_path: &Path) -> Result<Self> {
-        let mut s0 = AlignedBuf::new(1);
-        if file.len_blocks() == 0 {
-            return Err(Error::corrupted("LTI file is empty"));
-        }
-        file.read(0, &mut s0)?;
-        let header = Header::decode(&s0, file.len_blocks())?;
+        let header = Self::read_header(&*file)?;
         let (pq, codes) = PqFile::read(pq_path)?;
+        Self::from_parts(file, header, pq, Arc::new(codes))
+    }
+
+    /// An LTI over a file whose header was read already, with PQ codes
+    /// from elsewhere (a StreamingMerge's intermediate index shares the
+    /// live index's codes). Checks that both describe the same nodes.
+    pub fn from_parts(
+        file: Box<dyn BlockFile>,
+        header: Header,
+        pq: ProductQuantizer,
+        codes: Arc<Vec<u8>>,
+    ) -> Result<Self> {
         if pq.dim() != header.dim as usize
             || pq.m() != header.pq_bytes as usize
             || codes.len() as u64 != header.nodes * pq.m() as u64
@@ -239,6 +329,101 @@ impl Lti {
         &self.header
     }
 
+    /// Reads the header of an LTI file.
+    pub fn read_header(file: &dyn BlockFile) -> Result<Header> {
+        if file.len_blocks() == 0 {
+            return Err(Error::corrupted("LTI file is empty"));
+        }
+        let mut s0 = AlignedBuf::new(1);
+        file.read(0, &mut s0)?;
+        Header::decode(&s0, file.len_blocks())
+    }
+
+    /// The PQ codes, `nodes × pq_bytes`.
+    pub fn codes(&self) -> &Arc<Vec<u8>> {
+        &self.codes
+    }
+
+    /// Gives up the index, returning its codes (for a merge's switch).
+    pub fn into_codes(self) -> Arc<Vec<u8>> {
+        self.codes
+    }
+
+    /// Reads every node record in order, in runs of [`RUN`] sectors (one
+    /// read each), checking every sector, and hands `f` each node's number
+    /// and record.
+    pub fn scan(&self, mut f: impl FnMut(u32, Node<'_>) -> Result<()>) -> Result<()> {
+        let h = &self.header;
+        let data = h.data_sectors();
+        let mut buf = AlignedBuf::new(RUN);
+        let nb = h.node_bytes();
+        let spn = h.sectors_per_node();
+        let nps = h.nodes_per_sector();
+        let mut rec = Vec::with_capacity(nb);
+        let mut node: u64 = 0;
+        let mut sector = 1u64;
+        while sector < 1 + data {
+            let take = ((1 + data - sector) as usize).min(RUN);
+            // Whole records per run when a record spans sectors.
+            let take = if nps == 0 { take - take % spn } else { take };
+            self.file.read(sector, &mut buf[..take * BLOCK])?;
+            for s in 0..take {
+                check_sector(buf.block(s), sector + s as u64)?;
+            }
+            if nps > 0 {
+                for s in 0..take {
+                    for k in 0..nps {
+                        if node >= h.nodes {
+                            break;
+                        }
+                        let b = &buf.block(s)[k * nb..(k + 1) * nb];
+                        f(node as u32, Node::parse(b, h)?)?;
+                        node += 1;
+                    }
+                }
+            } else {
+                for r in 0..take / spn {
+                    rec.clear();
+                    let mut left = nb;
+                    for s in 0..spn {
+                        let t = left.min(PAYLOAD);
+                        rec.extend_from_slice(&buf.block(r * spn + s)[..t]);
+                        left -= t;
+                    }
+                    f(node as u32, Node::parse(&rec, h)?)?;
+                    node += 1;
+                }
+            }
+            sector += take as u64;
+        }
+        Ok(())
+    }
+
+    /// Reads the records of `ids` (any order, one batch per 64) and hands
+    /// `f` each.
+    pub fn read_records(
+        &self,
+        ids: &[u32],
+        scratch: &mut Scratch,
+        mut f: impl FnMut(u32, Node<'_>) -> Result<()>,
+    ) -> Result<QueryStats> {
+        let mut stats = QueryStats::default();
+        let nb = self.header.node_bytes();
+        for chunk in ids.chunks(64) {
+            if let Some(&bad) = chunk.iter().find(|&&i| i as u64 >= self.header.nodes) {
+                return Err(Error::invalid(format!("LTI has no node {bad}")));
+            }
+            self.read_nodes(chunk, scratch, &mut stats)?;
+            let recs = std::mem::take(&mut scratch.node);
+            let r = chunk.iter().enumerate().try_for_each(|(k, &id)| {
+                f(id, Node::parse(&recs[k * nb..(k + 1) * nb], &self.header)?)
+            });
+            scratch.node = recs;
+            r?;
+        }
+        Ok(stats)
+    }
+
     pub fn pq(&self) -> &ProductQuantizer {
         &self.pq
     }
@@ -259,7 +444,8 @@ impl Lti {
         self.cache.len()
     }
 
-    fn code(&self, i: u32) -> &[u8] {
+    /// The PQ code of node `i`.
+    pub fn code(&self, i: u32) -> &[u8] {
         let m = self.header.pq_bytes as usize;
         &self.codes[i as usize * m..(i as usize + 1) * m]
     }
@@ -358,8 +544,40 @@ impl Lti {
         scratch: &mut Scratch,
         out: &mut Vec<(f32, u64)>,
     ) -> Result<QueryStats> {
+        self.beam(q, k, l, w, admit, false, scratch, out)
+    }
+
+    /// GreedySearch for StreamingMerge's Insert phase: the beam search with
+    /// list `l`, leaving every expanded node that holds a point (the start
+    /// node included) with its exact distance and vector in
+    /// `scratch.expanded` / `scratch.expanded_vectors`.
+    pub fn search_expanded(
+        &self,
+        q: &[f32],
+        l: usize,
+        w: usize,
+        scratch: &mut Scratch,
+    ) -> Result<QueryStats> {
+        let mut out = Vec::new();
+        self.beam(q, 1, l, w, &|_| false, true, scratch, &mut out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn beam(
+        &self,
+        q: &[f32],
+        k: usize,
+        l: usize,
+        w: usize,
+        admit: &dyn Fn(u64) -> bool,
+        collect: bool,
+        scratch: &mut Scratch,
+        out: &mut Vec<(f32, u64)>,
+    ) -> Result<QueryStats> {
         let h = &self.header;
         out.clear();
+        scratch.expanded.clear();
+        scratch.expanded_vectors.clear();
         let mut stats = QueryStats::default();
         if q.len() != h.dim as usize {
             return Err(Error::DimensionMismatch {
@@ -424,6 +642,12 @@ impl Lti {
                 let node = Node::parse(rec, h)?;
                 stats.expanded += 1;
                 node.vector_into(&mut scratch.vec)?;
+                if collect && node.label != NO_LABEL {
+                    let d = (self.dist)(q, &scratch.vec);
+                    stats.exact_distances += 1;
+                    scratch.expanded.push((d, id));
+                    scratch.expanded_vectors.extend_from_slice(&scratch.vec);
+                }
                 if id != start && node.label != NO_LABEL && admit(node.label) {
                     scratch
                         .full

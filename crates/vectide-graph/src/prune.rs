@@ -102,6 +102,65 @@ pub fn robust_prune<G: Graph>(
     }
 }
 
+/// Vectors without lists, back to back: a [`Graph`] for pruning points that
+/// are not in an in-memory graph (StreamingMerge prunes disk nodes over their
+/// PQ reconstructions and new points over their vectors). Slot `i` is the
+/// `i`-th vector; every list is empty.
+#[derive(Debug, Clone, Copy)]
+pub struct Points<'a> {
+    pub dim: usize,
+    pub data: &'a [f32],
+}
+
+impl Graph for Points<'_> {
+    fn slots(&self) -> usize {
+        self.data.len() / self.dim.max(1)
+    }
+    fn vector(&self, slot: u32) -> &[f32] {
+        let s = slot as usize * self.dim;
+        &self.data[s..s + self.dim]
+    }
+    fn vector_ptr(&self, slot: u32) -> *const f32 {
+        self.vector(slot).as_ptr()
+    }
+    fn list0_ptr(&self, _slot: u32) -> *const u8 {
+        self.data.as_ptr() as *const u8
+    }
+    fn list(&self, _slot: u32, _level: usize) -> &[std::sync::atomic::AtomicU32] {
+        &[]
+    }
+    fn cap(&self, _level: usize) -> usize {
+        0
+    }
+}
+
+/// RobustPrune of point 0 of `points` over the others (slots `1..`): the
+/// kept slots, at most `r`, into `out` (see [`robust_prune`]).
+pub fn prune_points(
+    points: Points<'_>,
+    dist: DistanceFn,
+    alpha: f32,
+    r: usize,
+    pool: &mut Vec<u32>,
+    ranked: &mut Vec<Candidate>,
+    out: &mut Vec<u32>,
+) {
+    let n = points.slots() as u32;
+    let cands: Vec<u32> = (1..n).collect();
+    robust_prune(
+        &points,
+        dist,
+        0,
+        &cands,
+        |_| true,
+        alpha,
+        r,
+        pool,
+        ranked,
+        out,
+    );
+}
+
 /// Distances from `base` to each id, sorted closest first, into `out`.
 pub fn rank_from<G: Graph>(
     store: &G,

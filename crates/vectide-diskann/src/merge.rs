@@ -1,0 +1,549 @@
+//! StreamingMerge (FreshDiskANN §5.3–5.4): folds a change set (deleted
+//! nodes of the LTI and new points from the temp indexes) into a new LTI
+//! with RAM that grows with the change set, not with the index.
+//!
+//! 1. **Delete phase.** The lists of the deleted nodes are read (one batch
+//!    per 64). Then the LTI is read block by block, in order; a node that
+//!    points at deleted nodes gets Algorithm 4's candidate set (its live
+//!    neighbours and the live neighbours of its deleted ones), pruned by
+//!    RobustPrune when it exceeds `r`, with PQ reconstructions of the
+//!    candidates standing in for their vectors (only the node's own vector
+//!    came with its block). Deleted nodes become free records. The blocks
+//!    go, in order, to an **intermediate LTI** of the same numbering.
+//! 2. **Insert phase.** New points take the free slots (lowest first), then
+//!    slots past the end. Each runs GreedySearch over the intermediate LTI
+//!    read from disk (the beam search, W reads per hop); its candidates are
+//!    the nodes expanded (their exact vectors came with their sectors) and
+//!    the new points it links to in its temp index; RobustPrune gives its
+//!    list. The back-edges go to an in-memory Δ (slot → new in-neighbours).
+//! 3. **Patch phase.** The intermediate LTI is read block by block; each
+//!    node gets its Δ, a list over its room (`max_degree`) is pruned to `r`
+//!    (PQ reconstructions for old nodes, exact vectors for new ones); new
+//!    points are written in their slots. The blocks go to the **new LTI**,
+//!    then its PQ file is written (old codes, new points' codes in their
+//!    slots) without copying the code array.
+//!
+//! The caller switches to the new LTI (manifest + rename) and applies the
+//! [`MergeOutcome`]'s codes to the codes array in place.
+//!
+//! ## Where we deviate from the paper
+//! - **Links among new points.** The paper's Insert phase searches only the
+//!   intermediate LTI, so new points never link each other except through
+//!   Δ; a batch of points from one new region (the clustered runbook) would
+//!   hang off the old graph. Each new point's candidates also hold its
+//!   neighbours in the temp index that are merged with it.
+//! - **Candidate sets within the room are kept whole** (no pruning below
+//!   `max_degree`), as DiskANN's consolidation code does.
+//! - **New LTI files, not in-place patches.** Both phases write new files,
+//!   so the old LTI stays intact until the switch: a crash or a failed
+//!   write during a merge leaves it in force.
+
+use crate::layout::{Header, Node, PqFile, NO_LABEL};
+use crate::lti::{Lti, NodeWriter, QueryStats, Scratch};
+use rayon::prelude::*;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::Instant;
+use vectide_core::heap::Candidate;
+use vectide_core::metric::DistanceFn;
+use vectide_core::{Error, Result};
+use vectide_graph::prune::{prune_points, Points};
+use vectide_storage::block::BlockFile;
+
+/// Knobs of a merge: the graph's `r` and `α`, the Insert phase's search
+/// list `l` and beam width `w`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MergeParams {
+    pub r: usize,
+    pub l: usize,
+    pub alpha: f32,
+    pub w: usize,
+}
+
+/// The new points of a merge: labels, vectors (`len × dim`, normalised
+/// under cosine) and, per point, the indices of the other new points it
+/// links to in its temp index.
+#[derive(Debug, Clone, Copy)]
+pub struct Inserts<'a> {
+    pub labels: &'a [u64],
+    pub vectors: &'a [f32],
+    pub links: &'a [Vec<u32>],
+}
+
+impl Inserts<'_> {
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+}
+
+/// The phases, for progress reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Delete,
+    Insert,
+    Patch,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Delete => "delete",
+            Phase::Insert => "insert",
+            Phase::Patch => "patch",
+        }
+    }
+}
+
+/// Progress callback: phase, units done, units in the phase.
+pub type MergeProgress<'a> = &'a (dyn Fn(Phase, u64, u64) + Sync);
+
+/// What a merge did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MergeStats {
+    pub delete_secs: f64,
+    pub insert_secs: f64,
+    pub patch_secs: f64,
+    /// Nodes whose lists the Delete phase rebuilt.
+    pub repaired: u64,
+    /// Nodes whose lists the Patch phase changed (old and new).
+    pub patched: u64,
+    /// Sectors read from disk (the scans and the Insert phase's searches).
+    pub sectors_read: u64,
+    /// Sectors written (intermediate and new LTI).
+    pub sectors_written: u64,
+}
+
+/// A merge's result: the new LTI's header, the slot of each new point and
+/// its PQ code (to apply to the codes array at the switch), the free slots
+/// left, and the stats.
+#[derive(Debug, Clone)]
+pub struct MergeOutcome {
+    pub header: Header,
+    pub slots: Vec<u32>,
+    /// `inserts × pq_bytes`: new point `j`'s code goes to `slots[j]`.
+    pub codes: Vec<u8>,
+    pub free: Vec<u32>,
+    pub stats: MergeStats,
+}
+
+impl MergeOutcome {
+    /// The new LTI's codes array from the old one, in place: grown to the
+    /// new node count, new points' codes written in their slots.
+    pub fn apply_codes(&self, codes: &mut Vec<u8>) {
+        let m = self.header.pq_bytes as usize;
+        codes.resize(self.header.nodes as usize * m, 0);
+        for (j, &s) in self.slots.iter().enumerate() {
+            codes[s as usize * m..(s as usize + 1) * m]
+                .copy_from_slice(&self.codes[j * m..(j + 1) * m]);
+        }
+    }
+}
+
+/// Nodes gathered from a scan before their lists are computed in parallel.
+const BATCH: usize = 1024;
+
+struct Pending {
+    node: u32,
+    label: u64,
+    vector: Vec<f32>,
+    list: Vec<u32>,
+}
+
+/// Runs StreamingMerge (module docs): `old` minus `dead` (node numbers of
+/// the LTI; the start node may not be one) plus `inserts`, through the
+/// empty block files `intermediate` and `out` (the new LTI) and the new PQ
+/// file `pq_path`. Runs on the caller's rayon pool. The inserts' labels
+/// must not be live in `old` (the caller deletes a replaced node).
+#[allow(clippy::too_many_arguments)]
+pub fn streaming_merge(
+    old: &Lti,
+    dead: &[u32],
+    inserts: Inserts<'_>,
+    p: &MergeParams,
+    intermediate: Box<dyn BlockFile>,
+    out: &dyn BlockFile,
+    pq_path: &Path,
+    durable_seq: u64,
+    progress: Option<MergeProgress<'_>>,
+) -> Result<MergeOutcome> {
+    let h = *old.header();
+    let dim = h.dim as usize;
+    let n_old = h.nodes;
+    let report = |ph: Phase, done: u64, total: u64| {
+        if let Some(f) = progress {
+            f(ph, done, total)
+        }
+    };
+    if inserts.vectors.len() != inserts.len() * dim || inserts.links.len() != inserts.len() {
+        return Err(Error::invalid(
+            "merge: insert labels, vectors and links disagree",
+        ));
+    }
+    if inserts
+        .links
+        .iter()
+        .any(|l| l.iter().any(|&k| k as usize >= inserts.len()))
+    {
+        return Err(Error::invalid("merge: a link names a point not merged"));
+    }
+    let dead_set: HashSet<u32> = dead.iter().copied().collect();
+    if dead
+        .iter()
+        .any(|&d| d as u64 >= n_old || d as u64 == h.start)
+    {
+        return Err(Error::invalid(
+            "merge: a deleted node is past the LTI or is its start node",
+        ));
+    }
+    if n_old + inserts.len() as u64 > u32::MAX as u64 {
+        return Err(Error::invalid("merge: more than 2^32 - 1 nodes"));
+    }
+    let dist = h.metric.distance_fn();
+    let pq = old.pq();
+    let mut stats = MergeStats::default();
+    let mut scratch = Scratch::default();
+
+    // Delete phase: the deleted nodes' live neighbours, then the scan.
+    let t = Instant::now();
+    let mut dead_lists: HashMap<u32, Vec<u32>> = HashMap::with_capacity(dead.len());
+    let mut sorted_dead: Vec<u32> = dead_set.iter().copied().collect();
+    sorted_dead.sort_unstable();
+    let qs = old.read_records(&sorted_dead, &mut scratch, |id, node| {
+        let list = node
+            .neighbor_ids()
+            .filter(|n| !dead_set.contains(n))
+            .collect();
+        dead_lists.insert(id, list);
+        Ok(())
+    })?;
+    stats.sectors_read += qs.sectors_read;
+    let recon = |node: u32, out: &mut [f32]| pq.decode(old.code(node), out);
+    let mut free: Vec<u32> = Vec::new();
+    {
+        let mut w = NodeWriter::new(&*intermediate, h)?;
+        let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
+        let mut done = 0u64;
+        let flush = |batch: &mut Vec<Pending>, w: &mut NodeWriter<'_>, stats: &mut MergeStats| {
+            let repaired: Vec<Option<Vec<u32>>> = batch
+                .par_iter()
+                .map_init(PruneScratch::default, |ps, pn| {
+                    if !pn.list.iter().any(|n| dead_set.contains(n)) {
+                        return Ok(None);
+                    }
+                    let mut cands: Vec<u32> = Vec::new();
+                    for &v in &pn.list {
+                        match dead_lists.get(&v) {
+                            Some(l) => cands.extend(l.iter().copied().filter(|&x| x != pn.node)),
+                            None => cands.push(v),
+                        }
+                    }
+                    cands.sort_unstable();
+                    cands.dedup();
+                    if cands.len() <= h.max_degree as usize {
+                        return Ok(Some(cands));
+                    }
+                    ps.prune(dim, dist, &pn.vector, &cands, |c, o| recon(c, o), p)
+                        .map(Some)
+                })
+                .collect::<Result<_>>()?;
+            stats.repaired += write_batch(w, batch, repaired)?;
+            Ok::<(), Error>(())
+        };
+        old.scan(|i, node| {
+            let label = if dead_set.contains(&i) {
+                NO_LABEL
+            } else {
+                node.label
+            };
+            if label == NO_LABEL {
+                free.push(i);
+                batch.push(Pending::free(i));
+            } else {
+                batch.push(pending(i, label, &node, dim)?);
+            }
+            if batch.len() == BATCH {
+                flush(&mut batch, &mut w, &mut stats)?;
+                done += BATCH as u64;
+                report(Phase::Delete, done, n_old);
+            }
+            Ok(())
+        })?;
+        flush(&mut batch, &mut w, &mut stats)?;
+        report(Phase::Delete, n_old, n_old);
+        stats.sectors_read += h.data_sectors();
+        w.finish(h.start, h.durable_seq)?;
+        stats.sectors_written += 1 + h.data_sectors();
+    }
+    stats.delete_secs = t.elapsed().as_secs_f64();
+
+    // Slots for the new points: free ones first, then past the end.
+    let t = Instant::now();
+    let reused = free.len().min(inserts.len());
+    let slots: Vec<u32> = (0..inserts.len())
+        .map(|j| {
+            if j < reused {
+                free[j]
+            } else {
+                (n_old as usize + j - reused) as u32
+            }
+        })
+        .collect();
+    let left_free = free[reused..].to_vec();
+    drop(free);
+    let n_new = n_old + (inserts.len() - reused) as u64;
+    let slot_of: HashMap<u32, u32> = slots
+        .iter()
+        .enumerate()
+        .map(|(j, &s)| (s, j as u32))
+        .collect();
+    let new_vec = |j: usize| &inserts.vectors[j * dim..(j + 1) * dim];
+
+    // Insert phase: GreedySearch over the intermediate LTI from disk.
+    let inter_header = Lti::read_header(&*intermediate)?;
+    let inter = Lti::from_parts(intermediate, inter_header, pq.clone(), old.codes().clone())?;
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let total = inserts.len() as u64;
+    let lists: Vec<(Vec<u32>, QueryStats)> = (0..inserts.len())
+        .into_par_iter()
+        .map_init(
+            || (Scratch::default(), PruneScratch::default()),
+            |(sc, ps), j| {
+                let q = new_vec(j);
+                let qs = inter.search_expanded(q, p.l, p.w, sc)?;
+                // Candidates: expanded nodes, then linked new points.
+                ps.cand_nodes.clear();
+                ps.cand_nodes.extend(sc.expanded.iter().map(|e| e.1));
+                let mut vecs = std::mem::take(&mut sc.expanded_vectors);
+                for &k in &inserts.links[j] {
+                    if k as usize != j {
+                        ps.cand_nodes.push(slots[k as usize]);
+                        vecs.extend_from_slice(new_vec(k as usize));
+                    }
+                }
+                let list = ps.prune_flat(dim, dist, q, &vecs, p);
+                sc.expanded_vectors = vecs;
+                let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if d.is_multiple_of(1024) {
+                    report(Phase::Insert, d, total);
+                }
+                Ok((list, qs))
+            },
+        )
+        .collect::<Result<_>>()?;
+    report(Phase::Insert, total, total);
+    let mut codes = vec![0u8; inserts.len() * pq.m()];
+    codes
+        .par_chunks_mut(pq.m().max(1))
+        .enumerate()
+        .try_for_each(|(j, c)| pq.encode(new_vec(j), c))?;
+    let mut delta: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut new_lists: Vec<Vec<u32>> = Vec::with_capacity(lists.len());
+    for (j, (list, qs)) in lists.into_iter().enumerate() {
+        stats.sectors_read += qs.sectors_read;
+        for &t in &list {
+            delta.entry(t).or_default().push(slots[j]);
+        }
+        new_lists.push(list);
+    }
+    stats.insert_secs = t.elapsed().as_secs_f64();
+
+    // Patch phase: Δ into every list, new points into their slots.
+    let t = Instant::now();
+    let out_shape = Header { nodes: n_new, ..h };
+    let vec_of = |c: u32, o: &mut [f32]| -> Result<()> {
+        match slot_of.get(&c) {
+            Some(&j) => {
+                o.copy_from_slice(new_vec(j as usize));
+                Ok(())
+            }
+            None => recon(c, o),
+        }
+    };
+    let mut w = NodeWriter::new(out, out_shape)?;
+    let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
+    let patch = |batch: &mut Vec<Pending>, w: &mut NodeWriter<'_>, stats: &mut MergeStats| {
+        let lists: Vec<Option<Vec<u32>>> = batch
+            .par_iter()
+            .map_init(PruneScratch::default, |ps, pn| {
+                let Some(add) = delta.get(&pn.node) else {
+                    return Ok(None);
+                };
+                let mut l = pn.list.clone();
+                for &a in add {
+                    if a != pn.node && !l.contains(&a) {
+                        l.push(a);
+                    }
+                }
+                if l.len() <= h.max_degree as usize {
+                    return Ok(Some(l));
+                }
+                ps.prune(dim, dist, &pn.vector, &l, vec_of, p).map(Some)
+            })
+            .collect::<Result<_>>()?;
+        stats.patched += write_batch(w, batch, lists)?;
+        Ok::<(), Error>(())
+    };
+    let mut done = 0u64;
+    let mut take_new = |node: u32| -> Pending {
+        let j = slot_of[&node] as usize;
+        Pending {
+            node,
+            label: inserts.labels[j],
+            vector: new_vec(j).to_vec(),
+            list: std::mem::take(&mut new_lists[j]),
+        }
+    };
+    inter.scan(|i, node| {
+        let pn = if slot_of.contains_key(&i) {
+            take_new(i)
+        } else if node.label == NO_LABEL {
+            Pending::free(i)
+        } else {
+            pending(i, node.label, &node, dim)?
+        };
+        batch.push(pn);
+        if batch.len() == BATCH {
+            patch(&mut batch, &mut w, &mut stats)?;
+            done += BATCH as u64;
+            report(Phase::Patch, done, n_new);
+        }
+        Ok(())
+    })?;
+    stats.sectors_read += inter_header.data_sectors();
+    for i in n_old..n_new {
+        batch.push(take_new(i as u32));
+        if batch.len() == BATCH {
+            patch(&mut batch, &mut w, &mut stats)?;
+        }
+    }
+    patch(&mut batch, &mut w, &mut stats)?;
+    report(Phase::Patch, n_new, n_new);
+    let header = w.finish(h.start, durable_seq)?;
+    stats.sectors_written += 1 + header.data_sectors();
+    let m = pq.m();
+    let old_codes = old.codes();
+    PqFile::write_with(pq_path, pq, n_new, |i| match slot_of.get(&(i as u32)) {
+        Some(&j) => &codes[j as usize * m..(j as usize + 1) * m],
+        None => &old_codes[i * m..(i + 1) * m],
+    })?;
+    stats.patch_secs = t.elapsed().as_secs_f64();
+    Ok(MergeOutcome {
+        header,
+        slots,
+        codes,
+        free: left_free,
+        stats,
+    })
+}
+
+impl Pending {
+    fn free(node: u32) -> Self {
+        Pending {
+            node,
+            label: NO_LABEL,
+            vector: Vec::new(),
+            list: Vec::new(),
+        }
+    }
+}
+
+/// Writes a batch in order, each node with its new list where it has one
+/// (free records as such); returns how many got a new list.
+fn write_batch(
+    w: &mut NodeWriter<'_>,
+    batch: &mut Vec<Pending>,
+    lists: Vec<Option<Vec<u32>>>,
+) -> Result<u64> {
+    let mut changed = 0;
+    for (pn, l) in batch.drain(..).zip(lists) {
+        if pn.label == NO_LABEL {
+            w.push_free()?;
+            continue;
+        }
+        changed += u64::from(l.is_some());
+        w.push(&pn.vector, pn.label, l.as_deref().unwrap_or(&pn.list))?;
+    }
+    Ok(changed)
+}
+
+fn pending(i: u32, label: u64, node: &Node<'_>, dim: usize) -> Result<Pending> {
+    let mut vector = vec![0.0; dim];
+    node.vector_into(&mut vector)?;
+    Ok(Pending {
+        node: i,
+        label,
+        vector,
+        list: node.neighbor_ids().collect(),
+    })
+}
+
+/// Per-thread buffers of the prunes.
+#[derive(Default)]
+struct PruneScratch {
+    flat: Vec<f32>,
+    cand_nodes: Vec<u32>,
+    pool: Vec<u32>,
+    ranked: Vec<Candidate>,
+    kept: Vec<u32>,
+}
+
+impl PruneScratch {
+    /// RobustPrune of `base` over `cands` (node numbers), their vectors from
+    /// `vec_of`; the kept node numbers.
+    fn prune(
+        &mut self,
+        dim: usize,
+        dist: DistanceFn,
+        base: &[f32],
+        cands: &[u32],
+        vec_of: impl Fn(u32, &mut [f32]) -> Result<()>,
+        p: &MergeParams,
+    ) -> Result<Vec<u32>> {
+        let mut flat = std::mem::take(&mut self.flat);
+        flat.clear();
+        flat.resize(cands.len() * dim, 0.0);
+        for (k, &c) in cands.iter().enumerate() {
+            vec_of(c, &mut flat[k * dim..(k + 1) * dim])?;
+        }
+        self.cand_nodes.clear();
+        self.cand_nodes.extend_from_slice(cands);
+        let r = self.prune_flat(dim, dist, base, &flat, p);
+        self.flat = flat;
+        Ok(r)
+    }
+
+    /// RobustPrune of `base` over `self.cand_nodes` whose vectors are
+    /// `vecs` (same order); the kept node numbers.
+    fn prune_flat(
+        &mut self,
+        dim: usize,
+        dist: DistanceFn,
+        base: &[f32],
+        vecs: &[f32],
+        p: &MergeParams,
+    ) -> Vec<u32> {
+        let mut all = Vec::with_capacity(vecs.len() + dim);
+        all.extend_from_slice(base);
+        all.extend_from_slice(vecs);
+        prune_points(
+            Points { dim, data: &all },
+            dist,
+            p.alpha,
+            p.r,
+            &mut self.pool,
+            &mut self.ranked,
+            &mut self.kept,
+        );
+        let mut out: Vec<u32> = self
+            .kept
+            .iter()
+            .map(|&k| self.cand_nodes[k as usize - 1])
+            .collect();
+        out.dedup();
+        out
+    }
+}

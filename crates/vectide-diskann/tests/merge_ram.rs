@@ -1,0 +1,151 @@
+//! StreamingMerge's RAM grows with the change set, not with the LTI: the
+//! heap bytes the merge allocates beyond what was resident before it
+//! (the open LTI's PQ codes among them), measured with a counting
+//! allocator, for a 4× larger LTI under the same change set and for a 4×
+//! larger change set over the same LTI. Files are real ones in a temporary
+//! directory, so no block lives in the heap. One test per binary: the
+//! allocator counts the whole process.
+
+#[path = "../../test-support/oracle.rs"]
+mod oracle;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use vectide_core::sync::SyncSite;
+use vectide_core::{Metric, VectorIndex};
+use vectide_diskann::lti::{self, GraphSource, Lti};
+use vectide_diskann::merge::{streaming_merge, Inserts, MergeParams};
+use vectide_storage::block::DirectFile;
+use vectide_vamana::{FreshVamana, VamanaParams};
+
+struct Counting;
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts bytes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let now = CURRENT.fetch_add(l.size(), Ordering::Relaxed) + l.size();
+        PEAK.fetch_max(now, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on as is.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        CURRENT.fetch_sub(l.size(), Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+const DIM: usize = 16;
+const SITE: SyncSite = SyncSite("test.merge_ram");
+
+/// Peak heap bytes of a merge of `changes` deletes and `changes` inserts
+/// into an LTI of `n` points (16-byte codes), and the LTI's PQ code bytes.
+fn merge_peak(n: usize, changes: usize) -> (usize, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let all = oracle::clustered(n + changes, DIM, 10, 5);
+    let path = dir.path().join("old.lti");
+    let pq_old = dir.path().join("old.pq");
+    {
+        let v = FreshVamana::new(DIM, Metric::L2, VamanaParams::default()).unwrap();
+        let ids: Vec<u64> = (0..n as u64).collect();
+        v.insert(1, &ids, &all[..n * DIM]).unwrap();
+        let g = v.export_graph();
+        let f = DirectFile::open(&path, true, SITE).unwrap();
+        lti::write(
+            &f,
+            &pq_old,
+            &GraphSource {
+                dim: DIM,
+                metric: Metric::L2,
+                max_degree: g.max_degree,
+                vectors: &g.vectors,
+                labels: &g.labels,
+                lists: &g.lists,
+                start: g.start.unwrap(),
+                durable_seq: 1,
+            },
+            16,
+            0,
+        )
+        .unwrap();
+    }
+    let old = Lti::open(
+        Box::new(DirectFile::open(&path, false, SITE).unwrap()),
+        &pq_old,
+    )
+    .unwrap();
+    let step = (n / changes) as u32;
+    let dead: Vec<u32> = (0..changes as u32).map(|i| 1 + i * step).collect();
+    let labels: Vec<u64> = (n as u64..(n + changes) as u64).collect();
+    let vectors = all[n * DIM..].to_vec();
+    let links: Vec<Vec<u32>> = (0..changes as u32)
+        .map(|i| vec![(i + 1) % changes as u32])
+        .collect();
+    let inter = Box::new(DirectFile::open(&dir.path().join("mid.lti"), true, SITE).unwrap());
+    let out = DirectFile::open(&dir.path().join("new.lti"), true, SITE).unwrap();
+    let p = MergeParams {
+        r: 64,
+        l: 75,
+        alpha: 1.2,
+        w: 4,
+    };
+    let base = CURRENT.load(Ordering::SeqCst);
+    PEAK.store(base, Ordering::SeqCst);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let before_pool = CURRENT.load(Ordering::SeqCst);
+    PEAK.store(before_pool, Ordering::SeqCst);
+    pool.install(|| {
+        streaming_merge(
+            &old,
+            &dead,
+            Inserts {
+                labels: &labels,
+                vectors: &vectors,
+                links: &links,
+            },
+            &p,
+            inter,
+            &out,
+            &dir.path().join("new.pq"),
+            2,
+            None,
+        )
+        .unwrap()
+    });
+    let peak = PEAK.load(Ordering::SeqCst) - before_pool;
+    (peak, old.codes().len())
+}
+
+#[test]
+fn merge_ram_follows_the_change_set_not_the_index() {
+    let (small, small_codes) = merge_peak(8_000, 200);
+    let (big, big_codes) = merge_peak(32_000, 200);
+    let (more, _) = merge_peak(8_000, 1_600);
+    eprintln!(
+        "peak merge heap: LTI 8K, 200 changes {small} B; LTI 32K, 200 changes {big} B; \
+         LTI 8K, 1600 changes {more} B; PQ codes 8K {small_codes} B, 32K {big_codes} B"
+    );
+    assert!(big_codes > 3 * small_codes);
+    // A 4x larger index adds less than half its PQ codes' growth (the only
+    // per-node state is a visited byte per node per search thread)...
+    let by_index = big.saturating_sub(small);
+    assert!(
+        by_index < (big_codes - small_codes) / 2,
+        "4x the LTI: {small} -> {big} bytes"
+    );
+    // ...while an 8x larger change set needs visibly more.
+    let by_changes = more.saturating_sub(small);
+    assert!(
+        by_changes > 2 * by_index && by_changes > 400_000,
+        "8x the changes: {small} -> {more} bytes (index growth added {by_index})"
+    );
+}
