@@ -187,7 +187,7 @@ pub fn run(args: &DiskSearchArgs) -> Result<(), String> {
                                         k,
                                         l,
                                         args.w,
-                                        &|_| true,
+                                        &|_, _| true,
                                         &mut scratch,
                                         &mut out,
                                     )

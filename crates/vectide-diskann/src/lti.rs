@@ -533,6 +533,7 @@ impl Lti {
 
     /// Beam search: the `k` nearest admitted nodes to `q` (normalised under
     /// cosine) by exact distance, as `(distance, label)` into `out`.
+    /// `admit(node, label)` decides which expanded nodes may be results.
     #[allow(clippy::too_many_arguments)]
     pub fn search(
         &self,
@@ -540,7 +541,7 @@ impl Lti {
         k: usize,
         l: usize,
         w: usize,
-        admit: &dyn Fn(u64) -> bool,
+        admit: &dyn Fn(u32, u64) -> bool,
         scratch: &mut Scratch,
         out: &mut Vec<(f32, u64)>,
     ) -> Result<QueryStats> {
@@ -559,7 +560,7 @@ impl Lti {
         scratch: &mut Scratch,
     ) -> Result<QueryStats> {
         let mut out = Vec::new();
-        self.beam(q, 1, l, w, &|_| false, true, scratch, &mut out)
+        self.beam(q, 1, l, w, &|_, _| false, true, scratch, &mut out)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -569,7 +570,7 @@ impl Lti {
         k: usize,
         l: usize,
         w: usize,
-        admit: &dyn Fn(u64) -> bool,
+        admit: &dyn Fn(u32, u64) -> bool,
         collect: bool,
         scratch: &mut Scratch,
         out: &mut Vec<(f32, u64)>,
@@ -648,7 +649,7 @@ impl Lti {
                     scratch.expanded.push((d, id));
                     scratch.expanded_vectors.extend_from_slice(&scratch.vec);
                 }
-                if id != start && node.label != NO_LABEL && admit(node.label) {
+                if id != start && node.label != NO_LABEL && admit(id, node.label) {
                     scratch
                         .full
                         .push(((self.dist)(q, &scratch.vec), node.label));

@@ -78,7 +78,7 @@ fn run_queries(
                     10,
                     l,
                     w,
-                    &|_| true,
+                    &|_, _| true,
                     &mut scratch,
                     &mut out,
                 )
@@ -171,12 +171,12 @@ fn a_real_direct_file_reads_the_same_and_filters_apply() {
     // Only even labels admitted: every result is even.
     let mut s = Scratch::default();
     let mut out = Vec::new();
-    lti.search(&qs[0], 10, 60, 4, &|l| l % 2 == 0, &mut s, &mut out)
+    lti.search(&qs[0], 10, 60, 4, &|_, l| l % 2 == 0, &mut s, &mut out)
         .unwrap();
     assert_eq!(out.len(), 10);
     assert!(out.iter().all(|&(_, l)| l % 2 == 0));
     assert!(matches!(
-        lti.search(&qs[0][..5], 10, 60, 4, &|_| true, &mut s, &mut out),
+        lti.search(&qs[0][..5], 10, 60, 4, &|_, _| true, &mut s, &mut out),
         Err(Error::DimensionMismatch { .. })
     ));
 }
@@ -205,7 +205,7 @@ fn damage_is_an_error_never_a_wrong_answer() {
         10,
         20,
         4,
-        &|_| true,
+        &|_, _| true,
         &mut Scratch::default(),
         &mut out,
     );

@@ -61,7 +61,7 @@ fn recall(lti: &Lti, points: &[(u64, Vec<f32>)], queries: &[Vec<f32>], metric: M
     let mut found = Vec::new();
     let mut truth = Vec::new();
     for q in queries {
-        lti.search(q, 10, 12, 2, &|_| true, &mut s, &mut out)
+        lti.search(q, 10, 12, 2, &|_, _| true, &mut s, &mut out)
             .unwrap();
         found.push(out.iter().map(|x| x.1).collect::<Vec<_>>());
         truth.push(oracle::brute_force(metric, points, q, 10));

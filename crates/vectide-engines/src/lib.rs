@@ -26,6 +26,7 @@ pub static REGISTRY: &[&EngineDescriptor] = &[
     &vectide_phnsw::baselines::HNSW_WAL,
     &vectide_flat::DESCRIPTOR,
     &vectide_vamana::DESCRIPTOR,
+    &vectide_diskann::DESCRIPTOR,
 ];
 
 /// The engine a collection or an index gets when none is named.

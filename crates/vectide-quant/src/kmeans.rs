@@ -189,10 +189,63 @@ pub(crate) fn assign_rows(
     dim: usize,
     data: &[f32],
 ) -> Vec<(u32, f32)> {
+    if dim <= 8 {
+        // Small dimensions (PQ subspaces): the centres transposed once, so
+        // that one row is compared with every centre by loops the compiler
+        // vectorises; the sums run in the same order as `nearest_small`'s,
+        // so the assignment is the same.
+        let k = centres.len() / dim.max(1);
+        let mut ct = vec![0f32; centres.len()];
+        for (i, c) in centres.chunks_exact(dim).enumerate() {
+            for (j, &v) in c.iter().enumerate() {
+                ct[j * k + i] = v;
+            }
+        }
+        return data
+            .par_chunks_exact(dim)
+            .with_min_len(256)
+            .map_init(
+                || vec![0f32; k],
+                |buf, x| nearest_transposed(&ct, k, x, buf),
+            )
+            .collect();
+    }
     data.par_chunks_exact(dim)
         .with_min_len(256)
         .map(|x| nearest_with(dist, centres, dim, x))
         .collect()
+}
+
+/// The nearest of `k` centres stored dimension-major (`ct[j * k + i]`),
+/// by squared L2; ties go to the lower index.
+fn nearest_transposed(ct: &[f32], k: usize, x: &[f32], buf: &mut [f32]) -> (u32, f32) {
+    buf.fill(0.0);
+    for (j, &xj) in x.iter().enumerate() {
+        for (b, &c) in buf.iter_mut().zip(&ct[j * k..(j + 1) * k]) {
+            let t = xj - c;
+            *b += t * t;
+        }
+    }
+    // Eight running minima (a select the compiler turns into vector min),
+    // then the first position holding the least.
+    let mut lanes = [f32::INFINITY; 8];
+    let mut chunks = buf.chunks_exact(8);
+    for ch in &mut chunks {
+        for (m, &d) in lanes.iter_mut().zip(ch) {
+            *m = if d < *m { d } else { *m };
+        }
+    }
+    let mut min = lanes
+        .iter()
+        .copied()
+        .fold(f32::INFINITY, |a, b| if b < a { b } else { a });
+    for &d in chunks.remainder() {
+        min = if d < min { d } else { min };
+    }
+    match buf.iter().position(|&d| d == min) {
+        Some(i) => (i as u32, min),
+        None => (0, f32::INFINITY),
+    }
 }
 
 /// Trains `params.k` centres on `data` (`n × dim`, n ≥ k).
@@ -392,6 +445,25 @@ pub fn inertia(centres: &Centroids, data: &[f32]) -> Result<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transposed_assignment_matches_the_plain_scan() {
+        let mut r = 7u64;
+        let mut next = || {
+            r = r
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((r >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        };
+        for dim in [1usize, 2, 3, 8] {
+            let centres: Vec<f32> = (0..256 * dim).map(|_| next()).collect();
+            let data: Vec<f32> = (0..3000 * dim).map(|_| next()).collect();
+            let fast = assign_rows(l2_sq_fn(), &centres, dim, &data);
+            for (x, got) in data.chunks_exact(dim).zip(&fast) {
+                assert_eq!(*got, nearest_small(&centres, dim, x), "dim {dim}");
+            }
+        }
+    }
 
     fn blobs(k: usize, per: usize, dim: usize, seed: u64) -> (Vec<f32>, Vec<u32>) {
         let mut rng = StdRng::seed_from_u64(seed);

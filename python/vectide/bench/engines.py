@@ -204,6 +204,8 @@ class VectideEngine(Engine):
         self.index = None
         self._knob_value: Optional[int] = None
         self._takes: set = set()
+        self._in_directory = False
+        self._dir: Optional[str] = None
         try:
             import vectide
 
@@ -212,6 +214,7 @@ class VectideEngine(Engine):
             desc = vectide_descriptor(self.engine)
             self.knob = desc["primary_knob"]
             self._takes = {p["name"] for p in desc["params"]}
+            self._in_directory = bool(desc["in_directory"])
         except ImportError:
             pass  # check() names what to build
 
@@ -234,6 +237,9 @@ class VectideEngine(Engine):
         n, dim = train.shape
         build = {"m": m, "ef_construction": ef_construction}
         build = {k: v for k, v in build.items() if k in self._takes}
+        if self._in_directory:  # a disk or durable engine: a directory of its own, removed at close
+            self._dir = tempfile.mkdtemp(prefix="vectide-bench-", dir=os.environ.get("VECTIDE_BENCH_DIR"))
+            build["path"] = os.path.join(self._dir, "index")
         self.index = Index(dim, metric=metric, engine=self.engine, threads=threads, **build)
         ids = np.arange(n, dtype=np.uint64)
         t0 = time.perf_counter()
@@ -270,7 +276,10 @@ class VectideEngine(Engine):
         return ids[0]
 
     def close(self):
-        self.index = None
+        self.index = None  # dropping the index stops its background work
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
 
 class HnswlibEngine(Engine):

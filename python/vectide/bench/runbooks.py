@@ -57,11 +57,18 @@ HNSW = {"m": 16, "ef_construction": 200}
 
 
 def streaming_engines() -> List[str]:
-    """Every registered Vectide engine that runs in memory and has a search
-    knob (the approximate, in-memory ones), as ``vectide:NAME``."""
+    """Every registered approximate Vectide engine (one with a search knob)
+    that runs in memory or is a disk index (one with a ``beam_width`` knob:
+    its directory is a temporary one), as ``vectide:NAME``. The
+    persistent-memory engines (P-HNSW and its baselines) join on request
+    through ``--engines``."""
     import vectide
 
-    return [f"vectide:{e['name']}" for e in vectide.engines() if not e["in_directory"] and e["primary_knob"]]
+    return [
+        f"vectide:{e['name']}"
+        for e in vectide.engines()
+        if e["primary_knob"] and (not e["in_directory"] or "beam_width" in e["knobs"])
+    ]
 
 
 def default_engines() -> List[str]:

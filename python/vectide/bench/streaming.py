@@ -100,6 +100,9 @@ class Stream:
     def set_knob(self, value: int) -> None:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Releases what the engine holds (files of a disk engine)."""
+
     def query(self, q: np.ndarray, k: int) -> np.ndarray:
         raise NotImplementedError
 
@@ -119,8 +122,6 @@ class VectideStream(Stream):
         from vectide.bench.engines import vectide_descriptor  # this worker runs in Vectide's venv
 
         desc = vectide_descriptor(engine)
-        if desc["in_directory"]:
-            raise StreamError(f"vectide:{engine} lives in a directory; runbooks drive in-memory engines")
         self.knob = desc["primary_knob"]
         takes = {p["name"] for p in desc["params"]}
         given = {k: v for k, v in spec.get("params", {}).items() if k in takes}
@@ -130,6 +131,12 @@ class VectideStream(Stream):
             raise StreamError(f"vectide:{engine} has no parameter {', '.join(unknown)}; it takes {', '.join(sorted(takes))}")
         given.update(overrides)
         self.name = "@".join([f"vectide:{engine}"] + [f"{k}={v}" for k, v in overrides.items()])
+        self._dir = None
+        if desc["in_directory"]:  # a disk or durable engine: a directory of its own, removed at the end
+            import tempfile
+
+            self._dir = tempfile.mkdtemp(prefix="vectide-runbook-", dir=os.environ.get("VECTIDE_BENCH_DIR"))
+            given["path"] = os.path.join(self._dir, "index")
         self.index = vectide.Index(self.dim, metric=self.metric, engine=engine, threads=self.threads, **given)
         self.params = {"engine": engine, "version": vectide.__version__, "simd": vectide.simd_isa(),
                        **dict(self.index.params())}
@@ -156,6 +163,14 @@ class VectideStream(Stream):
     def info(self):
         s = dict(self.index.stats())
         return {"engine_stats": s}
+
+    def close(self):
+        if self._dir is not None:
+            import shutil
+
+            self.index = None  # dropping the index stops its background work
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
 
 class HnswlibStream(Stream):
@@ -398,6 +413,8 @@ def serve(answer_fd: int) -> int:
         try:
             ans: Dict[str, object] = {"ok": True}
             if op == "quit":
+                if eng is not None:
+                    eng.close()
                 out.write(json.dumps(ans) + "\n")
                 return 0
             if op == "open":
