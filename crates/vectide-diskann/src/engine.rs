@@ -53,12 +53,22 @@ use vectide_vamana::{FreshVamana, VamanaParams, START_LABEL};
 /// Sync site of the LTI files a merge writes.
 pub const LTI_SYNC: SyncSite = SyncSite("fresh-diskann.lti");
 
-/// Where a live point is.
+/// Where a live point is: an LTI node, or the temp index of a serial
+/// (serials stay below 2^32: eight bytes a place, 24 a map entry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Place {
     Lti(u32),
-    Temp(u64),
+    Temp(u32),
 }
+
+impl Place {
+    pub(crate) fn temp(serial: u64) -> Place {
+        Place::Temp(serial as u32)
+    }
+}
+
+/// The largest temp-index serial.
+pub(crate) const MAX_SERIAL: u64 = u32::MAX as u64;
 
 /// A live point's place and the sequence number of the operation that put
 /// it there.
@@ -101,7 +111,7 @@ impl State {
     fn displace(&mut self, id: u64, old: Loc, rw: u64) -> bool {
         match old.place {
             Place::Lti(n) => self.lti_dead.push(n),
-            Place::Temp(s) if s != rw => self.ro_dead.push((s, id)),
+            Place::Temp(s) if u64::from(s) != rw => self.ro_dead.push((u64::from(s), id)),
             Place::Temp(_) => return true,
         }
         false
@@ -268,7 +278,7 @@ impl Inner {
         let mut st = self.state.write();
         for &id in ids {
             let new = Loc {
-                place: Place::Temp(rw.serial),
+                place: Place::temp(rw.serial),
                 seq,
             };
             if let Some(old) = st.loc.insert(id, new) {
@@ -356,7 +366,11 @@ impl Inner {
             self.apply_insert(seq, &ids, &vectors, progress)?;
         }
         self.durable.fetch_max(seq, Ordering::AcqRel);
-        self.after_write(&mut w)
+        if self.after_write(&mut w)? {
+            drop(w);
+            self.merge()?;
+        }
+        Ok(())
     }
 
     pub(crate) fn delete(self: &Arc<Self>, seq: Seq, ids: &[u64]) -> Result<usize> {
@@ -383,23 +397,38 @@ impl Inner {
         log.sync()?;
         let n = self.apply_delete(seq, &targets)?;
         self.durable.fetch_max(seq, Ordering::AcqRel);
-        self.after_write(&mut w)?;
+        if self.after_write(&mut w)? {
+            drop(w);
+            self.merge()?;
+        }
         Ok(n)
     }
 
-    /// Freezes a full RW index and starts a merge that is due.
-    fn after_write(self: &Arc<Self>, w: &mut Writer) -> Result<()> {
-        let (rw_len, changes) = {
+    /// Freezes a full RW index and starts a merge that is due; returns
+    /// whether the caller runs one inline (after releasing the writer).
+    fn after_write(self: &Arc<Self>, w: &mut Writer) -> Result<bool> {
+        let (rw_len, changes, can_build) = {
             let st = self.state.read();
-            (st.rw().index.len(), st.temp_points() + st.lti_dead.len())
+            (
+                st.rw().index.len(),
+                st.temp_points() + st.lti_dead.len(),
+                // The first LTI needs a point per PQ centroid.
+                st.lti.is_some() || st.loc.len() >= vectide_quant::KSUB,
+            )
         };
         if rw_len >= self.params.temp_points {
             self.freeze(w)?;
         }
-        if changes >= self.params.merge_points && !self.status.running.load(Ordering::Acquire) {
+        if changes >= self.params.merge_points
+            && can_build
+            && !self.status.running.load(Ordering::Acquire)
+        {
+            if self.params.merge_inline {
+                return Ok(true);
+            }
             self.start_background();
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Freezes the RW-TempIndex: snapshot, a new redo log, the manifest
@@ -410,6 +439,11 @@ impl Inner {
             return Ok(());
         }
         let next = rw.serial + 1;
+        if next > MAX_SERIAL {
+            return Err(Error::invalid(
+                "fresh-diskann: 2^32 - 1 temp indexes frozen; no serial is left",
+            ));
+        }
         rw.index.save(&manifest::temp_file(&self.dir, rw.serial))?;
         let (log, stale) = Wal::open(&manifest::log_file(&self.dir, next))?;
         if !stale.is_empty() {
@@ -554,7 +588,7 @@ impl Inner {
                         && st
                             .loc
                             .get(&l)
-                            .is_some_and(|x| x.place == Place::Temp(*serial))
+                            .is_some_and(|x| x.place == Place::temp(*serial))
                 })
                 .collect();
             let base = ch.labels.len() as u32;
@@ -703,7 +737,7 @@ impl Inner {
         for (j, &slot) in slots.iter().enumerate() {
             let id = ch.labels[j];
             match st.loc.get(&id) {
-                Some(l) if l.place == Place::Temp(ch.origin[j]) => moves.push((id, slot, l.seq)),
+                Some(l) if l.place == Place::temp(ch.origin[j]) => moves.push((id, slot, l.seq)),
                 _ => lti_dead.push(slot),
             }
         }
@@ -827,7 +861,7 @@ impl Inner {
             let admit = |id: u64| {
                 st.loc
                     .get(&id)
-                    .is_some_and(|x| x.place == Place::Temp(serial))
+                    .is_some_and(|x| x.place == Place::temp(serial))
                     && filter.is_none_or(|f| f(id))
             };
             t.index.search_into(q, k, &tp, Some(&admit), &mut part)?;
@@ -844,7 +878,7 @@ impl Inner {
             return Ok(None);
         };
         match l.place {
-            Place::Temp(s) => match st.temps.iter().find(|t| t.serial == s) {
+            Place::Temp(s) => match st.temps.iter().find(|t| t.serial == u64::from(s)) {
                 Some(t) => t.index.get(id),
                 None => Err(Error::corrupted(format!(
                     "point {id} names a missing temp index"
@@ -970,7 +1004,7 @@ impl Inner {
         let mut bad_node = 0;
         for (&id, l) in &st.loc {
             match l.place {
-                Place::Temp(s) => match serials.get(&s) {
+                Place::Temp(s) => match serials.get(&u64::from(s)) {
                     Some(t) if t.index.contains(id)? => {}
                     _ => bad_temp += 1,
                 },

@@ -58,7 +58,7 @@ pub static DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     summary: "FreshDiskANN (2021): an SSD long-term index with PQ in RAM, fresh-vamana temp indexes, StreamingMerge in the background, a redo log",
     persistence: Persistence::DurableOnAck,
     params: &PARAMS,
-    open_params: &["threads", "path"],
+    open_params: &["threads", "path", "merge"],
     knobs: &[Knob::Ef, Knob::BeamWidth],
     primary_knob: Some(Knob::Ef),
     create,
@@ -87,7 +87,11 @@ fn create(dim: usize, metric: Metric, params: &Params) -> Result<Box<dyn VectorI
 }
 
 fn open(path: &Path, params: &Params) -> Result<Box<dyn VectorIndex>> {
-    Ok(Box::new(FreshDiskann::open(path, params.usize("threads"))?))
+    Ok(Box::new(FreshDiskann::open(
+        path,
+        params.usize("threads"),
+        params::merge_inline(params),
+    )?))
 }
 
 /// `vectide inspect` of a directory: the manifest, the LTI header, the

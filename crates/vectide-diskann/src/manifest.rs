@@ -152,6 +152,7 @@ impl Manifest {
             pq_bytes,
             temp_points,
             merge_points,
+            merge_inline: false,
         };
         params
             .validate()
@@ -176,7 +177,10 @@ impl Manifest {
         if r.remaining() != 0 {
             return Err(Error::corrupted("manifest: bytes after the last field"));
         }
-        if ro.iter().any(|&s| s >= rw) || ro.windows(2).any(|w| w[0] >= w[1]) {
+        if rw > u32::MAX as u64
+            || ro.iter().any(|&s| s >= rw)
+            || ro.windows(2).any(|w| w[0] >= w[1])
+        {
             return Err(Error::corrupted(
                 "manifest: snapshot serials out of order or not below the RW serial",
             ));

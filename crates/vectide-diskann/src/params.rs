@@ -46,8 +46,17 @@ pub const MERGE_POINTS: ParamSpec = ParamSpec {
     source: "Vectide (the paper merges when the temp indexes reach a size; §5.3)",
 };
 
+/// `merge`: where StreamingMerge runs.
+pub const MERGE: ParamSpec = ParamSpec {
+    name: "merge",
+    kind: ParamKind::Choice(&["background", "inline"]),
+    default: "background",
+    doc: "background: a merge thread while searches and writes go on; inline: the write that makes a merge due runs it before returning (deterministic, for tests and the crash kit); not stored, given at each open",
+    source: "FreshDiskANN §5.3 (background); Vectide (inline)",
+};
+
 /// Every parameter `fresh-diskann` takes.
-pub static PARAMS: [ParamSpec; 12] = [
+pub static PARAMS: [ParamSpec; 13] = [
     vectide_vamana::params::R,
     vectide_vamana::params::L_BUILD,
     vectide_vamana::params::L_SEARCH,
@@ -58,6 +67,7 @@ pub static PARAMS: [ParamSpec; 12] = [
     PQ_BYTES,
     TEMP_POINTS,
     MERGE_POINTS,
+    MERGE,
     PATH,
     THREADS,
 ];
@@ -73,6 +83,8 @@ pub struct FreshDiskannParams {
     pub pq_bytes: usize,
     pub temp_points: usize,
     pub merge_points: usize,
+    /// Merges run in the writing call instead of a background thread.
+    pub merge_inline: bool,
 }
 
 impl Default for FreshDiskannParams {
@@ -83,6 +95,7 @@ impl Default for FreshDiskannParams {
             pq_bytes: 0,
             temp_points: 50_000,
             merge_points: 100_000,
+            merge_inline: false,
         }
     }
 }
@@ -97,6 +110,7 @@ impl FreshDiskannParams {
             "pq_bytes",
             "temp_points",
             "merge_points",
+            "merge",
             "path",
         ] {
             graph_only.remove(k);
@@ -108,6 +122,7 @@ impl FreshDiskannParams {
             pq_bytes: params.usize("pq_bytes").unwrap_or(d.pq_bytes),
             temp_points: params.usize("temp_points").unwrap_or(d.temp_points),
             merge_points: params.usize("merge_points").unwrap_or(d.merge_points),
+            merge_inline: merge_inline(params),
         };
         p.validate()?;
         Ok(p)
@@ -169,8 +184,19 @@ impl FreshDiskannParams {
         }
         out.insert("temp_points".into(), int(self.temp_points));
         out.insert("merge_points".into(), int(self.merge_points));
+        let mode = if self.merge_inline {
+            "inline"
+        } else {
+            "background"
+        };
+        out.insert("merge".into(), ParamValue::Str(mode.into()));
         out
     }
+}
+
+/// Whether checked parameters ask for inline merges.
+pub fn merge_inline(params: &Params) -> bool {
+    params.string("merge").is_some_and(|m| m == "inline")
 }
 
 #[cfg(test)]

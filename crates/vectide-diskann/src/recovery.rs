@@ -62,11 +62,12 @@ impl FreshDiskann {
     }
 
     /// Opens (recovers) the index in `dir`; `threads` overrides the pool
-    /// size.
-    pub fn open(dir: &Path, threads: Option<usize>) -> Result<Self> {
+    /// size; `merge_inline` runs merges in the writing calls.
+    pub fn open(dir: &Path, threads: Option<usize>, merge_inline: bool) -> Result<Self> {
         let m = Manifest::read(dir)?;
         let mut params = m.params.clone();
         params.graph.threads = threads;
+        params.merge_inline = merge_inline;
         let threads_n = threads.unwrap_or_else(rayon::current_num_threads);
         let mut st = State::default();
         let dead: HashSet<u32> = m.lti_dead.iter().copied().collect();
@@ -122,7 +123,7 @@ impl FreshDiskann {
                     st.loc.insert(
                         label,
                         Loc {
-                            place: Place::Temp(s),
+                            place: Place::temp(s),
                             seq: g.seqs[i],
                         },
                     );
@@ -134,7 +135,7 @@ impl FreshDiskann {
             }));
         }
         for &(s, id) in &m.ro_dead {
-            if st.loc.get(&id).is_some_and(|l| l.place == Place::Temp(s)) {
+            if st.loc.get(&id).is_some_and(|l| l.place == Place::temp(s)) {
                 st.loc.remove(&id);
             }
         }

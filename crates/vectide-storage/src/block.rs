@@ -185,6 +185,11 @@ pub trait BlockFile: Send + Sync {
     fn set_len_blocks(&self, blocks: u64) -> Result<()>;
     /// The I/O counters.
     fn stats(&self) -> IoStats;
+    /// Whether reads bypass the page cache (`O_DIRECT`); `false` for files
+    /// that are not on a device.
+    fn bypasses_cache(&self) -> bool {
+        false
+    }
 }
 
 /// Checks that `buf` is whole, aligned blocks; returns how many.
@@ -472,6 +477,10 @@ impl BlockFile for DirectFile {
             .map_err(|e| Error::io_at(&self.path, e))?;
         self.len.store(blocks, Ordering::Release);
         Ok(())
+    }
+
+    fn bypasses_cache(&self) -> bool {
+        self.direct
     }
 
     fn stats(&self) -> IoStats {

@@ -246,11 +246,14 @@ def run(args) -> Dict[str, object]:
                 return rb.search(q, k=10, ef=l, beam_width=args.w)[0]
 
             ours_pts += search_sweep(rb_search, rb_stats, queries, truth_final, ls, [t], "fresh-diskann")
+            o_direct = _stats(rb).get("lti_o_direct", 0) == 1
             rb.flush()
             del rb
         dk_pts = diskann_sweep(dk["index_dir"], queries, final, truth_final, ls, args.threads, args.w, dim)
         res["disk_search"] = {"vectide:fresh-diskann": ours_pts, "diskann": dk_pts,
-                              "o_direct": {"vectide:fresh-diskann": True, "diskann": True}}
+                              "o_direct": {"vectide:fresh-diskann": bool(o_direct), "diskann": True},
+                              "o_direct_note": "ours from the engine (lti_o_direct); DiskANN's reader opens "
+                                               "its index with O_DIRECT (strace of diskannpy-rust 0.49.1)"}
         summary = summarize(res, ours_pts, dk_pts, args)
         res["summary"] = summary
     finally:

@@ -34,7 +34,13 @@ from typing import Dict, List
 import numpy as np
 
 DIM = 8
-ENGINES = {"h": "hnsw", "v": "fresh-vamana", "p": "p-hnsw", "s": "hnsw-snap", "w": "hnsw-wal"}
+ENGINES = {"h": "hnsw", "v": "fresh-vamana", "p": "p-hnsw", "s": "hnsw-snap", "w": "hnsw-wal", "d": "fresh-diskann"}
+# Small graphs; fresh-diskann freezes every 100 points and merges at 250
+# changes, so its directory holds an LTI, a PQ file, snapshots and a log.
+ENGINE_PARAMS = {
+    "fresh-vamana": {"r": 8, "l_build": 32},
+    "fresh-diskann": {"r": 8, "l_build": 32, "pq_bytes": 4, "temp_points": 100, "merge_points": 250},
+}
 
 
 def build_template(path: Path) -> None:
@@ -43,7 +49,7 @@ def build_template(path: Path) -> None:
     rng = np.random.default_rng(5)
     db = vectide.connect(path)
     for name, engine in ENGINES.items():
-        kw = {"r": 8, "l_build": 32} if engine == "fresh-vamana" else {"m": 8, "ef_construction": 32}
+        kw = dict(ENGINE_PARAMS.get(engine, {"m": 8, "ef_construction": 32}))
         if engine == "p-hnsw":
             kw["persist"] = "msync"
         c = db.create_collection(name, dim=DIM, metric="l2", engine=engine, **kw)

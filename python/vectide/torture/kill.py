@@ -32,8 +32,10 @@ import numpy as np
 from .oracle import DELETE, SET_PAYLOAD, UPSERT, Oracle, identify, payload, vector
 
 DIM = 8
-ENGINE_TARGETS = ["p-hnsw:pmem", "p-hnsw:msync", "hnsw-snap", "hnsw-wal"]
+ENGINE_TARGETS = ["p-hnsw:pmem", "p-hnsw:msync", "hnsw-snap", "hnsw-wal", "fresh-diskann"]
 GRAPH = {"m": 8, "ef_construction": 32}
+# fresh-diskann: small graphs, frequent freezes and background merges.
+ENGINE_PARAMS = {"fresh-diskann": {"r": 8, "l_build": 32, "pq_bytes": 4, "temp_points": 50, "merge_points": 300}}
 
 
 def _cli() -> str:
@@ -47,7 +49,7 @@ def _open_engine(target: str, path: str):
     import vectide
 
     engine, _, persist = target.partition(":")
-    kw = dict(GRAPH)
+    kw = dict(ENGINE_PARAMS.get(engine, GRAPH))
     if persist:
         kw["persist"] = persist
     return vectide.Index(dim=DIM, metric="l2", engine=engine, path=path, **kw)
