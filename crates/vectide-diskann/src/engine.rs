@@ -643,6 +643,7 @@ impl Inner {
                     l: self.params.graph.l_build,
                     alpha: self.alpha(),
                     w: self.params.beam_width,
+                    io_threads: 4 * self.threads,
                 };
                 let o = streaming_merge(
                     &old.lti,

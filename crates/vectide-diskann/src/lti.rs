@@ -286,6 +286,9 @@ pub struct Scratch {
     vec: Vec<f32>,
     node: Vec<u8>,
     batch: Vec<u32>,
+    /// Unvisited neighbours of an expanded node and their PQ distances.
+    fresh: Vec<u32>,
+    dists: Vec<f32>,
 }
 
 impl Lti {
@@ -655,12 +658,18 @@ impl Lti {
                         .push(((self.dist)(q, &scratch.vec), node.label));
                     stats.exact_distances += 1;
                 }
+                // The unvisited neighbours' PQ distances in one batch.
+                scratch.fresh.clear();
                 for nbr in node.neighbor_ids() {
-                    if !scratch.visited.insert(nbr) {
-                        continue;
+                    if scratch.visited.insert(nbr) {
+                        scratch.fresh.push(nbr);
                     }
-                    let d = scratch.table.distance(self.code(nbr));
-                    stats.pq_distances += 1;
+                }
+                scratch
+                    .table
+                    .distances_at(&self.codes, &scratch.fresh, &mut scratch.dists)?;
+                stats.pq_distances += scratch.fresh.len() as u64;
+                for (&nbr, &d) in scratch.fresh.iter().zip(&scratch.dists) {
                     insert_bounded(&mut scratch.list, l, (d, nbr, false));
                 }
             }

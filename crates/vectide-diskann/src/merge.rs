@@ -51,13 +51,17 @@ use vectide_graph::prune::{prune_points, Points};
 use vectide_storage::block::BlockFile;
 
 /// Knobs of a merge: the graph's `r` and `α`, the Insert phase's search
-/// list `l` and beam width `w`.
+/// list `l` and beam width `w`, and the threads its searches run on.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MergeParams {
     pub r: usize,
     pub l: usize,
     pub alpha: f32,
     pub w: usize,
+    /// Threads of the Insert phase (0: the caller's pool). Its searches
+    /// wait on disk reads most of the time, so more threads than cores
+    /// keep more reads in flight (the engine uses 4 per core).
+    pub io_threads: usize,
 }
 
 /// The new points of a merge: labels, vectors (`len × dim`, normalised
@@ -307,33 +311,45 @@ pub fn streaming_merge(
     let inter = Lti::from_parts(intermediate, inter_header, pq.clone(), old.codes().clone())?;
     let done = std::sync::atomic::AtomicU64::new(0);
     let total = inserts.len() as u64;
-    let lists: Vec<(Vec<u32>, QueryStats)> = (0..inserts.len())
-        .into_par_iter()
-        .map_init(
-            || (Scratch::default(), PruneScratch::default()),
-            |(sc, ps), j| {
-                let q = new_vec(j);
-                let qs = inter.search_expanded(q, p.l, p.w, sc)?;
-                // Candidates: expanded nodes, then linked new points.
-                ps.cand_nodes.clear();
-                ps.cand_nodes.extend(sc.expanded.iter().map(|e| e.1));
-                let mut vecs = std::mem::take(&mut sc.expanded_vectors);
-                for &k in &inserts.links[j] {
-                    if k as usize != j {
-                        ps.cand_nodes.push(slots[k as usize]);
-                        vecs.extend_from_slice(new_vec(k as usize));
+    let insert_phase = || -> Result<Vec<(Vec<u32>, QueryStats)>> {
+        (0..inserts.len())
+            .into_par_iter()
+            .map_init(
+                || (Scratch::default(), PruneScratch::default()),
+                |(sc, ps), j| {
+                    let q = new_vec(j);
+                    let qs = inter.search_expanded(q, p.l, p.w, sc)?;
+                    // Candidates: expanded nodes, then linked new points.
+                    ps.cand_nodes.clear();
+                    ps.cand_nodes.extend(sc.expanded.iter().map(|e| e.1));
+                    let mut vecs = std::mem::take(&mut sc.expanded_vectors);
+                    for &k in &inserts.links[j] {
+                        if k as usize != j {
+                            ps.cand_nodes.push(slots[k as usize]);
+                            vecs.extend_from_slice(new_vec(k as usize));
+                        }
                     }
-                }
-                let list = ps.prune_flat(dim, dist, q, &vecs, p);
-                sc.expanded_vectors = vecs;
-                let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if d.is_multiple_of(1024) {
-                    report(Phase::Insert, d, total);
-                }
-                Ok((list, qs))
-            },
-        )
-        .collect::<Result<_>>()?;
+                    let list = ps.prune_flat(dim, dist, q, &vecs, p);
+                    sc.expanded_vectors = vecs;
+                    let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    if d.is_multiple_of(1024) {
+                        report(Phase::Insert, d, total);
+                    }
+                    Ok((list, qs))
+                },
+            )
+            .collect::<Result<_>>()
+    };
+    let lists = if p.io_threads > rayon::current_num_threads() {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(p.io_threads)
+            .thread_name(|i| format!("vectide-merge-io-{i}"))
+            .build()
+            .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?
+            .install(insert_phase)?
+    } else {
+        insert_phase()?
+    };
     report(Phase::Insert, total, total);
     let mut codes = vec![0u8; inserts.len() * pq.m()];
     codes

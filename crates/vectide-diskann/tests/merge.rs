@@ -123,6 +123,7 @@ fn run(n: usize, del: usize, add: usize) -> Case {
         l: 75,
         alpha: 1.2,
         w: 4,
+        io_threads: 0,
     };
     let m = streaming_merge(
         &old,

@@ -94,6 +94,7 @@ fn merge_peak(n: usize, changes: usize) -> (usize, usize) {
         l: 75,
         alpha: 1.2,
         w: 4,
+        io_threads: 0,
     };
     let base = CURRENT.load(Ordering::SeqCst);
     PEAK.store(base, Ordering::SeqCst);

@@ -340,6 +340,44 @@ impl DistanceTable {
         self.bias + lookup(&self.data, self.m, code)
     }
 
+    /// Approximate distances of the codes of nodes `ids` (node `i`'s code
+    /// at `codes[i·m..(i + 1)·m]`) into `out`, cleared first. With AVX2,
+    /// four codes are looked up together so that the table gathers of one
+    /// overlap those of the others (one code's gathers form a dependent
+    /// chain). An id whose code lies past `codes` is an error.
+    pub fn distances_at(&self, codes: &[u8], ids: &[u32], out: &mut Vec<f32>) -> Result<()> {
+        out.clear();
+        let m = self.m;
+        if let Some(&bad) = ids
+            .iter()
+            .find(|&&i| (i as usize + 1).saturating_mul(m) > codes.len())
+        {
+            return Err(Error::invalid(format!(
+                "PQ lookup: node {bad} has no code among {} bytes",
+                codes.len()
+            )));
+        }
+        let code = |i: u32| &codes[i as usize * m..(i as usize + 1) * m];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if use_avx2() && m * KSUB <= i32::MAX as usize && m * KSUB <= self.data.len() {
+                let mut quads = ids.chunks_exact(4);
+                for q in &mut quads {
+                    let four = [q[0], q[1], q[2], q[3]];
+                    // SAFETY: AVX2 was detected at run time; every id's code
+                    // lies inside `codes` (checked above) and
+                    // `m * KSUB <= table.len()`, as `lookup4_avx2` requires.
+                    let d = unsafe { x86::lookup4_avx2(&self.data, m, codes, four) };
+                    out.extend(d.iter().map(|x| self.bias + x));
+                }
+                out.extend(quads.remainder().iter().map(|&i| self.distance(code(i))));
+                return Ok(());
+            }
+        }
+        out.extend(ids.iter().map(|&i| self.distance(code(i))));
+        Ok(())
+    }
+
     /// Approximate distances of `codes` (`n × m` bytes) into `out` (`n`).
     pub fn distances(&self, codes: &[u8], out: &mut [f32]) {
         for (o, c) in out.iter_mut().zip(codes.chunks_exact(self.m.max(1))) {
@@ -393,6 +431,47 @@ pub mod x86 {
         std::is_x86_feature_detected!("avx2")
     }
 
+    /// The distances of four codes, `codes[id·m..(id + 1)·m]` for each id,
+    /// with four independent accumulators.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2; `(id + 1)·m <= codes.len()` for every id
+    /// and `m * KSUB <= table.len()`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn lookup4_avx2(table: &[f32], m: usize, codes: &[u8], ids: [u32; 4]) -> [f32; 4] {
+        let lane = _mm256_setr_epi32(0, 256, 512, 768, 1024, 1280, 1536, 1792);
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let base = ids.map(|i| i as usize * m);
+        let mut j = 0;
+        while j + 8 <= m {
+            let off = _mm256_add_epi32(lane, _mm256_set1_epi32((j * KSUB) as i32));
+            for k in 0..4 {
+                // SAFETY: `base[k] + j + 8 <= base[k] + m <= codes.len()`:
+                // the 8-byte load is in bounds; each gathered index is
+                // `(j + l)·256 + code byte < m·256 <= table.len()`.
+                unsafe {
+                    let bytes = _mm_loadl_epi64(codes.as_ptr().add(base[k] + j) as *const __m128i);
+                    let idx = _mm256_add_epi32(_mm256_cvtepu8_epi32(bytes), off);
+                    acc[k] = _mm256_add_ps(acc[k], _mm256_i32gather_ps::<4>(table.as_ptr(), idx));
+                }
+            }
+            j += 8;
+        }
+        let mut out = [0f32; 4];
+        for k in 0..4 {
+            let mut lanes = [0f32; 8];
+            // SAFETY: `lanes` has room for the 8 floats stored.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc[k]) };
+            let mut s = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
+                + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+            for jj in j..m {
+                s += table[jj * KSUB + codes[base[k] + jj] as usize];
+            }
+            out[k] = s;
+        }
+        out
+    }
+
     /// AVX2 lookup: eight subspaces per gather.
     ///
     /// # Safety
@@ -439,6 +518,28 @@ mod tests {
     fn data(n: usize, dim: usize, seed: u64) -> Vec<f32> {
         let mut rng = StdRng::seed_from_u64(seed);
         (0..n * dim).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
+    }
+
+    #[test]
+    fn batched_lookups_match_one_at_a_time() {
+        let dim = 50;
+        let x = data(2000, dim, 3);
+        for m in [5usize, 16, 32, 50] {
+            let pq = ProductQuantizer::train(&x, dim, &PqParams::new(m)).unwrap();
+            let codes = pq.encode_all(&x).unwrap();
+            let t = pq.table(&x[..dim], Metric::L2).unwrap();
+            let ids: Vec<u32> = (0..23).map(|i| (i * 83) % 2000).collect();
+            let mut out = Vec::new();
+            t.distances_at(&codes, &ids, &mut out).unwrap();
+            for (&i, &d) in ids.iter().zip(&out) {
+                let one = t.distance(&codes[i as usize * m..(i as usize + 1) * m]);
+                assert!(
+                    (d - one).abs() <= 1e-4 * one.abs().max(1.0),
+                    "m {m} id {i}: {d} vs {one}"
+                );
+            }
+            assert!(t.distances_at(&codes, &[2000], &mut out).is_err());
+        }
     }
 
     #[test]
