@@ -681,7 +681,7 @@ impl Inner {
                     }
                 };
                 self.status.phase.store(3, Ordering::Release);
-                lti::write(
+                let written = lti::write(
                     &out,
                     &pq_path,
                     &GraphSource {
@@ -697,11 +697,13 @@ impl Inner {
                     self.params.pq_bytes,
                     self.params.graph.seed,
                 )?;
+                // Records are laid out by sector_order: node numbers are
+                // not the export's indexes.
                 let node: HashMap<u64, u32> = g
                     .labels
                     .iter()
-                    .enumerate()
-                    .map(|(i, &l)| (l, i as u32))
+                    .zip(&written.node_of)
+                    .map(|(&l, &n)| (l, n))
                     .collect();
                 Ok((ch.labels.iter().map(|l| node[l]).collect(), None))
             }

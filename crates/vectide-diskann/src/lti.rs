@@ -7,11 +7,15 @@
 //! [`DirectFile`](vectide_storage::block::DirectFile)), except those in the
 //! RAM cache. An expanded node's full-precision vector (it came with the
 //! sector) gets its exact distance, and its neighbours enter the list by PQ
-//! distance. The search stops when the `L` best are all expanded; the
+//! distance. The other records of a sector read (its **sector mates**:
+//! [`write`] lays a node out beside its nearest neighbours, see
+//! [`sector_order`]) get exact distances too, and a mate that would enter
+//! the list is expanded at once, saving the read its expansion would cost
+//! later. The search stops when the `L` best are all expanded; the
 //! results are the expanded nodes re-ranked by exact distance, the start
 //! node and the nodes `admit` refuses (deleted, filtered out) left out.
 //!
-//! **Cache.** [`Lti::cache_near_start`] keeps the records of the nodes
+//! **Cache.** [`Lti::cache_near_start`] keeps the sectors of the nodes
 //! nearest the start (breadth-first, by hops) within a RAM budget, as
 //! DiskANN's `num_nodes_to_cache`: the first hops of every query then read
 //! nothing.
@@ -66,16 +70,26 @@ pub struct GraphSource<'a> {
     pub durable_seq: u64,
 }
 
+/// What [`write`] wrote: the header, and the node number each source
+/// index received (records are laid out by [`sector_order`]).
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub header: Header,
+    pub node_of: Vec<u32>,
+}
+
 /// Writes `g` as an LTI into `file` (which must be empty) and its PQ file
 /// at `pq_path` (`pq_bytes` per code, trained on the vectors with `seed`).
-/// The LTI is written in runs of 256 sectors, then synced.
+/// Records are laid out by [`sector_order`] (a node shares its sector with
+/// its nearest neighbours); the LTI is written in runs of 256 sectors, then
+/// synced.
 pub fn write(
     file: &dyn BlockFile,
     pq_path: &Path,
     g: &GraphSource<'_>,
     pq_bytes: usize,
     seed: u64,
-) -> Result<Header> {
+) -> Result<Written> {
     let n = g.labels.len();
     if g.vectors.len() != n * g.dim || g.lists.len() != n || (n > 0 && g.start as usize >= n) {
         return Err(Error::invalid(
@@ -120,18 +134,110 @@ pub fn write(
     let mut p = PqParams::new(pq_bytes);
     p.seed = seed;
     let pq = ProductQuantizer::train(g.vectors, g.dim, &p)?;
-    let codes = pq.encode_all(g.vectors)?;
-    let mut w = NodeWriter::new(file, h)?;
-    for i in 0..n {
-        w.push(
-            &g.vectors[i * g.dim..(i + 1) * g.dim],
-            g.labels[i],
-            &g.lists[i],
-        )?;
+    let src_codes = pq.encode_all(g.vectors)?;
+    let order = sector_order(g.lists, g.start, h.nodes_per_sector());
+    let mut node_of = vec![0u32; n];
+    for (node, &src) in order.iter().enumerate() {
+        node_of[src as usize] = node as u32;
     }
-    let h = w.finish(h.start, h.durable_seq)?;
+    let m = pq.m();
+    let mut codes = vec![0u8; n * m];
+    let mut w = NodeWriter::new(file, h)?;
+    let mut list = Vec::with_capacity(g.max_degree);
+    for (node, &src) in order.iter().enumerate() {
+        let src = src as usize;
+        list.clear();
+        list.extend(g.lists[src].iter().map(|&x| node_of[x as usize]));
+        w.push(
+            &g.vectors[src * g.dim..(src + 1) * g.dim],
+            g.labels[src],
+            &list,
+        )?;
+        codes[node * m..(node + 1) * m].copy_from_slice(&src_codes[src * m..(src + 1) * m]);
+    }
+    let header = w.finish(node_of[g.start as usize] as u64, h.durable_seq)?;
     PqFile::write(pq_path, &pq, &codes)?;
-    Ok(h)
+    Ok(Written { header, node_of })
+}
+
+/// The order records are written in: `order[node] = source index`. Each
+/// sector of `nps` records is filled from a seed and then breadth-first
+/// from its members' out-lists (nearest first, as pruning leaves them), so a
+/// node shares its sector with its nearest neighbours and the search,
+/// which reads whole sectors, gets them without another read (Starling,
+/// SIGMOD 2024, lays blocks out for the same reason). Seeds are taken in
+/// breadth-first order from `start`, then any node not reached. With
+/// `nps ≤ 1` (a record per sector or larger) the order is the identity.
+/// O(n·R) time, O(n) memory.
+pub fn sector_order(lists: &[Vec<u32>], start: u32, nps: usize) -> Vec<u32> {
+    let n = lists.len();
+    if nps <= 1 || n == 0 {
+        return (0..n as u32).collect();
+    }
+    let mut placed = vec![false; n];
+    let mut queued = vec![false; n];
+    let mut queue = std::collections::VecDeque::new();
+    let mut next_id = 0usize;
+    let mut order = Vec::with_capacity(n);
+    let mut sector: Vec<u32> = Vec::with_capacity(nps);
+    let s = (start as usize).min(n - 1);
+    queued[s] = true;
+    queue.push_back(s as u32);
+    // The next unplaced node in breadth-first order (then by id).
+    let mut next_seed = |placed: &[bool]| -> Option<u32> {
+        loop {
+            let u = match queue.pop_front() {
+                Some(u) => u,
+                None => {
+                    while next_id < n && queued[next_id] {
+                        next_id += 1;
+                    }
+                    if next_id == n {
+                        return None;
+                    }
+                    queued[next_id] = true;
+                    next_id as u32
+                }
+            };
+            for &v in &lists[u as usize] {
+                if (v as usize) < n && !queued[v as usize] {
+                    queued[v as usize] = true;
+                    queue.push_back(v);
+                }
+            }
+            if !placed[u as usize] {
+                return Some(u);
+            }
+        }
+    };
+    while order.len() < n {
+        sector.clear();
+        while sector.len() < nps {
+            let Some(seed) = next_seed(&placed) else {
+                break;
+            };
+            placed[seed as usize] = true;
+            sector.push(seed);
+            let mut k = sector.len() - 1;
+            while sector.len() < nps && k < sector.len() {
+                for &v in &lists[sector[k] as usize] {
+                    if sector.len() == nps {
+                        break;
+                    }
+                    if (v as usize) < n && !placed[v as usize] {
+                        placed[v as usize] = true;
+                        sector.push(v);
+                    }
+                }
+                k += 1;
+            }
+        }
+        if sector.is_empty() {
+            break;
+        }
+        order.extend_from_slice(&sector);
+    }
+    order
 }
 
 /// Sectors a [`NodeWriter`] gathers before one write, and the run length
@@ -266,7 +372,8 @@ pub struct Lti {
     /// back (patched in place) at its switch.
     codes: Arc<Vec<u8>>,
     dist: DistanceFn,
-    cache: HashMap<u32, Box<[u8]>>,
+    /// First sector → the sectors a record starts in (CRC-checked).
+    cache: HashMap<u64, Box<[u8]>>,
 }
 
 /// Per-thread search state, reused across queries.
@@ -284,11 +391,18 @@ pub struct Scratch {
     pub expanded_vectors: Vec<f32>,
     bufs: Vec<AlignedBuf>,
     vec: Vec<f32>,
-    node: Vec<u8>,
     batch: Vec<u32>,
     /// Unvisited neighbours of an expanded node and their PQ distances.
     fresh: Vec<u32>,
     dists: Vec<f32>,
+    /// Nodes expanded in this query.
+    done: VisitedSet,
+    /// Neighbours that can enter the list, and the merge buffer.
+    entering: Vec<(f32, u32, bool)>,
+    merged: Vec<(f32, u32, bool)>,
+    /// First sectors of this hop's nodes, and those not cached.
+    sectors: Vec<u64>,
+    reads: Vec<u64>,
 }
 
 impl Lti {
@@ -411,18 +525,21 @@ impl Lti {
         mut f: impl FnMut(u32, Node<'_>) -> Result<()>,
     ) -> Result<QueryStats> {
         let mut stats = QueryStats::default();
-        let nb = self.header.node_bytes();
+        let mut joined = Vec::new();
+        let mut firsts = Vec::with_capacity(64);
         for chunk in ids.chunks(64) {
             if let Some(&bad) = chunk.iter().find(|&&i| i as u64 >= self.header.nodes) {
                 return Err(Error::invalid(format!("LTI has no node {bad}")));
             }
-            self.read_nodes(chunk, scratch, &mut stats)?;
-            let recs = std::mem::take(&mut scratch.node);
-            let r = chunk.iter().enumerate().try_for_each(|(k, &id)| {
-                f(id, Node::parse(&recs[k * nb..(k + 1) * nb], &self.header)?)
-            });
-            scratch.node = recs;
-            r?;
+            firsts.clear();
+            firsts.extend(chunk.iter().map(|&id| self.header.locate(id as u64).0));
+            self.read_sectors(&firsts, scratch, &mut stats)?;
+            for (&id, buf) in chunk.iter().zip(&scratch.bufs) {
+                f(
+                    id,
+                    Node::parse(self.record_in(buf, id, &mut joined), &self.header)?,
+                )?;
+            }
         }
         Ok(stats)
     }
@@ -442,9 +559,16 @@ impl Lti {
             + self.cache.values().map(|b| b.len() + 16).sum::<usize>()
     }
 
-    /// Nodes in the cache.
+    /// Nodes whose records are in the cache.
     pub fn cached(&self) -> usize {
-        self.cache.len()
+        let nps = self.header.nodes_per_sector() as u64;
+        if nps == 0 {
+            return self.cache.len();
+        }
+        self.cache
+            .keys()
+            .map(|&first| (self.header.nodes - (first - 1) * nps).min(nps) as usize)
+            .sum()
     }
 
     /// The PQ code of node `i`.
@@ -453,85 +577,107 @@ impl Lti {
         &self.codes[i as usize * m..(i as usize + 1) * m]
     }
 
-    /// Reads nodes `ids` into `scratch.node` (records back to back), one
-    /// batch for all of them.
-    fn read_nodes(&self, ids: &[u32], scratch: &mut Scratch, stats: &mut QueryStats) -> Result<()> {
-        let h = &self.header;
-        let spn = h.sectors_per_node();
-        let nb = h.node_bytes();
+    /// Reads the records starting at sectors `firsts` (`sectors_per_node`
+    /// sectors each) into `scratch.bufs[i]`, one batch for all, and checks
+    /// every sector's CRC.
+    fn read_sectors(
+        &self,
+        firsts: &[u64],
+        scratch: &mut Scratch,
+        stats: &mut QueryStats,
+    ) -> Result<()> {
+        let spn = self.header.sectors_per_node();
         // A scratch used on an index with smaller records gets new buffers.
         scratch.bufs.retain(|b| b.blocks() >= spn);
-        while scratch.bufs.len() < ids.len() {
+        while scratch.bufs.len() < firsts.len() {
             scratch.bufs.push(AlignedBuf::new(spn));
         }
-        let mut reqs: Vec<ReadReq<'_>> = Vec::with_capacity(ids.len());
-        let mut firsts = Vec::with_capacity(ids.len());
-        for (&id, buf) in ids.iter().zip(scratch.bufs.iter_mut()) {
-            let (sector, _) = h.locate(id as u64);
-            firsts.push(sector);
-            reqs.push(ReadReq {
-                block: sector,
+        let mut reqs: Vec<ReadReq<'_>> = firsts
+            .iter()
+            .zip(scratch.bufs.iter_mut())
+            .map(|(&block, buf)| ReadReq {
+                block,
                 buf: &mut buf[..spn * BLOCK],
-            });
-        }
+            })
+            .collect();
         self.file.read_batch(&mut reqs)?;
         drop(reqs);
-        stats.sectors_read += (ids.len() * spn) as u64;
+        stats.sectors_read += (firsts.len() * spn) as u64;
         stats.hops += 1;
-        scratch.node.clear();
-        for ((&id, buf), &first) in ids.iter().zip(&scratch.bufs).zip(&firsts) {
+        for (buf, &first) in scratch.bufs.iter().zip(firsts) {
             for s in 0..spn {
                 check_sector(buf.block(s), first + s as u64)?;
-            }
-            let (_, off) = h.locate(id as u64);
-            if spn == 1 {
-                scratch.node.extend_from_slice(&buf[off..off + nb]);
-            } else {
-                let mut left = nb;
-                for s in 0..spn {
-                    let take = left.min(PAYLOAD);
-                    scratch.node.extend_from_slice(&buf.block(s)[..take]);
-                    left -= take;
-                }
             }
         }
         Ok(())
     }
 
-    /// Caches the records of the nodes nearest the start (breadth-first)
-    /// until `budget_bytes` is spent.
+    /// Node `id`'s record out of `buf`, the sector(s) it starts in; a
+    /// record spanning sectors is assembled in `joined`.
+    fn record_in<'b>(&self, buf: &'b [u8], id: u32, joined: &'b mut Vec<u8>) -> &'b [u8] {
+        let h = &self.header;
+        let nb = h.node_bytes();
+        let (_, off) = h.locate(id as u64);
+        if h.sectors_per_node() == 1 {
+            return &buf[off..off + nb];
+        }
+        joined.clear();
+        let mut left = nb;
+        for s in 0..h.sectors_per_node() {
+            let take = left.min(PAYLOAD);
+            joined.extend_from_slice(&buf[s * BLOCK..s * BLOCK + take]);
+            left -= take;
+        }
+        joined
+    }
+
+    /// Caches the sectors of the nodes nearest the start (breadth-first,
+    /// with the sector mates that share them) until `budget_bytes` is
+    /// spent. Returns the nodes whose records are cached.
     pub fn cache_near_start(&mut self, budget_bytes: usize) -> Result<usize> {
         self.cache.clear();
         if self.header.nodes == 0 {
             return Ok(0);
         }
-        let nb = self.header.node_bytes();
-        let max = budget_bytes / (nb + 16);
-        let mut frontier = vec![self.header.start as u32];
+        let h = self.header;
+        let bytes = h.sectors_per_node() * BLOCK;
+        let max = budget_bytes / (bytes + 16);
+        let mut frontier = vec![h.start as u32];
         let mut seen = std::collections::HashSet::new();
-        seen.insert(self.header.start as u32);
+        seen.insert(h.start as u32);
         let mut scratch = Scratch::default();
         let mut stats = QueryStats::default();
+        let mut joined = Vec::new();
         while !frontier.is_empty() && self.cache.len() < max {
-            let take = frontier.len().min(max - self.cache.len());
-            let level: Vec<u32> = frontier.drain(..take).collect();
-            let mut next = Vec::new();
+            let level = std::mem::take(&mut frontier);
             for chunk in level.chunks(64) {
-                self.read_nodes(chunk, &mut scratch, &mut stats)?;
-                for (k, &id) in chunk.iter().enumerate() {
-                    let rec = &scratch.node[k * nb..(k + 1) * nb];
-                    let node = Node::parse(rec, &self.header)?;
+                let mut firsts: Vec<u64> = chunk.iter().map(|&id| h.locate(id as u64).0).collect();
+                firsts.sort_unstable();
+                firsts.dedup();
+                firsts.retain(|f| !self.cache.contains_key(f));
+                firsts.truncate(max - self.cache.len());
+                self.read_sectors(&firsts, &mut scratch, &mut stats)?;
+                for (&first, buf) in firsts.iter().zip(&scratch.bufs) {
+                    self.cache
+                        .insert(first, buf[..bytes].to_vec().into_boxed_slice());
+                }
+                for &id in chunk {
+                    let Some(buf) = self.cache.get(&h.locate(id as u64).0) else {
+                        continue;
+                    };
+                    let node = Node::parse(self.record_in(buf, id, &mut joined), &h)?;
                     for nbr in node.neighbor_ids() {
                         if seen.insert(nbr) {
-                            next.push(nbr);
+                            frontier.push(nbr);
                         }
                     }
-                    self.cache.insert(id, rec.to_vec().into_boxed_slice());
+                }
+                if self.cache.len() >= max {
+                    break;
                 }
             }
-            frontier.extend(next);
         }
-        Ok(self.cache.len())
+        Ok(self.cached())
     }
 
     /// Beam search: the `k` nearest admitted nodes to `q` (normalised under
@@ -604,7 +750,9 @@ impl Lti {
             .list
             .push((scratch.table.distance(self.code(start)), start, false));
         stats.pq_distances += 1;
-        let nb = h.node_bytes();
+        scratch.done.reset(h.nodes as usize);
+        let nps = h.nodes_per_sector();
+        let mut joined = Vec::new();
         loop {
             scratch.batch.clear();
             for e in scratch.list.iter_mut() {
@@ -619,62 +767,87 @@ impl Lti {
             if scratch.batch.is_empty() {
                 break;
             }
-            // Cached records first; the rest in one read batch.
-            let batch = std::mem::take(&mut scratch.batch);
-            let misses: Vec<u32> = batch
-                .iter()
-                .copied()
-                .filter(|id| !self.cache.contains_key(id))
-                .collect();
-            if !misses.is_empty() {
-                self.read_nodes(&misses, scratch, &mut stats)?;
-            }
-            let read = std::mem::take(&mut scratch.node);
-            let mut mi = 0;
-            for &id in &batch {
-                let rec: &[u8] = match self.cache.get(&id) {
-                    Some(r) => {
+            // The hop's sectors, each once; the uncached ones in one batch.
+            scratch.sectors.clear();
+            scratch.reads.clear();
+            for &id in &scratch.batch {
+                let (first, _) = h.locate(id as u64);
+                if !scratch.sectors.contains(&first) {
+                    scratch.sectors.push(first);
+                    if self.cache.contains_key(&first) {
                         stats.cache_hits += 1;
-                        r
+                    } else {
+                        scratch.reads.push(first);
                     }
-                    None => {
-                        let r = &read[mi * nb..(mi + 1) * nb];
-                        mi += 1;
-                        r
-                    }
-                };
-                let node = Node::parse(rec, h)?;
-                stats.expanded += 1;
-                node.vector_into(&mut scratch.vec)?;
-                if collect && node.label != NO_LABEL {
-                    let d = (self.dist)(q, &scratch.vec);
-                    stats.exact_distances += 1;
-                    scratch.expanded.push((d, id));
-                    scratch.expanded_vectors.extend_from_slice(&scratch.vec);
-                }
-                if id != start && node.label != NO_LABEL && admit(id, node.label) {
-                    scratch
-                        .full
-                        .push(((self.dist)(q, &scratch.vec), node.label));
-                    stats.exact_distances += 1;
-                }
-                // The unvisited neighbours' PQ distances in one batch.
-                scratch.fresh.clear();
-                for nbr in node.neighbor_ids() {
-                    if scratch.visited.insert(nbr) {
-                        scratch.fresh.push(nbr);
-                    }
-                }
-                scratch
-                    .table
-                    .distances_at(&self.codes, &scratch.fresh, &mut scratch.dists)?;
-                stats.pq_distances += scratch.fresh.len() as u64;
-                for (&nbr, &d) in scratch.fresh.iter().zip(&scratch.dists) {
-                    insert_bounded(&mut scratch.list, l, (d, nbr, false));
                 }
             }
-            scratch.node = read;
+            if !scratch.reads.is_empty() {
+                let reads = std::mem::take(&mut scratch.reads);
+                let r = self.read_sectors(&reads, scratch, &mut stats);
+                scratch.reads = reads;
+                r?;
+            }
+            let bufs = std::mem::take(&mut scratch.bufs);
+            let batch = std::mem::take(&mut scratch.batch);
+            let sectors = std::mem::take(&mut scratch.sectors);
+            let reads = std::mem::take(&mut scratch.reads);
+            let bytes_of = |first: u64| -> &[u8] {
+                match self.cache.get(&first) {
+                    Some(b) => b,
+                    None => {
+                        let i = reads.iter().position(|&s| s == first).unwrap_or(0);
+                        &bufs[i][..]
+                    }
+                }
+            };
+            let r = (|| -> Result<()> {
+                for &id in &batch {
+                    if scratch.done.contains(id) {
+                        continue; // expanded as a sector mate this hop
+                    }
+                    let rec = self.record_in(bytes_of(h.locate(id as u64).0), id, &mut joined);
+                    let node = Node::parse(rec, h)?;
+                    node.vector_into(&mut scratch.vec)?;
+                    let d = (self.dist)(q, &scratch.vec);
+                    self.expand(id, &node, d, false, l, admit, collect, scratch, &mut stats)?;
+                }
+                // Sector mates: their records came with the read. One whose
+                // exact distance would enter the list is expanded now,
+                // saving the read its expansion would cost later.
+                if nps > 1 {
+                    for &first in &sectors {
+                        let buf = bytes_of(first);
+                        let base = (first - 1) * nps as u64;
+                        for slot in 0..nps as u64 {
+                            let v = base + slot;
+                            if v >= h.nodes || scratch.done.contains(v as u32) {
+                                continue;
+                            }
+                            let v = v as u32;
+                            let node = Node::parse(self.record_in(buf, v, &mut joined), h)?;
+                            if node.label == NO_LABEL {
+                                continue;
+                            }
+                            node.vector_into(&mut scratch.vec)?;
+                            let d = (self.dist)(q, &scratch.vec);
+                            stats.exact_distances += 1;
+                            let enters = scratch.list.len() < l
+                                || scratch.list.last().is_some_and(|e| d < e.0);
+                            if enters {
+                                self.expand(
+                                    v, &node, d, true, l, admit, collect, scratch, &mut stats,
+                                )?;
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            scratch.bufs = bufs;
             scratch.batch = batch;
+            scratch.sectors = sectors;
+            scratch.reads = reads;
+            r?;
         }
         scratch
             .full
@@ -682,6 +855,99 @@ impl Lti {
         out.extend(scratch.full.iter().take(k).copied());
         Ok(stats)
     }
+
+    /// Expands node `id` (exact distance `d`, its vector in
+    /// `scratch.vec`): a result if admitted, collected under
+    /// `search_expanded`, its unvisited neighbours into the list by PQ
+    /// distance. A sector mate (`mate`) also enters the list, expanded.
+    #[allow(clippy::too_many_arguments)]
+    fn expand(
+        &self,
+        id: u32,
+        node: &Node<'_>,
+        d: f32,
+        mate: bool,
+        l: usize,
+        admit: &dyn Fn(u32, u64) -> bool,
+        collect: bool,
+        scratch: &mut Scratch,
+        stats: &mut QueryStats,
+    ) -> Result<()> {
+        scratch.done.insert(id);
+        stats.expanded += 1;
+        stats.exact_distances += u64::from(!mate);
+        if mate {
+            if scratch.visited.insert(id) {
+                insert_bounded(&mut scratch.list, l, (d, id, true));
+            } else if let Some(e) = scratch.list.iter_mut().find(|e| e.1 == id) {
+                e.2 = true;
+            }
+        }
+        if node.label != NO_LABEL {
+            if collect {
+                scratch.expanded.push((d, id));
+                scratch.expanded_vectors.extend_from_slice(&scratch.vec);
+            }
+            if id as u64 != self.header.start && admit(id, node.label) {
+                scratch.full.push((d, node.label));
+            }
+        }
+        // The unvisited neighbours' PQ distances in one batch.
+        scratch.fresh.clear();
+        for nbr in node.neighbor_ids() {
+            if scratch.visited.insert(nbr) {
+                scratch.fresh.push(nbr);
+            }
+        }
+        scratch
+            .table
+            .distances_at(&self.codes, &scratch.fresh, &mut scratch.dists)?;
+        stats.pq_distances += scratch.fresh.len() as u64;
+        // Those that can enter, sorted, merged into the list in one pass.
+        let worst = if scratch.list.len() >= l {
+            scratch.list.last().map_or(f32::INFINITY, |e| e.0)
+        } else {
+            f32::INFINITY
+        };
+        scratch.entering.clear();
+        scratch.entering.extend(
+            scratch
+                .fresh
+                .iter()
+                .zip(&scratch.dists)
+                .filter(|e| *e.1 < worst)
+                .map(|(&nbr, &d)| (d, nbr, false)),
+        );
+        if !scratch.entering.is_empty() {
+            scratch
+                .entering
+                .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            merge_bounded(&mut scratch.list, &scratch.entering, l, &mut scratch.merged);
+        }
+        Ok(())
+    }
+}
+
+/// Merges `new` (sorted) into the distance-sorted `list`, keeping the `l`
+/// best; an entry already in `list` goes first among equal distances.
+fn merge_bounded(
+    list: &mut Vec<(f32, u32, bool)>,
+    new: &[(f32, u32, bool)],
+    l: usize,
+    merged: &mut Vec<(f32, u32, bool)>,
+) {
+    merged.clear();
+    let (mut i, mut j) = (0, 0);
+    while merged.len() < l && (i < list.len() || j < new.len()) {
+        if j == new.len() || (i < list.len() && list[i].0 <= new[j].0) {
+            merged.push(list[i]);
+            i += 1;
+        } else {
+            merged.push(new[j]);
+            j += 1;
+        }
+    }
+    std::mem::swap(list, merged);
 }
 
 /// Inserts into a distance-sorted list kept at most `l` long.
@@ -692,4 +958,91 @@ fn insert_bounded(list: &mut Vec<(f32, u32, bool)>, l: usize, e: (f32, u32, bool
     let at = list.partition_point(|x| x.0 <= e.0);
     list.insert(at, e);
     list.truncate(l);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sector_order;
+
+    /// A ring where node `i` links to its 4 nearest ring neighbours, its
+    /// numbering shuffled.
+    fn shuffled_ring(n: usize) -> Vec<Vec<u32>> {
+        let pos: Vec<usize> = (0..n).map(|i| (i * 7919) % n).collect(); // node -> ring position
+        let mut at = vec![0u32; n];
+        for (node, &p) in pos.iter().enumerate() {
+            at[p] = node as u32;
+        }
+        (0..n)
+            .map(|node| {
+                let p = pos[node];
+                [1, n - 1, 2, n - 2]
+                    .iter()
+                    .map(|&d| at[(p + d) % n])
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Fraction of edges whose ends share a sector under `order`.
+    fn shared(lists: &[Vec<u32>], order: &[u32], nps: usize) -> f64 {
+        let mut sector = vec![0usize; lists.len()];
+        for (i, &src) in order.iter().enumerate() {
+            sector[src as usize] = i / nps;
+        }
+        let (mut same, mut all) = (0, 0);
+        for (u, l) in lists.iter().enumerate() {
+            for &v in l {
+                all += 1;
+                same += usize::from(sector[u] == sector[v as usize]);
+            }
+        }
+        same as f64 / all as f64
+    }
+
+    #[test]
+    fn sector_order_is_a_permutation_that_keeps_neighbours_together() {
+        let n = 1000;
+        let lists = shuffled_ring(n);
+        let order = sector_order(&lists, 5, 8);
+        let mut seen = order.clone();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..n as u32).collect::<Vec<_>>());
+        let identity: Vec<u32> = (0..n as u32).collect();
+        let (ours, ids) = (shared(&lists, &order, 8), shared(&lists, &identity, 8));
+        assert!(ours > 0.5 && ids < 0.05, "shared edges {ours} vs {ids}");
+        // One record per sector or larger: the identity.
+        assert_eq!(sector_order(&lists, 5, 1), identity);
+        // Unreachable nodes and out-of-range ids are still placed once.
+        let mut lists = lists;
+        lists.push(vec![u32::MAX]);
+        lists.push(Vec::new());
+        let mut all = sector_order(&lists, 0, 8);
+        all.sort_unstable();
+        assert_eq!(all, (0..n as u32 + 2).collect::<Vec<_>>());
+        assert!(sector_order(&[], 0, 8).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::{insert_bounded, merge_bounded};
+
+    #[test]
+    fn merging_a_sorted_batch_equals_inserting_one_at_a_time() {
+        for l in [1, 5, 16] {
+            let (mut a, mut b, mut tmp) = (Vec::new(), Vec::new(), Vec::new());
+            for round in 0..40u32 {
+                let mut new: Vec<(f32, u32, bool)> = (0..round % 7)
+                    .map(|k| (next(), round * 10 + k, false))
+                    .collect();
+                new.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+                for &e in &new {
+                    insert_bounded(&mut a, l, e);
+                }
+                merge_bounded(&mut b, &new, l, &mut tmp);
+                assert_eq!(a, b, "l {l} round {round}");
+                assert!(b.len() <= l);
+            }
+        }
+    }
 }

@@ -11,7 +11,8 @@
 //!    came with its block). Deleted nodes become free records. The blocks
 //!    go, in order, to an **intermediate LTI** of the same numbering.
 //! 2. **Insert phase.** New points take the free slots (lowest first), then
-//!    slots past the end. Each runs GreedySearch over the intermediate LTI
+//!    slots past the end, in `sector_order` over their temp-index links
+//!    (new neighbours share sectors). Each runs GreedySearch over the intermediate LTI
 //!    read from disk (the beam search, W reads per hop); its candidates are
 //!    the nodes expanded (their exact vectors came with their sectors) and
 //!    the new points it links to in its temp index; RobustPrune gives its
@@ -47,7 +48,7 @@ use std::time::Instant;
 use vectide_core::heap::Candidate;
 use vectide_core::metric::DistanceFn;
 use vectide_core::{Error, Result};
-use vectide_graph::prune::{prune_points, Points};
+use vectide_graph::prune::{prune_points, Rows};
 use vectide_storage::block::BlockFile;
 
 /// Knobs of a merge: the graph's `r` and `α`, the Insert phase's search
@@ -150,6 +151,10 @@ impl MergeOutcome {
 /// Nodes gathered from a scan before their lists are computed in parallel.
 const BATCH: usize = 1024;
 
+/// Most PQ reconstructions a Delete-phase batch keeps (12.8 MB at 50-d);
+/// candidates past it are reconstructed each time they are used.
+const DECODED_MAX: usize = 1 << 16;
+
 struct Pending {
     node: u32,
     label: u64,
@@ -232,26 +237,55 @@ pub fn streaming_merge(
         let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
         let mut done = 0u64;
         let flush = |batch: &mut Vec<Pending>, w: &mut NodeWriter<'_>, stats: &mut MergeStats| {
-            let repaired: Vec<Option<Vec<u32>>> = batch
+            // Alg. 4's candidates of each node that lost a neighbour.
+            let cands: Vec<Option<Vec<u32>>> = batch
                 .par_iter()
-                .map_init(PruneScratch::default, |ps, pn| {
+                .map(|pn| {
                     if !pn.list.iter().any(|n| dead_set.contains(n)) {
-                        return Ok(None);
+                        return None;
                     }
-                    let mut cands: Vec<u32> = Vec::new();
+                    let mut c: Vec<u32> = Vec::new();
                     for &v in &pn.list {
                         match dead_lists.get(&v) {
-                            Some(l) => cands.extend(l.iter().copied().filter(|&x| x != pn.node)),
-                            None => cands.push(v),
+                            Some(l) => c.extend(l.iter().copied().filter(|&x| x != pn.node)),
+                            None => c.push(v),
                         }
                     }
-                    cands.sort_unstable();
-                    cands.dedup();
-                    if cands.len() <= h.max_degree as usize {
-                        return Ok(Some(cands));
-                    }
-                    ps.prune(dim, dist, &pn.vector, &cands, |c, o| recon(c, o), p)
-                        .map(Some)
+                    c.sort_unstable();
+                    c.dedup();
+                    Some(c)
+                })
+                .collect();
+            // The batch's nodes are neighbours (sector order), so their
+            // candidates overlap: each is reconstructed once per batch.
+            let mut uniq: Vec<u32> = cands
+                .iter()
+                .flatten()
+                .filter(|c| c.len() > h.max_degree as usize)
+                .flatten()
+                .copied()
+                .collect();
+            uniq.sort_unstable();
+            uniq.dedup();
+            uniq.truncate(DECODED_MAX);
+            let mut decoded = vec![0f32; uniq.len() * dim];
+            decoded
+                .par_chunks_mut(dim.max(1))
+                .zip(uniq.par_iter())
+                .try_for_each(|(out, &c)| recon(c, out))?;
+            let cached = |c: u32| {
+                uniq.binary_search(&c)
+                    .ok()
+                    .map(|k| &decoded[k * dim..(k + 1) * dim])
+            };
+            let repaired: Vec<Option<Vec<u32>>> = batch
+                .par_iter()
+                .zip(cands)
+                .map_init(PruneScratch::default, |ps, (pn, c)| match c {
+                    Some(c) if c.len() > h.max_degree as usize => ps
+                        .prune(dim, dist, &pn.vector, &c, cached, recon, p)
+                        .map(Some),
+                    c => Ok(c),
                 })
                 .collect::<Result<_>>()?;
             stats.repaired += write_batch(w, batch, repaired)?;
@@ -284,18 +318,20 @@ pub fn streaming_merge(
     }
     stats.delete_secs = t.elapsed().as_secs_f64();
 
-    // Slots for the new points: free ones first, then past the end.
+    // Slots for the new points: free ones first, then past the end, taken
+    // in sector order over the temp-index links so that new points that
+    // are neighbours share sectors too.
     let t = Instant::now();
     let reused = free.len().min(inserts.len());
-    let slots: Vec<u32> = (0..inserts.len())
-        .map(|j| {
-            if j < reused {
-                free[j]
-            } else {
-                (n_old as usize + j - reused) as u32
-            }
-        })
-        .collect();
+    let mut slots = vec![0u32; inserts.len()];
+    let order = crate::lti::sector_order(inserts.links, 0, h.nodes_per_sector());
+    for (k, &j) in order.iter().enumerate() {
+        slots[j as usize] = if k < reused {
+            free[k]
+        } else {
+            (n_old as usize + k - reused) as u32
+        };
+    }
     let left_free = free[reused..].to_vec();
     drop(free);
     let n_new = n_old + (inserts.len() - reused) as u64;
@@ -329,7 +365,12 @@ pub fn streaming_merge(
                             vecs.extend_from_slice(new_vec(k as usize));
                         }
                     }
-                    let list = ps.prune_flat(dim, dist, q, &vecs, p);
+                    let list = {
+                        let mut rows: Vec<&[f32]> = Vec::with_capacity(ps.cand_nodes.len() + 1);
+                        rows.push(q);
+                        rows.extend(vecs.chunks_exact(dim));
+                        ps.prune_rows(dist, &rows, p)
+                    };
                     sc.expanded_vectors = vecs;
                     let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                     if d.is_multiple_of(1024) {
@@ -370,15 +411,7 @@ pub fn streaming_merge(
     // Patch phase: Δ into every list, new points into their slots.
     let t = Instant::now();
     let out_shape = Header { nodes: n_new, ..h };
-    let vec_of = |c: u32, o: &mut [f32]| -> Result<()> {
-        match slot_of.get(&c) {
-            Some(&j) => {
-                o.copy_from_slice(new_vec(j as usize));
-                Ok(())
-            }
-            None => recon(c, o),
-        }
-    };
+    let new_of = |c: u32| slot_of.get(&c).map(|&j| new_vec(j as usize));
     let mut w = NodeWriter::new(out, out_shape)?;
     let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
     let patch = |batch: &mut Vec<Pending>, w: &mut NodeWriter<'_>, stats: &mut MergeStats| {
@@ -397,7 +430,8 @@ pub fn streaming_merge(
                 if l.len() <= h.max_degree as usize {
                     return Ok(Some(l));
                 }
-                ps.prune(dim, dist, &pn.vector, &l, vec_of, p).map(Some)
+                ps.prune(dim, dist, &pn.vector, &l, new_of, recon, p)
+                    .map(Some)
             })
             .collect::<Result<_>>()?;
         stats.patched += write_batch(w, batch, lists)?;
@@ -508,45 +542,51 @@ struct PruneScratch {
 }
 
 impl PruneScratch {
-    /// RobustPrune of `base` over `cands` (node numbers), their vectors from
-    /// `vec_of`; the kept node numbers.
-    fn prune(
+    /// RobustPrune of `base` over `cands` (node numbers): a candidate's
+    /// vector is borrowed from `cached` when it has one, else reconstructed
+    /// by `decode` into scratch; the kept node numbers.
+    #[allow(clippy::too_many_arguments)]
+    fn prune<'v>(
         &mut self,
         dim: usize,
         dist: DistanceFn,
         base: &[f32],
         cands: &[u32],
-        vec_of: impl Fn(u32, &mut [f32]) -> Result<()>,
+        cached: impl Fn(u32) -> Option<&'v [f32]>,
+        decode: impl Fn(u32, &mut [f32]) -> Result<()>,
         p: &MergeParams,
     ) -> Result<Vec<u32>> {
         let mut flat = std::mem::take(&mut self.flat);
         flat.clear();
-        flat.resize(cands.len() * dim, 0.0);
-        for (k, &c) in cands.iter().enumerate() {
-            vec_of(c, &mut flat[k * dim..(k + 1) * dim])?;
+        for &c in cands {
+            if cached(c).is_none() {
+                let at = flat.len();
+                flat.resize(at + dim, 0.0);
+                decode(c, &mut flat[at..])?;
+            }
+        }
+        let mut rows: Vec<&[f32]> = Vec::with_capacity(cands.len() + 1);
+        rows.push(base);
+        let mut misses = flat.chunks_exact(dim.max(1));
+        for &c in cands {
+            match cached(c) {
+                Some(v) => rows.push(v),
+                None => rows.push(misses.next().unwrap_or(&[])),
+            }
         }
         self.cand_nodes.clear();
         self.cand_nodes.extend_from_slice(cands);
-        let r = self.prune_flat(dim, dist, base, &flat, p);
+        let r = self.prune_rows(dist, &rows, p);
+        drop(rows);
         self.flat = flat;
         Ok(r)
     }
 
-    /// RobustPrune of `base` over `self.cand_nodes` whose vectors are
-    /// `vecs` (same order); the kept node numbers.
-    fn prune_flat(
-        &mut self,
-        dim: usize,
-        dist: DistanceFn,
-        base: &[f32],
-        vecs: &[f32],
-        p: &MergeParams,
-    ) -> Vec<u32> {
-        let mut all = Vec::with_capacity(vecs.len() + dim);
-        all.extend_from_slice(base);
-        all.extend_from_slice(vecs);
+    /// RobustPrune of `rows[0]` over `self.cand_nodes`, whose vectors are
+    /// `rows[1..]` (same order); the kept node numbers.
+    fn prune_rows(&mut self, dist: DistanceFn, rows: &[&[f32]], p: &MergeParams) -> Vec<u32> {
         prune_points(
-            Points { dim, data: &all },
+            Rows { rows },
             dist,
             p.alpha,
             p.r,

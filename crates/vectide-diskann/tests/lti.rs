@@ -104,7 +104,7 @@ fn beam_search_over_a_simulated_file_finds_the_true_neighbours() {
         let (g, data) = graph(metric);
         let file = SimBlockFile::new(1);
         let pq = dir.path().join(format!("{metric:?}.pq"));
-        let h = lti::write(&file, &pq, &source(&g), 8, 0).unwrap();
+        let h = lti::write(&file, &pq, &source(&g), 8, 0).unwrap().header;
         assert_eq!(h.nodes as usize, g.len());
         assert_eq!(file.len_blocks(), 1 + h.data_sectors());
         let lti = Lti::open(Box::new(file), &pq).unwrap();
@@ -115,11 +115,13 @@ fn beam_search_over_a_simulated_file_finds_the_true_neighbours() {
         assert!(r >= 0.95, "{metric:?}: recall {r}");
         // Every hop reads at most W sectors, in one batch.
         assert!(stats.sectors_read <= 4 * stats.hops && stats.hops > 0);
-        assert_eq!(
-            stats.exact_distances + 100,
-            stats.expanded,
-            "the start node is never a result"
+        // Sector mates: nodes laid out beside their neighbours are
+        // expanded from sectors read for another node.
+        assert!(
+            stats.expanded > stats.sectors_read + stats.cache_hits,
+            "{stats:?}"
         );
+        assert!(stats.exact_distances >= stats.expanded);
         assert_eq!(
             lti.file().stats().batches,
             stats.hops + 1,

@@ -88,13 +88,14 @@ fn run(n: usize, del: usize, add: usize) -> Case {
         start: g.start.unwrap(),
         durable_seq: 1,
     };
-    lti::write(&file, &pq_old, &src, 8, 0).unwrap();
+    let node_of = lti::write(&file, &pq_old, &src, 8, 0).unwrap().node_of;
     let old = Lti::open(Box::new(file), &pq_old).unwrap();
 
-    // Delete every `n / del`-th id; their node numbers are in the export.
+    // Delete every `n / del`-th id; their node numbers from the write.
     let gone: HashSet<u64> = (0..del as u64).map(|i| i * (n / del) as u64).collect();
-    let dead: Vec<u32> = (0..g.len() as u32)
-        .filter(|&i| gone.contains(&g.labels[i as usize]))
+    let dead: Vec<u32> = (0..g.len())
+        .filter(|&i| gone.contains(&g.labels[i]))
+        .map(|i| node_of[i])
         .collect();
     assert_eq!(dead.len(), del);
     let new_ids: Vec<u64> = (n as u64..(n + add) as u64).collect();

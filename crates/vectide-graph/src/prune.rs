@@ -102,29 +102,27 @@ pub fn robust_prune<G: Graph>(
     }
 }
 
-/// Vectors without lists, back to back: a [`Graph`] for pruning points that
-/// are not in an in-memory graph (StreamingMerge prunes disk nodes over their
-/// PQ reconstructions and new points over their vectors). Slot `i` is the
-/// `i`-th vector; every list is empty.
+/// Vectors without lists: a [`Graph`] for pruning points that are not in an
+/// in-memory graph (StreamingMerge prunes disk nodes over their PQ
+/// reconstructions and new points over their vectors). Slot `i` is
+/// `rows[i]`, borrowed where it lies (no copy); every list is empty.
 #[derive(Debug, Clone, Copy)]
-pub struct Points<'a> {
-    pub dim: usize,
-    pub data: &'a [f32],
+pub struct Rows<'a> {
+    pub rows: &'a [&'a [f32]],
 }
 
-impl Graph for Points<'_> {
+impl Graph for Rows<'_> {
     fn slots(&self) -> usize {
-        self.data.len() / self.dim.max(1)
+        self.rows.len()
     }
     fn vector(&self, slot: u32) -> &[f32] {
-        let s = slot as usize * self.dim;
-        &self.data[s..s + self.dim]
+        self.rows[slot as usize]
     }
     fn vector_ptr(&self, slot: u32) -> *const f32 {
-        self.vector(slot).as_ptr()
+        self.rows[slot as usize].as_ptr()
     }
-    fn list0_ptr(&self, _slot: u32) -> *const u8 {
-        self.data.as_ptr() as *const u8
+    fn list0_ptr(&self, slot: u32) -> *const u8 {
+        self.rows[slot as usize].as_ptr() as *const u8
     }
     fn list(&self, _slot: u32, _level: usize) -> &[std::sync::atomic::AtomicU32] {
         &[]
@@ -134,10 +132,10 @@ impl Graph for Points<'_> {
     }
 }
 
-/// RobustPrune of point 0 of `points` over the others (slots `1..`): the
+/// RobustPrune of row 0 of `points` over the others (slots `1..`): the
 /// kept slots, at most `r`, into `out` (see [`robust_prune`]).
 pub fn prune_points(
-    points: Points<'_>,
+    points: Rows<'_>,
     dist: DistanceFn,
     alpha: f32,
     r: usize,
