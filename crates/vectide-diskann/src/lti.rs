@@ -1033,7 +1033,7 @@ mod merge_tests {
             let (mut a, mut b, mut tmp) = (Vec::new(), Vec::new(), Vec::new());
             for round in 0..40u32 {
                 let mut new: Vec<(f32, u32, bool)> = (0..round % 7)
-                    .map(|k| (next(), round * 10 + k, false))
+                    .map(|k| (((round * 31 + k * 17) % 23) as f32, round * 10 + k, false))
                     .collect();
                 new.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
                 for &e in &new {
