@@ -41,14 +41,19 @@ pub fn select_alpha<G: Graph>(
         if out.len() >= m {
             break;
         }
-        let vc = store.vector(c.node);
-        if out
-            .iter()
-            .all(|&r| alpha * dist(vc, store.vector(r)) >= c.dist.0)
-        {
+        if admits(store, dist, out, c, alpha) {
             out.push(c.node);
         }
     }
+}
+
+/// Whether no node of `kept` occludes candidate `c` under `alpha`
+/// (`α · d(k, c) ≥ d(p, c)` for every kept `k`).
+#[inline]
+fn admits<G: Graph>(g: &G, dist: DistanceFn, kept: &[u32], c: &Candidate, alpha: f32) -> bool {
+    let vc = g.vector(c.node);
+    kept.iter()
+        .all(|&k| alpha * dist(vc, g.vector(k)) >= c.dist.0)
 }
 
 /// FreshDiskANN's RobustPrune (Algorithm 3): the new out-list of `p` from
@@ -117,11 +122,7 @@ pub fn robust_prune<G: Graph>(
                 if occ[i] == f32::NEG_INFINITY || alpha * occ[i] < c.dist.0 {
                     continue;
                 }
-                let vc = g.vector(c.node);
-                if out
-                    .iter()
-                    .all(|&k| alpha * dist(vc, g.vector(k)) >= c.dist.0)
-                {
+                if admits(g, dist, out, c, alpha) {
                     out.push(c.node);
                 }
             }
@@ -337,11 +338,7 @@ mod tests {
                 if out.contains(&c.node) {
                     continue;
                 }
-                let vc = points.vector(c.node);
-                if out
-                    .iter()
-                    .all(|&k| a * dist(vc, points.vector(k)) >= c.dist.0)
-                {
+                if admits(points, dist, &out, c, a) {
                     out.push(c.node);
                 }
             }
