@@ -90,6 +90,68 @@ pub struct RepairArgs {
     pub json: bool,
 }
 
+#[derive(Args, Debug)]
+pub struct MaintainArgs {
+    /// The database directory (not open in another process).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Only this collection (default: every one).
+    #[arg(long)]
+    pub collection: Option<String>,
+}
+
+/// The value of an engine's extra statistic `name`.
+fn extra(st: &vectide_core::IndexStats, name: &str) -> Option<f64> {
+    st.extra.iter().find(|(k, _)| k == name).map(|&(_, v)| v)
+}
+
+/// `vectide maintain`: runs each collection's pending maintenance (a
+/// fresh-diskann merge, a delete consolidation) with a progress bar fed by
+/// the engine's `merge_done` / `merge_total` / `merge_phase` statistics.
+pub fn maintain(args: &MaintainArgs) -> Result<(), String> {
+    let db = Database::open(&args.data, Options::default()).map_err(|e| e.to_string())?;
+    let names = match &args.collection {
+        Some(n) => vec![n.clone()],
+        None => db.list(),
+    };
+    for name in names {
+        let col = db.collection(&name).map_err(|e| e.to_string())?;
+        let bar = crate::progress(0, &name);
+        let t = std::time::Instant::now();
+        let r = std::thread::scope(|s| {
+            let job = s.spawn(|| col.maintain());
+            while !job.is_finished() {
+                if let Ok(st) = col.stats() {
+                    if let (Some(done), Some(total)) =
+                        (extra(&st, "merge_done"), extra(&st, "merge_total"))
+                    {
+                        bar.set_length(total as u64);
+                        bar.set_position(done as u64);
+                    }
+                    if let Some(phase) = extra(&st, "merge_phase") {
+                        bar.set_message(format!("{name} phase {phase}"));
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            match job.join() {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err("the maintenance thread panicked".to_string()),
+            }
+        });
+        bar.finish_and_clear();
+        r.map_err(|e| format!("{name}: {e}"))?;
+        let st = col.stats().map_err(|e| e.to_string())?;
+        println!(
+            "{name}: maintenance done in {:.1} s; {} live points, {} deletes pending",
+            t.elapsed().as_secs_f64(),
+            st.live,
+            st.pending_deletes
+        );
+    }
+    Ok(())
+}
+
 /// `vectide repair`: cuts each damaged WAL at its first bad record and
 /// reports what was dropped (see `vectide_db::repair`).
 pub fn repair(args: &RepairArgs) -> Result<(), String> {

@@ -76,6 +76,9 @@ enum Command {
     /// Salvage a database whose write-ahead log is damaged: keep the records
     /// before the damage, drop the rest, and print exactly what was dropped.
     Repair(db::RepairArgs),
+    /// Run every collection's pending maintenance (merges, consolidation)
+    /// with a progress bar.
+    Maintain(db::MaintainArgs),
     /// Crash-consistency test: simulator crash points, then SIGKILLed
     /// processes; exits 1 on any violation.
     CrashTest(crash::CrashArgs),
@@ -118,6 +121,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => db::serve(&args),
         Command::Import(args) => db::import(&args),
         Command::Repair(args) => db::repair(&args),
+        Command::Maintain(args) => db::maintain(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

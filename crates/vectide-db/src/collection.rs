@@ -1078,6 +1078,14 @@ impl Collection {
     pub fn stats(&self) -> Result<vectide_core::IndexStats> {
         Ok(self.engine.stats()?)
     }
+
+    /// Runs the engine's pending maintenance (delete consolidation, a
+    /// merge) and returns when none is in flight; writes and searches go on
+    /// meanwhile. Its progress is in [`Collection::stats`]' extras.
+    pub fn maintain(&self) -> Result<()> {
+        self.check_open()?;
+        Ok(self.engine.maintain()?)
+    }
 }
 
 #[cfg(test)]
