@@ -131,6 +131,11 @@ class VectideStream(Stream):
             raise StreamError(f"vectide:{engine} has no parameter {', '.join(unknown)}; it takes {', '.join(sorted(takes))}")
         given.update(overrides)
         self.name = "@".join([f"vectide:{engine}"] + [f"{k}={v}" for k, v in overrides.items()])
+        if "merge_points" in takes:  # a temp-index + long-term-index engine (fresh-diskann)
+            self.policy = ("the engine's own: deletes go to a DeleteList; the in-memory RW-TempIndex "
+                           "freezes at temp_points and a StreamingMerge folds the temp indexes and the "
+                           "deletes into the SSD index in the background at merge_points (engine "
+                           "parameters); searches and writes go on during a merge")
         self._dir = None
         if desc["in_directory"]:  # a disk or durable engine: a directory of its own, removed at the end
             import tempfile
