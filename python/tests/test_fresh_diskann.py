@@ -108,3 +108,15 @@ def test_bench_freshdiskann_writes_the_summary(tmp_path, data_root, monkeypatch)
         pts = doc["disk_search"][name]
         assert len(pts) == 2 and all(p["recall"] > 0.8 and p["sectors_per_query"] > 1 for p in pts)
     assert (tmp_path / "plots" / "disk_search.png").exists()
+    # A crash report run apart is folded into the same summary.
+    crash = tmp_path / "crash.json"
+    crash.write_text(json.dumps({"crash_points_checked": 123, "violations": 0, "kill": {"rounds": 4}}))
+    r = subprocess.run([sys.executable, "-m", "vectide.bench", "freshdiskann", "--crash-only",
+                        "--crash-json", str(crash), "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    folded = json.loads(out.read_text())
+    assert folded["summary"]["crash_states_checked"] == 123 and folded["summary"]["violations"] == 0
+    assert folded["summary"]["merge_over_rebuild"] == s["merge_over_rebuild"]  # the rest untouched
+    r = subprocess.run([sys.executable, "-m", "vectide.bench", "freshdiskann", "--crash-only", "--out", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--crash-json" in r.stderr

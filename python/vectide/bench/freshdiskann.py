@@ -161,6 +161,8 @@ def run(args) -> Dict[str, object]:
     gt_final = datasets.ground_truth(train[final], queries, 10, ds.distance)[0]
     truth_base = base[gt_base].astype(np.uint64)
     truth_final = final[gt_final].astype(np.uint64)
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="vectide-fdann-", dir=args.dir))
     threads = args.build_threads
     res: Dict[str, object] = {"benchmark": "freshdiskann", "dataset": args.dataset, "metric": metric,
@@ -280,16 +282,19 @@ def summarize(res, ours_pts, dk_pts, args) -> Dict[str, object]:
         key = "" if t == args.threads[0] else f"_threads{t}"
         out[f"disk_qps_ratio_vs_diskann_at_0.95{key}"] = qo / qd if qo and qd else None
         out[f"sector_reads_ratio_vs_diskann_at_0.95{key}"] = so / sd if so and sd else None
-    crash = getattr(args, "crash_json", None)
-    if crash and Path(crash).exists():
-        c = json.loads(Path(crash).read_text())
-        out["crash_states_checked"] = c.get("crash_points_checked")
-        out["violations"] = c.get("violations")
-        out["crash_source"] = str(crash)
-    else:
-        out["crash_states_checked"] = None
-        out["violations"] = None
+    out.update(crash_figures(getattr(args, "crash_json", None)))
     return out
+
+
+def crash_figures(path: Optional[str]) -> Dict[str, object]:
+    """The crash kit's figures from a ``vectide crash-test fresh-diskann
+    --json`` report (``None`` without one)."""
+    if not path or not Path(path).exists():
+        return {"crash_states_checked": None, "violations": None}
+    c = json.loads(Path(path).read_text())
+    kill = c.get("kill") or {}
+    return {"crash_states_checked": c.get("crash_points_checked"), "violations": c.get("violations"),
+            "kill_rounds": kill.get("rounds"), "crash_source": str(path)}
 
 
 def diskann_build(X: np.ndarray, d: Path, threads: int) -> Dict[str, object]:
@@ -385,12 +390,25 @@ def main(argv=None) -> int:
     p.add_argument("--dir", default=None, help="directory for the indexes (default: the temp dir)")
     p.add_argument("--crash-json", default=None, help="a `vectide crash-test fresh-diskann --json` report to fold into the summary")
     p.add_argument("--out", required=True)
+    p.add_argument("--crash-only", action="store_true",
+                   help="only fold --crash-json into the summary of the results already in --out")
     p.add_argument("--plot", default=None)
     args = p.parse_args(argv)
     if not 0 < args.change < 0.5:
         p.error("--change must be in (0, 0.5)")
     if args.w < 1 or min(args.l) < 1 or min(args.threads) < 1:
         p.error("--w, --l and --threads take values of at least 1")
+    if args.crash_only:
+        # Fold a crash report into results written earlier (the crash kit
+        # runs apart: it would disturb the timings).
+        res = json.loads(Path(args.out).read_text())
+        if not args.crash_json or not Path(args.crash_json).exists():
+            p.error("--crash-only needs --crash-json FILE")
+        res["summary"].update(crash_figures(args.crash_json))
+        res["crash"] = json.loads(Path(args.crash_json).read_text())
+        write_json(res, args.out)
+        print(json.dumps(res["summary"], indent=2))
+        return 0
     res = run(args)
     write_json(res, args.out)
     if args.plot:
