@@ -1026,6 +1026,32 @@ impl Inner {
         if st.lti_dead.iter().any(|&n| n as u64 >= nodes) {
             v.push("the DeleteList names nodes past the LTI".into());
         }
+        if let Some(g) = &st.lti {
+            // Every live LTI point must be reachable from the start node
+            // (deleted nodes still route). Reads the whole LTI: a checker.
+            let n = nodes as usize;
+            let mut lists: Vec<Vec<u32>> = vec![Vec::new(); n];
+            g.lti.scan(|i, node| {
+                lists[i as usize] = node.neighbor_ids().collect();
+                Ok(())
+            })?;
+            let live: Vec<u32> = st
+                .loc
+                .values()
+                .filter_map(|l| match l.place {
+                    Place::Lti(node) => Some(node),
+                    Place::Temp(_) => None,
+                })
+                .collect();
+            let lost = unreachable(&lists, g.lti.header().start as u32, &live);
+            if !lost.is_empty() {
+                v.push(format!(
+                    "{} live LTI points unreachable from the start node (nodes {:?}…)",
+                    lost.len(),
+                    &lost[..lost.len().min(8)]
+                ));
+            }
+        }
         for t in &st.temps {
             for e in t.index.check_structure()? {
                 v.push(format!("temp index {}: {e}", t.serial));
@@ -1211,7 +1237,48 @@ impl VectorIndex for FreshDiskann {
     }
 }
 
+/// The nodes of `live` that no path of out-edges from `start` reaches.
+pub(crate) fn unreachable(lists: &[Vec<u32>], start: u32, live: &[u32]) -> Vec<u32> {
+    let mut seen = vec![false; lists.len()];
+    let mut stack = Vec::new();
+    if (start as usize) < lists.len() {
+        seen[start as usize] = true;
+        stack.push(start);
+    }
+    while let Some(u) = stack.pop() {
+        for &v in &lists[u as usize] {
+            if let Some(s) = seen.get_mut(v as usize) {
+                if !*s {
+                    *s = true;
+                    stack.push(v);
+                }
+            }
+        }
+    }
+    let mut lost: Vec<u32> = live
+        .iter()
+        .copied()
+        .filter(|&x| !seen.get(x as usize).copied().unwrap_or(false))
+        .collect();
+    lost.sort_unstable();
+    lost
+}
+
 /// Whether a record label is a point (not a free record or the start node).
 pub(crate) fn is_point(label: u64) -> bool {
     label != NO_LABEL && label != START_LABEL
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unreachable;
+
+    #[test]
+    fn unreachable_names_live_nodes_no_path_reaches() {
+        // 0 -> 1 -> 2, 3 -> 0 (3 has no in-edge), 4 isolated, 9 past the end.
+        let lists = vec![vec![1], vec![2], vec![], vec![0], vec![]];
+        assert_eq!(unreachable(&lists, 0, &[1, 2, 3, 4, 9]), vec![3, 4, 9]);
+        assert_eq!(unreachable(&lists, 3, &[0, 1, 2, 3]), Vec::<u32>::new());
+        assert_eq!(unreachable(&lists, 7, &[0]), vec![0]);
+    }
 }
