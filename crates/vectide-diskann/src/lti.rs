@@ -809,6 +809,7 @@ impl Lti {
                     let node = Node::parse(rec, h)?;
                     node.vector_into(&mut scratch.vec)?;
                     let d = (self.dist)(q, &scratch.vec);
+                    stats.exact_distances += 1;
                     self.expand(id, &node, d, false, l, admit, collect, scratch, &mut stats)?;
                 }
                 // Sector mates: their records came with the read. One whose
@@ -875,7 +876,6 @@ impl Lti {
     ) -> Result<()> {
         scratch.done.insert(id);
         stats.expanded += 1;
-        stats.exact_distances += u64::from(!mate);
         if mate {
             if scratch.visited.insert(id) {
                 insert_bounded(&mut scratch.list, l, (d, id, true));

@@ -151,10 +151,6 @@ impl MergeOutcome {
 /// Nodes gathered from a scan before their lists are computed in parallel.
 const BATCH: usize = 1024;
 
-/// Most PQ reconstructions a Delete-phase batch keeps (12.8 MB at 50-d);
-/// candidates past it are reconstructed each time they are used.
-const DECODED_MAX: usize = 1 << 16;
-
 struct Pending {
     node: u32,
     label: u64,
@@ -237,55 +233,27 @@ pub fn streaming_merge(
         let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
         let mut done = 0u64;
         let flush = |batch: &mut Vec<Pending>, w: &mut NodeWriter<'_>, stats: &mut MergeStats| {
-            // Alg. 4's candidates of each node that lost a neighbour.
-            let cands: Vec<Option<Vec<u32>>> = batch
-                .par_iter()
-                .map(|pn| {
-                    if !pn.list.iter().any(|n| dead_set.contains(n)) {
-                        return None;
-                    }
-                    let mut c: Vec<u32> = Vec::new();
-                    for &v in &pn.list {
-                        match dead_lists.get(&v) {
-                            Some(l) => c.extend(l.iter().copied().filter(|&x| x != pn.node)),
-                            None => c.push(v),
-                        }
-                    }
-                    c.sort_unstable();
-                    c.dedup();
-                    Some(c)
-                })
-                .collect();
-            // The batch's nodes are neighbours (sector order), so their
-            // candidates overlap: each is reconstructed once per batch.
-            let mut uniq: Vec<u32> = cands
-                .iter()
-                .flatten()
-                .filter(|c| c.len() > h.max_degree as usize)
-                .flatten()
-                .copied()
-                .collect();
-            uniq.sort_unstable();
-            uniq.dedup();
-            uniq.truncate(DECODED_MAX);
-            let mut decoded = vec![0f32; uniq.len() * dim];
-            decoded
-                .par_chunks_mut(dim.max(1))
-                .zip(uniq.par_iter())
-                .try_for_each(|(out, &c)| recon(c, out))?;
-            let cached = |c: u32| {
-                uniq.binary_search(&c)
-                    .ok()
-                    .map(|k| &decoded[k * dim..(k + 1) * dim])
-            };
             let repaired: Vec<Option<Vec<u32>>> = batch
                 .par_iter()
-                .zip(cands)
-                .map_init(PruneScratch::default, |ps, (pn, c)| match c {
-                    Some(c) if c.len() > h.max_degree as usize => ps
-                        .prune(dim, dist, &pn.vector, &c, cached, recon, p)
-                        .map(Some),
-                    c => Ok(c),
+                .map_init(PruneScratch::default, |ps, pn| {
+                    if !pn.list.iter().any(|n| dead_set.contains(n)) {
+                        return Ok(None);
+                    }
+                    // Alg. 4's candidates of a node that lost a neighbour.
+                    let mut cands: Vec<u32> = Vec::new();
+                    for &v in &pn.list {
+                        match dead_lists.get(&v) {
+                            Some(l) => cands.extend(l.iter().copied().filter(|&x| x != pn.node)),
+                            None => cands.push(v),
+                        }
+                    }
+                    cands.sort_unstable();
+                    cands.dedup();
+                    if cands.len() <= h.max_degree as usize {
+                        return Ok(Some(cands));
+                    }
+                    ps.prune(dim, dist, &pn.vector, &cands, |_| None, recon, p)
+                        .map(Some)
                 })
                 .collect::<Result<_>>()?;
             stats.repaired += write_batch(w, batch, repaired)?;
@@ -558,8 +526,9 @@ impl PruneScratch {
     ) -> Result<Vec<u32>> {
         let mut flat = std::mem::take(&mut self.flat);
         flat.clear();
-        for &c in cands {
-            if cached(c).is_none() {
+        let found: Vec<Option<&[f32]>> = cands.iter().map(|&c| cached(c)).collect();
+        for (&c, f) in cands.iter().zip(&found) {
+            if f.is_none() {
                 let at = flat.len();
                 flat.resize(at + dim, 0.0);
                 decode(c, &mut flat[at..])?;
@@ -568,12 +537,11 @@ impl PruneScratch {
         let mut rows: Vec<&[f32]> = Vec::with_capacity(cands.len() + 1);
         rows.push(base);
         let mut misses = flat.chunks_exact(dim.max(1));
-        for &c in cands {
-            match cached(c) {
-                Some(v) => rows.push(v),
-                None => rows.push(misses.next().unwrap_or(&[])),
-            }
-        }
+        rows.extend(
+            found
+                .iter()
+                .map(|f| f.unwrap_or_else(|| misses.next().unwrap_or(&[]))),
+        );
         self.cand_nodes.clear();
         self.cand_nodes.extend_from_slice(cands);
         let r = self.prune_rows(dist, &rows, p);
