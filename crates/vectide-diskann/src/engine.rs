@@ -980,6 +980,8 @@ impl Inner {
             extra.push(("last_merge_delete_secs".into(), m.delete_secs));
             extra.push(("last_merge_insert_secs".into(), m.insert_secs));
             extra.push(("last_merge_patch_secs".into(), m.patch_secs));
+            extra.push(("last_merge_orphans_linked".into(), m.orphans_linked as f64));
+            extra.push(("last_merge_orphans_left".into(), m.orphans_left as f64));
         }
         IndexStats {
             live: st.loc.len(),

@@ -363,6 +363,70 @@ impl<'a> NodeWriter<'a> {
     }
 }
 
+/// One node record of a written LTI file, read back and rewritten in
+/// place: StreamingMerge's last step gives an orphaned node an in-edge
+/// this way. Reads and checks the record's sectors, hands `edit` the
+/// node's vector and list, and, when the list changed, writes the sectors
+/// back resealed (not synced). Returns what `edit` returned.
+pub fn edit_record<T>(
+    file: &dyn BlockFile,
+    h: &Header,
+    id: u32,
+    edit: impl FnOnce(&[f32], &mut Vec<u32>) -> T,
+) -> Result<T> {
+    if id as u64 >= h.nodes {
+        return Err(Error::invalid(format!("LTI has no node {id}")));
+    }
+    let spn = h.sectors_per_node();
+    let nb = h.node_bytes();
+    let (first, off) = h.locate(id as u64);
+    let mut buf = AlignedBuf::new(spn);
+    file.read(first, &mut buf)?;
+    for s in 0..spn {
+        check_sector(buf.block(s), first + s as u64)?;
+    }
+    let mut rec = Vec::with_capacity(nb);
+    if spn == 1 {
+        rec.extend_from_slice(&buf[off..off + nb]);
+    } else {
+        let mut left = nb;
+        for s in 0..spn {
+            let take = left.min(PAYLOAD);
+            rec.extend_from_slice(&buf[s * BLOCK..s * BLOCK + take]);
+            left -= take;
+        }
+    }
+    let node = Node::parse(&rec, h)?;
+    let mut vector = vec![0.0; h.dim as usize];
+    node.vector_into(&mut vector)?;
+    let label = node.label;
+    let mut list: Vec<u32> = node.neighbor_ids().collect();
+    let before = list.clone();
+    let out = edit(&vector, &mut list);
+    if list == before {
+        return Ok(out);
+    }
+    if list.iter().any(|&x| x as u64 >= h.nodes) {
+        return Err(Error::invalid(
+            "LTI record edit: neighbour past the node count",
+        ));
+    }
+    rec.clear();
+    encode_node(&mut rec, h, &vector, label, &list)?;
+    if spn == 1 {
+        buf[off..off + nb].copy_from_slice(&rec);
+    } else {
+        for (s, chunk) in rec.chunks(PAYLOAD).enumerate() {
+            buf[s * BLOCK..s * BLOCK + chunk.len()].copy_from_slice(chunk);
+        }
+    }
+    for s in 0..spn {
+        seal(buf.block_mut(s));
+    }
+    file.write(first, &buf)?;
+    Ok(out)
+}
+
 /// An open LTI: the file, its header, PQ codes in RAM and the node cache.
 pub struct Lti {
     file: Box<dyn BlockFile>,

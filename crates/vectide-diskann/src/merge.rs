@@ -23,6 +23,13 @@
 //!    points are written in their slots. The blocks go to the **new LTI**,
 //!    then its PQ file is written (old codes, new points' codes in their
 //!    slots) without copying the code array.
+//! 4. **Orphans.** Pruning in either phase can drop a node's last in-edge,
+//!    leaving it unreachable from the start node. While the Patch phase
+//!    writes, two bits per node record whether it has one in-edge and
+//!    whether it has two; each live node left with none gets one from its
+//!    nearest out-neighbour that has room, else in place of an entry of
+//!    that neighbour whose target has another in-edge (the record is
+//!    rewritten in the new LTI before the switch).
 //!
 //! The caller switches to the new LTI (manifest + rename) and applies the
 //! [`MergeOutcome`]'s codes to the codes array in place.
@@ -40,7 +47,7 @@
 //!   write during a merge leaves it in force.
 
 use crate::layout::{Header, Node, PqFile, NO_LABEL};
-use crate::lti::{Lti, NodeWriter, QueryStats, Scratch};
+use crate::lti::{edit_record, Lti, NodeWriter, QueryStats, Scratch};
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -120,6 +127,10 @@ pub struct MergeStats {
     pub sectors_read: u64,
     /// Sectors written (intermediate and new LTI).
     pub sectors_written: u64,
+    /// Live nodes left without an in-edge by the prunes that got one back.
+    pub orphans_linked: u64,
+    /// Such nodes no neighbour could take (none had room or a spare edge).
+    pub orphans_left: u64,
 }
 
 /// A merge's result: the new LTI's header, the slot of each new point and
@@ -382,7 +393,8 @@ pub fn streaming_merge(
     let new_of = |c: u32| slot_of.get(&c).map(|&j| new_vec(j as usize));
     let mut w = NodeWriter::new(out, out_shape)?;
     let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
-    let patch = |batch: &mut Vec<Pending>, w: &mut NodeWriter<'_>, stats: &mut MergeStats| {
+    let mut in_edges = InEdges::new(n_new as usize);
+    let mut patch = |batch: &mut Vec<Pending>, w: &mut NodeWriter<'_>, stats: &mut MergeStats| {
         let lists: Vec<Option<Vec<u32>>> = batch
             .par_iter()
             .map_init(PruneScratch::default, |ps, pn| {
@@ -402,6 +414,13 @@ pub fn streaming_merge(
                     .map(Some)
             })
             .collect::<Result<_>>()?;
+        for (pn, l) in batch.iter().zip(&lists) {
+            if pn.label == NO_LABEL {
+                in_edges.mark_free(pn.node);
+            } else {
+                in_edges.add_list(l.as_deref().unwrap_or(&pn.list));
+            }
+        }
         stats.patched += write_batch(w, batch, lists)?;
         Ok::<(), Error>(())
     };
@@ -442,6 +461,19 @@ pub fn streaming_merge(
     report(Phase::Patch, n_new, n_new);
     let header = w.finish(h.start, durable_seq)?;
     stats.sectors_written += 1 + header.data_sectors();
+    let vector_of = |c: u32, v: &mut [f32]| match new_of(c) {
+        Some(x) => {
+            v.copy_from_slice(x);
+            Ok(())
+        }
+        None => recon(c, v),
+    };
+    let (linked, left) = link_orphans(out, &header, &mut in_edges, dist, vector_of)?;
+    if linked > 0 {
+        out.sync()?;
+    }
+    stats.orphans_linked = linked;
+    stats.orphans_left = left;
     let m = pq.m();
     let old_codes = old.codes();
     PqFile::write_with(pq_path, pq, n_new, |i| match slot_of.get(&(i as u32)) {
@@ -456,6 +488,130 @@ pub fn streaming_merge(
         free: left_free,
         stats,
     })
+}
+
+/// In-edges counted up to two per node, and free records, over the new
+/// LTI as the Patch phase writes it (three bits per node).
+struct InEdges {
+    one: Vec<u64>,
+    two: Vec<u64>,
+    free: Vec<u64>,
+}
+
+fn bit(bits: &[u64], i: u32) -> bool {
+    bits.get(i as usize / 64)
+        .is_some_and(|w| w >> (i % 64) & 1 == 1)
+}
+
+fn set_bit(bits: &mut [u64], i: u32, on: bool) {
+    if let Some(w) = bits.get_mut(i as usize / 64) {
+        if on {
+            *w |= 1 << (i % 64);
+        } else {
+            *w &= !(1 << (i % 64));
+        }
+    }
+}
+
+impl InEdges {
+    fn new(n: usize) -> Self {
+        let words = n.div_ceil(64);
+        InEdges {
+            one: vec![0; words],
+            two: vec![0; words],
+            free: vec![0; words],
+        }
+    }
+
+    fn add(&mut self, t: u32) {
+        if bit(&self.one, t) {
+            set_bit(&mut self.two, t, true);
+        } else {
+            set_bit(&mut self.one, t, true);
+        }
+    }
+
+    fn add_list(&mut self, list: &[u32]) {
+        for &t in list {
+            self.add(t);
+        }
+    }
+
+    fn mark_free(&mut self, i: u32) {
+        set_bit(&mut self.free, i, true);
+    }
+
+    /// Live nodes other than the start with no in-edge.
+    fn orphans(&self, n: u64, start: u64) -> Vec<u32> {
+        (0..n as u32)
+            .filter(|&i| i as u64 != start && !bit(&self.free, i) && !bit(&self.one, i))
+            .collect()
+    }
+}
+
+/// Gives each orphan (module docs, step 4) an in-edge in the written file
+/// `out`: from its out-neighbours, nearest first (`vector_of` gives their
+/// vectors), then the start node, the first with room takes it; failing
+/// that, the first with an entry whose target has another in-edge gives
+/// that entry up. Returns (linked, left without one). Not synced.
+fn link_orphans(
+    out: &dyn BlockFile,
+    h: &Header,
+    edges: &mut InEdges,
+    dist: DistanceFn,
+    vector_of: impl Fn(u32, &mut [f32]) -> Result<()>,
+) -> Result<(u64, u64)> {
+    let room = h.max_degree as usize;
+    let (mut linked, mut left) = (0, 0);
+    let mut v = vec![0.0; h.dim as usize];
+    for o in edges.orphans(h.nodes, h.start) {
+        let (own, list) = edit_record(out, h, o, |x, l| (x.to_vec(), l.clone()))?;
+        let mut near: Vec<(f32, u32)> = Vec::with_capacity(list.len() + 1);
+        for q in list.into_iter().filter(|&q| q != o && !bit(&edges.free, q)) {
+            vector_of(q, &mut v)?;
+            near.push((dist(&own, &v), q));
+        }
+        near.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if near.iter().all(|&(_, q)| q as u64 != h.start) {
+            near.push((f32::INFINITY, h.start as u32));
+        }
+        let mut done = false;
+        for &(_, q) in &near {
+            done = edit_record(out, h, q, |_, l| {
+                let fits = l.len() < room && !l.contains(&o);
+                if fits {
+                    l.push(o);
+                }
+                fits
+            })?;
+            if done {
+                break;
+            }
+        }
+        if !done {
+            for &(_, q) in &near {
+                let two = &edges.two;
+                let given = edit_record(out, h, q, |_, l| {
+                    let at = l.iter().rposition(|&e| bit(two, e))?;
+                    Some(std::mem::replace(&mut l[at], o))
+                })?;
+                if let Some(e) = given {
+                    // `e` keeps at least one in-edge; whether it keeps two
+                    // is unknown, so it no longer counts as having two.
+                    set_bit(&mut edges.two, e, false);
+                    done = true;
+                    break;
+                }
+            }
+        }
+        if done {
+            edges.add(o);
+            linked += 1;
+        } else {
+            left += 1;
+        }
+    }
+    Ok((linked, left))
 }
 
 impl Pending {
@@ -569,5 +725,141 @@ impl PruneScratch {
             .collect();
         out.dedup();
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vectide_core::Metric;
+    use vectide_storage::block::SimBlockFile;
+
+    /// Writes nodes at x = 0, 1, 2, … on a line (2-d vectors) with these
+    /// lists (`None`: a free record), start node 0.
+    fn line(lists: &[Option<Vec<u32>>], max_degree: u32) -> (SimBlockFile, Header, InEdges) {
+        let file = SimBlockFile::new(7);
+        let shape = Header {
+            metric: Metric::L2,
+            dim: 2,
+            max_degree,
+            nodes: 0,
+            start: 0,
+            durable_seq: 0,
+            pq_bytes: 1,
+        };
+        let mut edges = InEdges::new(lists.len());
+        let h = {
+            let mut w = NodeWriter::new(&file, shape).unwrap();
+            for (i, l) in lists.iter().enumerate() {
+                match l {
+                    Some(l) => {
+                        w.push(&[i as f32, 0.0], i as u64, l).unwrap();
+                        edges.add_list(l);
+                    }
+                    None => {
+                        w.push_free().unwrap();
+                        edges.mark_free(i as u32);
+                    }
+                }
+            }
+            w.finish(0, 0).unwrap()
+        };
+        (file, h, edges)
+    }
+
+    fn lists_of(file: &SimBlockFile, h: &Header) -> Vec<Vec<u32>> {
+        (0..h.nodes as u32)
+            .map(|i| edit_record(file, h, i, |_, l| l.clone()).unwrap())
+            .collect()
+    }
+
+    fn exact(c: u32, v: &mut [f32]) -> Result<()> {
+        v.copy_from_slice(&[c as f32, 0.0]);
+        Ok(())
+    }
+
+    #[test]
+    fn orphans_get_an_in_edge_from_a_neighbour_with_room() {
+        // 3 and 4 have no in-edge; 5 is free. Room 3: 2 takes 3, 1 takes 4
+        // (each orphan's nearest out-neighbour).
+        let lists = [
+            Some(vec![1, 2]),
+            Some(vec![2, 0]),
+            Some(vec![1, 0]),
+            Some(vec![0, 2]),
+            Some(vec![0, 1]),
+            None,
+        ];
+        let (file, h, mut edges) = line(&lists, 3);
+        assert_eq!(edges.orphans(h.nodes, h.start), vec![3, 4]);
+        let dist = Metric::L2.distance_fn();
+        assert_eq!(
+            link_orphans(&file, &h, &mut edges, dist, exact).unwrap(),
+            (2, 0)
+        );
+        let got = lists_of(&file, &h);
+        assert_eq!(got[2], vec![1, 0, 3]);
+        assert_eq!(got[1], vec![2, 0, 4]);
+        let live: Vec<u32> = (1..5).collect();
+        assert!(crate::engine::unreachable(&got, 0, &live).is_empty());
+        assert!(edges.orphans(h.nodes, h.start).is_empty());
+    }
+
+    #[test]
+    fn a_full_neighbour_gives_up_an_edge_whose_target_has_another() {
+        // Room 2, every list full. 3's nearest neighbour 2 gives up its
+        // entry 0 (in-edges from 1 and 2); 4's neighbour 1 gives up 2
+        // (in-edges from 0, 1 and now 3), not 0 (down to one).
+        let lists = [
+            Some(vec![1, 2]),
+            Some(vec![2, 0]),
+            Some(vec![1, 0]),
+            Some(vec![2, 1]),
+            Some(vec![1, 0]),
+        ];
+        let (file, h, mut edges) = line(&lists, 2);
+        let dist = Metric::L2.distance_fn();
+        assert_eq!(
+            link_orphans(&file, &h, &mut edges, dist, exact).unwrap(),
+            (2, 0)
+        );
+        let got = lists_of(&file, &h);
+        assert_eq!(got[2], vec![1, 3]);
+        assert_eq!(got[1], vec![4, 0]);
+        let live: Vec<u32> = (1..5).collect();
+        assert!(crate::engine::unreachable(&got, 0, &live).is_empty());
+        // Lists read back parse (sectors resealed).
+        assert!(got.iter().all(|l| l.len() == 2));
+    }
+
+    #[test]
+    fn the_start_node_takes_an_orphan_its_neighbours_cannot() {
+        // Room 1: 0 -> 1 -> 0, 2 -> 1. 2's neighbour 1 is full and its
+        // entry 0 has one in-edge; the start 0 gives up 1 (in-edges from
+        // 0 and 2).
+        let lists = [Some(vec![1]), Some(vec![0]), Some(vec![1])];
+        let (file, h, mut edges) = line(&lists, 1);
+        let dist = Metric::L2.distance_fn();
+        assert_eq!(
+            link_orphans(&file, &h, &mut edges, dist, exact).unwrap(),
+            (1, 0)
+        );
+        let got = lists_of(&file, &h);
+        assert_eq!(got, vec![vec![2], vec![0], vec![1]]);
+        assert!(crate::engine::unreachable(&got, 0, &[1, 2]).is_empty());
+    }
+
+    #[test]
+    fn an_orphan_nobody_can_take_is_counted_not_forced() {
+        // Room 1: 0 -> 1 -> 0, 2 -> 0. Taking 2 would cost 1 its only
+        // in-edge, so nothing changes and 2 is counted as left.
+        let lists = [Some(vec![1]), Some(vec![0]), Some(vec![0])];
+        let (file, h, mut edges) = line(&lists, 1);
+        let dist = Metric::L2.distance_fn();
+        assert_eq!(
+            link_orphans(&file, &h, &mut edges, dist, exact).unwrap(),
+            (0, 1)
+        );
+        assert_eq!(lists_of(&file, &h), vec![vec![1], vec![0], vec![0]]);
     }
 }

@@ -197,10 +197,15 @@ fn run(n: usize, del: usize, add: usize) -> Case {
             in_deg[x as usize] += 1;
         }
     }
-    // Every new point is reachable through some in-edge.
-    for &s in &m.slots {
-        assert!(in_deg[s as usize] > 0, "new slot {s} has no in-edge");
+    // Every live node but the start has an in-edge (new points and old
+    // ones whose last in-edge a prune dropped: the merge links orphans).
+    let start = new.header().start;
+    for (i, _) in &lists {
+        if !free.contains(i) && *i as u64 != start {
+            assert!(in_deg[*i as usize] > 0, "node {i} has no in-edge");
+        }
     }
+    assert_eq!(m.stats.orphans_left, 0);
     let after_pts: Vec<(u64, Vec<f32>)> = (0..n + add)
         .filter(|&i| !gone.contains(&(i as u64)))
         .map(|i| (i as u64, all[i * DIM..(i + 1) * DIM].to_vec()))
@@ -248,10 +253,18 @@ fn run(n: usize, del: usize, add: usize) -> Case {
 }
 
 /// At a small search list (L 12, W 2: recall is not saturated) the merged
-/// index is within 3 points of the same set rebuilt from scratch.
-fn close_to_rebuilt(c: &Case) {
+/// index is within `points` of the same set rebuilt from scratch.
+///
+/// The rebuilt file is laid out by `sector_order` throughout, so sector
+/// mates give its searches more exact distances per read; a merge lays new
+/// points out among themselves, past the end or in freed slots, not beside
+/// their old neighbours. Where new points are a fifth of the index that
+/// costs the merged file about 2.5 points at this L (measured over 20 runs
+/// of the test: 0.908-0.923 merged, 0.932-0.952 rebuilt; before the layout
+/// change both were 0.88), so that case gets 5 points.
+fn close_to_rebuilt(c: &Case, points: f64) {
     assert!(
-        c.recall_after >= c.rebuilt - 0.03,
+        c.recall_after >= c.rebuilt - points / 100.0,
         "merged {} vs rebuilt {} (before {})",
         c.recall_after,
         c.rebuilt,
@@ -263,15 +276,15 @@ fn close_to_rebuilt(c: &Case) {
 fn merge_of_deletes_and_inserts_keeps_recall() {
     let c = run(3000, 150, 150);
     assert_eq!(c.new_nodes, c.old_nodes, "new points took the freed slots");
-    close_to_rebuilt(&c);
+    close_to_rebuilt(&c, 3.0);
 }
 
 #[test]
 fn more_inserts_than_deletes_grow_the_file_and_deletes_alone_leave_free_slots() {
     let c = run(2000, 50, 400);
     assert_eq!(c.new_nodes, c.old_nodes + 350);
-    close_to_rebuilt(&c);
+    close_to_rebuilt(&c, 5.0);
     let c = run(2000, 200, 0);
     assert_eq!(c.new_nodes, c.old_nodes);
-    close_to_rebuilt(&c);
+    close_to_rebuilt(&c, 3.0);
 }
