@@ -980,6 +980,11 @@ impl Inner {
             extra.push(("last_merge_delete_secs".into(), m.delete_secs));
             extra.push(("last_merge_insert_secs".into(), m.insert_secs));
             extra.push(("last_merge_patch_secs".into(), m.patch_secs));
+            extra.push(("last_merge_sectors_read".into(), m.sectors_read as f64));
+            extra.push((
+                "last_merge_insert_cache_hits".into(),
+                m.insert_cache_hits as f64,
+            ));
             extra.push(("last_merge_orphans_linked".into(), m.orphans_linked as f64));
             extra.push(("last_merge_orphans_left".into(), m.orphans_left as f64));
         }

@@ -467,6 +467,84 @@ pub struct Scratch {
     /// First sectors of this hop's nodes, and those not cached.
     sectors: Vec<u64>,
     reads: Vec<u64>,
+    /// Records read by this scratch's recent searches (off unless
+    /// [`Scratch::keep_recent`] turned it on).
+    recent: Recent,
+}
+
+impl Scratch {
+    /// Keeps the last `sectors` records read (CLOCK eviction) and serves
+    /// later searches on this scratch from them. StreamingMerge's Insert
+    /// phase turns it on: a thread searches for new points in
+    /// `sector_order`, so consecutive searches end in the same region and
+    /// read the same sectors.
+    pub fn keep_recent(&mut self, sectors: usize) {
+        self.recent = Recent {
+            cap: sectors,
+            ..Recent::default()
+        };
+    }
+
+    /// Bytes the recent-records cache holds.
+    pub fn recent_bytes(&self) -> usize {
+        self.recent.bufs.iter().map(|b| b.len()).sum()
+    }
+}
+
+/// A small per-scratch record cache: first sector → the record's sectors,
+/// evicted by CLOCK (a hit sets a reference bit the hand clears once).
+#[derive(Default)]
+struct Recent {
+    cap: usize,
+    slot_of: HashMap<u64, usize>,
+    keys: Vec<u64>,
+    bufs: Vec<Box<[u8]>>,
+    referenced: Vec<bool>,
+    hand: usize,
+}
+
+impl Recent {
+    fn get(&self, first: u64) -> Option<&[u8]> {
+        self.slot_of.get(&first).map(|&i| &self.bufs[i][..])
+    }
+
+    fn touch(&mut self, first: u64) -> bool {
+        match self.slot_of.get(&first) {
+            Some(&i) => {
+                self.referenced[i] = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn put(&mut self, first: u64, bytes: &[u8]) {
+        if self.cap == 0 || self.slot_of.contains_key(&first) {
+            return;
+        }
+        let i = if self.bufs.len() < self.cap {
+            self.bufs.push(bytes.into());
+            self.keys.push(first);
+            self.referenced.push(false);
+            self.bufs.len() - 1
+        } else {
+            while self.referenced[self.hand] {
+                self.referenced[self.hand] = false;
+                self.hand = (self.hand + 1) % self.cap;
+            }
+            let i = self.hand;
+            self.hand = (self.hand + 1) % self.cap;
+            self.slot_of.remove(&self.keys[i]);
+            if self.bufs[i].len() == bytes.len() {
+                self.bufs[i].copy_from_slice(bytes);
+            } else {
+                self.bufs[i] = bytes.into();
+            }
+            self.keys[i] = first;
+            i
+        };
+        self.slot_of.insert(first, i);
+    }
 }
 
 impl Lti {
@@ -816,6 +894,7 @@ impl Lti {
         stats.pq_distances += 1;
         scratch.done.reset(h.nodes as usize);
         let nps = h.nodes_per_sector();
+        let spn = h.sectors_per_node();
         let mut joined = Vec::new();
         loop {
             scratch.batch.clear();
@@ -838,7 +917,7 @@ impl Lti {
                 let (first, _) = h.locate(id as u64);
                 if !scratch.sectors.contains(&first) {
                     scratch.sectors.push(first);
-                    if self.cache.contains_key(&first) {
+                    if self.cache.contains_key(&first) || scratch.recent.touch(first) {
                         stats.cache_hits += 1;
                     } else {
                         scratch.reads.push(first);
@@ -855,14 +934,16 @@ impl Lti {
             let batch = std::mem::take(&mut scratch.batch);
             let sectors = std::mem::take(&mut scratch.sectors);
             let reads = std::mem::take(&mut scratch.reads);
+            let recent = std::mem::take(&mut scratch.recent);
             let bytes_of = |first: u64| -> &[u8] {
-                match self.cache.get(&first) {
-                    Some(b) => b,
-                    None => {
-                        let i = reads.iter().position(|&s| s == first).unwrap_or(0);
-                        &bufs[i][..]
-                    }
+                if let Some(b) = self.cache.get(&first) {
+                    return b;
                 }
+                if let Some(b) = recent.get(first) {
+                    return b;
+                }
+                let i = reads.iter().position(|&s| s == first).unwrap_or(0);
+                &bufs[i][..]
             };
             let r = (|| -> Result<()> {
                 for &id in &batch {
@@ -908,6 +989,14 @@ impl Lti {
                 }
                 Ok(())
             })();
+            let mut recent = recent;
+            if recent.cap > 0 {
+                let bytes = spn * BLOCK;
+                for (&first, buf) in reads.iter().zip(&bufs) {
+                    recent.put(first, &buf[..bytes]);
+                }
+            }
+            scratch.recent = recent;
             scratch.bufs = bufs;
             scratch.batch = batch;
             scratch.sectors = sectors;

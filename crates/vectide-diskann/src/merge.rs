@@ -10,13 +10,20 @@
 //!    candidates standing in for their vectors (only the node's own vector
 //!    came with its block). Deleted nodes become free records. The blocks
 //!    go, in order, to an **intermediate LTI** of the same numbering.
-//! 2. **Insert phase.** New points take the free slots (lowest first), then
-//!    slots past the end, in `sector_order` over their temp-index links
-//!    (new neighbours share sectors). Each runs GreedySearch over the intermediate LTI
-//!    read from disk (the beam search, W reads per hop); its candidates are
-//!    the nodes expanded (their exact vectors came with their sectors) and
-//!    the new points it links to in its temp index; RobustPrune gives its
-//!    list. The back-edges go to an in-memory Δ (slot → new in-neighbours).
+//! 2. **Insert phase**, at the same time as the Delete phase (which is
+//!    CPU-bound while this one mostly waits on reads), in its own pool of
+//!    `io_threads`. Each new point runs GreedySearch over the **old** LTI
+//!    read from disk (the beam search, W reads per hop), where deleted
+//!    nodes still route but never become candidates; its candidates are
+//!    the live nodes expanded (their exact vectors came with their
+//!    sectors) and the new points it links to in its temp index;
+//!    RobustPrune gives its list. Searches run in `sector_order` over the
+//!    temp-index links, so a thread's consecutive searches end in the same
+//!    region, and each thread keeps the records it read recently (one 4
+//!    KiB sector per new point it handles, at most 256). New points then
+//!    take the free slots (lowest first), then slots past the end, in the
+//!    same order (new neighbours share sectors). The back-edges go to an
+//!    in-memory Δ (slot → new in-neighbours).
 //! 3. **Patch phase.** The intermediate LTI is read block by block; each
 //!    node gets its Δ, a list over its room (`max_degree`) is pruned to `r`
 //!    (PQ reconstructions for old nodes, exact vectors for new ones); new
@@ -42,6 +49,12 @@
 //!   neighbours in the temp index that are merged with it.
 //! - **Candidate sets within the room are kept whole** (no pruning below
 //!   `max_degree`), as DiskANN's consolidation code does.
+//! - **The Insert phase searches the old LTI, not the intermediate one**,
+//!   so that it can run beside the Delete phase (on GloVe 100K, 5 %
+//!   changed, 2 cores: merge 5.1-5.3 s one after the other, 3.6-3.8 s
+//!   together, recall@10 after the merge 0.990 both ways). Deleted nodes
+//!   are then stepping stones of the search as in a FreshVamana search,
+//!   and are filtered out of the candidates.
 //! - **New LTI files, not in-place patches.** Both phases write new files,
 //!   so the old LTI stays intact until the switch: a crash or a failed
 //!   write during a merge leaves it in force.
@@ -49,8 +62,9 @@
 use crate::layout::{Header, Node, PqFile, NO_LABEL};
 use crate::lti::{edit_record, Lti, NodeWriter, QueryStats, Scratch};
 use rayon::prelude::*;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 use vectide_core::heap::Candidate;
 use vectide_core::metric::DistanceFn;
@@ -66,9 +80,10 @@ pub struct MergeParams {
     pub l: usize,
     pub alpha: f32,
     pub w: usize,
-    /// Threads of the Insert phase (0: the caller's pool). Its searches
-    /// wait on disk reads most of the time, so more threads than cores
-    /// keep more reads in flight (the engine uses 4 per core).
+    /// Threads of the Insert phase's own pool (0: as many as the caller's
+    /// pool). Its searches wait on disk reads most of the time, so more
+    /// threads than cores keep more reads in flight (the engine uses 4 per
+    /// core).
     pub io_threads: usize,
 }
 
@@ -116,6 +131,7 @@ pub type MergeProgress<'a> = &'a (dyn Fn(Phase, u64, u64) + Sync);
 /// What a merge did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MergeStats {
+    /// The Delete and Insert phases run at once: each one's own wall time.
     pub delete_secs: f64,
     pub insert_secs: f64,
     pub patch_secs: f64,
@@ -127,6 +143,8 @@ pub struct MergeStats {
     pub sectors_read: u64,
     /// Sectors written (intermediate and new LTI).
     pub sectors_written: u64,
+    /// Insert-phase reads served by a thread's recent records.
+    pub insert_cache_hits: u64,
     /// Live nodes left without an in-edge by the prunes that got one back.
     pub orphans_linked: u64,
     /// Such nodes no neighbour could take (none had room or a spare edge).
@@ -161,6 +179,13 @@ impl MergeOutcome {
 
 /// Nodes gathered from a scan before their lists are computed in parallel.
 const BATCH: usize = 1024;
+
+/// Records each Insert-phase thread keeps from its recent searches: one
+/// per new point the thread searches for, at most this many (4 KiB
+/// sectors: 1 MiB a thread), so that the cache follows the change set.
+/// On GloVe 100K (5 % changed, 8 threads) it serves 15 % of the reads and
+/// the merge takes 3.6-3.8 s against 4.2-4.4 s without it.
+const RECENT: usize = 256;
 
 struct Pending {
     node: u32,
@@ -206,7 +231,8 @@ pub fn streaming_merge(
     {
         return Err(Error::invalid("merge: a link names a point not merged"));
     }
-    let dead_set: HashSet<u32> = dead.iter().copied().collect();
+    // One bit per old node (the scan asks for each neighbour of each node).
+    let mut dead_bits = vec![0u64; (n_old as usize).div_ceil(64)];
     if dead
         .iter()
         .any(|&d| d as u64 >= n_old || d as u64 == h.start)
@@ -218,28 +244,39 @@ pub fn streaming_merge(
     if n_old + inserts.len() as u64 > u32::MAX as u64 {
         return Err(Error::invalid("merge: more than 2^32 - 1 nodes"));
     }
+    for &d in dead {
+        set_bit(&mut dead_bits, d, true);
+    }
+    let is_dead = |n: u32| bit(&dead_bits, n);
     let dist = h.metric.distance_fn();
     let pq = old.pq();
     let mut stats = MergeStats::default();
-    let mut scratch = Scratch::default();
+    let new_vec = |j: usize| &inserts.vectors[j * dim..(j + 1) * dim];
+    // New points in sector order over their temp-index links: the order
+    // of their searches and of their slots.
+    let order = crate::lti::sector_order(inserts.links, 0, h.nodes_per_sector());
 
-    // Delete phase: the deleted nodes' live neighbours, then the scan.
-    let t = Instant::now();
-    let mut dead_lists: HashMap<u32, Vec<u32>> = HashMap::with_capacity(dead.len());
-    let mut sorted_dead: Vec<u32> = dead_set.iter().copied().collect();
-    sorted_dead.sort_unstable();
-    let qs = old.read_records(&sorted_dead, &mut scratch, |id, node| {
-        let list = node
-            .neighbor_ids()
-            .filter(|n| !dead_set.contains(n))
-            .collect();
-        dead_lists.insert(id, list);
-        Ok(())
-    })?;
-    stats.sectors_read += qs.sectors_read;
-    let recon = |node: u32, out: &mut [f32]| pq.decode(old.code(node), out);
-    let mut free: Vec<u32> = Vec::new();
-    {
+    // The Delete phase (CPU: prunes) and the Insert phase (mostly waiting
+    // on reads) run at once; the Insert phase searches the old LTI, where
+    // deleted nodes still route but are never candidates.
+    let deleting = AtomicBool::new(true);
+    let failed = AtomicBool::new(false);
+    let delete_phase = || -> Result<(Vec<u32>, MergeStats)> {
+        let mut stats = MergeStats::default();
+        let mut scratch = Scratch::default();
+        let t = Instant::now();
+        // The deleted nodes' live neighbours, then the scan.
+        let mut dead_lists: HashMap<u32, Vec<u32>> = HashMap::with_capacity(dead.len());
+        let mut sorted_dead: Vec<u32> = dead.to_vec();
+        sorted_dead.sort_unstable();
+        sorted_dead.dedup();
+        let qs = old.read_records(&sorted_dead, &mut scratch, |id, node| {
+            let list = node.neighbor_ids().filter(|&n| !is_dead(n)).collect();
+            dead_lists.insert(id, list);
+            Ok(())
+        })?;
+        stats.sectors_read += qs.sectors_read;
+        let mut free: Vec<u32> = Vec::new();
         let mut w = NodeWriter::new(&*intermediate, h)?;
         let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
         let mut done = 0u64;
@@ -247,13 +284,13 @@ pub fn streaming_merge(
             let repaired: Vec<Option<Vec<u32>>> = batch
                 .par_iter()
                 .map_init(PruneScratch::default, |ps, pn| {
-                    if !pn.list.iter().any(|n| dead_set.contains(n)) {
+                    if !pn.list.iter().any(|&n| is_dead(n)) {
                         return Ok(None);
                     }
                     // Alg. 4's candidates of a node that lost a neighbour.
                     let mut cands: Vec<u32> = Vec::new();
                     for &v in &pn.list {
-                        match dead_lists.get(&v) {
+                        match is_dead(v).then(|| dead_lists.get(&v)).flatten() {
                             Some(l) => cands.extend(l.iter().copied().filter(|&x| x != pn.node)),
                             None => cands.push(v),
                         }
@@ -263,7 +300,7 @@ pub fn streaming_merge(
                     if cands.len() <= h.max_degree as usize {
                         return Ok(Some(cands));
                     }
-                    ps.prune(dim, dist, &pn.vector, &cands, |_| None, recon, p)
+                    ps.prune(dim, dist, &pn.vector, &cands, |_| None, old, p)
                         .map(Some)
                 })
                 .collect::<Result<_>>()?;
@@ -271,11 +308,10 @@ pub fn streaming_merge(
             Ok::<(), Error>(())
         };
         old.scan(|i, node| {
-            let label = if dead_set.contains(&i) {
-                NO_LABEL
-            } else {
-                node.label
-            };
+            if failed.load(Ordering::Relaxed) {
+                return Err(Error::invalid("merge: the Insert phase failed"));
+            }
+            let label = if is_dead(i) { NO_LABEL } else { node.label };
             if label == NO_LABEL {
                 free.push(i);
                 batch.push(Pending::free(i));
@@ -294,16 +330,123 @@ pub fn streaming_merge(
         stats.sectors_read += h.data_sectors();
         w.finish(h.start, h.durable_seq)?;
         stats.sectors_written += 1 + h.data_sectors();
-    }
-    stats.delete_secs = t.elapsed().as_secs_f64();
+        stats.delete_secs = t.elapsed().as_secs_f64();
+        Ok((free, stats))
+    };
 
-    // Slots for the new points: free ones first, then past the end, taken
-    // in sector order over the temp-index links so that new points that
-    // are neighbours share sectors too.
-    let t = Instant::now();
+    // Insert phase: GreedySearch for each new point over the old LTI from
+    // disk. A list names another new point `k` as `tag(k)` until the slots
+    // are known (they depend on the Delete phase's free records).
+    let done = AtomicU64::new(0);
+    let total = inserts.len() as u64;
+    let tag = |k: usize| u32::MAX - k as u32;
+    let first_tag = u32::MAX - (inserts.len() as u32).saturating_sub(1);
+    // Searches run in `order` (temp-index neighbours one after another),
+    // so a thread's consecutive searches end in the same region; each
+    // thread keeps its recent records (`recent` sectors) for the next.
+    let io_threads = if p.io_threads > 0 {
+        p.io_threads
+    } else {
+        rayon::current_num_threads()
+    };
+    let recent = inserts.len().div_ceil(io_threads).clamp(1, RECENT);
+    let insert_phase = || -> Result<Vec<(Vec<u32>, QueryStats)>> {
+        order
+            .par_iter()
+            .with_min_len(
+                order
+                    .len()
+                    .div_ceil(4 * rayon::current_num_threads())
+                    .max(1),
+            )
+            .map_init(
+                || {
+                    let mut sc = Scratch::default();
+                    sc.keep_recent(recent);
+                    (sc, PruneScratch::default())
+                },
+                |(sc, ps), &j| {
+                    if failed.load(Ordering::Relaxed) {
+                        return Err(Error::invalid("merge: the Delete phase failed"));
+                    }
+                    let j = j as usize;
+                    let q = new_vec(j);
+                    let qs = old.search_expanded(q, p.l, p.w, sc)?;
+                    // Candidates: expanded live nodes, then linked new points.
+                    ps.cand_nodes.clear();
+                    let mut vecs = std::mem::take(&mut ps.flat);
+                    vecs.clear();
+                    for (e, v) in sc
+                        .expanded
+                        .iter()
+                        .zip(sc.expanded_vectors.chunks_exact(dim))
+                    {
+                        if !is_dead(e.1) {
+                            ps.cand_nodes.push(e.1);
+                            vecs.extend_from_slice(v);
+                        }
+                    }
+                    for &k in &inserts.links[j] {
+                        if k as usize != j {
+                            ps.cand_nodes.push(tag(k as usize));
+                            vecs.extend_from_slice(new_vec(k as usize));
+                        }
+                    }
+                    let list = {
+                        let mut rows: Vec<&[f32]> = Vec::with_capacity(ps.cand_nodes.len() + 1);
+                        rows.push(q);
+                        rows.extend(vecs.chunks_exact(dim));
+                        ps.prune_rows(dist, &rows, p)
+                    };
+                    ps.flat = vecs;
+                    let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if d.is_multiple_of(1024) && !deleting.load(Ordering::Relaxed) {
+                        report(Phase::Insert, d, total);
+                    }
+                    Ok((list, qs))
+                },
+            )
+            .collect::<Result<_>>()
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(io_threads)
+        .thread_name(|i| format!("vectide-merge-io-{i}"))
+        .build()
+        .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?;
+    let (deleted, inserted) = std::thread::scope(|s| {
+        let ins = s.spawn(|| {
+            let t = Instant::now();
+            let r = pool.install(insert_phase);
+            if r.is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+            (r, t.elapsed().as_secs_f64())
+        });
+        let del = delete_phase();
+        if del.is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+        deleting.store(false, Ordering::Relaxed);
+        let ins = ins.join();
+        (del, ins)
+    });
+    let (inserted, insert_secs) =
+        inserted.map_err(|_| Error::invalid("merge: the Insert phase panicked"))?;
+    // The Delete phase's own error first (the other then only says it
+    // stopped because of it).
+    let (free, dstats) = deleted?;
+    let lists = inserted?;
+    report(Phase::Insert, total, total);
+    stats.sectors_read += dstats.sectors_read;
+    stats.sectors_written += dstats.sectors_written;
+    stats.repaired = dstats.repaired;
+    stats.delete_secs = dstats.delete_secs;
+    stats.insert_secs = insert_secs;
+
+    // Slots for the new points: free ones first, then past the end, in
+    // `order`, so that new points that are neighbours share sectors too.
     let reused = free.len().min(inserts.len());
     let mut slots = vec![0u32; inserts.len()];
-    let order = crate::lti::sector_order(inserts.links, 0, h.nodes_per_sector());
     for (k, &j) in order.iter().enumerate() {
         slots[j as usize] = if k < reused {
             free[k]
@@ -319,73 +462,28 @@ pub fn streaming_merge(
         .enumerate()
         .map(|(j, &s)| (s, j as u32))
         .collect();
-    let new_vec = |j: usize| &inserts.vectors[j * dim..(j + 1) * dim];
-
-    // Insert phase: GreedySearch over the intermediate LTI from disk.
-    let inter_header = Lti::read_header(&*intermediate)?;
-    let inter = Lti::from_parts(intermediate, inter_header, pq.clone(), old.codes().clone())?;
-    let done = std::sync::atomic::AtomicU64::new(0);
-    let total = inserts.len() as u64;
-    let insert_phase = || -> Result<Vec<(Vec<u32>, QueryStats)>> {
-        (0..inserts.len())
-            .into_par_iter()
-            .map_init(
-                || (Scratch::default(), PruneScratch::default()),
-                |(sc, ps), j| {
-                    let q = new_vec(j);
-                    let qs = inter.search_expanded(q, p.l, p.w, sc)?;
-                    // Candidates: expanded nodes, then linked new points.
-                    ps.cand_nodes.clear();
-                    ps.cand_nodes.extend(sc.expanded.iter().map(|e| e.1));
-                    let mut vecs = std::mem::take(&mut sc.expanded_vectors);
-                    for &k in &inserts.links[j] {
-                        if k as usize != j {
-                            ps.cand_nodes.push(slots[k as usize]);
-                            vecs.extend_from_slice(new_vec(k as usize));
-                        }
-                    }
-                    let list = {
-                        let mut rows: Vec<&[f32]> = Vec::with_capacity(ps.cand_nodes.len() + 1);
-                        rows.push(q);
-                        rows.extend(vecs.chunks_exact(dim));
-                        ps.prune_rows(dist, &rows, p)
-                    };
-                    sc.expanded_vectors = vecs;
-                    let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                    if d.is_multiple_of(1024) {
-                        report(Phase::Insert, d, total);
-                    }
-                    Ok((list, qs))
-                },
-            )
-            .collect::<Result<_>>()
-    };
-    let lists = if p.io_threads > rayon::current_num_threads() {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(p.io_threads)
-            .thread_name(|i| format!("vectide-merge-io-{i}"))
-            .build()
-            .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?
-            .install(insert_phase)?
-    } else {
-        insert_phase()?
-    };
-    report(Phase::Insert, total, total);
     let mut codes = vec![0u8; inserts.len() * pq.m()];
     codes
         .par_chunks_mut(pq.m().max(1))
         .enumerate()
         .try_for_each(|(j, c)| pq.encode(new_vec(j), c))?;
     let mut delta: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut new_lists: Vec<Vec<u32>> = Vec::with_capacity(lists.len());
-    for (j, (list, qs)) in lists.into_iter().enumerate() {
+    let mut new_lists: Vec<Vec<u32>> = vec![Vec::new(); lists.len()];
+    for (&j, (mut list, qs)) in order.iter().zip(lists) {
         stats.sectors_read += qs.sectors_read;
-        for &t in &list {
-            delta.entry(t).or_default().push(slots[j]);
+        stats.insert_cache_hits += qs.cache_hits;
+        for x in list.iter_mut() {
+            if *x >= first_tag {
+                *x = slots[(u32::MAX - *x) as usize];
+            }
         }
-        new_lists.push(list);
+        for &t in &list {
+            delta.entry(t).or_default().push(slots[j as usize]);
+        }
+        new_lists[j as usize] = list;
     }
-    stats.insert_secs = t.elapsed().as_secs_f64();
+    let inter_header = Lti::read_header(&*intermediate)?;
+    let inter = Lti::from_parts(intermediate, inter_header, pq.clone(), old.codes().clone())?;
 
     // Patch phase: Δ into every list, new points into their slots.
     let t = Instant::now();
@@ -410,7 +508,7 @@ pub fn streaming_merge(
                 if l.len() <= h.max_degree as usize {
                     return Ok(Some(l));
                 }
-                ps.prune(dim, dist, &pn.vector, &l, new_of, recon, p)
+                ps.prune(dim, dist, &pn.vector, &l, new_of, old, p)
                     .map(Some)
             })
             .collect::<Result<_>>()?;
@@ -466,7 +564,7 @@ pub fn streaming_merge(
             v.copy_from_slice(x);
             Ok(())
         }
-        None => recon(c, v),
+        None => pq.decode(old.code(c), v),
     };
     let (linked, left) = link_orphans(out, &header, &mut in_edges, dist, vector_of)?;
     if linked > 0 {
@@ -659,6 +757,7 @@ fn pending(i: u32, label: u64, node: &Node<'_>, dim: usize) -> Result<Pending> {
 #[derive(Default)]
 struct PruneScratch {
     flat: Vec<f32>,
+    codes: Vec<u8>,
     cand_nodes: Vec<u32>,
     pool: Vec<u32>,
     ranked: Vec<Candidate>,
@@ -668,7 +767,14 @@ struct PruneScratch {
 impl PruneScratch {
     /// RobustPrune of `base` over `cands` (node numbers): a candidate's
     /// vector is borrowed from `cached` when it has one, else reconstructed
-    /// by `decode` into scratch; the kept node numbers.
+    /// into scratch from its PQ code in `codes`; the kept node numbers.
+    ///
+    /// The codes are gathered first, then decoded: a candidate's code is
+    /// a cache miss (the code array is far larger than the caches), and
+    /// the gather's loads are independent, so the misses overlap instead
+    /// of each stalling its own decode (measured under `perf`: the decode
+    /// was a third of the Delete phase, nearly all of it waiting on the
+    /// code's first byte).
     #[allow(clippy::too_many_arguments)]
     fn prune<'v>(
         &mut self,
@@ -677,18 +783,23 @@ impl PruneScratch {
         base: &[f32],
         cands: &[u32],
         cached: impl Fn(u32) -> Option<&'v [f32]>,
-        decode: impl Fn(u32, &mut [f32]) -> Result<()>,
+        codes: &Lti,
         p: &MergeParams,
     ) -> Result<Vec<u32>> {
         let mut flat = std::mem::take(&mut self.flat);
         flat.clear();
         let found: Vec<Option<&[f32]>> = cands.iter().map(|&c| cached(c)).collect();
+        self.codes.clear();
         for (&c, f) in cands.iter().zip(&found) {
             if f.is_none() {
-                let at = flat.len();
-                flat.resize(at + dim, 0.0);
-                decode(c, &mut flat[at..])?;
+                self.codes.extend_from_slice(codes.code(c));
             }
+        }
+        let pq = codes.pq();
+        for code in self.codes.chunks_exact(pq.m().max(1)) {
+            let at = flat.len();
+            flat.resize(at + dim, 0.0);
+            pq.decode(code, &mut flat[at..])?;
         }
         let mut rows: Vec<&[f32]> = Vec::with_capacity(cands.len() + 1);
         rows.push(base);

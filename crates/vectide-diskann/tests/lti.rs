@@ -156,6 +156,55 @@ fn the_cache_saves_reads_and_changes_no_answer() {
 }
 
 #[test]
+fn recent_records_save_reads_and_change_no_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, _) = graph(Metric::L2);
+    let pq = dir.path().join("x.pq");
+    let file = SimBlockFile::new(1);
+    lti::write(&file, &pq, &source(&g), 8, 0).unwrap();
+    let lti = Lti::open(Box::new(file), &pq).unwrap();
+    // Each query twice in a row: the second finds its records kept.
+    let qs: Vec<Vec<f32>> = queries(30)
+        .into_iter()
+        .flat_map(|q| [q.clone(), q])
+        .collect();
+    let search_all = |sc: &mut Scratch| {
+        let mut out = Vec::new();
+        let mut total = lti::QueryStats::default();
+        let found: Vec<Vec<u64>> = qs
+            .iter()
+            .map(|q| {
+                total += lti
+                    .search(q, 10, 40, 4, &|_, _| true, sc, &mut out)
+                    .unwrap();
+                out.iter().map(|x| x.1).collect()
+            })
+            .collect();
+        (found, total)
+    };
+    let (plain, cold) = search_all(&mut Scratch::default());
+    for cap in [1, 8, 64] {
+        let mut sc = Scratch::default();
+        sc.keep_recent(cap);
+        let (found, warm) = search_all(&mut sc);
+        assert_eq!(found, plain, "capacity {cap}");
+        assert_eq!(warm.expanded, cold.expanded);
+        assert_eq!(
+            warm.sectors_read + warm.cache_hits,
+            cold.sectors_read,
+            "capacity {cap}"
+        );
+        assert!(sc.recent_bytes() <= cap * BLOCK);
+        if cap == 64 {
+            assert!(
+                warm.sectors_read * 3 < cold.sectors_read * 2,
+                "{warm:?} vs {cold:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_real_direct_file_reads_the_same_and_filters_apply() {
     let dir = tempfile::tempdir().unwrap();
     let (g, data) = graph(Metric::L2);

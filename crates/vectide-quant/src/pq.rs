@@ -73,6 +73,10 @@ pub struct ProductQuantizer {
     mean: Vec<f32>,
     /// Subspace `j`'s 256 sub-centroids, row-major, at `KSUB * offsets[j]`.
     codebooks: Vec<f32>,
+    /// `codebooks` with the mean added (same layout): [`Self::decode`]
+    /// copies from it, one small run per subspace (a StreamingMerge
+    /// decodes every pruning candidate, tens of millions per merge).
+    folded: Vec<f32>,
 }
 
 /// Subspace boundaries: `dim` split into `m` contiguous runs, the first
@@ -139,12 +143,26 @@ impl ProductQuantizer {
         for b in books {
             codebooks.extend(b?);
         }
-        Ok(ProductQuantizer {
+        Ok(Self::assemble(dim, offsets, mean, codebooks))
+    }
+
+    fn assemble(dim: usize, offsets: Vec<usize>, mean: Vec<f32>, codebooks: Vec<f32>) -> Self {
+        let mut folded = codebooks.clone();
+        for j in 0..offsets.len() - 1 {
+            let (a, b) = (offsets[j], offsets[j + 1]);
+            for row in folded[KSUB * a..KSUB * b].chunks_exact_mut(b - a) {
+                for (x, mu) in row.iter_mut().zip(&mean[a..b]) {
+                    *x += mu;
+                }
+            }
+        }
+        ProductQuantizer {
             dim,
             offsets,
             mean,
             codebooks,
-        })
+            folded,
+        }
     }
 
     /// A quantizer from its parts (as read back from a file): `mean` has
@@ -160,12 +178,7 @@ impl ProductQuantizer {
         if mean.iter().chain(&codebooks).any(|v| !v.is_finite()) {
             return Err(Error::corrupted("product quantizer: non-finite value"));
         }
-        Ok(ProductQuantizer {
-            dim,
-            offsets: subspaces(dim, m),
-            mean,
-            codebooks,
-        })
+        Ok(Self::assemble(dim, subspaces(dim, m), mean, codebooks))
     }
 
     pub fn dim(&self) -> usize {
@@ -249,12 +262,19 @@ impl ProductQuantizer {
     pub fn decode(&self, code: &[u8], out: &mut [f32]) -> Result<()> {
         self.check_dim(out.len())?;
         self.check_code(code.len())?;
-        for (j, &c) in code.iter().enumerate() {
-            let (a, b) = (self.offsets[j], self.offsets[j + 1]);
-            let (book, d) = self.book(j);
-            let cen = &book[c as usize * d..(c as usize + 1) * d];
-            for ((o, &v), &mu) in out[a..b].iter_mut().zip(cen).zip(&self.mean[a..b]) {
-                *o = v + mu;
+        let f = &self.folded;
+        for (ab, &c) in self.offsets.windows(2).zip(code) {
+            let (a, d) = (ab[0], ab[1] - ab[0]);
+            let from = KSUB * a + c as usize * d;
+            // Runs of one or two floats (dim ≤ 2m, as 50-d GloVe at 32
+            // bytes) copied without a call to memcpy each.
+            match d {
+                1 => out[a] = f[from],
+                2 => {
+                    out[a] = f[from];
+                    out[a + 1] = f[from + 1];
+                }
+                _ => out[a..a + d].copy_from_slice(&f[from..from + d]),
             }
         }
         Ok(())
@@ -549,6 +569,25 @@ mod tests {
         assert_eq!((o.len(), o[18], o[32]), (33, 36, 50));
         assert!(o.windows(2).all(|w| w[1] - w[0] == 1 || w[1] - w[0] == 2));
         assert_eq!(subspaces(8, 8), (0..=8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn decode_is_each_subspace_centroid_plus_the_mean() {
+        let dim = 7;
+        let x = data(1000, dim, 4);
+        let pq = ProductQuantizer::train(&x, dim, &PqParams::new(3)).unwrap();
+        let o = subspaces(dim, 3);
+        let mut out = vec![0f32; dim];
+        for code in [[0u8, 0, 0], [255, 1, 17], [9, 200, 255]] {
+            pq.decode(&code, &mut out).unwrap();
+            for j in 0..3 {
+                let (a, b) = (o[j], o[j + 1]);
+                let row = &pq.codebooks()[KSUB * a + code[j] as usize * (b - a)..][..b - a];
+                for t in a..b {
+                    assert_eq!(out[t], row[t - a] + pq.mean()[t]);
+                }
+            }
+        }
     }
 
     #[test]
