@@ -64,7 +64,7 @@ use crate::lti::{edit_record, Lti, NodeWriter, QueryStats, Scratch};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::time::Instant;
 use vectide_core::heap::Candidate;
 use vectide_core::metric::DistanceFn;
@@ -413,18 +413,25 @@ pub fn streaming_merge(
         .thread_name(|i| format!("vectide-merge-io-{i}"))
         .build()
         .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?;
+    // The phase that fails first stops the other; its error is the one
+    // returned (the other's only says it stopped).
+    let first_failure = AtomicU8::new(0);
+    let fail = |phase: u8| {
+        let _ = first_failure.compare_exchange(0, phase, Ordering::AcqRel, Ordering::Acquire);
+        failed.store(true, Ordering::Relaxed);
+    };
     let (deleted, inserted) = std::thread::scope(|s| {
         let ins = s.spawn(|| {
             let t = Instant::now();
             let r = pool.install(insert_phase);
             if r.is_err() {
-                failed.store(true, Ordering::Relaxed);
+                fail(2);
             }
             (r, t.elapsed().as_secs_f64())
         });
         let del = delete_phase();
         if del.is_err() {
-            failed.store(true, Ordering::Relaxed);
+            fail(1);
         }
         deleting.store(false, Ordering::Relaxed);
         let ins = ins.join();
@@ -432,10 +439,17 @@ pub fn streaming_merge(
     });
     let (inserted, insert_secs) =
         inserted.map_err(|_| Error::invalid("merge: the Insert phase panicked"))?;
-    // The Delete phase's own error first (the other then only says it
-    // stopped because of it).
-    let (free, dstats) = deleted?;
-    let lists = inserted?;
+    let (free, dstats, lists) = match (deleted, inserted) {
+        (Ok((free, dstats)), Ok(lists)) => (free, dstats, lists),
+        (Err(e), Ok(_)) | (Ok(_), Err(e)) => return Err(e),
+        (Err(d), Err(i)) => {
+            return Err(if first_failure.load(Ordering::Acquire) == 2 {
+                i
+            } else {
+                d
+            })
+        }
+    };
     report(Phase::Insert, total, total);
     stats.sectors_read += dstats.sectors_read;
     stats.sectors_written += dstats.sectors_written;

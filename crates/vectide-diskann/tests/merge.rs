@@ -11,7 +11,7 @@ use vectide_core::{Metric, VectorIndex};
 use vectide_diskann::layout::{PqFile, NO_LABEL};
 use vectide_diskann::lti::{self, GraphSource, Lti, Scratch};
 use vectide_diskann::merge::{streaming_merge, Inserts, MergeParams, Phase};
-use vectide_storage::block::SimBlockFile;
+use vectide_storage::block::{BlockFile, IoStats, ReadReq, SimBlockFile};
 use vectide_vamana::{FreshVamana, GraphExport, VamanaParams, START_LABEL};
 
 const DIM: usize = 16;
@@ -287,4 +287,173 @@ fn more_inserts_than_deletes_grow_the_file_and_deletes_alone_leave_free_slots() 
     let c = run(2000, 200, 0);
     assert_eq!(c.new_nodes, c.old_nodes);
     close_to_rebuilt(&c, 3.0);
+}
+
+/// A block file whose writes (or reads) fail with "no space left" / an
+/// I/O error once a budget is spent.
+struct Flaky {
+    inner: SimBlockFile,
+    writes_left: std::sync::atomic::AtomicI64,
+    reads_left: std::sync::atomic::AtomicI64,
+}
+
+impl Flaky {
+    fn new(inner: SimBlockFile, writes: i64, reads: i64) -> Self {
+        Flaky {
+            inner,
+            writes_left: writes.into(),
+            reads_left: reads.into(),
+        }
+    }
+}
+
+fn spend(
+    budget: &std::sync::atomic::AtomicI64,
+    err: std::io::ErrorKind,
+) -> vectide_core::Result<()> {
+    if budget.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) <= 0 {
+        return Err(vectide_core::Error::Io {
+            path: None,
+            source: std::io::Error::new(err, "injected"),
+        });
+    }
+    Ok(())
+}
+
+impl BlockFile for Flaky {
+    fn len_blocks(&self) -> u64 {
+        self.inner.len_blocks()
+    }
+    fn read_batch(&self, reqs: &mut [ReadReq<'_>]) -> vectide_core::Result<()> {
+        spend(&self.reads_left, std::io::ErrorKind::Other)?;
+        self.inner.read_batch(reqs)
+    }
+    fn write(&self, block: u64, buf: &[u8]) -> vectide_core::Result<()> {
+        spend(&self.writes_left, std::io::ErrorKind::StorageFull)?;
+        self.inner.write(block, buf)
+    }
+    fn sync(&self) -> vectide_core::Result<()> {
+        self.inner.sync()
+    }
+    fn set_len_blocks(&self, blocks: u64) -> vectide_core::Result<()> {
+        self.inner.set_len_blocks(blocks)
+    }
+    fn stats(&self) -> IoStats {
+        self.inner.stats()
+    }
+}
+
+/// A disk full while the Delete phase writes, and failing reads of the
+/// old LTI while both phases read it: the merge returns the I/O error (no
+/// panic, no hang, the other phase stopped), and the old LTI answers as
+/// before.
+#[test]
+fn a_failing_disk_fails_the_merge_and_leaves_the_old_lti() {
+    let metric = Metric::L2;
+    let dir = tempfile::tempdir().unwrap();
+    let (n, add) = (3000, 200);
+    let all = oracle::clustered(n + add, DIM, 10, 5);
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let g = export(metric, &ids, &all[..n * DIM]);
+    let pq_old = dir.path().join("old.pq");
+    let file = SimBlockFile::new(1);
+    let src = GraphSource {
+        dim: g.dim,
+        metric,
+        max_degree: g.max_degree,
+        vectors: &g.vectors,
+        labels: &g.labels,
+        lists: &g.lists,
+        start: g.start.unwrap(),
+        durable_seq: 1,
+    };
+    lti::write(&file, &pq_old, &src, 8, 0).unwrap();
+    let bytes = file.current();
+    let temp = export(
+        metric,
+        &(n as u64..(n + add) as u64).collect::<Vec<_>>(),
+        &all[n * DIM..],
+    );
+    let (labels, vectors, links) = inserts_of(&temp);
+    let p = MergeParams {
+        r: 64,
+        l: 75,
+        alpha: 1.2,
+        w: 4,
+        io_threads: 4,
+    };
+    let dead: Vec<u32> = (1..200).map(|i| i * 7).collect();
+    let queries: Vec<Vec<f32>> = (0..20)
+        .map(|i| all[i * 97 * DIM..][..DIM].to_vec())
+        .collect();
+    let answers = |lti: &Lti| -> Vec<Vec<u64>> {
+        let (mut s, mut out) = (Scratch::default(), Vec::new());
+        queries
+            .iter()
+            .map(|q| {
+                lti.search(q, 10, 40, 4, &|_, _| true, &mut s, &mut out)
+                    .unwrap();
+                out.iter().map(|x| x.1).collect()
+            })
+            .collect()
+    };
+    // (writes left on the intermediate file, reads left on the old LTI)
+    for (writes, reads, kind) in [
+        (2, i64::MAX, std::io::ErrorKind::StorageFull),
+        (i64::MAX, 40, std::io::ErrorKind::Other),
+        (i64::MAX, 400, std::io::ErrorKind::Other),
+    ] {
+        let old_file = Flaky::new(
+            SimBlockFile::with_durable(bytes.clone(), 2).unwrap(),
+            i64::MAX,
+            i64::MAX,
+        );
+        let old = Lti::open(Box::new(old_file), &pq_old).unwrap();
+        let before = answers(&old);
+        // The budget starts now (the open and the searches above read).
+        let old = {
+            let f = Flaky::new(
+                SimBlockFile::with_durable(bytes.clone(), 2).unwrap(),
+                i64::MAX,
+                reads,
+            );
+            Lti::from_parts(
+                Box::new(f),
+                *old.header(),
+                old.pq().clone(),
+                old.codes().clone(),
+            )
+            .unwrap()
+        };
+        let inter = Flaky::new(SimBlockFile::new(3), writes, i64::MAX);
+        let out = SimBlockFile::new(4);
+        let r = streaming_merge(
+            &old,
+            &dead,
+            Inserts {
+                labels: &labels,
+                vectors: &vectors,
+                links: &links,
+            },
+            &p,
+            Box::new(inter),
+            &out,
+            &dir.path().join("new.pq"),
+            9,
+            None,
+        );
+        match r {
+            Err(vectide_core::Error::Io { source, .. }) => assert_eq!(source.kind(), kind),
+            other => panic!(
+                "writes {writes}, reads {reads}: {:?}",
+                other.map(|m| m.stats)
+            ),
+        }
+        let again = Lti::open(
+            Box::new(SimBlockFile::with_durable(bytes.clone(), 5).unwrap()),
+            &pq_old,
+        )
+        .unwrap();
+        assert_eq!(answers(&again), before);
+    }
 }
