@@ -41,7 +41,7 @@ pub use sync::{
     install_sync_observer, sync_dir, sync_file, sync_point, ObserverGuard, SyncDecision, SyncEvent,
     SyncKind, SyncObserver, SyncPhase, SyncSite,
 };
-pub use visited::{VisitedPool, VisitedSet};
+pub use visited::{SparseVisited, VisitedPool, VisitedSet};
 
 /// The id reserved to pad missing results (`u64::MAX`); rejected on insert.
 pub const RESERVED_ID: u64 = u64::MAX;

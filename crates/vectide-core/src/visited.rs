@@ -69,6 +69,106 @@ impl VisitedSet {
     }
 }
 
+/// A visited set sized by what one search visits, not by the index: open
+/// addressing over node numbers (Fibonacci hashing, linear probing, kept
+/// at most half full), emptied per search in time proportional to its
+/// capacity. The disk index's beam search uses it, as DiskANN's disk search
+/// uses a hash set, so that a search thread holds kilobytes, not a byte per
+/// node of an index larger than RAM. `u32::MAX` cannot be stored.
+#[derive(Debug, Clone)]
+pub struct SparseVisited {
+    slots: Vec<u32>,
+    len: usize,
+}
+
+const EMPTY: u32 = u32::MAX;
+
+impl Default for SparseVisited {
+    fn default() -> Self {
+        SparseVisited {
+            slots: vec![EMPTY; 1024],
+            len: 0,
+        }
+    }
+}
+
+impl SparseVisited {
+    /// Forgets every mark.
+    #[inline]
+    pub fn clear(&mut self) {
+        if self.len > 0 {
+            self.slots.fill(EMPTY);
+            self.len = 0;
+        }
+    }
+
+    #[inline]
+    fn home(&self, id: u32) -> usize {
+        let bits = self.slots.len().trailing_zeros();
+        ((id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
+    }
+
+    /// Marks `id`; `true` when it was not marked yet (`u32::MAX`: `false`).
+    #[inline]
+    pub fn insert(&mut self, id: u32) -> bool {
+        if id == EMPTY {
+            return false;
+        }
+        if 2 * (self.len + 1) > self.slots.len() {
+            self.grow();
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(id);
+        loop {
+            match self.slots[i] {
+                EMPTY => {
+                    self.slots[i] = id;
+                    self.len += 1;
+                    return true;
+                }
+                x if x == id => return false,
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    #[inline]
+    pub fn contains(&self, id: u32) -> bool {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(id);
+        loop {
+            match self.slots[i] {
+                EMPTY => return false,
+                x if x == id => return true,
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    /// Marks held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        4 * self.slots.len()
+    }
+
+    fn grow(&mut self) {
+        let bigger = vec![EMPTY; 2 * self.slots.len()];
+        let old = std::mem::replace(&mut self.slots, bigger);
+        self.len = 0;
+        for id in old.into_iter().filter(|&x| x != EMPTY) {
+            self.insert(id);
+        }
+    }
+}
+
 /// A pool of reusable scratch values (visited sets, heaps) shared by the
 /// threads that search one index.
 #[derive(Debug)]
@@ -125,6 +225,36 @@ impl<T> Drop for PoolGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sparse_visited_agrees_with_a_hash_set() {
+        let mut v = SparseVisited::default();
+        let mut oracle = std::collections::HashSet::new();
+        let mut x: u64 = 7;
+        for round in 0..20 {
+            v.clear();
+            oracle.clear();
+            // Rounds of different sizes: growth past the first capacity,
+            // then clears that must forget everything.
+            for _ in 0..(round * 300) {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let id = (x >> 40) as u32 % 5000;
+                assert_eq!(v.insert(id), oracle.insert(id), "round {round}, id {id}");
+            }
+            for id in 0..5000 {
+                assert_eq!(v.contains(id), oracle.contains(&id));
+            }
+            assert_eq!(v.len(), oracle.len());
+        }
+        assert!(
+            v.bytes() <= 4 * 4 * 5000,
+            "stays near twice the marks: {}",
+            v.bytes()
+        );
+        assert!(!v.insert(u32::MAX) && !v.contains(u32::MAX));
+    }
 
     #[test]
     fn generations_forget_old_marks() {

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use vectide_core::metric::DistanceFn;
-use vectide_core::{Error, Metric, Result, VisitedSet};
+use vectide_core::{Error, Metric, Result, SparseVisited};
 use vectide_quant::{DistanceTable, PqParams, ProductQuantizer};
 use vectide_storage::block::{AlignedBuf, BlockFile, ReadReq, BLOCK};
 
@@ -445,7 +445,7 @@ pub struct Lti {
 pub struct Scratch {
     /// `(pq distance, node, expanded)`, sorted by distance, at most `L`.
     list: Vec<(f32, u32, bool)>,
-    visited: VisitedSet,
+    visited: SparseVisited,
     table: DistanceTable,
     /// Expanded nodes: `(exact distance, label)`.
     full: Vec<(f32, u64)>,
@@ -460,7 +460,7 @@ pub struct Scratch {
     fresh: Vec<u32>,
     dists: Vec<f32>,
     /// Nodes expanded in this query.
-    done: VisitedSet,
+    done: SparseVisited,
     /// Neighbours that can enter the list, and the merge buffer.
     entering: Vec<(f32, u32, bool)>,
     merged: Vec<(f32, u32, bool)>,
@@ -882,7 +882,7 @@ impl Lti {
         }
         let (l, w) = (l.max(k).max(1), w.max(1));
         self.pq.table_into(q, h.metric, &mut scratch.table)?;
-        scratch.visited.reset(h.nodes as usize);
+        scratch.visited.clear();
         scratch.list.clear();
         scratch.full.clear();
         scratch.vec.resize(h.dim as usize, 0.0);
@@ -892,7 +892,7 @@ impl Lti {
             .list
             .push((scratch.table.distance(self.code(start)), start, false));
         stats.pq_distances += 1;
-        scratch.done.reset(h.nodes as usize);
+        scratch.done.clear();
         let nps = h.nodes_per_sector();
         let spn = h.sectors_per_node();
         let mut joined = Vec::new();
