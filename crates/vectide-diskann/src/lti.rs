@@ -363,6 +363,24 @@ impl<'a> NodeWriter<'a> {
     }
 }
 
+/// Node `id`'s record out of `buf`, the sector(s) it starts in; a record
+/// spanning sectors is assembled in `joined`.
+fn record_in<'b>(h: &Header, buf: &'b [u8], id: u32, joined: &'b mut Vec<u8>) -> &'b [u8] {
+    let nb = h.node_bytes();
+    let (_, off) = h.locate(id as u64);
+    if h.sectors_per_node() == 1 {
+        return &buf[off..off + nb];
+    }
+    joined.clear();
+    let mut left = nb;
+    for s in 0..h.sectors_per_node() {
+        let take = left.min(PAYLOAD);
+        joined.extend_from_slice(&buf[s * BLOCK..s * BLOCK + take]);
+        left -= take;
+    }
+    joined
+}
+
 /// One node record of a written LTI file, read back and rewritten in
 /// place: StreamingMerge's last step gives an orphaned node an in-edge
 /// this way. Reads and checks the record's sectors, hands `edit` the
@@ -385,18 +403,8 @@ pub fn edit_record<T>(
     for s in 0..spn {
         check_sector(buf.block(s), first + s as u64)?;
     }
-    let mut rec = Vec::with_capacity(nb);
-    if spn == 1 {
-        rec.extend_from_slice(&buf[off..off + nb]);
-    } else {
-        let mut left = nb;
-        for s in 0..spn {
-            let take = left.min(PAYLOAD);
-            rec.extend_from_slice(&buf[s * BLOCK..s * BLOCK + take]);
-            left -= take;
-        }
-    }
-    let node = Node::parse(&rec, h)?;
+    let mut joined = Vec::new();
+    let node = Node::parse(record_in(h, &buf, id, &mut joined), h)?;
     let mut vector = vec![0.0; h.dim as usize];
     node.vector_into(&mut vector)?;
     let label = node.label;
@@ -411,7 +419,7 @@ pub fn edit_record<T>(
             "LTI record edit: neighbour past the node count",
         ));
     }
-    rec.clear();
+    let mut rec = Vec::with_capacity(nb);
     encode_node(&mut rec, h, &vector, label, &list)?;
     if spn == 1 {
         buf[off..off + nb].copy_from_slice(&rec);
@@ -757,20 +765,7 @@ impl Lti {
     /// Node `id`'s record out of `buf`, the sector(s) it starts in; a
     /// record spanning sectors is assembled in `joined`.
     fn record_in<'b>(&self, buf: &'b [u8], id: u32, joined: &'b mut Vec<u8>) -> &'b [u8] {
-        let h = &self.header;
-        let nb = h.node_bytes();
-        let (_, off) = h.locate(id as u64);
-        if h.sectors_per_node() == 1 {
-            return &buf[off..off + nb];
-        }
-        joined.clear();
-        let mut left = nb;
-        for s in 0..h.sectors_per_node() {
-            let take = left.min(PAYLOAD);
-            joined.extend_from_slice(&buf[s * BLOCK..s * BLOCK + take]);
-            left -= take;
-        }
-        joined
+        record_in(&self.header, buf, id, joined)
     }
 
     /// Caches the sectors of the nodes nearest the start (breadth-first,

@@ -22,6 +22,26 @@ fn export(metric: Metric, ids: &[u64], data: &[f32]) -> GraphExport {
     v.export_graph()
 }
 
+/// Writes graph `g` as an LTI into `file` (8-byte PQ codes to `pq`).
+fn write_lti(
+    file: &SimBlockFile,
+    pq: &std::path::Path,
+    g: &GraphExport,
+    metric: Metric,
+) -> lti::Written {
+    let src = GraphSource {
+        dim: g.dim,
+        metric,
+        max_degree: g.max_degree,
+        vectors: &g.vectors,
+        labels: &g.labels,
+        lists: &g.lists,
+        start: g.start.unwrap(),
+        durable_seq: 1,
+    };
+    lti::write(file, pq, &src, 8, 0).unwrap()
+}
+
 /// The temp index's points as merge inserts: the start node left out,
 /// links renumbered among the points.
 fn inserts_of(g: &GraphExport) -> (Vec<u64>, Vec<f32>, Vec<Vec<u32>>) {
@@ -78,17 +98,7 @@ fn run(n: usize, del: usize, add: usize) -> Case {
     let g = export(metric, &ids, &all[..n * DIM]);
     let file = SimBlockFile::new(1);
     let pq_old = dir.path().join("old.pq");
-    let src = GraphSource {
-        dim: g.dim,
-        metric,
-        max_degree: g.max_degree,
-        vectors: &g.vectors,
-        labels: &g.labels,
-        lists: &g.lists,
-        start: g.start.unwrap(),
-        durable_seq: 1,
-    };
-    let node_of = lti::write(&file, &pq_old, &src, 8, 0).unwrap().node_of;
+    let node_of = write_lti(&file, &pq_old, &g, metric).node_of;
     let old = Lti::open(Box::new(file), &pq_old).unwrap();
 
     // Delete every `n / del`-th id; their node numbers from the write.
@@ -219,23 +229,7 @@ fn run(n: usize, del: usize, add: usize) -> Case {
     let rg = export(metric, &r_ids, &r_data);
     let rfile = SimBlockFile::new(5);
     let rpq = dir.path().join("rebuilt.pq");
-    lti::write(
-        &rfile,
-        &rpq,
-        &GraphSource {
-            dim: rg.dim,
-            metric,
-            max_degree: rg.max_degree,
-            vectors: &rg.vectors,
-            labels: &rg.labels,
-            lists: &rg.lists,
-            start: rg.start.unwrap(),
-            durable_seq: 1,
-        },
-        8,
-        0,
-    )
-    .unwrap();
+    write_lti(&rfile, &rpq, &rg, metric);
     let rebuilt = recall(
         &Lti::open(Box::new(rfile), &rpq).unwrap(),
         &after_pts,
@@ -357,17 +351,7 @@ fn a_failing_disk_fails_the_merge_and_leaves_the_old_lti() {
     let g = export(metric, &ids, &all[..n * DIM]);
     let pq_old = dir.path().join("old.pq");
     let file = SimBlockFile::new(1);
-    let src = GraphSource {
-        dim: g.dim,
-        metric,
-        max_degree: g.max_degree,
-        vectors: &g.vectors,
-        labels: &g.labels,
-        lists: &g.lists,
-        start: g.start.unwrap(),
-        durable_seq: 1,
-    };
-    lti::write(&file, &pq_old, &src, 8, 0).unwrap();
+    write_lti(&file, &pq_old, &g, metric);
     let bytes = file.current();
     let temp = export(
         metric,
