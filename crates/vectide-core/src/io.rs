@@ -133,6 +133,24 @@ impl<'a> ByteReader<'a> {
         self.pos = end;
         Ok(s)
     }
+    /// Reads a magic and a format version: a different magic is
+    /// corruption ("not a Vectide `what`"), a different version a
+    /// [`Error::Version`].
+    pub fn magic_version(&mut self, magic: &[u8], version: u32, what: &str) -> Result<()> {
+        if self.bytes(magic.len())? != magic {
+            return Err(Error::corrupted(format!(
+                "not a Vectide {what} (bad magic)"
+            )));
+        }
+        let found = self.u32()?;
+        if found != version {
+            return Err(Error::Version {
+                found,
+                supported: version,
+            });
+        }
+        Ok(())
+    }
     pub fn u8(&mut self) -> Result<u8> {
         Ok(self.bytes(1)?[0])
     }

@@ -351,16 +351,7 @@ impl PqFile {
     /// Parses the body (inside the envelope) of a PQ file.
     pub fn decode(body: &[u8]) -> Result<(ProductQuantizer, Vec<u8>)> {
         let mut r = ByteReader::new(body);
-        if r.bytes(8)? != PQ_MAGIC {
-            return Err(Error::corrupted("not an LTI PQ file (bad magic)"));
-        }
-        let version = r.u32()?;
-        if version != VERSION {
-            return Err(Error::Version {
-                found: version,
-                supported: VERSION,
-            });
-        }
+        r.magic_version(PQ_MAGIC, VERSION, "LTI PQ file")?;
         let dim = r.u32()? as usize;
         let m = r.u32()? as usize;
         let n = r.u64()?;

@@ -192,6 +192,35 @@ pub trait BlockFile: Send + Sync {
     }
 }
 
+/// A shared block file is a block file (a test keeps a handle on the
+/// [`SimBlockFile`] it hands to a store, to take its crash images).
+impl<T: BlockFile + ?Sized> BlockFile for std::sync::Arc<T> {
+    fn len_blocks(&self) -> u64 {
+        (**self).len_blocks()
+    }
+    fn read(&self, block: u64, buf: &mut [u8]) -> Result<()> {
+        (**self).read(block, buf)
+    }
+    fn read_batch(&self, reqs: &mut [ReadReq<'_>]) -> Result<()> {
+        (**self).read_batch(reqs)
+    }
+    fn write(&self, block: u64, buf: &[u8]) -> Result<()> {
+        (**self).write(block, buf)
+    }
+    fn sync(&self) -> Result<()> {
+        (**self).sync()
+    }
+    fn set_len_blocks(&self, blocks: u64) -> Result<()> {
+        (**self).set_len_blocks(blocks)
+    }
+    fn stats(&self) -> IoStats {
+        (**self).stats()
+    }
+    fn bypasses_cache(&self) -> bool {
+        (**self).bypasses_cache()
+    }
+}
+
 /// Checks that `buf` is whole, aligned blocks; returns how many.
 pub fn check_buf(buf: &[u8]) -> Result<u64> {
     if buf.is_empty()

@@ -1,0 +1,742 @@
+//! The block store: SPFresh's Block Controller (§4.3) over a
+//! [`BlockFile`] (`O_DIRECT` and io_uring on a real file, the crash
+//! simulator in tests), bytes in `docs/format-blockstore.md`.
+//!
+//! In RAM: the **mapping**, one entry per posting id (its record count and
+//! its blocks, each named by block number and gen), and the **free pool**.
+//! Blocks are never written in place while a mapping entry names them:
+//!
+//! - **GET** reads a posting's blocks in one batch and checks each (CRC,
+//!   posting, gen); **ParallelGET** reads many postings in one batch.
+//! - **APPEND** reads only the last block when it has room, writes its
+//!   payload and the new records into fresh blocks, and swaps the entry by
+//!   **compare-and-swap**. The old last block is released. A lost race (a
+//!   concurrent APPEND or PUT swapped first) frees the fresh blocks and
+//!   tries again on the new entry.
+//! - **PUT** writes a whole posting into fresh blocks and swaps the entry,
+//!   by CAS against the entry the caller read (a split's garbage
+//!   collection must not overwrite an APPEND it did not see).
+//!
+//! **Released blocks are held back** until the next snapshot is durable
+//! (§4.4): the last durable snapshot's mapping names only blocks that no
+//! write has touched since, so recovery from it reads exactly the postings
+//! it recorded. A snapshot ([`BlockStore::snapshot`]) captures the mapping
+//! and the pool at one instant (swaps wait while it copies the entries),
+//! then syncs the file, so every block it names is durable; the caller
+//! writes the image and calls [`BlockStore::snapshot_durable`], which
+//! returns the blocks released before the capture to the pool.
+//!
+//! A reader holding an entry from before a swap may meet a block that a
+//! later snapshot let a write reuse: the block's gen differs from the
+//! entry's, and the read starts again from the current entry. A block that
+//! fails its checks while its entry is still current is corruption.
+
+use crate::layout::{
+    blocks_for, decode_map, encode_map, open_block, record_bytes, seal_block, BlockHead, BlockRef,
+    MapImage, Posting, Records, StoreHeader, PAYLOAD,
+};
+use arc_swap::ArcSwapOption;
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use vectide_core::{Error, Result};
+use vectide_storage::block::{AlignedBuf, BlockFile, ReadReq, BLOCK};
+
+/// Reads of one posting before a read that keeps meeting swaps gives up.
+const MAX_RETRIES: usize = 1000;
+
+/// The free pool: free blocks, the released ones held back, and the file's
+/// never-used end.
+#[derive(Debug, Default)]
+struct Pool {
+    free: Vec<u32>,
+    /// Released since the last snapshot's capture.
+    held: Vec<u32>,
+    /// Released before the capture of a snapshot not yet durable.
+    pending: Vec<u32>,
+    /// Blocks from here on were never handed out.
+    end: u32,
+}
+
+/// Counters of a block store.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Live postings.
+    pub postings: u64,
+    /// Blocks named by live postings.
+    pub blocks_used: u64,
+    /// Blocks in the free pool.
+    pub blocks_free: u64,
+    /// Released blocks held back for the next snapshot.
+    pub blocks_held: u64,
+    /// Blocks from the file's start to its never-used end.
+    pub blocks_end: u64,
+    /// Postings read (GET, and each posting of a ParallelGET).
+    pub postings_read: u64,
+    /// Blocks read.
+    pub blocks_read: u64,
+    /// Blocks written.
+    pub blocks_written: u64,
+    /// APPENDs and PUTs that lost their compare-and-swap and went again.
+    pub cas_retries: u64,
+    /// Reads that met a reused block and went again.
+    pub read_retries: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    postings_read: AtomicU64,
+    blocks_read: AtomicU64,
+    blocks_written: AtomicU64,
+    cas_retries: AtomicU64,
+    read_retries: AtomicU64,
+}
+
+/// Per-thread buffers of reads.
+#[derive(Default)]
+pub struct ReadScratch {
+    buf: Option<AlignedBuf>,
+    payload: Vec<u8>,
+    /// Decoded postings of the last [`BlockStore::parallel_get`], in the
+    /// order asked.
+    pub records: Vec<Records>,
+}
+
+impl ReadScratch {
+    fn buf(&mut self, blocks: usize) -> &mut AlignedBuf {
+        if self.buf.as_ref().is_none_or(|b| b.blocks() < blocks) {
+            self.buf = Some(AlignedBuf::new(blocks.next_power_of_two()));
+        }
+        self.buf.as_mut().expect("just set")
+    }
+}
+
+/// Checks a block read for posting `pid` as entry ref `r` names it, with
+/// `want_used` payload bytes; its payload, or why not.
+fn check_block(
+    pid: u32,
+    r: BlockRef,
+    want_used: usize,
+    bytes: &[u8],
+) -> std::result::Result<&[u8], String> {
+    match open_block(bytes) {
+        Ok((h, p)) if h.posting == pid && h.gen == r.gen && h.used as usize == want_used => Ok(p),
+        Ok((h, _)) => Err(format!(
+            "block {} holds posting {} gen {} ({} bytes), the mapping names posting {pid} gen {} ({want_used} bytes)",
+            r.block, h.posting, h.gen, h.used, r.gen
+        )),
+        Err(err) => Err(format!("block {}: {err}", r.block)),
+    }
+}
+
+/// The outcome of a conditional swap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Swap {
+    /// Swapped; the posting now holds this many records.
+    Done(u32),
+    /// The entry was not the one expected (a concurrent swap came first).
+    Changed,
+    /// The posting no longer exists.
+    Gone,
+}
+
+/// SPFresh's block store (module docs).
+pub struct BlockStore {
+    file: Box<dyn BlockFile>,
+    dim: usize,
+    map: RwLock<Vec<ArcSwapOption<Posting>>>,
+    pool: Mutex<Pool>,
+    /// Swaps hold it shared from their CAS to their release; a snapshot's
+    /// capture holds it exclusively.
+    gate: RwLock<()>,
+    gen: AtomicU32,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for BlockStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BlockStore(dim {}, {:?})", self.dim, self.stats())
+    }
+}
+
+impl BlockStore {
+    /// A new, empty store in `file` (which should be empty): writes the
+    /// header block. Nothing is synced before the first snapshot.
+    pub fn create(file: Box<dyn BlockFile>, dim: usize) -> Result<Self> {
+        if dim == 0 || dim > crate::layout::MAX_DIM as usize {
+            return Err(Error::invalid(format!(
+                "block store: dimension {dim} is outside 1..=65536"
+            )));
+        }
+        let mut b = AlignedBuf::new(1);
+        StoreHeader { dim: dim as u32 }.encode(&mut b);
+        file.set_len_blocks(0)?;
+        file.write(0, &b)?;
+        Ok(Self::assemble(
+            file,
+            dim,
+            MapImage {
+                dim: dim as u32,
+                end: 1,
+                ..MapImage::default()
+            },
+        ))
+    }
+
+    /// Opens `file` as of a snapshot's mapping (`image`): checks the header
+    /// block, the dimension, and that the file holds every block the
+    /// mapping names. Postings are checked block by block when read.
+    pub fn open(file: Box<dyn BlockFile>, image: MapImage) -> Result<Self> {
+        let mut b = AlignedBuf::new(1);
+        if file.len_blocks() == 0 {
+            return Err(Error::corrupted("block store: the file is empty"));
+        }
+        file.read(0, &mut b)?;
+        let h = StoreHeader::decode(&b)?;
+        if h.dim != image.dim {
+            return Err(Error::DimensionMismatch {
+                expected: image.dim as usize,
+                got: h.dim as usize,
+            });
+        }
+        let last = image
+            .postings
+            .iter()
+            .flatten()
+            .flat_map(|p| p.blocks.iter().map(|r| r.block as u64 + 1))
+            .max()
+            .unwrap_or(1);
+        if last > file.len_blocks() {
+            return Err(Error::corrupted(format!(
+                "block store: the mapping names block {} of a {}-block file",
+                last - 1,
+                file.len_blocks()
+            )));
+        }
+        // Blocks past the file that the mapping does not name are free by
+        // being past the end (a hostile `end` costs nothing).
+        let mut image = image;
+        image.end = (image.end as u64).min(file.len_blocks()).max(last) as u32;
+        let end = image.end;
+        image.free.retain(|&b| b < end);
+        Ok(Self::assemble(file, h.dim as usize, image))
+    }
+
+    /// Opens `file` as of an encoded mapping (see [`decode_map`]); the
+    /// bytes the mapping took.
+    pub fn open_encoded(file: Box<dyn BlockFile>, bytes: &[u8]) -> Result<(Self, usize)> {
+        let (image, used) = decode_map(bytes)?;
+        Ok((Self::open(file, image)?, used))
+    }
+
+    fn assemble(file: Box<dyn BlockFile>, dim: usize, image: MapImage) -> Self {
+        let map = image
+            .postings
+            .into_iter()
+            .map(|p| ArcSwapOption::new(p.map(Arc::new)))
+            .collect();
+        BlockStore {
+            file,
+            dim,
+            map: RwLock::new(map),
+            pool: Mutex::new(Pool {
+                free: image.free,
+                end: image.end.max(1),
+                ..Pool::default()
+            }),
+            gate: RwLock::new(()),
+            gen: AtomicU32::new(image.gen),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Bytes of one record.
+    pub fn record_bytes(&self) -> usize {
+        record_bytes(self.dim)
+    }
+
+    /// Posting ids handed out so far (live or removed).
+    pub fn posting_ids(&self) -> u32 {
+        self.map.read().len() as u32
+    }
+
+    /// The current entry of posting `pid` (`None`: removed or unknown).
+    pub fn entry(&self, pid: u32) -> Option<Arc<Posting>> {
+        self.map
+            .read()
+            .get(pid as usize)
+            .and_then(|e| e.load_full())
+    }
+
+    /// Records in posting `pid` (0 when it does not exist).
+    pub fn len(&self, pid: u32) -> u32 {
+        self.entry(pid).map_or(0, |p| p.records)
+    }
+
+    /// The block file's I/O counters.
+    pub fn io_stats(&self) -> vectide_storage::block::IoStats {
+        self.file.stats()
+    }
+
+    /// Whether reads bypass the page cache.
+    pub fn bypasses_cache(&self) -> bool {
+        self.file.bypasses_cache()
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let (postings, blocks_used) = {
+            let map = self.map.read();
+            map.iter()
+                .filter_map(|e| e.load_full())
+                .fold((0, 0), |(n, b), p| (n + 1, b + p.blocks.len() as u64))
+        };
+        let pool = self.pool.lock();
+        let c = &self.counters;
+        StoreStats {
+            postings,
+            blocks_used,
+            blocks_free: pool.free.len() as u64,
+            blocks_held: (pool.held.len() + pool.pending.len()) as u64,
+            blocks_end: pool.end as u64,
+            postings_read: c.postings_read.load(Ordering::Relaxed),
+            blocks_read: c.blocks_read.load(Ordering::Relaxed),
+            blocks_written: c.blocks_written.load(Ordering::Relaxed),
+            cas_retries: c.cas_retries.load(Ordering::Relaxed),
+            read_retries: c.read_retries.load(Ordering::Relaxed),
+        }
+    }
+
+    fn check_records(&self, recs: &[u8]) -> Result<u32> {
+        let rb = self.record_bytes();
+        if !recs.len().is_multiple_of(rb) {
+            return Err(Error::invalid(format!(
+                "block store: {} bytes are not whole {rb}-byte records",
+                recs.len()
+            )));
+        }
+        u32::try_from(recs.len() / rb)
+            .map_err(|_| Error::invalid("block store: too many records for one posting"))
+    }
+
+    // ---- reads ----
+
+    /// GET: the records of posting `pid` into `out` (cleared first) and
+    /// the entry they were read under; `None` when the posting does not
+    /// exist (then `out` is empty).
+    pub fn get(
+        &self,
+        pid: u32,
+        out: &mut Records,
+        sc: &mut ReadScratch,
+    ) -> Result<Option<Arc<Posting>>> {
+        out.clear();
+        for _ in 0..MAX_RETRIES {
+            let Some(e) = self.entry(pid) else {
+                return Ok(None);
+            };
+            let n = e.blocks.len();
+            let buf = sc.buf(n.max(1));
+            self.read_blocks(&mut [(&e.blocks[..], &mut buf[..n * BLOCK])])?;
+            let buf = sc.buf.as_ref().expect("allocated above");
+            match self.assemble_posting(pid, &e, &buf[..n * BLOCK], &mut sc.payload)? {
+                true => {
+                    out.decode_from(&sc.payload, self.dim)?;
+                    self.counters.postings_read.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Some(e));
+                }
+                false => {
+                    self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        Err(Error::invalid(format!(
+            "block store: posting {pid} kept changing under {MAX_RETRIES} reads"
+        )))
+    }
+
+    /// ParallelGET: postings `pids` in one batch of reads, decoded into
+    /// `sc.records[i]` (empty for a posting that does not exist). A posting
+    /// swapped under the batch is read again on its own.
+    pub fn parallel_get(&self, pids: &[u32], sc: &mut ReadScratch) -> Result<()> {
+        let entries: Vec<Option<Arc<Posting>>> = pids.iter().map(|&p| self.entry(p)).collect();
+        let total: usize = entries.iter().flatten().map(|e| e.blocks.len()).sum();
+        sc.records.resize_with(pids.len(), Records::default);
+        sc.records.iter_mut().for_each(Records::clear);
+        let mut buf = sc.buf.take().filter(|b| b.blocks() >= total);
+        let buf = buf.get_or_insert_with(|| AlignedBuf::new(total.max(1).next_power_of_two()));
+        {
+            let mut parts: Vec<(&[BlockRef], &mut [u8])> = Vec::with_capacity(pids.len());
+            let mut rest: &mut [u8] = &mut buf[..total * BLOCK];
+            for e in entries.iter().flatten() {
+                let (head, tail) = rest.split_at_mut(e.blocks.len() * BLOCK);
+                parts.push((&e.blocks, head));
+                rest = tail;
+            }
+            self.read_blocks(&mut parts)?;
+        }
+        let mut at = 0;
+        let mut again = Vec::new();
+        for (i, (&pid, e)) in pids.iter().zip(&entries).enumerate() {
+            let Some(e) = e else { continue };
+            let bytes = &buf[at * BLOCK..(at + e.blocks.len()) * BLOCK];
+            at += e.blocks.len();
+            if self.assemble_posting(pid, e, bytes, &mut sc.payload)? {
+                sc.records[i].decode_from(&sc.payload, self.dim)?;
+                self.counters.postings_read.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+                again.push(i);
+            }
+        }
+        sc.buf = Some(std::mem::replace(buf, AlignedBuf::new(0)));
+        for i in again {
+            let mut r = std::mem::take(&mut sc.records[i]);
+            self.get(pids[i], &mut r, sc)?;
+            sc.records[i] = r;
+        }
+        Ok(())
+    }
+
+    /// Reads every part's blocks into its buffer, as one batch.
+    fn read_blocks(&self, parts: &mut [(&[BlockRef], &mut [u8])]) -> Result<()> {
+        let mut reqs: Vec<ReadReq<'_>> = Vec::new();
+        for (refs, buf) in parts.iter_mut() {
+            for (r, b) in refs.iter().zip(buf.chunks_exact_mut(BLOCK)) {
+                reqs.push(ReadReq {
+                    block: r.block as u64,
+                    buf: b,
+                });
+            }
+        }
+        if reqs.is_empty() {
+            return Ok(());
+        }
+        let n = reqs.len() as u64;
+        self.file.read_batch(&mut reqs)?;
+        self.counters.blocks_read.fetch_add(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Checks the blocks of entry `e` (read into `bytes`) and gathers their
+    /// payloads into `payload`. `false`: a block is not the one the entry
+    /// names and the entry has been swapped since (read again); a block
+    /// that fails while its entry is current is corruption.
+    fn assemble_posting(
+        &self,
+        pid: u32,
+        e: &Arc<Posting>,
+        bytes: &[u8],
+        payload: &mut Vec<u8>,
+    ) -> Result<bool> {
+        payload.clear();
+        let total = e.records as usize * self.record_bytes();
+        let mut problem = None;
+        for (i, (r, b)) in e.blocks.iter().zip(bytes.chunks_exact(BLOCK)).enumerate() {
+            let want_used = if i + 1 == e.blocks.len() {
+                total - i * PAYLOAD
+            } else {
+                PAYLOAD
+            };
+            match check_block(pid, *r, want_used, b) {
+                Ok(p) => payload.extend_from_slice(p),
+                Err(why) => {
+                    problem = Some(why);
+                    break;
+                }
+            }
+        }
+        match problem {
+            None => Ok(true),
+            Some(why) => self.stale_or_corrupt(pid, e, why),
+        }
+    }
+
+    /// A block of entry `e` failed its checks: `Ok(false)` when the entry
+    /// has been swapped since (read again), else corruption.
+    fn stale_or_corrupt(&self, pid: u32, e: &Arc<Posting>, why: String) -> Result<bool> {
+        if self.entry(pid).is_some_and(|c| Arc::ptr_eq(&c, e)) {
+            return Err(Error::corrupted(format!(
+                "block store: posting {pid}: {why}"
+            )));
+        }
+        Ok(false)
+    }
+
+    // ---- writes ----
+
+    /// Hands out `n` blocks (free ones first, then the file's end).
+    fn alloc(&self, n: usize) -> Result<Vec<u32>> {
+        let mut pool = self.pool.lock();
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            match pool.free.pop() {
+                Some(b) => out.push(b),
+                None => {
+                    let b = pool.end;
+                    pool.end = b
+                        .checked_add(1)
+                        .ok_or_else(|| Error::invalid("block store: 2^32 blocks"))?;
+                    out.push(b);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Blocks written but never named by an entry: free at once.
+    fn discard(&self, blocks: impl IntoIterator<Item = u32>) {
+        self.pool.lock().free.extend(blocks);
+    }
+
+    /// Writes `payload` for posting `pid` into fresh blocks; their refs.
+    fn write_fresh(&self, pid: u32, payload: &[u8]) -> Result<Vec<BlockRef>> {
+        let n = blocks_for(payload.len());
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let blocks = self.alloc(n)?;
+        let mut buf = AlignedBuf::new(n);
+        let mut refs = Vec::with_capacity(n);
+        for (i, (&block, chunk)) in blocks.iter().zip(payload.chunks(PAYLOAD)).enumerate() {
+            let gen = self.gen.fetch_add(1, Ordering::Relaxed);
+            let head = BlockHead {
+                posting: pid,
+                gen,
+                used: chunk.len() as u16,
+            };
+            seal_block(buf.block_mut(i), head, chunk)?;
+            refs.push(BlockRef { block, gen });
+        }
+        // Runs of consecutive block numbers go out as one write each.
+        let mut i = 0;
+        let result = (|| {
+            while i < n {
+                let mut j = i + 1;
+                while j < n && blocks[j] == blocks[j - 1] + 1 {
+                    j += 1;
+                }
+                self.file
+                    .write(blocks[i] as u64, &buf[i * BLOCK..j * BLOCK])?;
+                i = j;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            self.discard(blocks);
+            return Err(e);
+        }
+        self.counters
+            .blocks_written
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok(refs)
+    }
+
+    /// Swaps posting `pid`'s entry from `expected` to `new` and releases
+    /// `released`; `Changed`/`Gone` (nothing released) when the entry is no
+    /// longer `expected`.
+    fn swap(
+        &self,
+        pid: u32,
+        expected: &Option<Arc<Posting>>,
+        new: Option<Arc<Posting>>,
+        released: &[BlockRef],
+    ) -> Swap {
+        let records = new.as_ref().map_or(0, |p| p.records);
+        let _gate = self.gate.read();
+        let map = self.map.read();
+        let Some(slot) = map.get(pid as usize) else {
+            return Swap::Gone;
+        };
+        let prev = slot.compare_and_swap(expected, new);
+        let same = match (&*prev, expected) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            return if prev.is_none() {
+                Swap::Gone
+            } else {
+                Swap::Changed
+            };
+        }
+        self.pool
+            .lock()
+            .held
+            .extend(released.iter().map(|r| r.block));
+        Swap::Done(records)
+    }
+
+    /// APPEND: adds whole records `recs` (encoded as
+    /// [`crate::layout::encode_record`]) to posting `pid`. Reads only the
+    /// last block, and only when it has room; the old last block is
+    /// released. Retries a lost swap. `Gone` when the posting does not
+    /// exist (removed by a split or a merge): the caller re-routes.
+    pub fn append(&self, pid: u32, recs: &[u8], sc: &mut ReadScratch) -> Result<Swap> {
+        let n = self.check_records(recs)?;
+        if n == 0 {
+            return Ok(Swap::Done(self.len(pid)));
+        }
+        loop {
+            let Some(e) = self.entry(pid) else {
+                return Ok(Swap::Gone);
+            };
+            let records = e
+                .records
+                .checked_add(n)
+                .ok_or_else(|| Error::invalid("block store: too many records for one posting"))?;
+            let total = e.records as usize * self.record_bytes();
+            let tail_used = total - e.blocks.len().saturating_sub(1) * PAYLOAD;
+            let mut payload = Vec::with_capacity(tail_used + recs.len());
+            let mut keep = e.blocks.len();
+            let mut released: Vec<BlockRef> = Vec::new();
+            if let Some(&tail) = e.blocks.last().filter(|_| tail_used < PAYLOAD) {
+                let buf = sc.buf(1);
+                self.file.read(tail.block as u64, &mut buf[..BLOCK])?;
+                self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
+                match check_block(pid, tail, tail_used, &buf[..BLOCK]) {
+                    Ok(p) => payload.extend_from_slice(p),
+                    Err(why) => {
+                        self.stale_or_corrupt(pid, &e, why)?;
+                        self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                }
+                keep -= 1;
+                released.push(tail);
+            }
+            payload.extend_from_slice(recs);
+            let fresh = self.write_fresh(pid, &payload)?;
+            let mut blocks = e.blocks[..keep].to_vec();
+            blocks.extend_from_slice(&fresh);
+            let new = Arc::new(Posting { records, blocks });
+            match self.swap(pid, &Some(e), Some(new), &released) {
+                Swap::Done(r) => return Ok(Swap::Done(r)),
+                lost => {
+                    self.discard(fresh.iter().map(|r| r.block));
+                    if lost == Swap::Gone {
+                        return Ok(Swap::Gone);
+                    }
+                    self.counters.cas_retries.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// PUT: replaces posting `pid` with whole records `recs`, by CAS
+    /// against `expected` (the entry the caller read; `None` for a posting
+    /// id that is removed). Its old blocks are released.
+    pub fn put(&self, pid: u32, recs: &[u8], expected: &Option<Arc<Posting>>) -> Result<Swap> {
+        let records = self.check_records(recs)?;
+        if pid >= self.posting_ids() {
+            return Ok(Swap::Gone);
+        }
+        let fresh = self.write_fresh(pid, recs)?;
+        let released: Vec<BlockRef> = expected
+            .as_ref()
+            .map(|e| e.blocks.clone())
+            .unwrap_or_default();
+        let new = Arc::new(Posting {
+            records,
+            blocks: fresh.clone(),
+        });
+        let s = self.swap(pid, expected, Some(new), &released);
+        if s != Swap::Done(records) {
+            self.discard(fresh.iter().map(|r| r.block));
+        }
+        Ok(s)
+    }
+
+    /// A new posting holding `recs`; its id.
+    pub fn create_posting(&self, recs: &[u8]) -> Result<u32> {
+        let records = self.check_records(recs)?;
+        let pid = {
+            let mut map = self.map.write();
+            map.push(ArcSwapOption::empty());
+            (map.len() - 1) as u32
+        };
+        let fresh = self.write_fresh(pid, recs)?;
+        let new = Arc::new(Posting {
+            records,
+            blocks: fresh,
+        });
+        match self.swap(pid, &None, Some(new), &[]) {
+            Swap::Done(_) => Ok(pid),
+            _ => Err(Error::invalid(
+                "block store: a new posting id was taken twice",
+            )),
+        }
+    }
+
+    /// Removes posting `pid` by CAS against `expected`; its blocks are
+    /// released.
+    pub fn remove(&self, pid: u32, expected: &Arc<Posting>) -> Swap {
+        self.swap(pid, &Some(expected.clone()), None, &expected.blocks)
+    }
+
+    // ---- snapshots ----
+
+    /// Captures the mapping and the pool at one instant, syncs the file so
+    /// that every block the capture names is durable, and encodes the
+    /// capture into `out` (see [`encode_map`]). Blocks released before the
+    /// capture stay held until [`BlockStore::snapshot_durable`] (after the
+    /// caller has made the encoded image durable) or go back to being held
+    /// on [`BlockStore::snapshot_abandoned`].
+    pub fn snapshot(&self, out: &mut Vec<u8>) -> Result<()> {
+        let (postings, end, gen) = {
+            let _gate = self.gate.write();
+            let map = self.map.read();
+            let postings: Vec<Option<Posting>> = map
+                .iter()
+                .map(|e| e.load_full().map(|p| (*p).clone()))
+                .collect();
+            let mut pool = self.pool.lock();
+            let held = std::mem::take(&mut pool.held);
+            pool.pending.extend(held);
+            (postings, pool.end, self.gen.load(Ordering::Relaxed))
+        };
+        // Free in the image: every block below the end that the captured
+        // entries do not name (the held ones, the free ones, and blocks
+        // handed out to writes not yet swapped in).
+        let mut named = vec![false; end as usize];
+        named[0] = true;
+        for p in postings.iter().flatten() {
+            for r in &p.blocks {
+                named[r.block as usize] = true;
+            }
+        }
+        let free = (0..end).filter(|&b| !named[b as usize]).collect();
+        self.file.sync()?;
+        encode_map(
+            &MapImage {
+                dim: self.dim as u32,
+                postings,
+                free,
+                end,
+                gen,
+            },
+            out,
+        );
+        Ok(())
+    }
+
+    /// The last snapshot is durable: the blocks released before its
+    /// capture may be reused.
+    pub fn snapshot_durable(&self) {
+        let mut pool = self.pool.lock();
+        let pending = std::mem::take(&mut pool.pending);
+        pool.free.extend(pending);
+    }
+
+    /// The last snapshot was not made durable: what it would have let go
+    /// stays held.
+    pub fn snapshot_abandoned(&self) {
+        let mut pool = self.pool.lock();
+        let pending = std::mem::take(&mut pool.pending);
+        pool.held.extend(pending);
+    }
+}
