@@ -11,12 +11,16 @@
 //!   of one `O_DIRECT` file, GET / ParallelGET (one batch of reads through
 //!   io_uring), APPEND (read-modify-write of the last block only, into a
 //!   fresh block, the mapping entry swapped by CAS), PUT, and released blocks
-//!   held back until the next snapshot is durable (§4.4).
+//!   held back until the next snapshot is durable (§4.4);
+//! - [`versions`]: the version map (§4.2.1), a byte per vector (7-bit
+//!   reassign version, delete bit) updated by compare-and-swap.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod blockstore;
 pub mod layout;
+pub mod versions;
 
 pub use blockstore::{BlockStore, ReadScratch, StoreStats, Swap};
 pub use layout::{encode_record, Records};
+pub use versions::VersionMap;

@@ -2,7 +2,8 @@
 //! (half of them re-sealed, so the structural checks behind the CRC are
 //! exercised) and of a valid store file must give an error or a store
 //! whose every read either errors or decodes whole records, never a panic
-//! or a huge allocation.
+//! or a huge allocation; random bytes are never a mapping, a block, a
+//! record stream or a version map that panics.
 
 use proptest::prelude::*;
 
@@ -95,6 +96,7 @@ proptest! {
         let _ = open_block(&bytes);
         let _ = StoreHeader::decode(&bytes);
         let _ = Records::default().decode_from(&bytes, DIM);
+        let _ = vectide_spfresh::VersionMap::decode(&bytes);
     }
 }
 
