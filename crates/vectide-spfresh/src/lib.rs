@@ -13,11 +13,14 @@
 //!   fresh block, the mapping entry swapped by CAS), PUT, and released blocks
 //!   held back until the next snapshot is durable (§4.4);
 //! - [`versions`]: the version map (§4.2.1), a byte per vector (7-bit
-//!   reassign version, delete bit) updated by compare-and-swap.
+//!   reassign version, delete bit) updated by compare-and-swap;
+//! - [`builder`]: SPANN's replica rule (boundary vectors in up to 8
+//!   postings, RNG-pruned).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod blockstore;
+pub mod builder;
 pub mod layout;
 pub mod versions;
 
