@@ -144,6 +144,77 @@ fn constrained_assign(
     labels
 }
 
+/// Hierarchical balanced k-means, as SPANN chooses its posting centroids
+/// (Chen et al., NeurIPS 2021, §3.2: a hierarchy of balanced clusterings
+/// keeps the postings of similar length at any scale): the rows are split
+/// into `branch` balanced clusters, and every cluster above `leaf` rows is
+/// split again, until each holds at most `leaf`. A cluster that needs at
+/// most `branch` parts is split once into `⌈size / leaf⌉` with no slack,
+/// so no leaf exceeds `leaf` rows. Returns the leaves' centres (the means
+/// of their rows) and each row's leaf. Deterministic for a seed.
+pub fn hierarchical_balanced(
+    data: &[f32],
+    dim: usize,
+    leaf: usize,
+    branch: usize,
+    seed: u64,
+) -> Result<(Centroids, Vec<u32>)> {
+    if leaf == 0 || branch < 2 {
+        return Err(Error::invalid(
+            "hierarchical k-means: leaf must be at least 1 and branch at least 2",
+        ));
+    }
+    let n = check_rows(data, dim, 1, "hierarchical k-means")?;
+    let mut centres: Vec<f32> = Vec::new();
+    let mut labels = vec![0u32; n];
+    let mut stack: Vec<Vec<u32>> = vec![(0..n as u32).collect()];
+    let mut sub: Vec<f32> = Vec::new();
+    let mut round = 0u64;
+    while let Some(rows) = stack.pop() {
+        if rows.len() <= leaf {
+            let id = (centres.len() / dim) as u32;
+            let at = centres.len();
+            centres.resize(at + dim, 0.0);
+            for &r in &rows {
+                labels[r as usize] = id;
+                let x = &data[r as usize * dim..(r as usize + 1) * dim];
+                centres[at..].iter_mut().zip(x).for_each(|(c, v)| *c += v);
+            }
+            let inv = 1.0 / rows.len().max(1) as f32;
+            centres[at..].iter_mut().for_each(|c| *c *= inv);
+            continue;
+        }
+        let parts = rows.len().div_ceil(leaf);
+        let (k, slack) = if parts <= branch {
+            (parts, 0.0)
+        } else {
+            (branch, 0.1)
+        };
+        sub.clear();
+        for &r in &rows {
+            sub.extend_from_slice(&data[r as usize * dim..(r as usize + 1) * dim]);
+        }
+        round += 1;
+        let mut p = BalancedParams::new(k);
+        p.slack = slack;
+        p.kmeans = p
+            .kmeans
+            .seed(seed.wrapping_add(round.wrapping_mul(0x9e37_79b9)));
+        let (_, l) = balanced_kmeans(&sub, dim, &p)?;
+        let mut groups: Vec<Vec<u32>> = vec![Vec::new(); k];
+        for (&r, &c) in rows.iter().zip(&l) {
+            groups[c as usize].push(r);
+        }
+        // Identical rows can leave k-means with one group holding all of
+        // a cluster: split it by position so the recursion always ends.
+        if groups.iter().filter(|g| !g.is_empty()).count() == 1 {
+            groups = rows.chunks(leaf).map(|c| c.to_vec()).collect();
+        }
+        stack.extend(groups.into_iter().filter(|g| !g.is_empty()).rev());
+    }
+    Ok((Centroids::new(dim, centres)?, labels))
+}
+
 /// Sizes of the clusters of `labels` (for reports and tests).
 pub fn sizes(labels: &[u32], k: usize) -> Vec<usize> {
     let mut s = vec![0usize; k];
@@ -225,5 +296,52 @@ mod tests {
             balanced_kmeans(&[0.0; 8], 2, &p).is_err(),
             "fewer rows than k"
         );
+    }
+
+    #[test]
+    fn hierarchical_leaves_hold_at_most_leaf_rows_and_centres_are_their_means() {
+        let data = skewed(3);
+        let n = data.len() / 3;
+        let (c, labels) = hierarchical_balanced(&data, 3, 7, 4, 9).unwrap();
+        let s = sizes(&labels, c.k());
+        assert!(s.iter().all(|&x| (1..=7).contains(&x)), "{s:?}");
+        assert_eq!(s.iter().sum::<usize>(), n);
+        // Balanced: about n / leaf leaves, not one per row.
+        assert!(c.k() >= n / 7 && c.k() <= 2 * n / 7, "{} leaves", c.k());
+        for (id, &size) in s.iter().enumerate() {
+            let mut mean = [0f32; 3];
+            for (r, _) in labels
+                .iter()
+                .enumerate()
+                .filter(|&(_, &l)| l as usize == id)
+            {
+                (0..3).for_each(|j| mean[j] += data[r * 3 + j] / size as f32);
+            }
+            for (m, x) in mean.iter().zip(c.centroid(id)) {
+                assert!((m - x).abs() < 1e-3);
+            }
+        }
+        // Rows sit with their near neighbours: most rows' leaf centre is
+        // among their 3 nearest centres.
+        let near = (0..n)
+            .filter(|&r| {
+                let mut d: Vec<(u32, f32)> = Vec::new();
+                c.nearest_n(&data[r * 3..r * 3 + 3], 3, &mut d);
+                d.iter().any(|&(id, _)| id == labels[r])
+            })
+            .count();
+        assert!(near * 10 > n * 7, "{near} of {n}");
+        let again = hierarchical_balanced(&data, 3, 7, 4, 9).unwrap();
+        assert_eq!(again.1, labels, "deterministic");
+    }
+
+    #[test]
+    fn hierarchical_ends_on_identical_rows_and_rejects_bad_shapes() {
+        let data = vec![1.0f32; 3 * 100];
+        let (c, labels) = hierarchical_balanced(&data, 3, 8, 4, 0).unwrap();
+        assert!(sizes(&labels, c.k()).iter().all(|&x| x <= 8));
+        assert!(hierarchical_balanced(&data, 3, 0, 4, 0).is_err());
+        assert!(hierarchical_balanced(&data, 3, 8, 1, 0).is_err());
+        assert!(hierarchical_balanced(&[f32::NAN; 3], 3, 8, 4, 0).is_err());
     }
 }

@@ -8,7 +8,8 @@
 //!   points to their nearest centre.
 //! - [`balanced`]: k-means whose clusters are held under a size cap (a
 //!   capacity-constrained assignment after Lloyd), as SPANN wants its
-//!   postings.
+//!   postings, and its hierarchical form that picks SPANN's posting
+//!   centroids for a target posting size.
 //! - [`pq`]: product quantization: train, encode, decode, and asymmetric
 //!   distance tables computed per query ([`DistanceTable`]), whose lookups
 //!   dispatch at run time to an AVX2 gather kernel or the portable one.
@@ -24,7 +25,7 @@ pub mod balanced;
 pub mod kmeans;
 pub mod pq;
 
-pub use balanced::{balanced_kmeans, BalancedParams};
+pub use balanced::{balanced_kmeans, hierarchical_balanced, BalancedParams};
 pub use kmeans::{train as kmeans, Centroids, KMeansParams};
 pub use pq::{DistanceTable, PqParams, ProductQuantizer, KSUB};
 
