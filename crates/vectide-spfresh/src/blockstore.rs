@@ -56,6 +56,8 @@ struct Pool {
     pending: Vec<u32>,
     /// Blocks from here on were never handed out.
     end: u32,
+    /// A snapshot is captured and not yet durable or abandoned.
+    in_flight: bool,
 }
 
 /// Counters of a block store.
@@ -187,6 +189,7 @@ impl BlockStore {
     /// block, the dimension, and that the file holds every block the
     /// mapping names. Postings are checked block by block when read.
     pub fn open(file: Box<dyn BlockFile>, image: MapImage) -> Result<Self> {
+        image.check()?;
         let mut b = AlignedBuf::new(1);
         if file.len_blocks() == 0 {
             return Err(Error::corrupted("block store: the file is empty"));
@@ -579,7 +582,9 @@ impl BlockStore {
     pub fn append(&self, pid: u32, recs: &[u8], sc: &mut ReadScratch) -> Result<Swap> {
         let n = self.check_records(recs)?;
         if n == 0 {
-            return Ok(Swap::Done(self.len(pid)));
+            return Ok(self
+                .entry(pid)
+                .map_or(Swap::Gone, |e| Swap::Done(e.records)));
         }
         loop {
             let Some(e) = self.entry(pid) else {
@@ -628,11 +633,14 @@ impl BlockStore {
     }
 
     /// PUT: replaces posting `pid` with whole records `recs`, by CAS
-    /// against `expected` (the entry the caller read; `None` for a posting
-    /// id that is removed). Its old blocks are released.
+    /// against `expected` (the entry the caller read). Its old blocks are
+    /// released. `Gone` when the posting does not exist (`expected` is
+    /// `None`).
     pub fn put(&self, pid: u32, recs: &[u8], expected: &Option<Arc<Posting>>) -> Result<Swap> {
         let records = self.check_records(recs)?;
-        if pid >= self.posting_ids() {
+        // Only an existing posting is replaced (a new one is
+        // `create_posting`'s, whose empty id no PUT may take).
+        if expected.is_none() || pid >= self.posting_ids() {
             return Ok(Swap::Gone);
         }
         let fresh = self.write_fresh(pid, recs)?;
@@ -662,13 +670,17 @@ impl BlockStore {
         let fresh = self.write_fresh(pid, recs)?;
         let new = Arc::new(Posting {
             records,
-            blocks: fresh,
+            blocks: fresh.clone(),
         });
         match self.swap(pid, &None, Some(new), &[]) {
             Swap::Done(_) => Ok(pid),
-            _ => Err(Error::invalid(
-                "block store: a new posting id was taken twice",
-            )),
+            _ => {
+                // Unreachable while only this call may fill a new id.
+                self.discard(fresh.iter().map(|r| r.block));
+                Err(Error::invalid(
+                    "block store: a new posting id was taken twice",
+                ))
+            }
         }
     }
 
@@ -685,7 +697,9 @@ impl BlockStore {
     /// capture into `out` (see [`encode_map`]). Blocks released before the
     /// capture stay held until [`BlockStore::snapshot_durable`] (after the
     /// caller has made the encoded image durable) or go back to being held
-    /// on [`BlockStore::snapshot_abandoned`].
+    /// on [`BlockStore::snapshot_abandoned`]. One snapshot at a time: a
+    /// second one before the first is resolved is an error (it would let
+    /// the first's resolution free blocks the first still names).
     pub fn snapshot(&self, out: &mut Vec<u8>) -> Result<()> {
         let (postings, end, gen) = {
             let _gate = self.gate.write();
@@ -695,6 +709,12 @@ impl BlockStore {
                 .map(|e| e.load_full().map(|p| (*p).clone()))
                 .collect();
             let mut pool = self.pool.lock();
+            if pool.in_flight {
+                return Err(Error::invalid(
+                    "block store: a snapshot is in flight (make it durable or abandon it first)",
+                ));
+            }
+            pool.in_flight = true;
             let held = std::mem::take(&mut pool.held);
             pool.pending.extend(held);
             (postings, pool.end, self.gen.load(Ordering::Relaxed))
@@ -710,7 +730,10 @@ impl BlockStore {
             }
         }
         let free = (0..end).filter(|&b| !named[b as usize]).collect();
-        self.file.sync()?;
+        if let Err(e) = self.file.sync() {
+            self.snapshot_abandoned();
+            return Err(e);
+        }
         encode_map(
             &MapImage {
                 dim: self.dim as u32,
@@ -730,6 +753,7 @@ impl BlockStore {
         let mut pool = self.pool.lock();
         let pending = std::mem::take(&mut pool.pending);
         pool.free.extend(pending);
+        pool.in_flight = false;
     }
 
     /// The last snapshot was not made durable: what it would have let go
@@ -738,5 +762,6 @@ impl BlockStore {
         let mut pool = self.pool.lock();
         let pending = std::mem::take(&mut pool.pending);
         pool.held.extend(pending);
+        pool.in_flight = false;
     }
 }

@@ -269,7 +269,6 @@ pub fn decode_map(bytes: &[u8]) -> Result<(MapImage, usize)> {
     if dim == 0 || dim > MAX_DIM {
         return Err(Error::corrupted(format!("block mapping: dimension {dim}")));
     }
-    let rb = record_bytes(dim as usize) as u64;
     let end = r.u32()?;
     let gen = r.u32()?;
     let n = r.u32()? as usize;
@@ -278,9 +277,6 @@ pub fn decode_map(bytes: &[u8]) -> Result<(MapImage, usize)> {
     if n > r.remaining() {
         return Err(bad("more postings than bytes"));
     }
-    // Every block named (by a posting or as free), checked once all are
-    // read: sorted, so memory follows the input, not `end`.
-    let mut named: Vec<u32> = Vec::new();
     let mut postings = Vec::with_capacity(n);
     for _ in 0..n {
         match r.u8()? {
@@ -291,13 +287,9 @@ pub fn decode_map(bytes: &[u8]) -> Result<(MapImage, usize)> {
                 if nb > r.remaining() / 8 {
                     return Err(bad("more blocks than bytes"));
                 }
-                if blocks_for((records as u64 * rb) as usize) != nb {
-                    return Err(bad(&format!("{records} records in {nb} blocks")));
-                }
                 let mut blocks = Vec::with_capacity(nb);
                 for _ in 0..nb {
                     let block = r.u32()?;
-                    named.push(block);
                     blocks.push(BlockRef {
                         block,
                         gen: r.u32()?,
@@ -314,37 +306,60 @@ pub fn decode_map(bytes: &[u8]) -> Result<(MapImage, usize)> {
     }
     let mut free = Vec::with_capacity(nf);
     for _ in 0..nf {
-        let b = r.u32()?;
-        named.push(b);
-        free.push(b);
-    }
-    named.sort_unstable();
-    if let Some(b) = named
-        .windows(2)
-        .find(|w| w[0] == w[1])
-        .map(|w| w[0])
-        .or(named.first().filter(|&&b| b == 0).copied())
-        .or(named.last().filter(|&&b| b >= end).copied())
-    {
-        return Err(bad(&format!(
-            "block {b} is past the end, block 0, or named twice"
-        )));
+        free.push(r.u32()?);
     }
     let body = r.position();
     let crc = r.u32()?;
     if crc != crc32fast::hash(&bytes[..body]) {
         return Err(bad("checksum mismatch"));
     }
-    Ok((
-        MapImage {
-            dim,
-            postings,
-            free,
-            end,
-            gen,
-        },
-        r.position(),
-    ))
+    let image = MapImage {
+        dim,
+        postings,
+        free,
+        end,
+        gen,
+    };
+    image.check()?;
+    Ok((image, r.position()))
+}
+
+impl MapImage {
+    /// The structural checks of a mapping: each posting's block count is
+    /// what its records need, and no block is 0, at or past `end`, or
+    /// named twice (by two postings, or as used and free).
+    pub fn check(&self) -> Result<()> {
+        let bad = |m: String| Error::corrupted(format!("block mapping: {m}"));
+        if self.dim == 0 || self.dim > MAX_DIM {
+            return Err(bad(format!("dimension {}", self.dim)));
+        }
+        let rb = record_bytes(self.dim as usize) as u64;
+        let mut named: Vec<u32> = self.free.clone();
+        for p in self.postings.iter().flatten() {
+            let bytes = p.records as u64 * rb;
+            if (bytes.div_ceil(PAYLOAD as u64)) != p.blocks.len() as u64 {
+                return Err(bad(format!(
+                    "{} records in {} blocks",
+                    p.records,
+                    p.blocks.len()
+                )));
+            }
+            named.extend(p.blocks.iter().map(|b| b.block));
+        }
+        named.sort_unstable();
+        if let Some(b) = named
+            .windows(2)
+            .find(|w| w[0] == w[1])
+            .map(|w| w[0])
+            .or(named.first().filter(|&&b| b == 0).copied())
+            .or(named.last().filter(|&&b| b >= self.end).copied())
+        {
+            return Err(bad(format!(
+                "block {b} is past the end, block 0, or named twice"
+            )));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

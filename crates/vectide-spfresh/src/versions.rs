@@ -62,7 +62,10 @@ impl State {
 /// The version map (module docs).
 pub struct VersionMap {
     chunks: [OnceLock<Box<[AtomicU8]>>; CHUNKS],
+    /// Published only once the chunks below it exist.
     len: AtomicU32,
+    /// Serialises growth.
+    grow: parking_lot::Mutex<()>,
 }
 
 impl Default for VersionMap {
@@ -70,6 +73,7 @@ impl Default for VersionMap {
         VersionMap {
             chunks: std::array::from_fn(|_| OnceLock::new()),
             len: AtomicU32::new(0),
+            grow: parking_lot::Mutex::new(()),
         }
     }
 }
@@ -102,15 +106,17 @@ impl VersionMap {
         self.chunks[k].get().map(|c| &c[off])
     }
 
-    /// Adds `n` vectors (version 0, live); the first one's number.
+    /// Adds `n` vectors (version 0, live); the first one's number. The new
+    /// numbers become visible to other threads only once their bytes exist.
     pub fn push(&self, n: u32) -> Result<u32> {
-        let first = self
-            .len
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| l.checked_add(n))
-            .map_err(|_| Error::invalid("version map: more than 2^32 - 1 vectors"))?;
+        let _g = self.grow.lock();
+        let first = self.len.load(Ordering::Acquire);
+        let end = first
+            .checked_add(n)
+            .ok_or_else(|| Error::invalid("version map: more than 2^32 - 1 vectors"))?;
         if n > 0 {
             let (lo, _) = locate(first);
-            let (hi, _) = locate(first + n - 1);
+            let (hi, _) = locate(end - 1);
             for k in lo..=hi {
                 self.chunks[k].get_or_init(|| {
                     (0..1usize << (BASE_BITS as usize + k))
@@ -119,6 +125,7 @@ impl VersionMap {
                 });
             }
         }
+        self.len.store(end, Ordering::Release);
         Ok(first)
     }
 
@@ -159,15 +166,23 @@ impl VersionMap {
     }
 
     /// Restores vector `i` as live at `version` (recovery replaying an
-    /// insert or a reassign); adds vectors up to `i` as needed.
-    pub fn set(&self, i: u32, version: u8) -> Result<()> {
-        if i >= self.len() {
-            self.push(i + 1 - self.len())?;
+    /// insert or a reassign); adds vectors up to `i` as needed. Takes the
+    /// map exclusively: recovery runs before anything else uses it.
+    pub fn set(&mut self, i: u32, version: u8) -> Result<()> {
+        let len = self.len();
+        if i >= len {
+            let more = (i - len)
+                .checked_add(1)
+                .ok_or_else(|| Error::invalid("version map: more than 2^32 - 1 vectors"))?;
+            self.push(more)?;
         }
-        if let Some(c) = self.cell(i) {
-            c.store(version & VERSION_MASK, Ordering::Release);
+        match self.cell(i) {
+            Some(c) => {
+                c.store(version & VERSION_MASK, Ordering::Release);
+                Ok(())
+            }
+            None => Err(Error::invalid(format!("version map: no vector {i}"))),
         }
-        Ok(())
     }
 
     /// Live (not deleted) vectors.
@@ -252,6 +267,9 @@ mod tests {
         assert_eq!(m.get(70_000), None);
         assert!(!m.delete(70_000));
         assert_eq!(m.live(), 69_999);
+        let mut m = VersionMap::new();
+        assert!(m.set(u32::MAX, 1).is_err(), "2^32 vectors");
+        assert!(m.is_empty());
     }
 
     #[test]
@@ -283,7 +301,7 @@ mod tests {
 
     #[test]
     fn the_encoding_round_trips_and_rejects_damage() {
-        let m = VersionMap::new();
+        let mut m = VersionMap::new();
         m.push(5).unwrap();
         m.bump(1, 0);
         m.delete(3);

@@ -10,7 +10,7 @@ use vectide_core::sync::SyncSite;
 use vectide_core::Error;
 use vectide_spfresh::layout::{decode_map, encode_record};
 use vectide_spfresh::{BlockStore, ReadScratch, Records, Swap};
-use vectide_storage::block::{DirectFile, SimBlockFile, BLOCK};
+use vectide_storage::block::{BlockFile, DirectFile, SimBlockFile, BLOCK};
 
 const DIM: usize = 8;
 
@@ -177,10 +177,10 @@ proptest! {
 /// A long workload with a snapshot every few operations, and a crash image
 /// just before every sync point: recovery from the last snapshot made
 /// durable before that point reads exactly what it recorded, in every
-/// image. Then the mutation check: when released blocks are reused before
-/// the next snapshot is durable (the hold-back skipped), some image
-/// recovers a posting whose blocks were overwritten, and the store's
-/// checks say so.
+/// image. Writes go on between a snapshot's capture and its image being
+/// durable. Then the mutation check: when released blocks are reused from
+/// the capture on (the hold-back cut short), some image recovers a posting
+/// whose blocks were overwritten, and the store's checks say so.
 #[test]
 fn every_crash_image_recovers_the_last_durable_snapshot() {
     let (checked, violations) = crash_run(false);
@@ -197,7 +197,8 @@ fn every_crash_image_recovers_the_last_durable_snapshot() {
 }
 
 /// Crash images checked and violations; `reuse_early` frees released
-/// blocks as soon as a snapshot is captured instead of once it is durable.
+/// blocks as soon as a snapshot is captured instead of once its image is
+/// durable.
 fn crash_run(reuse_early: bool) -> (usize, usize) {
     let mut rng = 7u64;
     let mut next = || {
@@ -246,20 +247,29 @@ fn crash_run(reuse_early: bool) -> (usize, usize) {
                 vid += 100;
             }
         }
+        // Capture and sync; then writes go on while the caller makes the
+        // image durable (modelled by one more sync point), and only then
+        // are the blocks released before the capture reused. The mutation
+        // reuses them at once, during those writes.
         let mut bytes = Vec::new();
+        store.snapshot(&mut bytes).unwrap();
+        let at_capture = oracle.clone();
         if reuse_early {
-            // Capture, then let the released blocks go before the image
-            // is durable, and write on: the next round reuses them.
-            store.snapshot(&mut bytes).unwrap();
-            store.snapshot_durable();
-            if round % 2 == 0 {
-                continue; // this image is never made durable
-            }
-        } else {
-            store.snapshot(&mut bytes).unwrap();
             store.snapshot_durable();
         }
-        durable.push((file.sync_points(), bytes, oracle.clone()));
+        for k in 0..4u32 {
+            let pid = *oracle.keys().nth(k as usize % oracle.len()).unwrap();
+            let e = store.entry(pid);
+            store.put(pid, &recs(vid..vid + 30), &e).unwrap();
+            oracle.insert(pid, (vid..vid + 30).collect());
+            vid += 100;
+        }
+        file.sync().unwrap(); // the image is durable
+        durable.push((file.sync_points(), bytes, at_capture));
+        if !reuse_early {
+            store.snapshot_durable();
+        }
+        let _ = round;
     }
     let mut checked = 0;
     let mut violations = 0;
@@ -340,6 +350,75 @@ fn concurrent_appends_all_land_once_and_readers_see_whole_postings() {
     assert_eq!(
         st.blocks_used + st.blocks_free + st.blocks_held + 1,
         st.blocks_end
+    );
+}
+
+#[test]
+fn snapshots_and_puts_racing_appends_and_reads_lose_nothing() {
+    let store = Arc::new(BlockStore::create(Box::new(SimBlockFile::new(9)), DIM).unwrap());
+    let pids: Vec<u32> = (0..2)
+        .map(|_| store.create_posting(&recs(0..0)).unwrap())
+        .collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut sc = ReadScratch::default();
+            for vid in 0..400u32 {
+                let r = store.append(pids[(vid % 2) as usize], &recs([vid]), &mut sc);
+                assert!(matches!(r.unwrap(), Swap::Done(_)));
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        // A garbage collector: rewrites each posting whole (same records),
+        // by CAS, so its blocks are released and, after snapshots, reused.
+        s.spawn(|| {
+            let mut sc = ReadScratch::default();
+            let mut r = Records::default();
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                for &pid in &pids {
+                    let e = store.get(pid, &mut r, &mut sc).unwrap();
+                    let mut bytes = Vec::new();
+                    r.encode(DIM, &mut bytes);
+                    let _ = store.put(pid, &bytes, &e).unwrap();
+                }
+            }
+        });
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                let mut b = Vec::new();
+                store.snapshot(&mut b).unwrap();
+                assert!(store.snapshot(&mut Vec::new()).is_err(), "one at a time");
+                store.snapshot_durable();
+            }
+        });
+        s.spawn(|| {
+            let mut sc = ReadScratch::default();
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                store.parallel_get(&pids, &mut sc).unwrap();
+                for r in &sc.records {
+                    for (i, &v) in r.vids.iter().enumerate() {
+                        assert_eq!(r.vector(i, DIM)[0], v as f32);
+                    }
+                }
+            }
+        });
+        writer.join().unwrap();
+    });
+    let mut oracle = Oracle::new();
+    for (k, &pid) in pids.iter().enumerate() {
+        let mut r = Records::default();
+        store.get(pid, &mut r, &mut ReadScratch::default()).unwrap();
+        let mut got = r.vids.clone();
+        got.sort_unstable();
+        let want: Vec<u32> = (0..400).filter(|v| v % 2 == k as u32).collect();
+        assert_eq!(got, want, "posting {pid}");
+        oracle.insert(pid, r.vids);
+    }
+    let st = store.stats();
+    assert_eq!(
+        st.blocks_used + st.blocks_free + st.blocks_held + 1,
+        st.blocks_end,
+        "no block leaked"
     );
 }
 
