@@ -100,6 +100,13 @@ impl Write for CrcWriter<'_> {
     }
 }
 
+/// Appends the CRC-32 of `out[start..]` (the section begun at `start`), as
+/// [`ByteReader::crc_of_preceding`] checks it.
+pub fn push_crc(out: &mut Vec<u8>, start: usize) {
+    let crc = crc32fast::hash(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
 /// A bounds-checked little-endian reader over a byte slice: every read past
 /// the end is a [`Error::Corrupted`], never a panic.
 pub struct ByteReader<'a> {
@@ -148,6 +155,15 @@ impl<'a> ByteReader<'a> {
                 found,
                 supported: version,
             });
+        }
+        Ok(())
+    }
+    /// Reads a CRC-32 and checks it against everything before it in the
+    /// buffer (a section that ends in the CRC of its own bytes).
+    pub fn crc_of_preceding(&mut self, what: &str) -> Result<()> {
+        let end = self.pos;
+        if self.u32()? != crc32fast::hash(&self.buf[..end]) {
+            return Err(Error::corrupted(format!("{what}: checksum mismatch")));
         }
         Ok(())
     }
@@ -253,6 +269,24 @@ mod tests {
         assert!(r.is_err());
         assert_eq!(fs::read(&p).unwrap(), b"one", "old file untouched");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "temp removed");
+    }
+
+    #[test]
+    fn a_section_sealed_by_push_crc_checks_and_a_flip_fails() {
+        let mut b = vec![9u8, 9];
+        push_crc(&mut b, 1);
+        // The CRC covers the section from `start`: read from there.
+        let mut r = ByteReader::new(&b[1..]);
+        assert_eq!(r.u8().unwrap(), 9);
+        r.crc_of_preceding("test").unwrap();
+        let mut flipped = b[1..].to_vec();
+        flipped[0] ^= 1;
+        let mut r = ByteReader::new(&flipped);
+        r.u8().unwrap();
+        assert!(matches!(
+            r.crc_of_preceding("test"),
+            Err(Error::Corrupted(_))
+        ));
     }
 
     #[test]

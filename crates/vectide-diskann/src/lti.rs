@@ -687,7 +687,7 @@ impl Lti {
             for (&id, buf) in chunk.iter().zip(&scratch.bufs) {
                 f(
                     id,
-                    Node::parse(self.record_in(buf, id, &mut joined), &self.header)?,
+                    Node::parse(record_in(&self.header, buf, id, &mut joined), &self.header)?,
                 )?;
             }
         }
@@ -762,12 +762,6 @@ impl Lti {
         Ok(())
     }
 
-    /// Node `id`'s record out of `buf`, the sector(s) it starts in; a
-    /// record spanning sectors is assembled in `joined`.
-    fn record_in<'b>(&self, buf: &'b [u8], id: u32, joined: &'b mut Vec<u8>) -> &'b [u8] {
-        record_in(&self.header, buf, id, joined)
-    }
-
     /// Caches the sectors of the nodes nearest the start (breadth-first,
     /// with the sector mates that share them) until `budget_bytes` is
     /// spent. Returns the nodes whose records are cached.
@@ -802,7 +796,7 @@ impl Lti {
                     let Some(buf) = self.cache.get(&h.locate(id as u64).0) else {
                         continue;
                     };
-                    let node = Node::parse(self.record_in(buf, id, &mut joined), &h)?;
+                    let node = Node::parse(record_in(&h, buf, id, &mut joined), &h)?;
                     for nbr in node.neighbor_ids() {
                         if seen.insert(nbr) {
                             frontier.push(nbr);
@@ -945,7 +939,7 @@ impl Lti {
                     if scratch.done.contains(id) {
                         continue; // expanded as a sector mate this hop
                     }
-                    let rec = self.record_in(bytes_of(h.locate(id as u64).0), id, &mut joined);
+                    let rec = record_in(h, bytes_of(h.locate(id as u64).0), id, &mut joined);
                     let node = Node::parse(rec, h)?;
                     node.vector_into(&mut scratch.vec)?;
                     let d = (self.dist)(q, &scratch.vec);
@@ -965,7 +959,7 @@ impl Lti {
                                 continue;
                             }
                             let v = v as u32;
-                            let node = Node::parse(self.record_in(buf, v, &mut joined), h)?;
+                            let node = Node::parse(record_in(h, buf, v, &mut joined), h)?;
                             if node.label == NO_LABEL {
                                 continue;
                             }

@@ -105,11 +105,13 @@ pub struct ReadScratch {
 }
 
 impl ReadScratch {
-    fn buf(&mut self, blocks: usize) -> &mut AlignedBuf {
-        if self.buf.as_ref().is_none_or(|b| b.blocks() < blocks) {
-            self.buf = Some(AlignedBuf::new(blocks.next_power_of_two()));
+    /// The read buffer, at least `blocks` long, taken out so that the
+    /// other fields stay usable; the caller puts it back in `buf`.
+    fn take_buf(&mut self, blocks: usize) -> AlignedBuf {
+        match self.buf.take() {
+            Some(b) if b.blocks() >= blocks => b,
+            _ => AlignedBuf::new(blocks.max(1).next_power_of_two()),
         }
-        self.buf.as_mut().expect("just set")
     }
 }
 
@@ -275,11 +277,6 @@ impl BlockStore {
             .and_then(|e| e.load_full())
     }
 
-    /// Records in posting `pid` (0 when it does not exist).
-    pub fn len(&self, pid: u32) -> u32 {
-        self.entry(pid).map_or(0, |p| p.records)
-    }
-
     /// The block file's I/O counters.
     pub fn io_stats(&self) -> vectide_storage::block::IoStats {
         self.file.stats()
@@ -342,10 +339,11 @@ impl BlockStore {
                 return Ok(None);
             };
             let n = e.blocks.len();
-            let buf = sc.buf(n.max(1));
+            let mut buf = sc.take_buf(n);
             self.read_blocks(&mut [(&e.blocks[..], &mut buf[..n * BLOCK])])?;
-            let buf = sc.buf.as_ref().expect("allocated above");
-            match self.assemble_posting(pid, &e, &buf[..n * BLOCK], &mut sc.payload)? {
+            let whole = self.assemble_posting(pid, &e, &buf[..n * BLOCK], &mut sc.payload);
+            sc.buf = Some(buf);
+            match whole? {
                 true => {
                     out.decode_from(&sc.payload, self.dim)?;
                     self.counters.postings_read.fetch_add(1, Ordering::Relaxed);
@@ -369,8 +367,7 @@ impl BlockStore {
         let total: usize = entries.iter().flatten().map(|e| e.blocks.len()).sum();
         sc.records.resize_with(pids.len(), Records::default);
         sc.records.iter_mut().for_each(Records::clear);
-        let mut buf = sc.buf.take().filter(|b| b.blocks() >= total);
-        let buf = buf.get_or_insert_with(|| AlignedBuf::new(total.max(1).next_power_of_two()));
+        let mut buf = sc.take_buf(total);
         {
             let mut parts: Vec<(&[BlockRef], &mut [u8])> = Vec::with_capacity(pids.len());
             let mut rest: &mut [u8] = &mut buf[..total * BLOCK];
@@ -395,7 +392,7 @@ impl BlockStore {
                 again.push(i);
             }
         }
-        sc.buf = Some(std::mem::replace(buf, AlignedBuf::new(0)));
+        sc.buf = Some(buf);
         for i in again {
             let mut r = std::mem::take(&mut sc.records[i]);
             self.get(pids[i], &mut r, sc)?;
@@ -600,11 +597,14 @@ impl BlockStore {
             let mut keep = e.blocks.len();
             let mut released: Vec<BlockRef> = Vec::new();
             if let Some(&tail) = e.blocks.last().filter(|_| tail_used < PAYLOAD) {
-                let buf = sc.buf(1);
+                let mut buf = sc.take_buf(1);
                 self.file.read(tail.block as u64, &mut buf[..BLOCK])?;
                 self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
-                match check_block(pid, tail, tail_used, &buf[..BLOCK]) {
-                    Ok(p) => payload.extend_from_slice(p),
+                let tail_ok = check_block(pid, tail, tail_used, &buf[..BLOCK])
+                    .map(|p| payload.extend_from_slice(p));
+                sc.buf = Some(buf);
+                match tail_ok {
+                    Ok(()) => {}
                     Err(why) => {
                         self.stale_or_corrupt(pid, &e, why)?;
                         self.counters.read_retries.fetch_add(1, Ordering::Relaxed);

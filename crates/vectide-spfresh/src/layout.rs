@@ -17,7 +17,7 @@
 //! The mapping and the free pool live in RAM and in snapshots
 //! ([`encode_map`] / [`decode_map`]), not in the store file.
 
-use vectide_core::io::ByteReader;
+use vectide_core::io::{push_crc, ByteReader};
 use vectide_core::{Error, Result};
 use vectide_storage::block::BLOCK;
 
@@ -72,10 +72,7 @@ impl StoreHeader {
         r.magic_version(STORE_MAGIC, STORE_VERSION, "block store")?;
         let dim = r.u32()?;
         let rb = r.u32()?;
-        let crc = r.u32()?;
-        if crc != crc32fast::hash(&block[..STORE_HEADER_LEN]) {
-            return Err(Error::corrupted("block store header: checksum mismatch"));
-        }
+        r.crc_of_preceding("block store header")?;
         if dim == 0 || dim > MAX_DIM || rb as usize != record_bytes(dim as usize) {
             return Err(Error::corrupted(format!(
                 "block store header: dimension {dim} with {rb}-byte records"
@@ -254,8 +251,7 @@ pub fn encode_map(m: &MapImage, out: &mut Vec<u8>) {
     for b in &m.free {
         out.extend_from_slice(&b.to_le_bytes());
     }
-    let crc = crc32fast::hash(&out[start..]);
-    out.extend_from_slice(&crc.to_le_bytes());
+    push_crc(out, start);
 }
 
 /// Parses an encoded mapping and checks it whole: the CRC, that every
@@ -308,11 +304,7 @@ pub fn decode_map(bytes: &[u8]) -> Result<(MapImage, usize)> {
     for _ in 0..nf {
         free.push(r.u32()?);
     }
-    let body = r.position();
-    let crc = r.u32()?;
-    if crc != crc32fast::hash(&bytes[..body]) {
-        return Err(bad("checksum mismatch"));
-    }
+    r.crc_of_preceding("block mapping")?;
     let image = MapImage {
         dim,
         postings,
@@ -333,11 +325,10 @@ impl MapImage {
         if self.dim == 0 || self.dim > MAX_DIM {
             return Err(bad(format!("dimension {}", self.dim)));
         }
-        let rb = record_bytes(self.dim as usize) as u64;
+        let rb = record_bytes(self.dim as usize);
         let mut named: Vec<u32> = self.free.clone();
         for p in self.postings.iter().flatten() {
-            let bytes = p.records as u64 * rb;
-            if (bytes.div_ceil(PAYLOAD as u64)) != p.blocks.len() as u64 {
+            if blocks_for(p.records as usize * rb) != p.blocks.len() {
                 return Err(bad(format!(
                     "{} records in {} blocks",
                     p.records,

@@ -19,7 +19,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::OnceLock;
-use vectide_core::io::ByteReader;
+use vectide_core::io::{push_crc, ByteReader};
 use vectide_core::{Error, Result};
 
 /// Bit of a deleted vector.
@@ -201,8 +201,7 @@ impl VersionMap {
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         out.extend_from_slice(&n.to_le_bytes());
         out.extend((0..n).map(|i| self.cell(i).map_or(0, |c| c.load(Ordering::Acquire))));
-        let crc = crc32fast::hash(&out[start..]);
-        out.extend_from_slice(&crc.to_le_bytes());
+        push_crc(out, start);
     }
 
     /// Parses an encoded map; the map and the bytes it took.
@@ -211,10 +210,7 @@ impl VersionMap {
         r.magic_version(MAGIC, FORMAT_VERSION, "version map")?;
         let n = r.u32()?;
         let body = r.bytes(n as usize)?;
-        let end = r.position();
-        if r.u32()? != crc32fast::hash(&bytes[..end]) {
-            return Err(Error::corrupted("version map: checksum mismatch"));
-        }
+        r.crc_of_preceding("version map")?;
         let map = VersionMap::new();
         map.push(n)?;
         for (i, &b) in body.iter().enumerate() {
