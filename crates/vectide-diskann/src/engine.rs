@@ -47,6 +47,7 @@ use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Params, Result, SearchParams, Seq, VectorIndex,
 };
 use vectide_storage::block::DirectFile;
+use vectide_storage::redo;
 use vectide_storage::wal::Wal;
 use vectide_vamana::{FreshVamana, VamanaParams, START_LABEL};
 
@@ -340,7 +341,7 @@ impl Inner {
             // Nothing newer: a record of the sequence number alone, so the
             // watermark after a recovery covers this call too.
             let Writer { log, buf, .. } = &mut *w;
-            manifest::encode_delete(seq, &[], buf);
+            redo::encode_delete(seq, &[], buf);
             log.append(buf)?;
             log.sync()?;
         } else {
@@ -355,11 +356,11 @@ impl Inner {
                         .collect(),
                 )
             };
-            let per = manifest::rows_per_record(self.dim);
+            let per = redo::rows_per_record(self.dim);
             let Writer { log, buf, .. } = &mut *w;
             for (ci, c) in ids.chunks(per).enumerate() {
                 let v = &vectors[ci * per * self.dim..][..c.len() * self.dim];
-                manifest::encode_insert(seq, c, v, buf);
+                redo::encode_insert(seq, c, v, buf);
                 log.append(buf)?;
             }
             log.sync()?;
@@ -386,12 +387,12 @@ impl Inner {
         // A delete of nothing is logged too (its sequence number alone), so
         // the watermark after a recovery covers it.
         let Writer { log, buf, .. } = &mut *w;
-        for c in targets.chunks(manifest::rows_per_record(0)) {
-            manifest::encode_delete(seq, c, buf);
+        for c in targets.chunks(redo::rows_per_record(0)) {
+            redo::encode_delete(seq, c, buf);
             log.append(buf)?;
         }
         if targets.is_empty() {
-            manifest::encode_delete(seq, &[], buf);
+            redo::encode_delete(seq, &[], buf);
             log.append(buf)?;
         }
         log.sync()?;

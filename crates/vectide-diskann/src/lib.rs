@@ -51,6 +51,7 @@ use std::path::Path;
 use vectide_core::{
     EngineDescriptor, Error, Knob, Metric, Params, ParamsExt, Persistence, Result, VectorIndex,
 };
+use vectide_storage::redo;
 
 /// Engine `fresh-diskann`: FreshDiskANN in a directory.
 pub static DESCRIPTOR: EngineDescriptor = EngineDescriptor {
@@ -148,7 +149,7 @@ fn inspect_rows(path: &Path) -> Result<Vec<(String, String)>> {
     let scan = vectide_storage::wal::scan(&log, &bytes)?;
     let mut records = 0usize;
     for (k, rec) in scan.payloads(&bytes).enumerate() {
-        manifest::decode_op(rec, m.dim)
+        redo::decode_op(rec, m.dim)
             .map_err(|e| Error::corrupted(format!("redo-{}.log record {k}: {e}", m.rw)))?;
         records += 1;
     }

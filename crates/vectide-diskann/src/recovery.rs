@@ -6,13 +6,14 @@
 
 use crate::engine::{is_point, FreshDiskann, Inner, Loc, LtiGen, Place, State, Writer, LTI_SYNC};
 use crate::lti::Lti;
-use crate::manifest::{self, decode_op, LogOp, Manifest, MANIFEST};
+use crate::manifest::{self, Manifest, MANIFEST};
 use crate::params::FreshDiskannParams;
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use vectide_core::{Error, Metric, Result, VectorIndex};
 use vectide_storage::block::DirectFile;
+use vectide_storage::redo::{decode_op, LogOp};
 use vectide_storage::wal::Wal;
 use vectide_vamana::{FreshVamana, START_LABEL};
 

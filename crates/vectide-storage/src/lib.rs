@@ -40,6 +40,7 @@
 pub mod block;
 pub mod crashfs;
 pub mod media;
+pub mod redo;
 pub mod region;
 pub mod wal;
 
