@@ -337,33 +337,12 @@ impl Inner {
         check_batch(self.dim, self.metric, ids, vectors)?;
         let mut w = self.writer.lock();
         let rows = self.newer_rows(seq, ids);
-        if rows.is_empty() {
-            // Nothing newer: a record of the sequence number alone, so the
-            // watermark after a recovery covers this call too.
+        let (ids, vectors) = redo::select_rows(self.dim, ids, vectors, &rows);
+        {
             let Writer { log, buf, .. } = &mut *w;
-            redo::encode_delete(seq, &[], buf);
-            log.append(buf)?;
-            log.sync()?;
-        } else {
-            let (ids, vectors): (Vec<u64>, Vec<f32>) = if rows.len() == ids.len() {
-                (ids.to_vec(), vectors.to_vec())
-            } else {
-                (
-                    rows.iter().map(|&i| ids[i]).collect(),
-                    rows.iter()
-                        .flat_map(|&i| &vectors[i * self.dim..(i + 1) * self.dim])
-                        .copied()
-                        .collect(),
-                )
-            };
-            let per = redo::rows_per_record(self.dim);
-            let Writer { log, buf, .. } = &mut *w;
-            for (ci, c) in ids.chunks(per).enumerate() {
-                let v = &vectors[ci * per * self.dim..][..c.len() * self.dim];
-                redo::encode_insert(seq, c, v, buf);
-                log.append(buf)?;
-            }
-            log.sync()?;
+            redo::log_insert(log, seq, &ids, &vectors, self.dim, buf)?;
+        }
+        if !ids.is_empty() {
             self.apply_insert(seq, &ids, &vectors, progress)?;
         }
         self.durable.fetch_max(seq, Ordering::AcqRel);
@@ -384,18 +363,10 @@ impl Inner {
                 .filter(|id| st.loc.get(id).is_some_and(|l| l.seq <= seq) && seen.insert(*id))
                 .collect()
         };
-        // A delete of nothing is logged too (its sequence number alone), so
-        // the watermark after a recovery covers it.
-        let Writer { log, buf, .. } = &mut *w;
-        for c in targets.chunks(redo::rows_per_record(0)) {
-            redo::encode_delete(seq, c, buf);
-            log.append(buf)?;
+        {
+            let Writer { log, buf, .. } = &mut *w;
+            redo::log_delete(log, seq, &targets, buf)?;
         }
-        if targets.is_empty() {
-            redo::encode_delete(seq, &[], buf);
-            log.append(buf)?;
-        }
-        log.sync()?;
         let n = self.apply_delete(seq, &targets)?;
         self.durable.fetch_max(seq, Ordering::AcqRel);
         if self.after_write(&mut w)? {

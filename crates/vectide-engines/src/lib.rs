@@ -27,6 +27,9 @@ pub static REGISTRY: &[&EngineDescriptor] = &[
     &vectide_flat::DESCRIPTOR,
     &vectide_vamana::DESCRIPTOR,
     &vectide_diskann::DESCRIPTOR,
+    &vectide_spfresh::SPANN,
+    &vectide_spfresh::SPANN_INPLACE,
+    &vectide_spfresh::SPFRESH,
 ];
 
 /// The engine a collection or an index gets when none is named.

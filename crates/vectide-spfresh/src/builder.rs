@@ -1,5 +1,12 @@
-//! Pieces of SPANN's static build (Chen et al., NeurIPS 2021, §3.2) that
-//! SPFresh's inserts and reassigns reuse: so far the replica rule.
+//! SPANN's static build (Chen et al., NeurIPS 2021, §3.2): hierarchical
+//! balanced k-means chooses the posting centroids (leaves of about
+//! `1 / head_ratio` vectors), the centroids go into the centroid index,
+//! each vector goes to up to `replicas` postings under the replica rule
+//! below, and a posting longer than the split limit keeps its nearest
+//! records (SPANN's "posting cut"; a vector every copy of which was cut is
+//! kept in its nearest posting all the same, so none is lost).
+//!
+//! The replica rule, which SPFresh's inserts and reassigns reuse:
 //!
 //! A vector on the boundary of two clusters is stored in several postings,
 //! so that a query landing on either side finds it. SPANN caps the copies
@@ -10,7 +17,13 @@
 //! `RNGFactor` parameter, default 1.0) rejects candidate `c` when some
 //! chosen `s` has `factor · d(c, s) ≤ d(v, c)`.
 
+use crate::engine::Inner;
+use crate::layout::encode_record;
+use crate::Swap;
+use rayon::prelude::*;
 use vectide_core::metric::DistanceFn;
+use vectide_core::{Error, Result};
+use vectide_quant::hierarchical_balanced;
 
 /// SPANN's replica rule: walks `cands` — `(d(v, c), c)`, nearest first —
 /// and keeps `c` unless a centroid already kept, `s`, has
@@ -34,6 +47,123 @@ pub fn rng_select<'a>(
         if out.iter().all(|&s| factor * dist(vc, centroid(s)) > dv) {
             out.push(c);
         }
+    }
+}
+
+/// Branching factor of the hierarchical k-means.
+const BRANCH: usize = 16;
+
+impl Inner {
+    /// The static build of vectors `vids` (rows of `data`, normalised) into
+    /// new postings (module docs). The caller holds the writer and the
+    /// gate shared, and no posting is being created by anyone else.
+    pub(crate) fn build(&self, vids: &[u32], data: &[f32]) -> Result<()> {
+        let dim = self.dim;
+        let n = vids.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let (cents, _) =
+            hierarchical_balanced(data, dim, self.params.leaf(), BRANCH, self.params.seed)?;
+        let k = cents.k();
+        let base = self.store.posting_ids();
+        let mut pids = Vec::with_capacity(k);
+        for h in 0..k {
+            // Empty first, so that the ids are base..base + k in order.
+            let pid = self.store.create_posting(&[])?;
+            if pid != base + h as u32 {
+                return Err(Error::invalid(
+                    "spann build: a posting was created beside the build",
+                ));
+            }
+            pids.push(pid);
+        }
+        self.heads.add(&pids, cents.as_slice())?;
+        let l2 = self.l2();
+        // (posting, distance, row) of every replica.
+        let mut pairs: Vec<(u32, f32, u32)> = self.pool.install(|| {
+            (0..n)
+                .into_par_iter()
+                .map_init(
+                    || self.scratch(),
+                    |sc, r| -> Result<Vec<(u32, f32, u32)>> {
+                        let v = &data[r * dim..(r + 1) * dim];
+                        self.route(v, sc)?;
+                        if sc.sel.is_empty() {
+                            // Only when the centroid search found nothing.
+                            let (c, _) = cents.nearest(v);
+                            sc.sel.push(base + c);
+                        }
+                        let heads = self.heads.read();
+                        Ok(sc
+                            .sel
+                            .iter()
+                            .map(|&p| (p, heads.get(p).map_or(f32::MAX, |c| l2(v, c)), r as u32))
+                            .collect())
+                    },
+                )
+                .collect::<Result<Vec<_>>>()
+                .map(|v| v.into_iter().flatten().collect())
+        })?;
+        pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        // The posting cut, keeping every row somewhere.
+        let mut copies = vec![0u32; n];
+        let mut keep = vec![false; pairs.len()];
+        let mut at = 0;
+        for g in pairs.chunk_by(|a, b| a.0 == b.0) {
+            for (i, &(_, _, r)) in g.iter().enumerate() {
+                if i < self.limit {
+                    keep[at + i] = true;
+                    copies[r as usize] += 1;
+                }
+            }
+            at += g.len();
+        }
+        let mut nearest = vec![usize::MAX; n];
+        for (i, &(_, d, r)) in pairs.iter().enumerate() {
+            let best = &mut nearest[r as usize];
+            if *best == usize::MAX || d < pairs[*best].1 {
+                *best = i;
+            }
+        }
+        for r in 0..n {
+            if copies[r] == 0 {
+                keep[nearest[r]] = true;
+            }
+        }
+        let kept: Vec<(u32, f32, u32)> = pairs
+            .iter()
+            .zip(&keep)
+            .filter(|(_, &k)| k)
+            .map(|(p, _)| *p)
+            .collect();
+        let groups: Vec<&[(u32, f32, u32)]> = kept.chunk_by(|a, b| a.0 == b.0).collect();
+        self.pool.install(|| {
+            groups
+                .par_iter()
+                .map_init(Vec::new, |buf: &mut Vec<u8>, g| -> Result<()> {
+                    let pid = g[0].0;
+                    buf.clear();
+                    for &(_, _, r) in *g {
+                        let r = r as usize;
+                        encode_record(buf, vids[r], 0, &data[r * dim..(r + 1) * dim]);
+                    }
+                    let _l = self.lock(pid);
+                    let entry = self.store.entry(pid);
+                    match self.store.put(pid, buf, &entry)? {
+                        Swap::Done(_) => {
+                            for &(_, _, r) in *g {
+                                self.set_home(vids[r as usize], pid);
+                            }
+                            Ok(())
+                        }
+                        _ => Err(Error::invalid(
+                            "spann build: a new posting changed under the build",
+                        )),
+                    }
+                })
+                .collect::<Result<()>>()
+        })
     }
 }
 

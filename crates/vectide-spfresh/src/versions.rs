@@ -165,6 +165,20 @@ impl VersionMap {
             .map(|_| next)
     }
 
+    /// Undoes a [`VersionMap::bump`] whose moved copies could not be
+    /// written: back from `bumped` to `seen` if nothing changed since.
+    pub fn revert(&self, i: u32, bumped: u8, seen: u8) -> bool {
+        self.cell(i).is_some_and(|c| {
+            c.compare_exchange(
+                bumped & VERSION_MASK,
+                seen & VERSION_MASK,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        })
+    }
+
     /// Restores vector `i` as live at `version` (recovery replaying an
     /// insert or a reassign); adds vectors up to `i` as needed. Takes the
     /// map exclusively: recovery runs before anything else uses it.

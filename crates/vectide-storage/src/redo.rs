@@ -9,6 +9,7 @@
 //! number; a call that changes nothing is still logged (with no rows), so
 //! that the watermark after a recovery covers it.
 
+use crate::wal::Wal;
 use vectide_core::io::ByteReader;
 use vectide_core::{Error, Result};
 
@@ -93,6 +94,63 @@ pub fn decode_op(payload: &[u8], dim: usize) -> Result<LogOp> {
     Ok(out)
 }
 
+/// The rows `rows` of a batch (`ids`, `vectors` of `dim`), copied out;
+/// the whole batch when `rows` is every row.
+pub fn select_rows(
+    dim: usize,
+    ids: &[u64],
+    vectors: &[f32],
+    rows: &[usize],
+) -> (Vec<u64>, Vec<f32>) {
+    if rows.len() == ids.len() {
+        return (ids.to_vec(), vectors.to_vec());
+    }
+    (
+        rows.iter().map(|&i| ids[i]).collect(),
+        rows.iter()
+            .flat_map(|&i| &vectors[i * dim..(i + 1) * dim])
+            .copied()
+            .collect(),
+    )
+}
+
+/// Logs an insert call of `ids` (vectors of `dim`) into `wal` and syncs
+/// it: as many records as [`rows_per_record`] needs, or one record of the
+/// sequence number alone when no row is left (so that the watermark after
+/// a recovery covers the call too).
+pub fn log_insert(
+    wal: &mut Wal,
+    seq: u64,
+    ids: &[u64],
+    vectors: &[f32],
+    dim: usize,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    if ids.is_empty() {
+        return log_delete(wal, seq, &[], buf);
+    }
+    let per = rows_per_record(dim);
+    for (ci, c) in ids.chunks(per).enumerate() {
+        encode_insert(seq, c, &vectors[ci * per * dim..][..c.len() * dim], buf);
+        wal.append(buf)?;
+    }
+    wal.sync()
+}
+
+/// Logs a delete call of `ids` into `wal` and syncs it (a delete of
+/// nothing is one record of the sequence number alone).
+pub fn log_delete(wal: &mut Wal, seq: u64, ids: &[u64], buf: &mut Vec<u8>) -> Result<()> {
+    for c in ids.chunks(rows_per_record(0)) {
+        encode_delete(seq, c, buf);
+        wal.append(buf)?;
+    }
+    if ids.is_empty() {
+        encode_delete(seq, &[], buf);
+        wal.append(buf)?;
+    }
+    wal.sync()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +178,45 @@ mod tests {
         );
         b[0] = 7;
         assert!(decode_op(&b, 3).is_err());
+    }
+
+    #[test]
+    fn calls_are_logged_in_records_and_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.log");
+        let (mut wal, _) = Wal::open(&path).unwrap();
+        let mut buf = Vec::new();
+        let dim = 3 << 20; // one row per record
+        let vecs = vec![0.25f32; 3 * dim];
+        let (ids, v) = select_rows(dim, &[7, 8, 9], &vecs, &[0, 2]);
+        assert_eq!((ids.as_slice(), v.len()), (&[7u64, 9][..], 2 * dim));
+        log_insert(&mut wal, 4, &ids, &v, dim, &mut buf).unwrap();
+        log_insert(&mut wal, 5, &[], &[], dim, &mut buf).unwrap();
+        log_delete(&mut wal, 6, &[7], &mut buf).unwrap();
+        assert_eq!(wal.unsynced(), 0);
+        drop(wal);
+        let (_, recs) = Wal::open(&path).unwrap();
+        let ops: Vec<LogOp> = recs.iter().map(|r| decode_op(r, dim).unwrap()).collect();
+        assert_eq!(
+            ops.len(),
+            4,
+            "two rows in two records, a seq-only record, a delete"
+        );
+        assert!(matches!(&ops[1], LogOp::Insert { seq: 4, ids, .. } if ids == &[9]));
+        assert_eq!(
+            ops[2],
+            LogOp::Delete {
+                seq: 5,
+                ids: vec![]
+            }
+        );
+        assert_eq!(
+            ops[3],
+            LogOp::Delete {
+                seq: 6,
+                ids: vec![7]
+            }
+        );
     }
 
     #[test]

@@ -1,0 +1,575 @@
+//! The Local Rebuilder (SPFresh §3, §4.1–4.2): a job queue and background
+//! threads running **split**, **merge** and **reassign** (LIRE).
+//!
+//! - *Split* (§3.2, §4.2.1): the posting is garbage-collected (stale and
+//!   deleted records dropped, replicas of one vector kept once); if still
+//!   over the limit, balanced 2-means cuts it in two new postings whose
+//!   centroids enter the centroid index, and the old posting and centroid
+//!   are removed. Then reassign.
+//! - *Reassign after a split* (§3.3): with `A_o` the old centroid and `A_1`,
+//!   `A_2` the new ones, a vector of the new postings is a candidate iff
+//!   `D(v, A_o) ≤ D(v, A_i)` for both `i` (the paper's first condition), a
+//!   vector of one of the `reassign_range` postings nearest `A_o` (centroid
+//!   `B`) iff some `D(v, A_i) ≤ D(v, A_o)` (the second) and
+//!   `min_i D(v, A_i) < D(v, B)` (the public code's extra filter: it would
+//!   not move towards a new centroid farther than its own). A candidate is
+//!   routed again; if its current posting is among the chosen ones it stays
+//!   (a false positive); otherwise its version is bumped by CAS (a failed
+//!   CAS means a concurrent delete or move: the job lets it go) and it is
+//!   appended with the new version to its new postings; its old copies are
+//!   now stale.
+//! - *Merge* (§3.2, §4.2.1): a search that meets a posting with at most
+//!   `merge_threshold` live records queues it; the job garbage-collects it
+//!   and, if still small, joins it with the nearest posting whose length
+//!   allows; the longer one survives and the other's vectors that are nearer
+//!   the deleted centroid than the survivor's are reassigned (§3.3: only
+//!   they can break NPA).
+//!
+//! Every job holds the engine's gate shared (a snapshot never sees half a
+//! job) and the locks of the postings it rewrites. A posting gone under a
+//! job (a concurrent split or merge removed it) ends the job or makes the
+//! vector route again; it is never an error.
+
+use crate::engine::{Inner, Scratch};
+use crate::layout::Records;
+use crate::params::Mode;
+use crate::versions::VersionMap;
+use crate::Swap;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use vectide_core::{Error, Result};
+use vectide_quant::{balanced_kmeans, BalancedParams};
+
+/// A Local Rebuilder job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Job {
+    /// Split a posting; the second field is the cascade depth (0 for a
+    /// split an insert queued, d + 1 for one a depth-d split's reassigns
+    /// queued).
+    Split(u32, u32),
+    /// Merge a small posting.
+    Merge(u32),
+}
+
+impl Job {
+    fn key(self) -> (bool, u32) {
+        match self {
+            Job::Split(p, _) => (true, p),
+            Job::Merge(p) => (false, p),
+        }
+    }
+}
+
+#[derive(Default)]
+struct JobState {
+    queue: VecDeque<Job>,
+    queued: HashSet<(bool, u32)>,
+    running: usize,
+    stop: bool,
+}
+
+/// The job queue (a posting is queued at most once per kind).
+#[derive(Default)]
+pub(crate) struct Jobs {
+    state: Mutex<JobState>,
+    work: Condvar,
+    idle: Condvar,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Jobs {
+    pub fn push(&self, job: Job) {
+        let mut s = self.state.lock();
+        if s.queued.insert(job.key()) {
+            s.queue.push_back(job);
+            self.work.notify_one();
+        }
+    }
+
+    /// Jobs queued or running.
+    pub fn pending(&self) -> usize {
+        let s = self.state.lock();
+        s.queue.len() + s.running
+    }
+
+    /// The next job, marked running; `wait`: blocks until one comes or the
+    /// workers stop.
+    fn take(&self, wait: bool) -> Option<Job> {
+        let mut s = self.state.lock();
+        loop {
+            if let Some(j) = s.queue.pop_front() {
+                s.queued.remove(&j.key());
+                s.running += 1;
+                return Some(j);
+            }
+            if !wait || s.stop {
+                return None;
+            }
+            self.work.wait(&mut s);
+        }
+    }
+
+    fn finish(&self) {
+        let mut s = self.state.lock();
+        s.running -= 1;
+        if s.running == 0 && s.queue.is_empty() {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Waits until no job is queued or running (the caller runs none).
+    fn wait_idle(&self) {
+        let mut s = self.state.lock();
+        while s.running > 0 && s.queue.is_empty() {
+            self.idle.wait(&mut s);
+        }
+    }
+
+    /// Stops and joins the background workers (queued jobs stay queued).
+    pub fn stop_workers(&self) {
+        self.state.lock().stop = true;
+        self.work.notify_all();
+        let hs: Vec<_> = self.workers.lock().drain(..).collect();
+        for h in hs {
+            let _ = h.join();
+        }
+        self.state.lock().stop = false;
+    }
+}
+
+/// Starts `n` Local Rebuilder threads.
+pub(crate) fn start_workers(inner: &Arc<Inner>, n: usize) -> Result<()> {
+    let mut ws = inner.jobs.workers.lock();
+    for i in 0..n {
+        let me = inner.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("spfresh-rebuild-{i}"))
+            .spawn(move || {
+                while let Some(job) = me.jobs.take(true) {
+                    let mut sc = me.scratch();
+                    if let Err(e) = me.run_job(job, &mut sc) {
+                        me.note_error(&e);
+                    }
+                    me.give_back(sc);
+                    me.jobs.finish();
+                }
+            })
+            .map_err(|e| Error::invalid(format!("cannot start a rebuild thread: {e}")))?;
+        ws.push(h);
+    }
+    Ok(())
+}
+
+/// The current records of `recs`, each vector once.
+fn collect_garbage(
+    versions: &VersionMap,
+    recs: &Records,
+    dim: usize,
+    seen: &mut HashSet<u32>,
+) -> Records {
+    seen.clear();
+    let mut out = Records::default();
+    for j in 0..recs.len() {
+        let v = recs.vids[j];
+        if versions.is_current(v, recs.versions[j]) && seen.insert(v) {
+            out.vids.push(v);
+            out.versions.push(recs.versions[j]);
+            out.vectors.extend_from_slice(recs.vector(j, dim));
+        }
+    }
+    out
+}
+
+fn mean(recs: &Records, dim: usize) -> Vec<f32> {
+    let mut c = vec![0.0f32; dim];
+    for j in 0..recs.len() {
+        c.iter_mut()
+            .zip(recs.vector(j, dim))
+            .for_each(|(a, x)| *a += x);
+    }
+    let inv = 1.0 / recs.len().max(1) as f32;
+    c.iter_mut().for_each(|a| *a *= inv);
+    c
+}
+
+fn encoded(recs: &Records, dim: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(recs.len() * crate::layout::record_bytes(dim));
+    recs.encode(dim, &mut b);
+    b
+}
+
+/// A reassign candidate: vector, version seen, where it is now.
+struct Candidate {
+    vid: u32,
+    version: u8,
+    from: u32,
+}
+
+impl Inner {
+    /// Runs every queued job to completion on this thread (and waits for
+    /// the ones background threads are running); the first error, after
+    /// all have run.
+    pub(crate) fn drain_jobs(&self) -> Result<()> {
+        let mut first = Ok(());
+        let mut sc = self.scratch();
+        loop {
+            match self.jobs.take(false) {
+                Some(job) => {
+                    let r = self.run_job(job, &mut sc);
+                    self.jobs.finish();
+                    if let Err(e) = r {
+                        self.note_error(&e);
+                        if first.is_ok() {
+                            first = Err(e);
+                        }
+                    }
+                }
+                None => {
+                    self.jobs.wait_idle();
+                    if self.jobs.pending() == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        self.give_back(sc);
+        first
+    }
+
+    fn run_job(&self, job: Job, sc: &mut Scratch) -> Result<()> {
+        if self.mode != Mode::Fresh {
+            return Ok(());
+        }
+        match job {
+            Job::Split(p, depth) => self.split(p, depth, sc),
+            Job::Merge(p) => self.merge(p, sc),
+        }
+    }
+
+    /// Split (module docs).
+    fn split(&self, pid: u32, depth: u32, sc: &mut Scratch) -> Result<()> {
+        let dim = self.dim;
+        let _g = self.gate.read();
+        let (old_c, news) = {
+            let _l = self.lock(pid);
+            let Some(entry) = self.store.get(pid, &mut sc.recs, &mut sc.read)? else {
+                return Ok(());
+            };
+            let kept = collect_garbage(&self.versions, &sc.recs, dim, &mut sc.seen);
+            if kept.len() <= self.limit {
+                if kept.len() < sc.recs.len() {
+                    self.store.put(pid, &encoded(&kept, dim), &Some(entry))?;
+                }
+                self.counters.gc_only.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            let Some(old_c) = self.heads.read().get(pid).map(<[f32]>::to_vec) else {
+                return Ok(());
+            };
+            let mut bp = BalancedParams::new(2);
+            bp.kmeans = bp.kmeans.seed(self.params.seed ^ u64::from(pid));
+            let (_, labels) = balanced_kmeans(&kept.vectors, dim, &bp)?;
+            let mut halves = [Records::default(), Records::default()];
+            for (j, &l) in labels.iter().enumerate() {
+                let h = &mut halves[l as usize & 1];
+                h.vids.push(kept.vids[j]);
+                h.versions.push(kept.versions[j]);
+                h.vectors.extend_from_slice(kept.vector(j, dim));
+            }
+            if halves.iter().any(Records::is_empty) {
+                // Identical vectors: nothing to cut.
+                if kept.len() < sc.recs.len() {
+                    self.store.put(pid, &encoded(&kept, dim), &Some(entry))?;
+                }
+                return Ok(());
+            }
+            let mut made: Vec<(u32, Vec<f32>, Records)> = Vec::with_capacity(2);
+            for h in halves {
+                let p = self.store.create_posting(&encoded(&h, dim))?;
+                let c = mean(&h, dim);
+                // Homes first: once its centroid is in, others may append
+                // to and split the new posting.
+                for &v in &h.vids {
+                    self.set_home(v, p);
+                }
+                self.heads.add(&[p], &c)?;
+                if h.len() > self.limit {
+                    self.jobs.push(Job::Split(p, depth + 1));
+                }
+                made.push((p, c, h));
+            }
+            match self.store.remove(pid, &entry) {
+                Swap::Done(_) => {}
+                s => {
+                    return Err(Error::invalid(format!(
+                        "split of posting {pid}: it changed under its lock ({s:?})"
+                    )))
+                }
+            }
+            self.heads.remove(pid)?;
+            self.counters.splits.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .cascade_max
+                .fetch_max(u64::from(depth), Ordering::Relaxed);
+            let news: [(u32, Vec<f32>, Records); 2] = made
+                .try_into()
+                .map_err(|_| Error::invalid("split: not two halves"))?;
+            (old_c, news)
+        };
+        self.reassign_after_split(pid, &old_c, &news, depth, sc)
+    }
+
+    fn reassign_after_split(
+        &self,
+        old: u32,
+        old_c: &[f32],
+        news: &[(u32, Vec<f32>, Records); 2],
+        depth: u32,
+        sc: &mut Scratch,
+    ) -> Result<()> {
+        let dim = self.dim;
+        let l2 = self.l2();
+        let (c1, c2) = (&news[0].1, &news[1].1);
+        let mut cands: Vec<Candidate> = Vec::new();
+        let mut vecs: Vec<f32> = Vec::new();
+        let mut seen = HashSet::new();
+        // (1) vectors of the old posting, now in the new ones.
+        for (p, _, recs) in news {
+            for j in 0..recs.len() {
+                let v = recs.vector(j, dim);
+                let d_o = l2(v, old_c);
+                if d_o <= l2(v, c1) && d_o <= l2(v, c2) && seen.insert(recs.vids[j]) {
+                    cands.push(Candidate {
+                        vid: recs.vids[j],
+                        version: recs.versions[j],
+                        from: *p,
+                    });
+                    vecs.extend_from_slice(v);
+                }
+            }
+        }
+        // (2) vectors of the postings nearest the old centroid.
+        if self.params.reassign_range > 0 {
+            let k = self.params.reassign_range + 3;
+            self.heads
+                .nearest(old_c, k, self.params.head_ef.max(k), &mut sc.hits)?;
+            sc.pids.clear();
+            sc.pids.extend(
+                sc.hits
+                    .iter()
+                    .map(|h| h.id as u32)
+                    .filter(|&p| p != old && p != news[0].0 && p != news[1].0)
+                    .take(self.params.reassign_range),
+            );
+            self.store.parallel_get(&sc.pids, &mut sc.read)?;
+            let heads = self.heads.read();
+            for (i, recs) in sc.read.records.iter().enumerate() {
+                let b = sc.pids[i];
+                let Some(cb) = heads.get(b) else { continue };
+                for j in 0..recs.len() {
+                    let vid = recs.vids[j];
+                    if !self.versions.is_current(vid, recs.versions[j]) || seen.contains(&vid) {
+                        continue;
+                    }
+                    let v = recs.vector(j, dim);
+                    let nearest_new = l2(v, c1).min(l2(v, c2));
+                    if nearest_new <= l2(v, old_c) && nearest_new < l2(v, cb) {
+                        seen.insert(vid);
+                        cands.push(Candidate {
+                            vid,
+                            version: recs.versions[j],
+                            from: b,
+                        });
+                        vecs.extend_from_slice(v);
+                    }
+                }
+            }
+        }
+        self.move_candidates(&cands, &vecs, depth, sc)
+    }
+
+    /// Reassigns each candidate whose routing no longer includes its
+    /// posting.
+    fn move_candidates(
+        &self,
+        cands: &[Candidate],
+        vecs: &[f32],
+        depth: u32,
+        sc: &mut Scratch,
+    ) -> Result<()> {
+        let dim = self.dim;
+        self.counters
+            .reassign_evaluated
+            .fetch_add(cands.len() as u64, Ordering::Relaxed);
+        for (i, c) in cands.iter().enumerate() {
+            let v = &vecs[i * dim..(i + 1) * dim];
+            if !self.versions.is_current(c.vid, c.version) {
+                continue;
+            }
+            self.route(v, sc)?;
+            if sc.sel.is_empty() || sc.sel.contains(&c.from) {
+                continue;
+            }
+            let Some(new) = self.versions.bump(c.vid, c.version) else {
+                continue;
+            };
+            if let Err(e) = self.place_one(c.vid, new, v, depth + 1, sc) {
+                // Its old copies become current again.
+                self.versions.revert(c.vid, new, c.version);
+                return Err(e);
+            }
+            self.counters.reassign_moved.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Merge (module docs).
+    fn merge(&self, pid: u32, sc: &mut Scratch) -> Result<()> {
+        let dim = self.dim;
+        let _g = self.gate.read();
+        let mut cands = Vec::new();
+        let mut vecs = Vec::new();
+        {
+            let _l = self.lock(pid);
+            let Some(entry) = self.store.get(pid, &mut sc.recs, &mut sc.read)? else {
+                return Ok(());
+            };
+            let kept = collect_garbage(&self.versions, &sc.recs, dim, &mut sc.seen);
+            let changed = kept.len() < sc.recs.len();
+            if kept.len() > self.params.merge_threshold {
+                if changed {
+                    self.store.put(pid, &encoded(&kept, dim), &Some(entry))?;
+                }
+                return Ok(());
+            }
+            let Some(my_c) = self.heads.read().get(pid).map(<[f32]>::to_vec) else {
+                return Ok(());
+            };
+            let k = self.params.route_candidates;
+            self.heads
+                .nearest(&my_c, k, self.params.head_ef.max(k), &mut sc.hits)?;
+            let hits = std::mem::take(&mut sc.hits);
+            let mut other = Records::default();
+            let mut done = false;
+            for h in &hits {
+                let q = h.id as u32;
+                if q == pid || Inner::stripe(q) == Inner::stripe(pid) {
+                    continue;
+                }
+                let Some(_lq) = self.locks[Inner::stripe(q)].try_lock() else {
+                    continue;
+                };
+                let Some(qe) = self.store.get(q, &mut other, &mut sc.read)? else {
+                    continue;
+                };
+                if kept.len() + qe.records as usize >= self.limit {
+                    continue;
+                }
+                let Some(q_c) = self.heads.read().get(q).map(<[f32]>::to_vec) else {
+                    continue;
+                };
+                let kq = collect_garbage(&self.versions, &other, dim, &mut sc.seen);
+                let (mut union, from_gone, survivor, s_entry, gone, g_entry, s_c, g_c) =
+                    if kept.len() > kq.len() {
+                        (kept.clone(), kq, pid, &entry, q, &qe, &my_c, &q_c)
+                    } else {
+                        (kq, kept.clone(), q, &qe, pid, &entry, &q_c, &my_c)
+                    };
+                let present: HashSet<u32> = union.vids.iter().copied().collect();
+                for j in 0..from_gone.len() {
+                    if !present.contains(&from_gone.vids[j]) {
+                        union.vids.push(from_gone.vids[j]);
+                        union.versions.push(from_gone.versions[j]);
+                        union.vectors.extend_from_slice(from_gone.vector(j, dim));
+                    }
+                }
+                self.store
+                    .put(survivor, &encoded(&union, dim), &Some(s_entry.clone()))?;
+                if !matches!(self.store.remove(gone, g_entry), Swap::Done(_)) {
+                    return Err(Error::invalid(format!(
+                        "merge: posting {gone} changed under its lock"
+                    )));
+                }
+                self.heads.remove(gone)?;
+                for &v in &union.vids {
+                    self.set_home(v, survivor);
+                }
+                let l2 = self.l2();
+                for j in 0..from_gone.len() {
+                    let v = from_gone.vector(j, dim);
+                    if l2(v, s_c) > l2(v, g_c) {
+                        cands.push(Candidate {
+                            vid: from_gone.vids[j],
+                            version: from_gone.versions[j],
+                            from: survivor,
+                        });
+                        vecs.extend_from_slice(v);
+                    }
+                }
+                self.counters.merges.fetch_add(1, Ordering::Relaxed);
+                done = true;
+                break;
+            }
+            sc.hits = hits;
+            if !done {
+                if kept.is_empty() && self.heads.count() > 1 {
+                    if matches!(self.store.remove(pid, &entry), Swap::Done(_)) {
+                        self.heads.remove(pid)?;
+                    }
+                } else if changed {
+                    self.store.put(pid, &encoded(&kept, dim), &Some(entry))?;
+                }
+            }
+        }
+        self.move_candidates(&cands, &vecs, 0, sc)
+    }
+
+    /// `spann`'s `maintain()`: when updates changed the index since its
+    /// build, every live vector is read back and the index built again
+    /// statically, then a snapshot makes the new one durable.
+    pub(crate) fn rebuild_static(&self) -> Result<()> {
+        let c = &self.counters;
+        let changes = c.inserts.load(Ordering::Relaxed) + c.deletes.load(Ordering::Relaxed);
+        if self.built_at.load(Ordering::Relaxed) == changes {
+            return Ok(());
+        }
+        {
+            let _w = self.writer.lock();
+            let _g = self.gate.read();
+            let dim = self.dim;
+            let pids: Vec<u32> = (0..self.store.posting_ids())
+                .filter(|&p| self.store.entry(p).is_some())
+                .collect();
+            let mut sc = self.scratch();
+            let mut vids = Vec::new();
+            let mut data = Vec::new();
+            let mut seen = HashSet::new();
+            for chunk in pids.chunks(256) {
+                self.store.parallel_get(chunk, &mut sc.read)?;
+                for recs in &sc.read.records {
+                    for j in 0..recs.len() {
+                        let v = recs.vids[j];
+                        if self.versions.is_current(v, recs.versions[j]) && seen.insert(v) {
+                            vids.push(v);
+                            data.extend_from_slice(recs.vector(j, dim));
+                        }
+                    }
+                }
+            }
+            self.give_back(sc);
+            for &p in &pids {
+                let _l = self.lock(p);
+                if let Some(e) = self.store.entry(p) {
+                    self.store.remove(p, &e);
+                }
+            }
+            self.heads.clear()?;
+            self.build(&vids, &data)?;
+            self.built_at.store(changes, Ordering::Relaxed);
+        }
+        self.snapshot()
+    }
+}

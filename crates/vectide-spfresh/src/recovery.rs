@@ -1,0 +1,388 @@
+//! Creating an index directory, and opening one: the snapshot, the block
+//! store under its mapping, the centroid index rebuilt from the snapshot's
+//! centroids, then every WAL from the snapshot's serial on, replayed
+//! (SPFresh §4.4). `vectide inspect` reads the same files.
+
+use crate::blockstore::BlockStore;
+use crate::engine::{wal_file, Inner, Spfresh, Writer, BLOCKS, BLOCK_SYNC, SNAPSHOT};
+use crate::layout::decode_map;
+use crate::params::{Mode, SpannParams};
+use crate::snapshot::{self, Snapshot};
+use crate::versions::VersionMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use vectide_core::{limits, Error, Metric, Params, ParamsExt, Result};
+use vectide_storage::block::DirectFile;
+use vectide_storage::block::BLOCK;
+use vectide_storage::redo::{decode_op, LogOp};
+use vectide_storage::wal::Wal;
+
+/// Cuts a partial block off the end of the block file: blocks appended
+/// after the last snapshot's sync may be torn by a crash, and none of them
+/// is named by the snapshot. A file shorter than the snapshot's `end`
+/// blocks is corruption.
+fn trim_torn_tail(path: &Path, end: u32) -> Result<()> {
+    let len = std::fs::metadata(path)
+        .map_err(|e| Error::io_at(path, e))?
+        .len();
+    let block = BLOCK as u64;
+    let whole = len / block * block;
+    if whole < u64::from(end) * block {
+        return Err(Error::corrupted(format!(
+            "{}: {len} bytes, but the snapshot names blocks up to {end}",
+            path.display()
+        )));
+    }
+    if whole != len {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io_at(path, e))?;
+        f.set_len(whole).map_err(|e| Error::io_at(path, e))?;
+        vectide_core::sync::sync_file(&f, path, BLOCK_SYNC, false)?;
+    }
+    Ok(())
+}
+
+/// Background Local Rebuilder threads.
+const REBUILD_THREADS: usize = 1;
+
+fn start(inner: Inner) -> Result<Spfresh> {
+    let inner = Arc::new(inner);
+    if inner.mode == Mode::Fresh && !inner.params.rebuild_inline {
+        crate::rebuild::start_workers(&inner, REBUILD_THREADS)?;
+    }
+    Ok(Spfresh { inner })
+}
+
+/// WAL files of `dir`, by serial.
+fn wal_serials(dir: &Path) -> Vec<u64> {
+    let mut out: Vec<u64> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            n.strip_prefix("wal-")?.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+impl Spfresh {
+    /// Creates an empty index of `mode` in `dir` (created if absent; an
+    /// index already there is an error).
+    pub fn create(
+        dir: &Path,
+        dim: usize,
+        metric: Metric,
+        mode: Mode,
+        params: SpannParams,
+    ) -> Result<Self> {
+        limits::check_dim(dim)?;
+        if dim > crate::layout::MAX_DIM as usize {
+            return Err(Error::invalid(format!(
+                "the block store holds vectors of at most {} dimensions, got {dim}",
+                crate::layout::MAX_DIM
+            )));
+        }
+        params.validate()?;
+        if Self::exists(dir) {
+            return Err(Error::invalid(format!(
+                "{} already holds a SPANN index: open it instead",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io_at(dir, e))?;
+        // Leftovers of a create that did not finish.
+        for s in wal_serials(dir) {
+            let _ = std::fs::remove_file(wal_file(dir, s));
+        }
+        let _ = std::fs::remove_file(dir.join(BLOCKS));
+        let file = DirectFile::open(&dir.join(BLOCKS), true, BLOCK_SYNC)?;
+        let store = BlockStore::create(Box::new(file), dim)?;
+        let (wal, _) = Wal::open(&wal_file(dir, 1))?;
+        let writer = Writer {
+            wal,
+            serial: 1,
+            rows: 0,
+            buf: Vec::new(),
+        };
+        let inner = Inner::new(
+            dir,
+            dim,
+            metric,
+            mode,
+            params,
+            store,
+            VersionMap::new(),
+            writer,
+        )?;
+        inner.snapshot()?;
+        start(inner)
+    }
+
+    /// Opens (recovers) the index in `dir`. `overrides` may set `threads`,
+    /// `rebuild` and `nprobe` (not stored).
+    pub fn open(dir: &Path, overrides: &Params) -> Result<Self> {
+        let path = dir.join(SNAPSHOT);
+        let bytes = std::fs::read(&path).map_err(|e| Error::io_at(&path, e))?;
+        let Snapshot {
+            head,
+            ext,
+            seqs,
+            homes,
+            versions,
+            centroids,
+            map,
+        } = snapshot::decode(&bytes)
+            .map_err(|e| Error::corrupted(format!("{}: {e}", path.display())))?;
+        let mut params = head.params.clone();
+        params.threads = overrides.usize("threads");
+        params.rebuild_inline = crate::params::rebuild_inline(overrides);
+        if let Some(n) = overrides.usize("nprobe") {
+            params.nprobe = n;
+        }
+        params.validate()?;
+        let dim = head.dim;
+        let (image, used) = decode_map(&map)?;
+        trim_torn_tail(&dir.join(BLOCKS), image.end)?;
+        let file = DirectFile::open(&dir.join(BLOCKS), false, BLOCK_SYNC)?;
+        let store = BlockStore::open(Box::new(file), image)?;
+        if used != map.len() || store.dim() != dim {
+            return Err(Error::corrupted(
+                "snapshot: the block mapping does not match the index",
+            ));
+        }
+        let n = ext.len();
+        if homes.len() != n || seqs.len() != n {
+            return Err(Error::corrupted(
+                "snapshot: id sections of different lengths",
+            ));
+        }
+        let posting_ids = store.posting_ids() as usize;
+        for p in 0..posting_ids.max(centroids.len()) {
+            let stored = store.entry(p as u32).is_some();
+            let has_c = centroids.get(p).is_some_and(Option::is_some);
+            if stored != has_c {
+                return Err(Error::corrupted(format!(
+                    "snapshot: posting {p} is {} but {} a centroid",
+                    if stored { "stored" } else { "absent" },
+                    if has_c { "has" } else { "has no" }
+                )));
+            }
+        }
+        // Every WAL from the snapshot's serial on.
+        let serials: Vec<u64> = wal_serials(dir)
+            .into_iter()
+            .filter(|&s| s >= head.serial)
+            .collect();
+        if serials.first().is_some_and(|&s| s != head.serial)
+            || serials.windows(2).any(|w| w[1] != w[0] + 1)
+        {
+            return Err(Error::corrupted(format!(
+                "the WAL files after snapshot serial {} are not consecutive: {serials:?}",
+                head.serial
+            )));
+        }
+        let mut logs = Vec::new();
+        let mut last = None;
+        for &s in &serials {
+            let (wal, recs) = Wal::open(&wal_file(dir, s))?;
+            logs.push((s, recs));
+            last = Some((wal, s));
+        }
+        let (wal, serial) = match last {
+            Some(l) => l,
+            None => (Wal::open(&wal_file(dir, head.serial))?.0, head.serial),
+        };
+        let writer = Writer {
+            wal,
+            serial,
+            rows: 0,
+            buf: Vec::new(),
+        };
+        let inner = Inner::new(
+            dir,
+            dim,
+            head.metric,
+            head.mode,
+            params,
+            store,
+            versions,
+            writer,
+        )?;
+        {
+            let mut m = inner.ids.write();
+            for (v, &id) in ext.iter().enumerate() {
+                if inner.versions.get(v as u32).is_some_and(|s| !s.deleted)
+                    && m.ext.insert(id, v as u32).is_some()
+                {
+                    return Err(Error::corrupted(format!("snapshot: id {id} is live twice")));
+                }
+            }
+            m.of_vid = ext;
+            m.seq_of = seqs;
+            *inner.homes.write() = homes.into_iter().map(AtomicU32::new).collect();
+        }
+        let (pids, data): (Vec<u32>, Vec<f32>) = {
+            let mut pids = Vec::new();
+            let mut data = Vec::new();
+            for (p, c) in centroids.iter().enumerate() {
+                if let Some(c) = c {
+                    pids.push(p as u32);
+                    data.extend_from_slice(c);
+                }
+            }
+            (pids, data)
+        };
+        if !pids.is_empty() {
+            inner.heads.add(&pids, &data)?;
+        }
+        let mut durable = head.covered_seq;
+        for (s, recs) in logs {
+            for (k, rec) in recs.iter().enumerate() {
+                let op = decode_op(rec, dim)
+                    .map_err(|e| Error::corrupted(format!("wal-{s}.log record {k}: {e}")))?;
+                match op {
+                    LogOp::Insert { seq, ids, vectors } => {
+                        inner.apply_insert(seq, &ids, &vectors)?;
+                        durable = durable.max(seq);
+                    }
+                    LogOp::Delete { seq, ids } => {
+                        inner.apply_delete(seq, &ids);
+                        durable = durable.max(seq);
+                    }
+                }
+                inner.writer.lock().rows += 1;
+            }
+        }
+        inner.durable.store(durable, Ordering::Release);
+        inner.mark_built();
+        if inner.params.rebuild_inline {
+            inner.drain_jobs()?;
+        }
+        start(inner)
+    }
+
+    /// Whether `dir` holds a SPANN-family index.
+    pub fn exists(dir: &Path) -> bool {
+        Self::mode_at(dir).is_some()
+    }
+
+    /// The mode of the index in `dir`, read from its snapshot's header.
+    pub fn mode_at(dir: &Path) -> Option<Mode> {
+        use std::io::Read;
+        let mut head = [0u8; 13];
+        std::fs::File::open(dir.join(SNAPSHOT))
+            .and_then(|mut f| f.read_exact(&mut head))
+            .ok()?;
+        (&head[..8] == snapshot::MAGIC)
+            .then(|| Mode::from_code(head[12]).ok())
+            .flatten()
+    }
+}
+
+/// `vectide inspect` of a directory: the snapshot, the block store and the
+/// WAL files.
+pub fn inspect_rows(dir: &Path) -> Result<Vec<(String, String)>> {
+    let path = dir.join(SNAPSHOT);
+    let bytes = std::fs::read(&path).map_err(|e| Error::io_at(&path, e))?;
+    let s = snapshot::decode(&bytes)
+        .map_err(|e| Error::corrupted(format!("{}: {e}", path.display())))?;
+    let bpath = dir.join(BLOCKS);
+    let blen = std::fs::metadata(&bpath)
+        .map_err(|e| Error::io_at(&bpath, e))?
+        .len();
+    let torn = blen % BLOCK as u64;
+    let st = if torn == 0 {
+        let file = DirectFile::open(&bpath, false, BLOCK_SYNC)?;
+        BlockStore::open_encoded(Box::new(file), &s.map)?.0.stats()
+    } else {
+        // Read-only: the torn tail is cut at the next open, not here.
+        let (image, _) = decode_map(&s.map)?;
+        crate::blockstore::StoreStats {
+            postings: image.postings.iter().flatten().count() as u64,
+            blocks_used: image
+                .postings
+                .iter()
+                .flatten()
+                .map(|p| p.blocks.len() as u64)
+                .sum(),
+            blocks_free: image.free.len() as u64,
+            blocks_end: u64::from(image.end),
+            ..Default::default()
+        }
+    };
+    let h = &s.head;
+    let live = (0..s.versions.len())
+        .filter(|&v| s.versions.get(v).is_some_and(|x| !x.deleted))
+        .count();
+    let mut rows: Vec<(String, String)> = vec![
+        ("engine".into(), h.mode.engine().into()),
+        (
+            "snapshot".into(),
+            format!(
+                "version {} (CRC verified), serial {}",
+                snapshot::VERSION,
+                h.serial
+            ),
+        ),
+        ("metric".into(), h.metric.name().into()),
+        ("dim".into(), h.dim.to_string()),
+        ("covered_seq".into(), h.covered_seq.to_string()),
+        (
+            "vectors".into(),
+            format!("{live} live of {} numbered", s.versions.len()),
+        ),
+        ("postings".into(), st.postings.to_string()),
+        (
+            "centroids".into(),
+            s.centroids.iter().flatten().count().to_string(),
+        ),
+        (
+            "blocks".into(),
+            format!(
+                "{} used, {} free, {} in the file",
+                st.blocks_used, st.blocks_free, st.blocks_end
+            ),
+        ),
+        (
+            "block_file".into(),
+            if torn == 0 {
+                format!("{blen} bytes")
+            } else {
+                format!("{blen} bytes, a torn tail of {torn} bytes (cut at the next open)")
+            },
+        ),
+        ("replicas".into(), h.params.replicas.to_string()),
+        ("posting_pages".into(), h.params.posting_pages.to_string()),
+        ("nprobe".into(), h.params.nprobe.to_string()),
+    ];
+    for sv in wal_serials(dir).into_iter().filter(|&x| x >= h.serial) {
+        let p = wal_file(dir, sv);
+        let b = std::fs::read(&p).map_err(|e| Error::io_at(&p, e))?;
+        let scan = vectide_storage::wal::scan(&p, &b)?;
+        let mut n = 0usize;
+        for (k, rec) in scan.payloads(&b).enumerate() {
+            decode_op(rec, h.dim)
+                .map_err(|e| Error::corrupted(format!("wal-{sv}.log record {k}: {e}")))?;
+            n += 1;
+        }
+        rows.push((
+            "wal".into(),
+            format!(
+                "wal-{sv}.log: {n} records, {} bytes{}",
+                b.len(),
+                if scan.bad.is_some() {
+                    " (torn tail)"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    Ok(rows)
+}

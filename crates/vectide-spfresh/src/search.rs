@@ -1,0 +1,268 @@
+//! The centroid index and the search (SPANN §3.2, SPFresh §4.1): the query's
+//! nearest centroids through an `hnsw` graph, their postings read in one
+//! ParallelGET, stale and deleted records skipped, replicas counted once.
+
+use crate::engine::{Inner, Scratch};
+use crate::params::Mode;
+use crate::rebuild::Job;
+use parking_lot::{RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use vectide_core::heap::TopK;
+use vectide_core::validate::prepare_query;
+use vectide_core::{Error, Filter, Metric, Neighbor, Result, SearchParams, VectorIndex};
+use vectide_hnsw::{Hnsw, HnswParams};
+
+/// The centroids by posting id.
+pub(crate) struct HeadVecs {
+    dim: usize,
+    vecs: Vec<f32>,
+    alive: Vec<bool>,
+    count: usize,
+}
+
+impl HeadVecs {
+    /// Posting ids ever given a centroid (live or not).
+    pub fn len(&self) -> usize {
+        self.alive.len()
+    }
+
+    /// The centroid of posting `pid`, if it has one.
+    #[inline]
+    pub fn get(&self, pid: u32) -> Option<&[f32]> {
+        let p = pid as usize;
+        (self.alive.get(p) == Some(&true)).then(|| &self.vecs[p * self.dim..(p + 1) * self.dim])
+    }
+}
+
+/// The centroid index: the centroids and an `hnsw` graph over them
+/// (squared L2; graph ids are posting ids).
+pub(crate) struct Heads {
+    index: arc_swap::ArcSwap<Hnsw>,
+    threads: usize,
+    vecs: RwLock<HeadVecs>,
+    /// The graph's own sequence numbers (it ignores an operation not newer
+    /// than the last on an id).
+    seq: AtomicU64,
+}
+
+impl Heads {
+    fn graph_params(threads: usize) -> HnswParams {
+        HnswParams {
+            threads: Some(threads),
+            ..HnswParams::default()
+        }
+    }
+
+    pub fn new(dim: usize, threads: usize) -> Result<Heads> {
+        let params = Self::graph_params(threads);
+        Ok(Heads {
+            index: arc_swap::ArcSwap::from_pointee(Hnsw::new(dim, Metric::L2, params)?),
+            threads,
+            vecs: RwLock::new(HeadVecs {
+                dim,
+                vecs: Vec::new(),
+                alive: Vec::new(),
+                count: 0,
+            }),
+            seq: AtomicU64::new(0),
+        })
+    }
+
+    /// Drops every centroid (a static rebuild starts over).
+    pub fn clear(&self) -> Result<()> {
+        let mut v = self.vecs.write();
+        let dim = v.dim;
+        self.index.store(std::sync::Arc::new(Hnsw::new(
+            dim,
+            Metric::L2,
+            Self::graph_params(self.threads),
+        )?));
+        v.alive.iter_mut().for_each(|a| *a = false);
+        v.count = 0;
+        Ok(())
+    }
+
+    pub fn read(&self) -> RwLockReadGuard<'_, HeadVecs> {
+        self.vecs.read()
+    }
+
+    /// Live centroids.
+    pub fn count(&self) -> usize {
+        self.vecs.read().count
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        let v = self.vecs.read();
+        v.vecs.len() * 4 + v.alive.len() + self.index.load().stats().map_or(0, |s| s.memory_bytes)
+    }
+
+    /// Adds centroids `data` (`pids.len() × dim`) for postings `pids`.
+    pub fn add(&self, pids: &[u32], data: &[f32]) -> Result<()> {
+        {
+            let mut v = self.vecs.write();
+            let dim = v.dim;
+            for (i, &p) in pids.iter().enumerate() {
+                let p = p as usize;
+                if v.alive.len() <= p {
+                    v.alive.resize(p + 1, false);
+                    v.vecs.resize((p + 1) * dim, 0.0);
+                }
+                if !v.alive[p] {
+                    v.count += 1;
+                }
+                v.alive[p] = true;
+                v.vecs[p * dim..(p + 1) * dim].copy_from_slice(&data[i * dim..(i + 1) * dim]);
+            }
+        }
+        let ids: Vec<u64> = pids.iter().map(|&p| u64::from(p)).collect();
+        let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        self.index.load().insert(seq, &ids, data)
+    }
+
+    /// Removes posting `pid`'s centroid.
+    pub fn remove(&self, pid: u32) -> Result<()> {
+        let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        self.index.load().delete(seq, &[u64::from(pid)])?;
+        let mut v = self.vecs.write();
+        if let Some(a) = v.alive.get_mut(pid as usize) {
+            if *a {
+                *a = false;
+                v.count -= 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The `k` centroids nearest `q` (`ef` ≥ k), nearest first, into `out`.
+    pub fn nearest(&self, q: &[f32], k: usize, ef: usize, out: &mut Vec<Neighbor>) -> Result<()> {
+        if self.count() == 0 {
+            out.clear();
+            return Ok(());
+        }
+        self.index
+            .load()
+            .search_into(q, k, &SearchParams::with_ef(ef.max(k)), None, out)
+    }
+}
+
+impl Inner {
+    /// The `k` nearest live vectors to `query`, reading the `nprobe`
+    /// postings nearest it; returns the postings read.
+    pub(crate) fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        nprobe: usize,
+        filter: Option<Filter<'_>>,
+        sc: &mut Scratch,
+        out: &mut Vec<Neighbor>,
+    ) -> Result<usize> {
+        out.clear();
+        vectide_core::limits::check_k(k)?;
+        if nprobe == 0 || nprobe > vectide_core::limits::MAX_NPROBE {
+            return Err(Error::invalid(format!(
+                "nprobe must be in 1..={}, got {nprobe}",
+                vectide_core::limits::MAX_NPROBE
+            )));
+        }
+        let Scratch {
+            read,
+            hits,
+            pids,
+            seen,
+            top,
+            sorted,
+            qbuf,
+            ..
+        } = sc;
+        let q = prepare_query(self.dim, self.metric, query, qbuf)?;
+        if k == 0 {
+            return Ok(0);
+        }
+        self.heads
+            .nearest(q, nprobe, self.params.head_ef.max(nprobe), hits)?;
+        pids.clear();
+        pids.extend(hits.iter().map(|h| h.id as u32));
+        let blocks: usize = pids
+            .iter()
+            .filter_map(|&p| self.store.entry(p))
+            .map(|e| e.blocks.len())
+            .sum();
+        self.store.parallel_get(pids, read)?;
+        let dist = self.metric.distance_fn();
+        let top = top.get_or_insert_with(|| TopK::new(k));
+        top.reset(k);
+        seen.clear();
+        let ids = self.ids.read();
+        for (i, recs) in read.records.iter().enumerate() {
+            let mut live = 0usize;
+            for j in 0..recs.len() {
+                let vid = recs.vids[j];
+                if !self.versions.is_current(vid, recs.versions[j]) {
+                    continue;
+                }
+                live += 1;
+                if !seen.insert(vid) {
+                    continue;
+                }
+                if let Some(f) = filter {
+                    match ids.of_vid.get(vid as usize) {
+                        Some(&ext) if f(ext) => {}
+                        _ => continue,
+                    }
+                }
+                top.push(dist(q, recs.vector(j, self.dim)), vid);
+            }
+            if self.mode == Mode::Fresh && live <= self.params.merge_threshold {
+                self.jobs.push(Job::Merge(pids[i]));
+            }
+        }
+        top.drain_sorted_into(sorted);
+        out.extend(sorted.iter().filter_map(|c| {
+            ids.of_vid
+                .get(c.node as usize)
+                .map(|&ext| Neighbor::new(ext, c.dist.0))
+        }));
+        let c = &self.counters;
+        c.queries.fetch_add(1, Ordering::Relaxed);
+        c.postings_read
+            .fetch_add(pids.len() as u64, Ordering::Relaxed);
+        c.blocks_read.fetch_add(blocks as u64, Ordering::Relaxed);
+        c.bytes_read.fetch_add(
+            (blocks * vectide_storage::block::BLOCK) as u64,
+            Ordering::Relaxed,
+        );
+        Ok(pids.len())
+    }
+
+    /// The stored vector of `id`: read from its home posting (a posting
+    /// holding a current copy); all postings are scanned if a concurrent
+    /// move got there first.
+    pub(crate) fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
+        let Some(vid) = self.ids.read().ext.get(&id).copied() else {
+            return Ok(None);
+        };
+        let mut sc = self.scratch();
+        let found = (|| {
+            let home = self.home(vid);
+            let rest = (0..self.store.posting_ids()).filter(|&p| Some(p) != home);
+            for p in home.into_iter().chain(rest) {
+                if self.store.get(p, &mut sc.recs, &mut sc.read)?.is_none() {
+                    continue;
+                }
+                for j in 0..sc.recs.len() {
+                    if sc.recs.vids[j] == vid && self.versions.is_current(vid, sc.recs.versions[j])
+                    {
+                        return Ok(Some(sc.recs.vector(j, self.dim).to_vec()));
+                    }
+                }
+                if !self.ids.read().ext.contains_key(&id) {
+                    return Ok(None);
+                }
+            }
+            Ok(None)
+        })();
+        self.give_back(sc);
+        found
+    }
+}

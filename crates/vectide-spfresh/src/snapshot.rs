@@ -1,0 +1,283 @@
+//! The engine snapshot (`docs/format-spfresh.md`, SPFresh §4.4): the
+//! in-memory state of a SPANN-family index at one instant — the
+//! parameters, the id maps, the version map, the centroids and the block
+//! store's mapping and free pool — in one file (`snapshot.bin`), replaced
+//! atomically. The block file holds the postings; the WAL files the
+//! updates since.
+//!
+//! ```text
+//! MAGIC "VTSPSNP\0" ‖ version u32 ‖ mode u8 ‖ metric u8 ‖ dim u32
+//! ‖ replicas u32 ‖ rng_factor f32 ‖ route_candidates u32 ‖ nprobe u32
+//! ‖ head_ef u32 ‖ posting_pages u32 ‖ merge_threshold u32
+//! ‖ reassign_range u32 ‖ head_ratio f32 ‖ snapshot_rows u64 ‖ seed u64
+//! ‖ serial u64 ‖ covered_seq u64
+//! ‖ vids u32 ‖ ext_id u64 × vids ‖ seq u64 × vids ‖ home u32 × vids
+//! ‖ version map (its own sealed section, `versions.rs`)
+//! ‖ pids u32 ‖ present u8 × pids ‖ centroid f32 × dim per present pid
+//! ‖ block mapping (its own sealed section, `docs/format-blockstore.md`)
+//! ‖ crc32 u32 of everything before ‖ END "VTSPEND\0"
+//! ```
+
+use crate::params::{Mode, SpannParams};
+use crate::versions::VersionMap;
+use vectide_core::io::{check_envelope, ByteReader};
+use vectide_core::{Error, Metric, Result};
+
+/// First bytes of a snapshot.
+pub const MAGIC: &[u8; 8] = b"VTSPSNP\0";
+/// Last bytes of a snapshot.
+pub const END: &[u8; 8] = b"VTSPEND\0";
+/// The snapshot format version this build reads and writes.
+pub const VERSION: u32 = 1;
+
+/// The fixed fields of a snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapHead {
+    pub mode: Mode,
+    pub metric: Metric,
+    pub dim: usize,
+    pub params: SpannParams,
+    /// The first WAL serial whose records follow this snapshot.
+    pub serial: u64,
+    /// Every operation up to this sequence number is in the snapshot.
+    pub covered_seq: u64,
+}
+
+/// A decoded snapshot.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub head: SnapHead,
+    /// The caller's id of each vector number.
+    pub ext: Vec<u64>,
+    /// The sequence number of the insert that created each vector.
+    pub seqs: Vec<u64>,
+    /// A posting that holds a current copy of each vector (what `get`
+    /// reads).
+    pub homes: Vec<u32>,
+    pub versions: VersionMap,
+    /// The centroid of each posting id (`None`: removed).
+    pub centroids: Vec<Option<Vec<f32>>>,
+    /// The encoded block mapping (handed to `BlockStore::open_encoded`).
+    pub map: Vec<u8>,
+}
+
+fn put_u32(b: &mut Vec<u8>, v: usize) {
+    b.extend_from_slice(&(v as u32).to_le_bytes());
+}
+
+/// Encodes a snapshot from its parts (the state captured under the
+/// engine's gate).
+pub fn encode(
+    head: &SnapHead,
+    ext: &[u64],
+    seqs: &[u64],
+    homes: &[u32],
+    versions: &VersionMap,
+    centroids: &[Option<&[f32]>],
+    map: &[u8],
+) -> Vec<u8> {
+    let dim = head.dim;
+    let present = centroids.iter().flatten().count();
+    let mut b =
+        Vec::with_capacity(128 + 21 * ext.len() + centroids.len() + present * 4 * dim + map.len());
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&VERSION.to_le_bytes());
+    b.push(head.mode.code());
+    b.push(head.metric as u8);
+    put_u32(&mut b, dim);
+    let p = &head.params;
+    put_u32(&mut b, p.replicas);
+    b.extend_from_slice(&p.rng_factor.to_le_bytes());
+    for v in [
+        p.route_candidates,
+        p.nprobe,
+        p.head_ef,
+        p.posting_pages,
+        p.merge_threshold,
+        p.reassign_range,
+    ] {
+        put_u32(&mut b, v);
+    }
+    b.extend_from_slice(&p.head_ratio.to_le_bytes());
+    for v in [p.snapshot_rows, p.seed, head.serial, head.covered_seq] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    put_u32(&mut b, ext.len());
+    for v in ext.iter().chain(seqs) {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    for h in homes {
+        b.extend_from_slice(&h.to_le_bytes());
+    }
+    versions.encode(&mut b);
+    put_u32(&mut b, centroids.len());
+    b.extend(centroids.iter().map(|c| u8::from(c.is_some())));
+    for c in centroids.iter().flatten() {
+        for x in *c {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    b.extend_from_slice(map);
+    let crc = crc32fast::hash(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b.extend_from_slice(END);
+    b
+}
+
+/// Parses a snapshot: envelope (magic, version, CRC, end marker), then
+/// every field through the bounds-checked reader.
+pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
+    let body = check_envelope(bytes, MAGIC, END, VERSION, 12, "spfresh snapshot")?;
+    let mut r = ByteReader::new(body);
+    r.magic_version(MAGIC, VERSION, "spfresh snapshot")?;
+    let mode = Mode::from_code(r.u8()?)?;
+    let metric = Metric::from_tag(r.u8()?)?;
+    let dim = r.u32()? as usize;
+    if dim == 0 || dim > crate::layout::MAX_DIM as usize {
+        return Err(Error::corrupted(format!("snapshot: dimension {dim}")));
+    }
+    let f32_of = |r: &mut ByteReader| -> Result<f32> {
+        Ok(f32::from_le_bytes(r.bytes(4)?.try_into().expect("4 bytes")))
+    };
+    let replicas = r.u32()? as usize;
+    let rng_factor = f32_of(&mut r)?;
+    let mut ints = [0usize; 6];
+    for v in &mut ints {
+        *v = r.u32()? as usize;
+    }
+    let head_ratio = f32_of(&mut r)?;
+    let snapshot_rows = r.u64()?;
+    let seed = r.u64()?;
+    let params = SpannParams {
+        replicas,
+        rng_factor,
+        route_candidates: ints[0],
+        nprobe: ints[1],
+        head_ef: ints[2],
+        posting_pages: ints[3],
+        merge_threshold: ints[4],
+        reassign_range: ints[5],
+        head_ratio,
+        snapshot_rows,
+        seed,
+        rebuild_inline: false,
+        threads: None,
+    };
+    params
+        .validate()
+        .map_err(|e| Error::corrupted(format!("snapshot: parameters: {e}")))?;
+    let serial = r.u64()?;
+    let covered_seq = r.u64()?;
+    let n = r.u32()? as usize;
+    if n > r.remaining() / 20 {
+        return Err(Error::corrupted("snapshot: more vectors than bytes"));
+    }
+    let ext = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?;
+    let seqs = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?;
+    let mut homes = Vec::with_capacity(n);
+    r.u32s(n, &mut homes)?;
+    let (versions, used) = VersionMap::decode(&body[r.position()..])?;
+    r.bytes(used)?;
+    if versions.len() as usize != n {
+        return Err(Error::corrupted(format!(
+            "snapshot: {n} vector ids but {} versions",
+            versions.len()
+        )));
+    }
+    let pids = r.u32()? as usize;
+    let present = r.bytes(pids)?;
+    let mut centroids = Vec::with_capacity(pids);
+    let mut buf = Vec::new();
+    for &flag in present {
+        match flag {
+            0 => centroids.push(None),
+            1 => {
+                buf.clear();
+                r.f32s(dim, &mut buf)?;
+                if buf.iter().any(|x| !x.is_finite()) {
+                    return Err(Error::corrupted("snapshot: a non-finite centroid"));
+                }
+                centroids.push(Some(buf.clone()));
+            }
+            f => return Err(Error::corrupted(format!("snapshot: centroid flag {f}"))),
+        }
+    }
+    let map = body[r.position()..].to_vec();
+    Ok(Snapshot {
+        head: SnapHead {
+            mode,
+            metric,
+            dim,
+            params,
+            serial,
+            covered_seq,
+        },
+        ext,
+        seqs,
+        homes,
+        versions,
+        centroids,
+        map,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        let head = SnapHead {
+            mode: Mode::Fresh,
+            metric: Metric::Cosine,
+            dim: 3,
+            params: SpannParams::default(),
+            serial: 4,
+            covered_seq: 77,
+        };
+        let v = VersionMap::new();
+        v.push(2).unwrap();
+        v.delete(1);
+        let c = [0.5f32, 1.0, -2.0];
+        encode(
+            &head,
+            &[10, 11],
+            &[5, 6],
+            &[3, 0],
+            &v,
+            &[Some(&c), None],
+            b"MAPBYTES",
+        )
+    }
+
+    #[test]
+    fn round_trips() {
+        let s = decode(&sample()).unwrap();
+        assert_eq!(s.head.mode, Mode::Fresh);
+        assert_eq!(s.head.metric, Metric::Cosine);
+        assert_eq!((s.head.serial, s.head.covered_seq), (4, 77));
+        assert_eq!(s.head.params, SpannParams::default());
+        assert_eq!(
+            (s.ext, s.seqs, s.homes),
+            (vec![10, 11], vec![5, 6], vec![3, 0])
+        );
+        assert!(s.versions.get(1).unwrap().deleted && !s.versions.get(0).unwrap().deleted);
+        assert_eq!(s.centroids, vec![Some(vec![0.5, 1.0, -2.0]), None]);
+        assert_eq!(s.map, b"MAPBYTES");
+    }
+
+    #[test]
+    fn damage_is_an_error() {
+        let good = sample();
+        for i in 0..good.len() {
+            let mut bad = good.clone();
+            bad[i] ^= 0x10;
+            assert!(decode(&bad).is_err(), "flip at {i}");
+        }
+        for cut in 0..good.len() {
+            assert!(decode(&good[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut v2 = good.clone();
+        v2[8] = 2;
+        assert!(matches!(decode(&v2), Err(Error::Version { found: 2, .. })));
+    }
+}

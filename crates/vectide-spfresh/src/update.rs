@@ -1,0 +1,335 @@
+//! The Updater (SPFresh §4.1): an insert is logged, then each vector goes
+//! to up to `replicas` postings chosen by SPANN's replica rule among its
+//! nearest centroids and is APPENDed there as `(vid, version, vector)`; a
+//! delete is logged, then a tombstone in the version map (no disk I/O).
+//! A posting pushed past the split limit by an APPEND queues a split
+//! (`spfresh` only). An APPEND that finds its posting gone (a concurrent
+//! split or merge removed it) routes the vector again.
+
+use crate::builder::rng_select;
+use crate::engine::{Inner, Scratch};
+use crate::layout::encode_record;
+use crate::params::Mode;
+use crate::rebuild::Job;
+use crate::Swap;
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicU32, Ordering};
+use vectide_core::validate::{check_batch, copy_normalized};
+use vectide_core::{Result, Seq};
+use vectide_storage::redo;
+
+/// A vector's home before it is placed.
+pub(crate) const NO_HOME: u32 = u32::MAX;
+
+/// Route attempts before a vector gets a posting of its own.
+const MAX_REROUTES: usize = 8;
+
+impl Inner {
+    /// Rows of `ids` newer than what the index holds of them.
+    fn newer_rows(&self, seq: Seq, ids: &[u64]) -> Vec<usize> {
+        let m = self.ids.read();
+        ids.iter()
+            .enumerate()
+            .filter(|(_, id)| {
+                m.ext
+                    .get(id)
+                    .is_none_or(|&v| m.seq_of.get(v as usize).is_none_or(|&s| seq > s))
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// The contract's insert: validated, logged and synced, applied.
+    pub(crate) fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        check_batch(self.dim, self.metric, ids, vectors)?;
+        let mut w = self.writer.lock();
+        let rows = self.newer_rows(seq, ids);
+        let (ids, vectors) = redo::select_rows(self.dim, ids, vectors, &rows);
+        {
+            let crate::engine::Writer { wal, buf, rows, .. } = &mut *w;
+            redo::log_insert(wal, seq, &ids, &vectors, self.dim, buf)?;
+            *rows += ids.len() as u64;
+        }
+        let applied = self.apply_insert(seq, &ids, &vectors);
+        self.durable.fetch_max(seq, Ordering::AcqRel);
+        let snap = w.rows >= self.params.snapshot_rows;
+        drop(w);
+        applied?;
+        self.after_write(snap)
+    }
+
+    /// The contract's delete: logged and synced, then tombstones.
+    pub(crate) fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
+        let mut w = self.writer.lock();
+        let targets: Vec<u64> = {
+            let m = self.ids.read();
+            let mut seen = std::collections::HashSet::new();
+            ids.iter()
+                .copied()
+                .filter(|id| {
+                    m.ext.get(id).is_some_and(|&v| m.seq_of[v as usize] <= seq) && seen.insert(*id)
+                })
+                .collect()
+        };
+        {
+            let crate::engine::Writer { wal, buf, rows, .. } = &mut *w;
+            redo::log_delete(wal, seq, &targets, buf)?;
+            *rows += targets.len() as u64;
+        }
+        let n = self.apply_delete(seq, &targets);
+        self.durable.fetch_max(seq, Ordering::AcqRel);
+        let snap = w.rows >= self.params.snapshot_rows;
+        drop(w);
+        self.after_write(snap)?;
+        Ok(n)
+    }
+
+    /// After a write: a snapshot when one is due, and the queued jobs when
+    /// they run inline.
+    fn after_write(&self, snapshot: bool) -> Result<()> {
+        if self.params.rebuild_inline {
+            self.drain_jobs()?;
+        }
+        if snapshot {
+            self.snapshot()?;
+        }
+        Ok(())
+    }
+
+    /// Applies an insert of rows newer than the index's (the live path and
+    /// the WAL replay): vector numbers, then the static build of a first
+    /// load or the placement of each vector.
+    pub(crate) fn apply_insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        let n = ids.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let dim = self.dim;
+        let mut data = Vec::with_capacity(vectors.len());
+        let mut row = Vec::with_capacity(dim);
+        for v in vectors.chunks_exact(dim) {
+            copy_normalized(self.metric, v, &mut row);
+            data.extend_from_slice(&row);
+        }
+        let _g = self.gate.read();
+        let first = {
+            let mut m = self.ids.write();
+            let first = self.versions.push(n as u32)?;
+            for (r, &id) in ids.iter().enumerate() {
+                if let Some(old) = m.ext.insert(id, first + r as u32) {
+                    self.versions.delete(old);
+                }
+                m.of_vid.push(id);
+                m.seq_of.push(seq);
+            }
+            self.homes
+                .write()
+                .extend((0..n).map(|_| AtomicU32::new(NO_HOME)));
+            first
+        };
+        self.counters.inserts.fetch_add(n as u64, Ordering::Relaxed);
+        if self.heads.count() == 0 {
+            let vids: Vec<u32> = (first..first + n as u32).collect();
+            self.build(&vids, &data)?;
+            self.mark_built();
+            Ok(())
+        } else {
+            self.place_batch(first, &data)
+        }
+    }
+
+    /// Applies a delete of `ids` at `seq` (tombstones); the number removed.
+    pub(crate) fn apply_delete(&self, seq: Seq, ids: &[u64]) -> usize {
+        let mut m = self.ids.write();
+        let mut n = 0;
+        for id in ids {
+            if let Some(&v) = m.ext.get(id) {
+                if m.seq_of[v as usize] <= seq {
+                    m.ext.remove(id);
+                    self.versions.delete(v);
+                    n += 1;
+                }
+            }
+        }
+        self.counters.deletes.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// The postings vector `v` goes to (SPANN's replica rule over its
+    /// `route_candidates` nearest centroids) into `sc.sel`.
+    pub(crate) fn route(&self, v: &[f32], sc: &mut Scratch) -> Result<()> {
+        let k = self.params.route_candidates;
+        self.heads
+            .nearest(v, k, self.params.head_ef.max(k), &mut sc.hits)?;
+        let cents = self.heads.read();
+        sc.cands.clear();
+        sc.cands.extend(
+            sc.hits
+                .iter()
+                .map(|h| (h.distance, h.id as u32))
+                .filter(|&(_, p)| cents.get(p).is_some() && self.store.entry(p).is_some()),
+        );
+        rng_select(
+            self.l2(),
+            &sc.cands,
+            |c| {
+                cents
+                    .get(c)
+                    .expect("candidates were filtered under this guard")
+            },
+            self.params.replicas,
+            self.params.rng_factor,
+            &mut sc.sel,
+        );
+        Ok(())
+    }
+
+    /// APPEND under the posting's lock: the posting's new length, or
+    /// `None` when it is gone. On success, posting `pid` becomes the home
+    /// of `vids` while the lock is still held (a split of it cannot slip
+    /// in between and leave them pointing at a removed posting).
+    pub(crate) fn append_locked(
+        &self,
+        pid: u32,
+        recs: &[u8],
+        vids: &[u32],
+        sc: &mut Scratch,
+    ) -> Result<Option<u32>> {
+        let _l = self.lock(pid);
+        Ok(match self.store.append(pid, recs, &mut sc.read)? {
+            Swap::Done(n) => {
+                for &v in vids {
+                    self.set_home(v, pid);
+                }
+                Some(n)
+            }
+            Swap::Gone | Swap::Changed => None,
+        })
+    }
+
+    /// After an APPEND of `added` records left posting `pid` at `len`:
+    /// queues its split when it is over the limit (`spfresh` only);
+    /// whether this APPEND is the one that took it over.
+    pub(crate) fn maybe_split(&self, pid: u32, len: u32, added: usize, depth: u32) -> bool {
+        let len = len as usize;
+        if self.mode != Mode::Fresh || len <= self.limit {
+            return false;
+        }
+        self.jobs.push(Job::Split(pid, depth));
+        len - added <= self.limit
+    }
+
+    /// Places the vectors `first..first + n` (rows of `data`): routed in
+    /// parallel, then one APPEND per posting; vectors whose posting went
+    /// away are placed again one by one.
+    fn place_batch(&self, first: u32, data: &[f32]) -> Result<()> {
+        let dim = self.dim;
+        let n = data.len() / dim;
+        let mut pairs: Vec<(u32, u32)> = self.pool.install(|| {
+            (0..n)
+                .into_par_iter()
+                .map_init(
+                    || self.scratch(),
+                    |sc, r| -> Result<Vec<(u32, u32)>> {
+                        self.route(&data[r * dim..(r + 1) * dim], sc)?;
+                        Ok(sc.sel.iter().map(|&p| (p, r as u32)).collect())
+                    },
+                )
+                .collect::<Result<Vec<_>>>()
+                .map(|v| v.into_iter().flatten().collect())
+        })?;
+        pairs.sort_unstable();
+        let groups: Vec<&[(u32, u32)]> = pairs.chunk_by(|a, b| a.0 == b.0).collect();
+        self.pool.install(|| {
+            groups
+                .par_iter()
+                .map_init(
+                    || self.scratch(),
+                    |sc, g| -> Result<()> {
+                        let pid = g[0].0;
+                        let mut rec = std::mem::take(&mut sc.rec);
+                        rec.clear();
+                        let vids: Vec<u32> = g.iter().map(|&(_, r)| first + r).collect();
+                        for &(_, r) in *g {
+                            let r = r as usize;
+                            encode_record(
+                                &mut rec,
+                                first + r as u32,
+                                0,
+                                &data[r * dim..(r + 1) * dim],
+                            );
+                        }
+                        let got = self.append_locked(pid, &rec, &vids, sc);
+                        sc.rec = rec;
+                        if let Some(len) = got? {
+                            if self.maybe_split(pid, len, g.len(), 0) {
+                                self.counters.split_triggers.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Ok(())
+                    },
+                )
+                .collect::<Result<()>>()
+        })?;
+        // A vector none of whose postings took it (they vanished under a
+        // split or a merge) still has no home: placed again on its own.
+        let mut sc = self.scratch();
+        let mut out = Ok(());
+        for r in 0..n {
+            let vid = first + r as u32;
+            if self.home(vid) == Some(NO_HOME) {
+                if let Err(e) = self.place_one(vid, 0, &data[r * dim..(r + 1) * dim], 0, &mut sc) {
+                    out = Err(e);
+                    break;
+                }
+            }
+        }
+        self.give_back(sc);
+        out
+    }
+
+    /// Places one vector (`vid` at `version`) in the postings the replica
+    /// rule picks, routing again while they vanish; after
+    /// [`MAX_REROUTES`] tries (or with no centroid at all) it gets a
+    /// posting of its own. `depth` is the split cascade it belongs to.
+    pub(crate) fn place_one(
+        &self,
+        vid: u32,
+        version: u8,
+        v: &[f32],
+        depth: u32,
+        sc: &mut Scratch,
+    ) -> Result<()> {
+        let mut rec = std::mem::take(&mut sc.rec);
+        rec.clear();
+        encode_record(&mut rec, vid, version, v);
+        let res = (|| {
+            for _ in 0..MAX_REROUTES {
+                self.route(v, sc)?;
+                if sc.sel.is_empty() {
+                    break;
+                }
+                let sel = std::mem::take(&mut sc.sel);
+                let mut any = false;
+                for &pid in &sel {
+                    let home: &[u32] = if any { &[] } else { &[vid] };
+                    if let Some(len) = self.append_locked(pid, &rec, home, sc)? {
+                        any = true;
+                        self.maybe_split(pid, len, 1, depth);
+                    }
+                }
+                sc.sel = sel;
+                if any {
+                    return Ok(());
+                }
+                self.counters.reroutes.fetch_add(1, Ordering::Relaxed);
+            }
+            let pid = self.store.create_posting(&rec)?;
+            self.set_home(vid, pid);
+            self.heads.add(&[pid], v)?;
+            Ok(())
+        })();
+        sc.rec = rec;
+        res
+    }
+}
