@@ -124,6 +124,15 @@ pub const POSTING_PAGES: ParamSpec = int(
     "a posting longer than this many 4 KiB pages of records is split (59 records at 50-d float32)",
     "SPTAG PostingPageLimit = 3",
 );
+/// `posting_vectors`: an optional cap on a posting's records.
+pub const POSTING_VECTORS: ParamSpec = int(
+    "posting_vectors",
+    0,
+    1 << 20,
+    "0",
+    "cap on the records of a posting before it splits (0: none, posting_pages alone sets the limit)",
+    "SPTAG PostingVectorLimit (118 in microsoft/SPTAG's parameter list)",
+);
 /// `merge_threshold`: postings at or below this many live records merge.
 pub const MERGE_THRESHOLD: ParamSpec = int(
     "merge_threshold",
@@ -178,13 +187,14 @@ pub const SEED: ParamSpec = int(
 );
 
 /// Every parameter the SPANN engines take.
-pub static PARAMS: [ParamSpec; 13] = [
+pub static PARAMS: [ParamSpec; 14] = [
     REPLICAS,
     RNG_FACTOR,
     ROUTE_CANDIDATES,
     NPROBE,
     HEAD_EF,
     POSTING_PAGES,
+    POSTING_VECTORS,
     MERGE_THRESHOLD,
     REASSIGN_RANGE,
     HEAD_RATIO,
@@ -206,6 +216,7 @@ pub struct SpannParams {
     pub nprobe: usize,
     pub head_ef: usize,
     pub posting_pages: usize,
+    pub posting_vectors: usize,
     pub merge_threshold: usize,
     pub reassign_range: usize,
     pub head_ratio: f32,
@@ -226,6 +237,7 @@ impl Default for SpannParams {
             nprobe: 64,
             head_ef: 128,
             posting_pages: 3,
+            posting_vectors: 0,
             merge_threshold: 10,
             reassign_range: 64,
             head_ratio: 0.1,
@@ -254,6 +266,7 @@ impl SpannParams {
             nprobe: params.usize("nprobe").unwrap_or(d.nprobe),
             head_ef: params.usize("head_ef").unwrap_or(d.head_ef),
             posting_pages: params.usize("posting_pages").unwrap_or(d.posting_pages),
+            posting_vectors: params.usize("posting_vectors").unwrap_or(d.posting_vectors),
             merge_threshold: params.usize("merge_threshold").unwrap_or(d.merge_threshold),
             reassign_range: params.usize("reassign_range").unwrap_or(d.reassign_range),
             head_ratio: params
@@ -287,6 +300,7 @@ impl SpannParams {
         within("nprobe", self.nprobe, 1, limits::MAX_NPROBE)?;
         within("head_ef", self.head_ef, 1, limits::MAX_EF)?;
         within("posting_pages", self.posting_pages, 1, 64)?;
+        within("posting_vectors", self.posting_vectors, 0, 1 << 20)?;
         within("merge_threshold", self.merge_threshold, 0, 1 << 20)?;
         within("reassign_range", self.reassign_range, 0, 1024)?;
         if !(self.rng_factor.is_finite() && (0.0..=100.0).contains(&self.rng_factor)) {
@@ -308,9 +322,16 @@ impl SpannParams {
     }
 
     /// The split limit in records of a `dim`-dimensional vector: the
-    /// records that fit in `posting_pages` 4 KiB pages (at least 2).
+    /// records that fit in `posting_pages` 4 KiB pages, at most
+    /// `posting_vectors` when set, at least 2.
     pub fn posting_limit(&self, dim: usize) -> usize {
-        (self.posting_pages * 4096 / crate::layout::record_bytes(dim)).max(2)
+        let pages = self.posting_pages * 4096 / crate::layout::record_bytes(dim);
+        let cap = if self.posting_vectors > 0 {
+            self.posting_vectors
+        } else {
+            usize::MAX
+        };
+        pages.min(cap).max(2)
     }
 
     /// The leaf size of the static build's hierarchical k-means.
@@ -328,6 +349,7 @@ impl SpannParams {
             ("nprobe", self.nprobe as u64),
             ("head_ef", self.head_ef as u64),
             ("posting_pages", self.posting_pages as u64),
+            ("posting_vectors", self.posting_vectors as u64),
             ("merge_threshold", self.merge_threshold as u64),
             ("reassign_range", self.reassign_range as u64),
             ("snapshot_rows", self.snapshot_rows),
@@ -394,6 +416,11 @@ mod tests {
         assert_eq!(p.posting_limit(50), 59);
         assert_eq!(p.posting_limit(100_000), 2);
         assert_eq!(p.leaf(), 10);
+        let capped = SpannParams {
+            posting_vectors: 8,
+            ..SpannParams::default()
+        };
+        assert_eq!(capped.posting_limit(50), 8);
         for m in [Mode::Static, Mode::Inplace, Mode::Fresh] {
             assert_eq!(Mode::from_code(m.code()).unwrap(), m);
         }

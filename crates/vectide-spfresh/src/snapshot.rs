@@ -8,7 +8,7 @@
 //! ```text
 //! MAGIC "VTSPSNP\0" ‖ version u32 ‖ mode u8 ‖ metric u8 ‖ dim u32
 //! ‖ replicas u32 ‖ rng_factor f32 ‖ route_candidates u32 ‖ nprobe u32
-//! ‖ head_ef u32 ‖ posting_pages u32 ‖ merge_threshold u32
+//! ‖ head_ef u32 ‖ posting_pages u32 ‖ posting_vectors u32 ‖ merge_threshold u32
 //! ‖ reassign_range u32 ‖ head_ratio f32 ‖ snapshot_rows u64 ‖ seed u64
 //! ‖ serial u64 ‖ covered_seq u64
 //! ‖ vids u32 ‖ ext_id u64 × vids ‖ seq u64 × vids ‖ home u32 × vids
@@ -93,6 +93,7 @@ pub fn encode(
         p.nprobe,
         p.head_ef,
         p.posting_pages,
+        p.posting_vectors,
         p.merge_threshold,
         p.reassign_range,
     ] {
@@ -141,7 +142,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
     };
     let replicas = r.u32()? as usize;
     let rng_factor = f32_of(&mut r)?;
-    let mut ints = [0usize; 6];
+    let mut ints = [0usize; 7];
     for v in &mut ints {
         *v = r.u32()? as usize;
     }
@@ -155,8 +156,9 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
         nprobe: ints[1],
         head_ef: ints[2],
         posting_pages: ints[3],
-        merge_threshold: ints[4],
-        reassign_range: ints[5],
+        posting_vectors: ints[4],
+        merge_threshold: ints[5],
+        reassign_range: ints[6],
         head_ratio,
         snapshot_rows,
         seed,

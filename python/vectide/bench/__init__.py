@@ -15,6 +15,9 @@
 * ``python -m vectide.bench freshdiskann ...``: StreamingMerge against a
   rebuild and DiskANN's disk build, the disk search against DiskANN's disk
   index (see :mod:`vectide.bench.freshdiskann`).
+* ``python -m vectide.bench spfresh ...``: a distribution-shifting update
+  stream, SPFresh against SPANN+ and a static SPANN (see
+  :mod:`vectide.bench.spfresh`).
 * ``python -m vectide.bench exact ...``: batched exact search, ``vectide:flat``
   against faiss ``IndexFlat`` (see :mod:`vectide.bench.exact`).
 * ``python -m vectide.bench plot FILE.json FILE.png``: the recall/QPS plot of a
@@ -40,6 +43,10 @@ def main(argv=None) -> int:
         from . import freshdiskann
 
         return freshdiskann.main(argv[1:])
+    if argv and argv[0] == "spfresh":  # and spfresh
+        from . import spfresh
+
+        return spfresh.main(argv[1:])
     if argv and argv[0] == "phnsw":  # so does phnsw
         from . import phnsw
 
@@ -76,6 +83,7 @@ def main(argv=None) -> int:
     sub.add_parser("churn", help="recall/QPS under delete + re-insert churn (vectide:hnsw)", add_help=False)
     sub.add_parser("db", help="database: upsert throughput, filtered recall, restart, server vs in-process", add_help=False)
     sub.add_parser("freshdiskann", help="FreshDiskANN: StreamingMerge vs rebuild vs DiskANN's build, disk search vs DiskANN's disk index", add_help=False)
+    sub.add_parser("spfresh", help="SPFresh: a shifting update stream, spfresh vs spann-inplace vs a static spann rebuilt on the final data", add_help=False)
     sub.add_parser("phnsw", help="P-HNSW paper figures: insert time, breakdown, recovery, msync, crash test", add_help=False)
     sub.add_parser("stability", help="recall over 50 delete/re-insert cycles, streaming engines and peers", add_help=False)
     sub.add_parser("runbook", help="big-ann streaming runbooks: every streaming engine and peer, same threads", add_help=False)

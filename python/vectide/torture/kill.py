@@ -3,7 +3,8 @@
 Targets: ``server`` (``vectide serve``, writers over HTTP in this process),
 ``db`` (the embedded database in a child process) and the durable engines
 opened directly in a child process: ``p-hnsw:pmem``, ``p-hnsw:msync``,
-``hnsw-snap``, ``hnsw-wal``. A child prints ``B writer id kind seed`` before
+``hnsw-snap``, ``hnsw-wal``, ``fresh-diskann``, ``spfresh``,
+``spann-inplace``. A child prints ``B writer id kind seed`` before
 each operation and ``A writer`` after it returned; the parent reads the
 lines, kills the child at a random moment, reopens the data itself and
 checks every id against the acknowledged history (see ``oracle``).
@@ -32,10 +33,14 @@ import numpy as np
 from .oracle import DELETE, SET_PAYLOAD, UPSERT, Oracle, identify, payload, vector
 
 DIM = 8
-ENGINE_TARGETS = ["p-hnsw:pmem", "p-hnsw:msync", "hnsw-snap", "hnsw-wal", "fresh-diskann"]
+ENGINE_TARGETS = ["p-hnsw:pmem", "p-hnsw:msync", "hnsw-snap", "hnsw-wal", "fresh-diskann", "spfresh", "spann-inplace"]
 GRAPH = {"m": 8, "ef_construction": 32}
 # fresh-diskann: small graphs, frequent freezes and background merges.
-ENGINE_PARAMS = {"fresh-diskann": {"r": 8, "l_build": 32, "pq_bytes": 4, "temp_points": 50, "merge_points": 300}}
+# spfresh / spann-inplace: postings of at most 8 records (so that splits,
+# merges and reassigns run in the background) and a snapshot every 64 rows.
+SPANN_SMALL = {"posting_vectors": 8, "snapshot_rows": 64}
+ENGINE_PARAMS = {"fresh-diskann": {"r": 8, "l_build": 32, "pq_bytes": 4, "temp_points": 50, "merge_points": 300},
+                 "spfresh": SPANN_SMALL, "spann-inplace": SPANN_SMALL}
 
 
 def _cli() -> str:

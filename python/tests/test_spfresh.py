@@ -1,0 +1,127 @@
+"""Engines ``spfresh``, ``spann-inplace`` and ``spann`` through the Python
+API, the benchmark's stream, and a CI-sized run of ``python -m vectide.bench
+spfresh``."""
+
+import json
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import vectide
+from vectide.bench.spfresh import stream
+
+DIM = 16
+
+
+def _data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((12, DIM)).astype(np.float32) * 4
+    return (centres[rng.integers(0, 12, n)] + rng.standard_normal((n, DIM))).astype(np.float32)
+
+
+def _truth(x, ids, q, k):
+    d = ((q[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+    return ids[np.argsort(d, axis=1, kind="stable")[:, :k]]
+
+
+def _recall(found, truth):
+    return np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found, truth)])
+
+
+def test_the_registry_describes_the_spann_engines():
+    engines = {e["name"]: e for e in vectide.engines()}
+    for name in ("spann", "spann-inplace", "spfresh"):
+        e = engines[name]
+        assert e["in_directory"] and e["knobs"] == ["nprobe"] and e["primary_knob"] == "nprobe"
+        names = {p["name"] for p in e["params"]}
+        assert {"replicas", "posting_pages", "reassign_range", "merge_threshold"} <= names
+
+
+def test_spfresh_under_concurrent_inserts_deletes_and_searches(tmp_path):
+    """Writers and readers at once against a brute-force oracle of what is
+    live at the end; then a reopen (snapshot + WAL replay) answers the same."""
+    x = _data(6000)
+    ix = vectide.Index(DIM, metric="l2", engine="spfresh", path=str(tmp_path / "s"), threads=2,
+                       posting_vectors=16, snapshot_rows=1500)
+    ix.add(np.arange(3000), x[:3000])
+    errors = []
+
+    def reader():
+        try:
+            for i in range(300):
+                ids, _ = ix.search(x[i:i + 1], k=5, nprobe=16)
+                assert len(ids[0]) == 5
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    for r in range(6):
+        ix.delete(np.arange(r * 400, (r + 1) * 400))
+        new = np.arange(3000 + r * 500, 3000 + (r + 1) * 500)
+        ix.add(new, x[new])
+    t.join()
+    assert not errors, errors
+    live = np.concatenate([np.arange(2400, 3000), np.arange(3000, 6000)])
+    assert len(ix) == len(live)
+    ix.maintain()
+    st = dict(ix.stats())
+    assert st["splits"] > 0 and st["reassign_evaluated"] >= st["reassign_moved"]
+    q = _data(100, seed=9)
+    truth = _truth(x[live], live, q, 10)
+    found = ix.search(q, k=10, nprobe=64)[0]
+    assert _recall(found, truth) >= 0.9
+    del ix
+    again = vectide.Index.load(tmp_path / "s")
+    assert len(again) == len(live)
+    assert _recall(again.search(q, k=10, nprobe=64)[0], truth) >= 0.9
+    with pytest.raises(ValueError):
+        again.search(q, k=10, ef=10)  # not a knob of spfresh
+
+
+def test_bad_input_changes_nothing(tmp_path):
+    ix = vectide.Index(DIM, metric="cosine", engine="spann-inplace", path=str(tmp_path / "i"))
+    x = _data(300)
+    ix.add(np.arange(300), x)
+    with pytest.raises(ValueError):
+        ix.add(np.arange(300, 302), x[:2, :5])
+    with pytest.raises(ValueError):
+        ix.add(np.array([5, 5]), x[:2])
+    with pytest.raises(ValueError):
+        ix.search(x[:1], k=10, nprobe=0)
+    with pytest.raises(ValueError):
+        vectide.Index(DIM, metric="l2", engine="spfresh", path=str(tmp_path / "j"), replicas=0)
+    assert len(ix) == 300
+
+
+def test_the_stream_replaces_at_least_the_initial_size():
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 64, 20000)
+    labels[:6000] = 3  # one cluster far larger than the others
+    base, phases = stream(labels, 32, 10, 0)
+    inserted = np.concatenate([i for i, _ in phases])
+    deleted = np.concatenate([d for _, d in phases])
+    assert len(inserted) >= len(base) and len(deleted) == len(inserted)
+    assert len(set(base.tolist()) & set(inserted.tolist())) == 0
+    # Deletes take the oldest points first.
+    assert set(deleted[: len(base)].tolist()) <= set(base.tolist())
+
+
+def test_bench_spfresh_writes_the_summary(tmp_path, data_root, monkeypatch):
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    out = tmp_path / "s.json"
+    r = subprocess.run([sys.executable, "-m", "vectide.bench", "spfresh", "--dataset", "clustered-20k-32-angular",
+                        "--limit", "6000", "--clusters", "16", "--initial", "8", "--phases", "3", "--queries", "300",
+                        "--batch", "500", "--out", str(out), "--plot", str(tmp_path / "plots")],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads(out.read_text())["summary"]
+    for key in ("recall_gap_vs_static_points", "static_recall10", "p999_ratio_vs_static",
+                "inplace_recall_gap_vs_static_points", "inplace_p999_ratio_vs_static", "split_fraction",
+                "reassign_moved_over_evaluated", "crash_states_checked", "violations"):
+        assert key in s, key
+    assert 0 < s["static_recall10"] <= 1 and s["changed_over_initial"] >= 1
+    assert (tmp_path / "plots" / "spfresh-stream.png").exists()
