@@ -69,7 +69,7 @@ def test_spfresh_under_concurrent_inserts_deletes_and_searches(tmp_path):
     assert len(ix) == len(live)
     ix.maintain()
     st = dict(ix.stats())
-    assert st["splits"] > 0 and st["reassign_evaluated"] >= st["reassign_moved"]
+    assert st["splits"] > 0 and st["reassign_evaluated"] > 0
     q = _data(100, seed=9)
     truth = _truth(x[live], live, q, 10)
     found = ix.search(q, k=10, nprobe=64)[0]
@@ -123,5 +123,9 @@ def test_bench_spfresh_writes_the_summary(tmp_path, data_root, monkeypatch):
                 "inplace_recall_gap_vs_static_points", "inplace_p999_ratio_vs_static", "split_fraction",
                 "reassign_moved_over_evaluated", "crash_states_checked", "violations"):
         assert key in s, key
-    assert 0 < s["static_recall10"] <= 1 and s["changed_over_initial"] >= 1
+    assert 0.5 < s["static_recall10"] <= 1 and s["changed_over_initial"] >= 1
+    # Measured, not placeholders: the three engines ran and spfresh split.
+    assert s["recall_gap_vs_static_points"] is not None and s["inplace_recall_gap_vs_static_points"] is not None
+    assert s["p999_ratio_vs_static"] > 0 and 0 < s["split_fraction"] < 1
+    assert s["crash_states_checked"] is None  # no --crash-json given
     assert (tmp_path / "plots" / "spfresh-stream.png").exists()

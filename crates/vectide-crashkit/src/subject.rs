@@ -305,8 +305,14 @@ impl Subject for DbSubject {
 /// (the kit's indexes are small: a rank-1 miss is then a broken graph).
 fn wide_search(idx: &dyn VectorIndex) -> SearchParams {
     let mut p = idx.search_defaults();
-    if idx.descriptor().knobs.contains(&Knob::Ef) {
+    let knobs = idx.descriptor().knobs;
+    if knobs.contains(&Knob::Ef) {
         p.ef = Some(p.ef.unwrap_or(0).max(64));
+    }
+    // A cluster index reads every posting: the check is of what is
+    // stored, not of how well the centroids route.
+    if knobs.contains(&Knob::Nprobe) {
+        p.nprobe = Some(vectide_core::limits::MAX_NPROBE);
     }
     p
 }

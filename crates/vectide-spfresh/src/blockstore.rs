@@ -360,9 +360,10 @@ impl BlockStore {
     }
 
     /// ParallelGET: postings `pids` in one batch of reads, decoded into
-    /// `sc.records[i]` (empty for a posting that does not exist). A posting
-    /// swapped under the batch is read again on its own.
-    pub fn parallel_get(&self, pids: &[u32], sc: &mut ReadScratch) -> Result<()> {
+    /// `sc.records[i]` (empty for a posting that does not exist); the
+    /// blocks the batch read. A posting swapped under the batch is read
+    /// again on its own.
+    pub fn parallel_get(&self, pids: &[u32], sc: &mut ReadScratch) -> Result<usize> {
         let entries: Vec<Option<Arc<Posting>>> = pids.iter().map(|&p| self.entry(p)).collect();
         let total: usize = entries.iter().flatten().map(|e| e.blocks.len()).sum();
         sc.records.resize_with(pids.len(), Records::default);
@@ -398,7 +399,7 @@ impl BlockStore {
             self.get(pids[i], &mut r, sc)?;
             sc.records[i] = r;
         }
-        Ok(())
+        Ok(total)
     }
 
     /// Reads every part's blocks into its buffer, as one batch.

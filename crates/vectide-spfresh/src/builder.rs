@@ -153,7 +153,7 @@ impl Inner {
                     match self.store.put(pid, buf, &entry)? {
                         Swap::Done(_) => {
                             for &(_, _, r) in *g {
-                                self.set_home(vids[r as usize], pid);
+                                self.set_home(vids[r as usize], pid, 0);
                             }
                             Ok(())
                         }

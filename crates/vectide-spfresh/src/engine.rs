@@ -40,7 +40,7 @@ use crate::versions::VersionMap;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use vectide_core::heap::{Candidate, TopK};
 use vectide_core::sync::SyncSite;
@@ -62,6 +62,14 @@ pub const SNAPSHOT: &str = "snapshot.bin";
 pub fn wal_file(dir: &Path, s: u64) -> PathBuf {
     dir.join(format!("wal-{s}.log"))
 }
+
+/// A home word: the version of the copy and its posting.
+pub(crate) fn home_word(pid: u32, version: u8) -> u64 {
+    (u64::from(version & crate::versions::VERSION_MASK) << 32) | u64::from(pid)
+}
+
+/// A vector's home before it is placed.
+pub(crate) const NO_HOME: u32 = u32::MAX;
 
 /// Posting-lock stripes.
 const STRIPES: usize = 1024;
@@ -100,9 +108,10 @@ pub(crate) struct Counters {
     pub cascade_max: AtomicU64,
     pub jobs_failed: AtomicU64,
     pub queries: AtomicU64,
+    /// Searches that met a posting removed under them and started over.
+    pub search_restarts: AtomicU64,
     pub postings_read: AtomicU64,
     pub blocks_read: AtomicU64,
-    pub bytes_read: AtomicU64,
     pub snapshots: AtomicU64,
 }
 
@@ -114,7 +123,10 @@ pub(crate) struct Scratch {
     pub pids: Vec<u32>,
     pub cands: Vec<(f32, u32)>,
     pub sel: Vec<u32>,
+    /// Vectors a search has scored.
     pub seen: HashSet<u32>,
+    /// (vector, version) pairs a garbage collection has kept.
+    pub kept: HashSet<(u32, u8)>,
     pub top: Option<TopK>,
     pub sorted: Vec<Candidate>,
     pub recs: Records,
@@ -132,7 +144,9 @@ pub(crate) struct Inner {
     pub store: BlockStore,
     pub versions: VersionMap,
     pub ids: RwLock<Ids>,
-    pub homes: RwLock<Vec<AtomicU32>>,
+    /// Per vid: `version << 32 | pid`, a posting holding its copy at that
+    /// version (see [`Inner::set_home`]).
+    pub homes: RwLock<Vec<AtomicU64>>,
     pub heads: Heads,
     pub locks: Vec<Mutex<()>>,
     pub gate: RwLock<()>,
@@ -217,18 +231,40 @@ impl Inner {
         }
     }
 
-    /// Sets the home posting of `vid`.
-    pub(crate) fn set_home(&self, vid: u32, pid: u32) {
-        if let Some(h) = self.homes.read().get(vid as usize) {
-            h.store(pid, Ordering::Relaxed);
+    /// Makes posting `pid`, which holds `vid`'s copy at `version`, its
+    /// home, unless the home already names a copy that stands higher (see
+    /// [`VersionMap::standing`]: a pending copy above a current one, a
+    /// current one above a stale one). A job that copied a vector before a
+    /// reassign moved it cannot point the home back at the old copy: the
+    /// reassign's pending home outranks it, and once the switch is made
+    /// the old version no longer stands at all.
+    pub(crate) fn set_home(&self, vid: u32, pid: u32, version: u8) {
+        let homes = self.homes.read();
+        let Some(h) = homes.get(vid as usize) else {
+            return;
+        };
+        let word = home_word(pid, version);
+        let mut cur = h.load(Ordering::Acquire);
+        loop {
+            let mine = self.versions.standing(vid, version);
+            let theirs = self.versions.standing(vid, (cur >> 32) as u8);
+            let placed = cur as u32 != NO_HOME;
+            if mine == 0 || (placed && theirs > mine) {
+                return;
+            }
+            match h.compare_exchange_weak(cur, word, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(now) => cur = now,
+            }
         }
     }
 
+    /// The home posting of `vid` ([`NO_HOME`] before it is placed).
     pub(crate) fn home(&self, vid: u32) -> Option<u32> {
         self.homes
             .read()
             .get(vid as usize)
-            .map(|h| h.load(Ordering::Relaxed))
+            .map(|h| h.load(Ordering::Acquire) as u32)
     }
 
     /// Records that the index is as built (`spann`'s `maintain` rebuilds
@@ -284,7 +320,7 @@ impl Inner {
                 .homes
                 .read()
                 .iter()
-                .map(|h| h.load(Ordering::Relaxed))
+                .map(|h| h.load(Ordering::Relaxed) as u32)
                 .collect();
             let cents = self.heads.read();
             let centroids: Vec<Option<&[f32]>> =
@@ -371,12 +407,6 @@ impl Spfresh {
     pub fn last_job_error(&self) -> Option<String> {
         self.inner.last_error.lock().clone()
     }
-
-    /// Live records of each live posting (after skipping stale and deleted
-    /// records), for the benchmark's length figures.
-    pub fn posting_lengths(&self) -> Result<Vec<usize>> {
-        self.inner.posting_lengths()
-    }
 }
 
 pub(crate) fn descriptor_of(mode: Mode) -> &'static EngineDescriptor {
@@ -440,7 +470,7 @@ impl VectorIndex for Spfresh {
         let mut sc = self.inner.scratch();
         let r = self.inner.search(query, k, nprobe, filter, &mut sc, out);
         self.inner.give_back(sc);
-        r.map(|_| ())
+        r
     }
 
     fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
@@ -499,27 +529,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Live records per live posting.
-    pub(crate) fn posting_lengths(&self) -> Result<Vec<usize>> {
-        let pids: Vec<u32> = (0..self.store.posting_ids())
-            .filter(|&p| self.store.entry(p).is_some())
-            .collect();
-        let mut sc = self.scratch();
-        let mut out = Vec::with_capacity(pids.len());
-        for chunk in pids.chunks(256) {
-            self.store.parallel_get(chunk, &mut sc.read)?;
-            for recs in &sc.read.records {
-                out.push(
-                    (0..recs.len())
-                        .filter(|&j| self.versions.is_current(recs.vids[j], recs.versions[j]))
-                        .count(),
-                );
-            }
-        }
-        self.give_back(sc);
-        Ok(out)
-    }
-
     pub(crate) fn stats(&self) -> Result<IndexStats> {
         let st = self.store.stats();
         let c = &self.counters;
@@ -565,12 +574,16 @@ impl Inner {
             ("jobs_failed".into(), load(&c.jobs_failed)),
             ("snapshots".into(), load(&c.snapshots)),
             ("queries".into(), load(&c.queries)),
+            ("search_restarts".into(), load(&c.search_restarts)),
             (
                 "postings_per_query".into(),
                 load(&c.postings_read) / queries,
             ),
             ("blocks_per_query".into(), load(&c.blocks_read) / queries),
-            ("bytes_per_query".into(), load(&c.bytes_read) / queries),
+            (
+                "bytes_per_query".into(),
+                load(&c.blocks_read) * BLOCK as f64 / queries,
+            ),
             ("cas_retries".into(), st.cas_retries as f64),
             ("read_retries".into(), st.read_retries as f64),
         ];

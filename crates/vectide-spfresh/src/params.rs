@@ -187,7 +187,7 @@ pub const SEED: ParamSpec = int(
 );
 
 /// Every parameter the SPANN engines take.
-pub static PARAMS: [ParamSpec; 14] = [
+pub static PARAMS: [ParamSpec; 15] = [
     REPLICAS,
     RNG_FACTOR,
     ROUTE_CANDIDATES,
@@ -199,6 +199,7 @@ pub static PARAMS: [ParamSpec; 14] = [
     REASSIGN_RANGE,
     HEAD_RATIO,
     SNAPSHOT_ROWS,
+    SEED,
     REBUILD,
     PATH,
     THREADS,
@@ -353,6 +354,7 @@ impl SpannParams {
             ("merge_threshold", self.merge_threshold as u64),
             ("reassign_range", self.reassign_range as u64),
             ("snapshot_rows", self.snapshot_rows),
+            ("seed", self.seed),
             ("threads", threads as u64),
         ] {
             out.insert(k.into(), int(v));
@@ -403,6 +405,7 @@ mod tests {
             ("posting_pages", ParamValue::Int(0)),
             ("head_ratio", ParamValue::Float(0.0)),
             ("ef", ParamValue::Int(3)),
+            ("seed", ParamValue::Int(-1)),
         ] {
             let e = SpannParams::from_params("spfresh", &params_of([(k, v)])).unwrap_err();
             assert!(e.to_string().contains(k), "{k}: {e}");

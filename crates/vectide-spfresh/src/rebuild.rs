@@ -14,10 +14,11 @@
 //!   `min_i D(v, A_i) < D(v, B)` (the public code's extra filter: it would
 //!   not move towards a new centroid farther than its own). A candidate is
 //!   routed again; if its current posting is among the chosen ones it stays
-//!   (a false positive); otherwise its version is bumped by CAS (a failed
-//!   CAS means a concurrent delete or move: the job lets it go) and it is
-//!   appended with the new version to its new postings; its old copies are
-//!   now stale.
+//!   (a false positive); otherwise it is appended to its new postings with
+//!   the next version (pending: searches still read the old copies), then
+//!   its version is switched by CAS (a failed CAS means a concurrent delete
+//!   or move: the job lets it go). Readers see the old copies or the new
+//!   ones, never neither; garbage collection keeps pending copies.
 //! - *Merge* (§3.2, §4.2.1): a search that meets a posting with at most
 //!   `merge_threshold` live records queues it; the job garbage-collects it
 //!   and, if still small, joins it with the nearest posting whose length
@@ -33,7 +34,7 @@
 use crate::engine::{Inner, Scratch};
 use crate::layout::Records;
 use crate::params::Mode;
-use crate::versions::VersionMap;
+use crate::versions::{VersionMap, VERSION_MASK};
 use crate::Swap;
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashSet, VecDeque};
@@ -100,12 +101,17 @@ impl Jobs {
     fn take(&self, wait: bool) -> Option<Job> {
         let mut s = self.state.lock();
         loop {
+            // A stopping worker leaves the queue to whoever drains it
+            // (searches may keep queueing merges).
+            if wait && s.stop {
+                return None;
+            }
             if let Some(j) = s.queue.pop_front() {
                 s.queued.remove(&j.key());
                 s.running += 1;
                 return Some(j);
             }
-            if !wait || s.stop {
+            if !wait {
                 return None;
             }
             self.work.wait(&mut s);
@@ -163,18 +169,19 @@ pub(crate) fn start_workers(inner: &Arc<Inner>, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// The current records of `recs`, each vector once.
+/// The current and pending records of `recs`, each (vector, version)
+/// once.
 fn collect_garbage(
     versions: &VersionMap,
     recs: &Records,
     dim: usize,
-    seen: &mut HashSet<u32>,
+    seen: &mut HashSet<(u32, u8)>,
 ) -> Records {
     seen.clear();
     let mut out = Records::default();
     for j in 0..recs.len() {
         let v = recs.vids[j];
-        if versions.is_current(v, recs.versions[j]) && seen.insert(v) {
+        if versions.standing(v, recs.versions[j]) > 0 && seen.insert((v, recs.versions[j])) {
             out.vids.push(v);
             out.versions.push(recs.versions[j]);
             out.vectors.extend_from_slice(recs.vector(j, dim));
@@ -258,7 +265,7 @@ impl Inner {
             let Some(entry) = self.store.get(pid, &mut sc.recs, &mut sc.read)? else {
                 return Ok(());
             };
-            let kept = collect_garbage(&self.versions, &sc.recs, dim, &mut sc.seen);
+            let kept = collect_garbage(&self.versions, &sc.recs, dim, &mut sc.kept);
             if kept.len() <= self.limit {
                 if kept.len() < sc.recs.len() {
                     self.store.put(pid, &encoded(&kept, dim), &Some(entry))?;
@@ -292,8 +299,8 @@ impl Inner {
                 let c = mean(&h, dim);
                 // Homes first: once its centroid is in, others may append
                 // to and split the new posting.
-                for &v in &h.vids {
-                    self.set_home(v, p);
+                for (&v, &ver) in h.vids.iter().zip(&h.versions) {
+                    self.set_home(v, p, ver);
                 }
                 self.heads.add(&[p], &c)?;
                 if h.len() > self.limit {
@@ -413,15 +420,13 @@ impl Inner {
             if sc.sel.is_empty() || sc.sel.contains(&c.from) {
                 continue;
             }
-            let Some(new) = self.versions.bump(c.vid, c.version) else {
-                continue;
-            };
-            if let Err(e) = self.place_one(c.vid, new, v, depth + 1, sc) {
-                // Its old copies become current again.
-                self.versions.revert(c.vid, new, c.version);
-                return Err(e);
+            // New copies first, pending; then the switch. A failure before
+            // it leaves the old copies current.
+            let next = (c.version + 1) & VERSION_MASK;
+            self.place_one(c.vid, next, v, depth + 1, sc)?;
+            if self.versions.bump(c.vid, c.version).is_some() {
+                self.counters.reassign_moved.fetch_add(1, Ordering::Relaxed);
             }
-            self.counters.reassign_moved.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -437,7 +442,7 @@ impl Inner {
             let Some(entry) = self.store.get(pid, &mut sc.recs, &mut sc.read)? else {
                 return Ok(());
             };
-            let kept = collect_garbage(&self.versions, &sc.recs, dim, &mut sc.seen);
+            let kept = collect_garbage(&self.versions, &sc.recs, dim, &mut sc.kept);
             let changed = kept.len() < sc.recs.len();
             if kept.len() > self.params.merge_threshold {
                 if changed {
@@ -471,16 +476,21 @@ impl Inner {
                 let Some(q_c) = self.heads.read().get(q).map(<[f32]>::to_vec) else {
                     continue;
                 };
-                let kq = collect_garbage(&self.versions, &other, dim, &mut sc.seen);
+                let kq = collect_garbage(&self.versions, &other, dim, &mut sc.kept);
                 let (mut union, from_gone, survivor, s_entry, gone, g_entry, s_c, g_c) =
                     if kept.len() > kq.len() {
                         (kept.clone(), kq, pid, &entry, q, &qe, &my_c, &q_c)
                     } else {
                         (kq, kept.clone(), q, &qe, pid, &entry, &q_c, &my_c)
                     };
-                let present: HashSet<u32> = union.vids.iter().copied().collect();
+                let present: HashSet<(u32, u8)> = union
+                    .vids
+                    .iter()
+                    .copied()
+                    .zip(union.versions.iter().copied())
+                    .collect();
                 for j in 0..from_gone.len() {
-                    if !present.contains(&from_gone.vids[j]) {
+                    if !present.contains(&(from_gone.vids[j], from_gone.versions[j])) {
                         union.vids.push(from_gone.vids[j]);
                         union.versions.push(from_gone.versions[j]);
                         union.vectors.extend_from_slice(from_gone.vector(j, dim));
@@ -494,8 +504,8 @@ impl Inner {
                     )));
                 }
                 self.heads.remove(gone)?;
-                for &v in &union.vids {
-                    self.set_home(v, survivor);
+                for (&v, &ver) in union.vids.iter().zip(&union.versions) {
+                    self.set_home(v, survivor, ver);
                 }
                 let l2 = self.l2();
                 for j in 0..from_gone.len() {

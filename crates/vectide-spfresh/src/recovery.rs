@@ -4,13 +4,13 @@
 //! (SPFresh §4.4). `vectide inspect` reads the same files.
 
 use crate::blockstore::BlockStore;
-use crate::engine::{wal_file, Inner, Spfresh, Writer, BLOCKS, BLOCK_SYNC, SNAPSHOT};
+use crate::engine::{home_word, wal_file, Inner, Spfresh, Writer, BLOCKS, BLOCK_SYNC, SNAPSHOT};
 use crate::layout::decode_map;
 use crate::params::{Mode, SpannParams};
 use crate::snapshot::{self, Snapshot};
 use crate::versions::VersionMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use vectide_core::{limits, Error, Metric, Params, ParamsExt, Result};
 use vectide_storage::block::DirectFile;
@@ -225,40 +225,45 @@ impl Spfresh {
             }
             m.of_vid = ext;
             m.seq_of = seqs;
-            *inner.homes.write() = homes.into_iter().map(AtomicU32::new).collect();
+            *inner.homes.write() = homes
+                .into_iter()
+                .enumerate()
+                .map(|(v, pid)| {
+                    let version = inner.versions.get(v as u32).map_or(0, |s| s.version);
+                    AtomicU64::new(home_word(pid, version))
+                })
+                .collect();
         }
-        let (pids, data): (Vec<u32>, Vec<f32>) = {
-            let mut pids = Vec::new();
-            let mut data = Vec::new();
-            for (p, c) in centroids.iter().enumerate() {
-                if let Some(c) = c {
-                    pids.push(p as u32);
-                    data.extend_from_slice(c);
-                }
+        let mut pids = Vec::new();
+        let mut data = Vec::new();
+        for (p, c) in centroids.iter().enumerate() {
+            if let Some(c) = c {
+                pids.push(p as u32);
+                data.extend_from_slice(c);
             }
-            (pids, data)
-        };
+        }
         if !pids.is_empty() {
             inner.heads.add(&pids, &data)?;
         }
         let mut durable = head.covered_seq;
+        let mut rows = 0u64;
         for (s, recs) in logs {
             for (k, rec) in recs.iter().enumerate() {
                 let op = decode_op(rec, dim)
                     .map_err(|e| Error::corrupted(format!("wal-{s}.log record {k}: {e}")))?;
-                match op {
+                let (seq, n) = match op {
                     LogOp::Insert { seq, ids, vectors } => {
                         inner.apply_insert(seq, &ids, &vectors)?;
-                        durable = durable.max(seq);
+                        (seq, ids.len())
                     }
-                    LogOp::Delete { seq, ids } => {
-                        inner.apply_delete(seq, &ids);
-                        durable = durable.max(seq);
-                    }
-                }
-                inner.writer.lock().rows += 1;
+                    LogOp::Delete { seq, ids } => (seq, inner.apply_delete(seq, &ids)),
+                };
+                durable = durable.max(seq);
+                rows += n as u64;
             }
         }
+        // Rows logged since the snapshot, as the live path counts them.
+        inner.writer.lock().rows = rows;
         inner.durable.store(durable, Ordering::Release);
         inner.mark_built();
         if inner.params.rebuild_inline {

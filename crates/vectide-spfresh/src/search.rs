@@ -1,6 +1,14 @@
 //! The centroid index and the search (SPANN §3.2, SPFresh §4.1): the query's
 //! nearest centroids through an `hnsw` graph, their postings read in one
 //! ParallelGET, stale and deleted records skipped, replicas counted once.
+//!
+//! Searches take no lock against the Local Rebuilder, so two races are
+//! closed here: a posting created or removed between the centroid search
+//! and the read starts the search over (a split fills its new postings
+//! before it empties the old one), and a copy one version behind the
+//! vector's is still read (a reassign switched the vector while the search
+//! read its old posting). A vector's data never changes, so any such copy
+//! is the vector itself.
 
 use crate::engine::{Inner, Scratch};
 use crate::params::Mode;
@@ -11,6 +19,9 @@ use vectide_core::heap::TopK;
 use vectide_core::validate::prepare_query;
 use vectide_core::{Error, Filter, Metric, Neighbor, Result, SearchParams, VectorIndex};
 use vectide_hnsw::{Hnsw, HnswParams};
+
+/// Centroid searches one query may start over (see `Inner::search`).
+const MAX_RESTARTS: usize = 8;
 
 /// The centroids by posting id.
 pub(crate) struct HeadVecs {
@@ -147,7 +158,7 @@ impl Heads {
 
 impl Inner {
     /// The `k` nearest live vectors to `query`, reading the `nprobe`
-    /// postings nearest it; returns the postings read.
+    /// postings nearest it.
     pub(crate) fn search(
         &self,
         query: &[f32],
@@ -156,7 +167,7 @@ impl Inner {
         filter: Option<Filter<'_>>,
         sc: &mut Scratch,
         out: &mut Vec<Neighbor>,
-    ) -> Result<usize> {
+    ) -> Result<()> {
         out.clear();
         vectide_core::limits::check_k(k)?;
         if nprobe == 0 || nprobe > vectide_core::limits::MAX_NPROBE {
@@ -177,18 +188,33 @@ impl Inner {
         } = sc;
         let q = prepare_query(self.dim, self.metric, query, qbuf)?;
         if k == 0 {
-            return Ok(0);
+            return Ok(());
         }
-        self.heads
-            .nearest(q, nprobe, self.params.head_ef.max(nprobe), hits)?;
-        pids.clear();
-        pids.extend(hits.iter().map(|h| h.id as u32));
-        let blocks: usize = pids
-            .iter()
-            .filter_map(|&p| self.store.entry(p))
-            .map(|e| e.blocks.len())
-            .sum();
-        self.store.parallel_get(pids, read)?;
+        // A split adds the postings it fills (and their centroids) before
+        // it removes the posting it empties, a merge fills a posting that
+        // exists: a posting created or removed between the centroid search
+        // and the read means the centroids seen may miss where a vector
+        // went, so the search starts over and sees the new ones.
+        let mut blocks = 0;
+        for _ in 0..MAX_RESTARTS {
+            let created = self.store.posting_ids();
+            self.heads
+                .nearest(q, nprobe, self.params.head_ef.max(nprobe), hits)?;
+            pids.clear();
+            pids.extend(hits.iter().map(|h| h.id as u32));
+            blocks += self.store.parallel_get(pids, read)?;
+            let vanished = read
+                .records
+                .iter()
+                .zip(pids.iter())
+                .any(|(r, &p)| r.is_empty() && self.store.entry(p).is_none());
+            if !vanished && self.store.posting_ids() == created {
+                break;
+            }
+            self.counters
+                .search_restarts
+                .fetch_add(1, Ordering::Relaxed);
+        }
         let dist = self.metric.distance_fn();
         let top = top.get_or_insert_with(|| TopK::new(k));
         top.reset(k);
@@ -198,10 +224,10 @@ impl Inner {
             let mut live = 0usize;
             for j in 0..recs.len() {
                 let vid = recs.vids[j];
-                if !self.versions.is_current(vid, recs.versions[j]) {
+                if !self.versions.readable(vid, recs.versions[j]) {
                     continue;
                 }
-                live += 1;
+                live += usize::from(self.versions.is_current(vid, recs.versions[j]));
                 if !seen.insert(vid) {
                     continue;
                 }
@@ -228,31 +254,29 @@ impl Inner {
         c.postings_read
             .fetch_add(pids.len() as u64, Ordering::Relaxed);
         c.blocks_read.fetch_add(blocks as u64, Ordering::Relaxed);
-        c.bytes_read.fetch_add(
-            (blocks * vectide_storage::block::BLOCK) as u64,
-            Ordering::Relaxed,
-        );
-        Ok(pids.len())
+        Ok(())
     }
 
-    /// The stored vector of `id`: read from its home posting (a posting
-    /// holding a current copy); all postings are scanned if a concurrent
-    /// move got there first.
+    /// The stored vector of `id`: read from its home posting, else from
+    /// any posting holding a copy. A vector number's data never changes
+    /// (an upsert takes a new number), so any copy of it will do, whatever
+    /// its version; a full pass that a concurrent move slipped past (the
+    /// copy written behind the pass, the old one collected ahead of it) is
+    /// made again while the id stays live.
     pub(crate) fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
         let Some(vid) = self.ids.read().ext.get(&id).copied() else {
             return Ok(None);
         };
         let mut sc = self.scratch();
         let found = (|| {
-            let home = self.home(vid);
-            let rest = (0..self.store.posting_ids()).filter(|&p| Some(p) != home);
-            for p in home.into_iter().chain(rest) {
-                if self.store.get(p, &mut sc.recs, &mut sc.read)?.is_none() {
-                    continue;
-                }
-                for j in 0..sc.recs.len() {
-                    if sc.recs.vids[j] == vid && self.versions.is_current(vid, sc.recs.versions[j])
-                    {
+            for _ in 0..MAX_RESTARTS {
+                let home = self.home(vid);
+                let rest = (0..self.store.posting_ids()).filter(|&p| Some(p) != home);
+                for p in home.into_iter().chain(rest) {
+                    if self.store.get(p, &mut sc.recs, &mut sc.read)?.is_none() {
+                        continue;
+                    }
+                    if let Some(j) = sc.recs.vids.iter().position(|&v| v == vid) {
                         return Ok(Some(sc.recs.vector(j, self.dim).to_vec()));
                     }
                 }

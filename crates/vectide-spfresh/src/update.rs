@@ -7,19 +7,16 @@
 //! split or merge removed it) routes the vector again.
 
 use crate::builder::rng_select;
-use crate::engine::{Inner, Scratch};
+use crate::engine::{home_word, Inner, Scratch, NO_HOME};
 use crate::layout::encode_record;
 use crate::params::Mode;
 use crate::rebuild::Job;
 use crate::Swap;
 use rayon::prelude::*;
-use std::sync::atomic::{AtomicU32, Ordering};
-use vectide_core::validate::{check_batch, copy_normalized};
+use std::sync::atomic::{AtomicU64, Ordering};
+use vectide_core::validate::{check_batch, normalize};
 use vectide_core::{Result, Seq};
 use vectide_storage::redo;
-
-/// A vector's home before it is placed.
-pub(crate) const NO_HOME: u32 = u32::MAX;
 
 /// Route attempts before a vector gets a posting of its own.
 const MAX_REROUTES: usize = 8;
@@ -105,11 +102,9 @@ impl Inner {
             return Ok(());
         }
         let dim = self.dim;
-        let mut data = Vec::with_capacity(vectors.len());
-        let mut row = Vec::with_capacity(dim);
-        for v in vectors.chunks_exact(dim) {
-            copy_normalized(self.metric, v, &mut row);
-            data.extend_from_slice(&row);
+        let mut data = vectors.to_vec();
+        if self.metric.normalizes() {
+            data.chunks_exact_mut(dim).for_each(normalize);
         }
         let _g = self.gate.read();
         let first = {
@@ -124,7 +119,7 @@ impl Inner {
             }
             self.homes
                 .write()
-                .extend((0..n).map(|_| AtomicU32::new(NO_HOME)));
+                .extend((0..n).map(|_| AtomicU64::new(home_word(NO_HOME, 0))));
             first
         };
         self.counters.inserts.fetch_add(n as u64, Ordering::Relaxed);
@@ -186,20 +181,22 @@ impl Inner {
 
     /// APPEND under the posting's lock: the posting's new length, or
     /// `None` when it is gone. On success, posting `pid` becomes the home
-    /// of `vids` while the lock is still held (a split of it cannot slip
-    /// in between and leave them pointing at a removed posting).
+    /// of `vids` (records at `version`) while the lock is still held (a
+    /// split of it cannot slip in between and leave them pointing at a
+    /// removed posting).
     pub(crate) fn append_locked(
         &self,
         pid: u32,
         recs: &[u8],
         vids: &[u32],
+        version: u8,
         sc: &mut Scratch,
     ) -> Result<Option<u32>> {
         let _l = self.lock(pid);
         Ok(match self.store.append(pid, recs, &mut sc.read)? {
             Swap::Done(n) => {
                 for &v in vids {
-                    self.set_home(v, pid);
+                    self.set_home(v, pid, version);
                 }
                 Some(n)
             }
@@ -259,7 +256,7 @@ impl Inner {
                                 &data[r * dim..(r + 1) * dim],
                             );
                         }
-                        let got = self.append_locked(pid, &rec, &vids, sc);
+                        let got = self.append_locked(pid, &rec, &vids, 0, sc);
                         sc.rec = rec;
                         if let Some(len) = got? {
                             if self.maybe_split(pid, len, g.len(), 0) {
@@ -313,7 +310,7 @@ impl Inner {
                 let mut any = false;
                 for &pid in &sel {
                     let home: &[u32] = if any { &[] } else { &[vid] };
-                    if let Some(len) = self.append_locked(pid, &rec, home, sc)? {
+                    if let Some(len) = self.append_locked(pid, &rec, home, version, sc)? {
                         any = true;
                         self.maybe_split(pid, len, 1, depth);
                     }
@@ -325,7 +322,7 @@ impl Inner {
                 self.counters.reroutes.fetch_add(1, Ordering::Relaxed);
             }
             let pid = self.store.create_posting(&rec)?;
-            self.set_home(vid, pid);
+            self.set_home(vid, pid, version);
             self.heads.add(&[pid], v)?;
             Ok(())
         })();

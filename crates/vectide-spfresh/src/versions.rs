@@ -165,18 +165,38 @@ impl VersionMap {
             .map(|_| next)
     }
 
-    /// Undoes a [`VersionMap::bump`] whose moved copies could not be
-    /// written: back from `bumped` to `seen` if nothing changed since.
-    pub fn revert(&self, i: u32, bumped: u8, seen: u8) -> bool {
-        self.cell(i).is_some_and(|c| {
-            c.compare_exchange(
-                bumped & VERSION_MASK,
-                seen & VERSION_MASK,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
-        })
+    /// Whether a search may return a copy of vector `i` written at
+    /// `version`: the vector is live and the copy is current, pending, or
+    /// of the version just before (a reassign switched the vector while the
+    /// search read its old posting, and the new one was not among the
+    /// postings read). Older copies are stale and skipped.
+    #[inline]
+    pub fn readable(&self, i: u32, version: u8) -> bool {
+        let Some(c) = self.cell(i) else { return false };
+        let b = c.load(Ordering::Acquire);
+        let v = version & VERSION_MASK;
+        b & DELETED == 0 && (b == v || (b + 1) & VERSION_MASK == v || (v + 1) & VERSION_MASK == b)
+    }
+
+    /// How a copy of vector `i` written at `version` stands: 1 current,
+    /// 2 pending (the next version: a reassign wrote it and has not yet
+    /// switched the vector over), 0 stale or the vector deleted. A vector's
+    /// data never changes (an upsert takes a new vector number), so every
+    /// current or pending copy holds the same vector.
+    #[inline]
+    pub fn standing(&self, i: u32, version: u8) -> u8 {
+        let Some(c) = self.cell(i) else { return 0 };
+        let b = c.load(Ordering::Acquire);
+        let v = version & VERSION_MASK;
+        if b & DELETED != 0 {
+            0
+        } else if b == v {
+            1
+        } else if (b + 1) & VERSION_MASK == v {
+            2
+        } else {
+            0
+        }
     }
 
     /// Restores vector `i` as live at `version` (recovery replaying an

@@ -111,10 +111,11 @@ fn spfresh_splits_merges_reassigns_and_keeps_recall() {
         "no split in 2800 inserts: {:?}",
         st.extra
     );
-    assert!(x("reassign_evaluated") >= x("reassign_moved"));
     assert!(x("reassign_moved") > 0.0, "{:?}", st.extra);
+    // Every posting over the limit was split (or cut by GC) once the
+    // queue ran out.
     assert!(
-        x("posting_records_max") <= idx.posting_limit() as f64 + 50.0,
+        x("posting_records_max") <= idx.posting_limit() as f64,
         "{:?}",
         st.extra
     );
@@ -200,9 +201,12 @@ fn inplace_never_rebalances_and_static_rebuilds_on_maintain() {
     let r_static = live_recall(&spann, &live2, &queries, 8);
     eprintln!("recall at nprobe 8: spann-inplace {r_inplace:.3}, spann rebuilt {r_static:.3}");
     assert!(r_static >= 0.8, "static recall {r_static}");
+    assert!(
+        r_static > r_inplace,
+        "the rebuild recovers what in-place updates lost: {r_static} vs {r_inplace}"
+    );
     // Both answer every live point of the data at a generous nprobe.
     assert!(live_recall(&inplace, &live, &queries, 64) >= 0.9);
-    let _ = r_inplace;
 }
 
 #[test]
@@ -271,4 +275,160 @@ fn bad_input_is_an_error_and_changes_nothing() {
     let norm: f32 = newv.iter().map(|x| x * x).sum::<f32>().sqrt();
     assert!((v[0] - newv[0] / norm).abs() < 1e-5);
     assert_sound(&idx);
+}
+
+/// Tiny postings (at most 4 records) under upserts and deletes of a few
+/// reused ids, as the crash kit drives them: after every call each live id
+/// is found first by its own vector, the count matches an oracle, and the
+/// structure checks; every 25 calls the index is reopened (snapshot or WAL
+/// replay).
+#[test]
+fn tiny_postings_under_reused_ids_stay_exact() {
+    use rand::{Rng, SeedableRng};
+    for inline in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let p = SpannParams {
+            posting_vectors: 4,
+            snapshot_rows: 16,
+            ..params(inline)
+        };
+        let mut idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, p).unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let mut live: BTreeMap<u64, Vec<f32>> = BTreeMap::new();
+        for seq in 1..400u64 {
+            let id = rng.gen_range(0..48u64);
+            if rng.gen_bool(0.7) {
+                let v: Vec<f32> = (0..DIM).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                idx.insert(seq, &[id], &v).unwrap();
+                live.insert(id, v);
+            } else {
+                idx.delete(seq, &[id]).unwrap();
+                live.remove(&id);
+            }
+            if seq % 25 == 0 {
+                idx.drain_jobs().unwrap();
+                drop(idx);
+                idx = Spfresh::open(dir.path(), &open_params(inline)).unwrap();
+            }
+            idx.drain_jobs().unwrap();
+            assert_eq!(idx.len(), live.len(), "seq {seq} inline {inline}");
+            for (&i, v) in &live {
+                let got = idx.search(v, 1, &SearchParams::default(), None).unwrap();
+                assert_eq!(
+                    got.first().map(|n| n.id),
+                    Some(i),
+                    "seq {seq} id {i} inline {inline}"
+                );
+            }
+            let problems = idx.check_structure().unwrap();
+            assert!(
+                problems.is_empty(),
+                "seq {seq} inline {inline}: {problems:?}"
+            );
+        }
+    }
+}
+
+/// Three writers upserting and deleting a few reused ids while the Local
+/// Rebuilder runs in the background: a reopen (WAL replay) holds exactly
+/// the ids the live index held, each at its own vector.
+#[test]
+fn concurrent_writers_reopen_to_the_same_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = SpannParams {
+        posting_vectors: 4,
+        ..params(false)
+    };
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, p).unwrap();
+    three_writers(&idx, 300, 0);
+    idx.drain_jobs().unwrap();
+    assert!(idx.check_structure().unwrap().is_empty());
+    let before: BTreeMap<u64, Vec<f32>> = (0..48u64)
+        .filter_map(|i| idx.get(i).unwrap().map(|v| (i, v)))
+        .collect();
+    assert_eq!(before.len(), idx.len());
+    drop(idx);
+    let idx = Spfresh::open(dir.path(), &open_params(false)).unwrap();
+    // Checked while the replay's queued jobs run in the background.
+    let wide = SearchParams {
+        nprobe: Some(1 << 20),
+        ..SearchParams::default()
+    };
+    for (&i, v) in &before {
+        let got = idx.search(v, 1, &wide, None).unwrap();
+        assert_eq!(got[0].id, i, "id {i} during the jobs after a reopen");
+    }
+    idx.drain_jobs().unwrap();
+    let after: BTreeMap<u64, Vec<f32>> = (0..48u64)
+        .filter_map(|i| idx.get(i).unwrap().map(|v| (i, v)))
+        .collect();
+    assert_eq!(before, after);
+    for (&i, v) in &after {
+        let got = idx.search(v, 1, &SearchParams::default(), None).unwrap();
+        assert_eq!(got[0].id, i);
+    }
+    assert!(idx.check_structure().unwrap().is_empty());
+}
+
+/// A copy of the directory taken while the Local Rebuilder still runs
+/// (splits, merges and reassigns rewriting postings) opens, and every live
+/// id is found first by its own vector while the replay's jobs run: a
+/// search that read a posting a split emptied, or a vector a reassign
+/// switched, under it still finds the vector. (Before the restart and the
+/// pending copies, about 1 round in 10 missed one.)
+#[test]
+fn a_copy_taken_mid_rebuild_finds_every_id_while_jobs_run() {
+    for round in 0..20u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let p = SpannParams {
+            posting_vectors: 4,
+            snapshot_rows: 16,
+            ..params(false)
+        };
+        let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, p).unwrap();
+        let copy = tempfile::tempdir().unwrap();
+        three_writers(&idx, 100, 10 * round);
+        for e in std::fs::read_dir(dir.path()).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
+        }
+        drop(idx);
+        let idx = Spfresh::open(copy.path(), &open_params(false)).unwrap();
+        let wide = SearchParams {
+            nprobe: Some(1 << 20),
+            ..SearchParams::default()
+        };
+        for i in 0..48u64 {
+            if let Some(v) = idx.get(i).unwrap() {
+                let got = idx.search(&v, 1, &wide, None).unwrap();
+                assert_eq!(got[0].id, i, "round {round} id {i}: {got:?}");
+            }
+        }
+    }
+}
+
+/// Three threads, `ops` calls each, upserting (70 %) and deleting random
+/// ids of 0..48 with sequence numbers taken at invocation.
+fn three_writers(idx: &Spfresh, ops: usize, seed: u64) {
+    use rand::{Rng, SeedableRng};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let seq = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for w in 0..3u64 {
+            let seq = &seq;
+            s.spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(w + seed);
+                for _ in 0..ops {
+                    let id = rng.gen_range(0..48u64);
+                    let q = seq.fetch_add(1, Ordering::SeqCst) + 1;
+                    if rng.gen_bool(0.7) {
+                        let v: Vec<f32> = (0..DIM).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                        idx.insert(q, &[id], &v).unwrap();
+                    } else {
+                        idx.delete(q, &[id]).unwrap();
+                    }
+                }
+            });
+        }
+    });
 }

@@ -3,7 +3,9 @@
 //! exercised) and of a valid store file must give an error or a store
 //! whose every read either errors or decodes whole records, never a panic
 //! or a huge allocation; random bytes are never a mapping, a block, a
-//! record stream or a version map that panics.
+//! record stream or a version map that panics. The engine snapshot
+//! (`snapshot.bin`) gets the same: random bytes, and mutations of a real
+//! one, re-sealed or not, decode or fail, never panic.
 
 use proptest::prelude::*;
 
@@ -12,7 +14,7 @@ mod file_mutation;
 use file_mutation::{apply, mutation, reseal};
 use std::sync::{Arc, OnceLock};
 use vectide_spfresh::layout::{decode_map, encode_record, open_block, StoreHeader};
-use vectide_spfresh::{BlockStore, ReadScratch, Records};
+use vectide_spfresh::{snapshot, BlockStore, ReadScratch, Records};
 use vectide_storage::block::{SimBlockFile, BLOCK};
 
 const DIM: usize = 3;
@@ -56,8 +58,53 @@ fn read_all(store: &BlockStore) {
     let _ = store.parallel_get(&pids, &mut sc);
 }
 
+/// The bytes of a real engine snapshot (an index with postings, a
+/// delete, a reopen's worth of state).
+fn valid_snapshot() -> &'static Vec<u8> {
+    static V: OnceLock<Vec<u8>> = OnceLock::new();
+    V.get_or_init(|| {
+        use vectide_core::VectorIndex;
+        let dir = tempfile::tempdir().unwrap();
+        let p = vectide_spfresh::SpannParams {
+            posting_vectors: 4,
+            rebuild_inline: true,
+            ..Default::default()
+        };
+        let idx = vectide_spfresh::Spfresh::create(
+            dir.path(),
+            DIM,
+            vectide_core::Metric::L2,
+            vectide_spfresh::Mode::Fresh,
+            p,
+        )
+        .unwrap();
+        let v: Vec<f32> = (0..40 * DIM).map(|i| ((i * 37) % 101) as f32).collect();
+        idx.insert(1, &(0..40).collect::<Vec<u64>>(), &v).unwrap();
+        idx.delete(2, &[3, 4]).unwrap();
+        idx.close().unwrap();
+        std::fs::read(dir.path().join(vectide_spfresh::SNAPSHOT)).unwrap()
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_snapshots_never_panic(muts in prop::collection::vec(mutation(), 1..4), seal in any::<bool>()) {
+        let mut bytes = valid_snapshot().clone();
+        apply(&mut bytes, &muts);
+        if seal {
+            reseal(&mut bytes, snapshot::END.len());
+        }
+        if let Ok(s) = snapshot::decode(&bytes) {
+            // What decodes is shaped as it says.
+            prop_assert_eq!(s.ext.len(), s.versions.len() as usize);
+            prop_assert_eq!(s.homes.len(), s.ext.len());
+            for c in s.centroids.iter().flatten() {
+                prop_assert_eq!(c.len(), s.head.dim);
+            }
+        }
+    }
 
     #[test]
     fn mutated_mappings_never_panic(muts in prop::collection::vec(mutation(), 1..4), seal in any::<bool>()) {
@@ -97,7 +144,16 @@ proptest! {
         let _ = StoreHeader::decode(&bytes);
         let _ = Records::default().decode_from(&bytes, DIM);
         let _ = vectide_spfresh::VersionMap::decode(&bytes);
+        let _ = snapshot::decode(&bytes);
     }
+}
+
+#[test]
+fn the_valid_snapshot_decodes() {
+    let s = snapshot::decode(valid_snapshot()).unwrap();
+    assert_eq!(s.ext.len(), 40);
+    assert!(s.versions.get(3).unwrap().deleted && !s.versions.get(5).unwrap().deleted);
+    assert!(s.centroids.iter().flatten().count() > 1, "the index split");
 }
 
 #[test]

@@ -7,7 +7,8 @@ SPANN updated in place (SPANN+) and a static SPANN rebuilt on the final data.
 --out FILE.json [--plot DIR]``
 
 SPFresh (Xu et al., SOSP 2023) §2.3 and §5.4 at our scale. The dataset is
-cut by k-means into ``clusters`` clusters (seeded, over a sample). The
+cut by k-means into ``clusters`` clusters (the clustered runbook's
+seeded k-means, :func:`vectide.runbook.kmeans`). The
 indexes are built on the points of the first ``initial`` clusters; then
 ``phases`` phases each insert the next slice of the remaining clusters'
 points (cluster by cluster) and delete as many of the oldest points, until
@@ -46,6 +47,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .. import datasets
+from ..runbook import kmeans
 from .ann import machine_info, write_json
 from .freshdiskann import crash_figures
 from .metrics import recall_at_k
@@ -55,29 +57,6 @@ ENGINES = ("spfresh", "spann-inplace", "spann")
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def kmeans_labels(X: np.ndarray, k: int, seed: int, iters: int = 20, sample: int = 100_000) -> np.ndarray:
-    """Lloyd's k-means on a sample, then every row to its nearest centre."""
-    rng = np.random.default_rng(seed)
-    S = X[rng.choice(len(X), size=min(sample, len(X)), replace=False)].astype(np.float32)
-    C = S[rng.choice(len(S), size=k, replace=False)].copy()
-    for _ in range(iters):
-        lab = _nearest(S, C)
-        for c in range(k):
-            m = lab == c
-            if m.any():
-                C[c] = S[m].mean(axis=0)
-    return _nearest(X.astype(np.float32), C)
-
-
-def _nearest(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    out = np.empty(len(X), dtype=np.int64)
-    cn = (C * C).sum(axis=1)
-    for s in range(0, len(X), 65536):
-        b = X[s:s + 65536]
-        out[s:s + 65536] = np.argmin(cn[None, :] - 2.0 * b @ C.T, axis=1)
-    return out
 
 
 def stream(labels: np.ndarray, initial: int, phases: int, seed: int):
@@ -205,7 +184,7 @@ def run(args) -> Dict[str, object]:
     metric = ds.metric
     dim = X.shape[1]
     _log(f"k-means of {len(X)} points into {args.clusters} clusters")
-    labels = kmeans_labels(X, args.clusters, args.seed)
+    labels = kmeans(X, args.clusters, seed=args.seed)
     base, phases = stream(labels, args.initial, args.phases, args.seed)
     final_live = set(base.tolist())
     for ins, gone in phases:
