@@ -15,6 +15,8 @@ def test_engines_lists_every_engine_with_its_schema():
     assert {"hnsw", "p-hnsw", "hnsw-snap", "hnsw-wal"} <= set(engines)
     for e in engines.values():
         assert e["summary"] and e["persistence"]
+        assert e["medium"] in ("ram", "pmem", "ssd")
+        assert e["in_directory"] or e["medium"] == "ram", e["name"]
         names = [p["name"] for p in e["params"]]
         assert "threads" in names and len(names) == len(set(names))
         assert ("path" in names) == e["in_directory"]
@@ -26,6 +28,7 @@ def test_engines_lists_every_engine_with_its_schema():
     m = next(p for p in h["params"] if p["name"] == "m")
     assert m["type"] == "integer 2..=256" and m["default"] == "16"
     assert engines["p-hnsw"]["persistence"] == "durable on acknowledgement"
+    assert engines["p-hnsw"]["medium"] == "pmem" and engines["fresh-diskann"]["medium"] == "ssd"
 
 
 def test_search_knobs_are_checked_against_the_engine():

@@ -36,8 +36,14 @@ def test_the_registry_describes_the_spann_engines():
     for name in ("spann", "spann-inplace", "spfresh"):
         e = engines[name]
         assert e["in_directory"] and e["knobs"] == ["nprobe"] and e["primary_knob"] == "nprobe"
+        assert e["medium"] == "ssd"
         names = {p["name"] for p in e["params"]}
         assert {"replicas", "posting_pages", "reassign_range", "merge_threshold"} <= names
+    from vectide.bench import runbooks
+
+    streaming = runbooks.streaming_engines()
+    assert {"vectide:spann", "vectide:spann-inplace", "vectide:spfresh"} <= set(streaming)
+    assert "vectide:p-hnsw" not in streaming and "vectide:hnsw-wal" not in streaming
 
 
 def test_spfresh_under_concurrent_inserts_deletes_and_searches(tmp_path):

@@ -25,7 +25,8 @@ DEFAULT_ENGINE: str
 
 def engines() -> list[dict[str, Any]]:
     """The registered engines, from the native registry: for each, ``name``,
-    ``summary``, ``persistence``, ``in_directory``, ``knobs`` (search
+    ``summary``, ``persistence``, ``in_directory``, ``medium`` (``ram``,
+    ``pmem`` or ``ssd``: where its searches read), ``knobs`` (search
     knobs it takes), ``primary_knob`` and ``params`` (``name``, ``type`` with
     its range, ``default``, ``doc``, ``source`` of the default). Engine names
     and parameters are documented there, not here."""

@@ -182,6 +182,7 @@ fn engines(json: bool) -> Result<(), String> {
                 "name": d.name,
                 "summary": d.summary,
                 "persistence": d.persistence.name(),
+                "medium": d.medium.name(),
                 "knobs": d.knobs.iter().map(|k| k.name()).collect::<Vec<_>>(),
                 "primary_knob": d.primary_knob.map(|k| k.name()),
                 "params": d.params.iter().map(|p| json!({
@@ -199,8 +200,9 @@ fn engines(json: bool) -> Result<(), String> {
         let knobs: Vec<&str> = d.knobs.iter().map(|k| k.name()).collect();
         println!("{} — {}", d.name, d.summary);
         println!(
-            "  persistence: {}; search knobs: {}",
+            "  persistence: {}; medium: {}; search knobs: {}",
             d.persistence,
+            d.medium,
             if knobs.is_empty() {
                 "none (exact)".to_string()
             } else {

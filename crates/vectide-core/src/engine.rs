@@ -50,6 +50,37 @@ impl fmt::Display for Persistence {
     }
 }
 
+/// Where an engine keeps the data its searches read: what a benchmark or
+/// a front end asks to pick engines by kind, never by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Medium {
+    /// In RAM (a durable engine of this kind logs or snapshots to disk
+    /// beside it).
+    Ram,
+    /// A byte-addressable persistent region (DAX pmem, or a mapped file
+    /// standing in for one).
+    PersistentMemory,
+    /// Blocks on an SSD, read with `O_DIRECT` (RAM holds only what routes
+    /// the reads).
+    Ssd,
+}
+
+impl Medium {
+    pub fn name(self) -> &'static str {
+        match self {
+            Medium::Ram => "ram",
+            Medium::PersistentMemory => "pmem",
+            Medium::Ssd => "ssd",
+        }
+    }
+}
+
+impl fmt::Display for Medium {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A per-query search knob. Each engine declares the knobs it takes and
 /// which one is primary (the one a recall/QPS sweep varies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -111,6 +142,8 @@ pub struct EngineDescriptor {
     /// One line: what it is and where it comes from.
     pub summary: &'static str,
     pub persistence: Persistence,
+    /// Where the data its searches read lives.
+    pub medium: Medium,
     /// Every parameter it takes, including the common `threads` and (for
     /// engines in a directory) `path`.
     pub params: &'static [ParamSpec],

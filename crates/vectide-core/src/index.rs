@@ -310,6 +310,7 @@ mod tests {
         name: "one",
         summary: "a test index of one point",
         persistence: crate::engine::Persistence::Volatile,
+        medium: crate::engine::Medium::Ram,
         params: &[],
         open_params: &[],
         knobs: &[],

@@ -30,7 +30,7 @@ pub mod sync;
 pub mod validate;
 pub mod visited;
 
-pub use engine::{EngineDescriptor, Knob, Persistence};
+pub use engine::{EngineDescriptor, Knob, Medium, Persistence};
 pub use error::{Error, Result};
 pub use heap::{Neighbor, TopK};
 pub use index::{Filter, IndexStats, Progress, SearchParams, VectorIndex};

@@ -58,6 +58,7 @@ pub static DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     name: "fresh-diskann",
     summary: "FreshDiskANN (2021): an SSD long-term index with PQ in RAM, fresh-vamana temp indexes, StreamingMerge in the background, a redo log",
     persistence: Persistence::DurableOnAck,
+    medium: vectide_core::engine::Medium::Ssd,
     params: &PARAMS,
     open_params: &["threads", "path", "merge"],
     knobs: &[Knob::Ef, Knob::BeamWidth],

@@ -57,6 +57,7 @@ pub static DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     name: "flat",
     summary: "exact brute-force search in memory (GEMM-tiled batches); save/load to a file",
     persistence: Persistence::Volatile,
+    medium: vectide_core::engine::Medium::Ram,
     params: &PARAMS,
     open_params: &["threads"],
     knobs: &[],

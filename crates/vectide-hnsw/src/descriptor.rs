@@ -27,6 +27,7 @@ pub static HNSW: EngineDescriptor = EngineDescriptor {
     summary:
         "HNSW in memory (Malkov & Yashunin 2018), with delete consolidation; save/load to a file",
     persistence: Persistence::Volatile,
+    medium: vectide_core::engine::Medium::Ram,
     params: &PARAMS,
     open_params: &["threads"],
     knobs: &[Knob::Ef],

@@ -70,6 +70,7 @@ pub static P_HNSW: EngineDescriptor = EngineDescriptor {
     name: "p-hnsw",
     summary: "P-HNSW (Appl. Sci. 2025): HNSW in a persistent region, crash-consistent through a redo NLog and an undo NlistLog",
     persistence: Persistence::DurableOnAck,
+    medium: vectide_core::engine::Medium::PersistentMemory,
     params: &ALL_PARAMS,
     open_params: &["threads", "persist", "path"],
     knobs: &[Knob::Ef],

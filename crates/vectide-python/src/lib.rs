@@ -703,7 +703,7 @@ impl PyIndex {
 }
 
 /// The registered engines: for each, its name, summary, persistence class,
-/// search knobs (and the primary one) and parameters (name, type, default,
+/// medium (`ram`, `pmem` or `ssd`), search knobs (and the primary one) and parameters (name, type, default,
 /// doc, source of the default).
 #[pyfunction]
 fn engines(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
@@ -715,6 +715,7 @@ fn engines(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
             e.set_item("summary", d.summary)?;
             e.set_item("persistence", d.persistence.name())?;
             e.set_item("in_directory", d.persistence.in_directory())?;
+            e.set_item("medium", d.medium.name())?;
             let knobs: Vec<&str> = d.knobs.iter().map(|k| k.name()).collect();
             e.set_item("knobs", knobs)?;
             e.set_item("primary_knob", d.primary_knob.map(|k| k.name()))?;

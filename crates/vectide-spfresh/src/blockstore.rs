@@ -144,12 +144,23 @@ pub enum Swap {
     Gone,
 }
 
+/// One posting id's place in the mapping.
+#[derive(Default)]
+struct Slot {
+    entry: ArcSwapOption<Posting>,
+    /// The shrink count at this posting's last PUT or removal.
+    shrunk: AtomicU64,
+}
+
 /// SPFresh's block store (module docs).
 pub struct BlockStore {
     file: Box<dyn BlockFile>,
     dim: usize,
-    map: RwLock<Vec<ArcSwapOption<Posting>>>,
+    map: RwLock<Vec<Slot>>,
     pool: Mutex<Pool>,
+    /// Shrinks so far (PUTs and removals: the swaps that may drop a
+    /// record); see [`BlockStore::shrunk_since`].
+    shrinks: AtomicU64,
     /// Swaps hold it shared from their CAS to their release; a snapshot's
     /// capture holds it exclusively.
     gate: RwLock<()>,
@@ -238,7 +249,10 @@ impl BlockStore {
         let map = image
             .postings
             .into_iter()
-            .map(|p| ArcSwapOption::new(p.map(Arc::new)))
+            .map(|p| Slot {
+                entry: ArcSwapOption::new(p.map(Arc::new)),
+                shrunk: AtomicU64::new(0),
+            })
             .collect();
         BlockStore {
             file,
@@ -251,6 +265,7 @@ impl BlockStore {
             }),
             gate: RwLock::new(()),
             gen: AtomicU32::new(image.gen),
+            shrinks: AtomicU64::new(0),
             counters: Counters::default(),
         }
     }
@@ -274,7 +289,27 @@ impl BlockStore {
         self.map
             .read()
             .get(pid as usize)
-            .and_then(|e| e.load_full())
+            .and_then(|s| s.entry.load_full())
+    }
+
+    /// The count of shrinks so far: PUTs and removals, the only swaps that
+    /// may drop a record (an APPEND keeps every record it found).
+    pub fn shrink_count(&self) -> u64 {
+        self.shrinks.load(Ordering::SeqCst)
+    }
+
+    /// Whether any of postings `pids` was PUT or removed since
+    /// [`BlockStore::shrink_count`] returned `since`. A reader that took
+    /// the count before its reads and finds no shrink since has seen, in
+    /// each posting, every record that was in it when it started: a copy
+    /// written elsewhere and then dropped from a posting read cannot slip
+    /// between its reads.
+    pub fn shrunk_since(&self, pids: &[u32], since: u64) -> bool {
+        let map = self.map.read();
+        pids.iter().any(|&p| {
+            map.get(p as usize)
+                .is_some_and(|s| s.shrunk.load(Ordering::SeqCst) > since)
+        })
     }
 
     /// The block file's I/O counters.
@@ -291,7 +326,7 @@ impl BlockStore {
         let (postings, blocks_used) = {
             let map = self.map.read();
             map.iter()
-                .filter_map(|e| e.load_full())
+                .filter_map(|s| s.entry.load_full())
                 .fold((0, 0), |(n, b), p| (n + 1, b + p.blocks.len() as u64))
         };
         let pool = self.pool.lock();
@@ -545,6 +580,7 @@ impl BlockStore {
         expected: &Option<Arc<Posting>>,
         new: Option<Arc<Posting>>,
         released: &[BlockRef],
+        shrink: bool,
     ) -> Swap {
         let records = new.as_ref().map_or(0, |p| p.records);
         let _gate = self.gate.read();
@@ -552,7 +588,14 @@ impl BlockStore {
         let Some(slot) = map.get(pid as usize) else {
             return Swap::Gone;
         };
-        let prev = slot.compare_and_swap(expected, new);
+        if shrink {
+            // Counted before the swap, so that a reader that sees the new
+            // entry also sees the count (a failed swap only costs a
+            // reader a spurious retry).
+            let n = self.shrinks.fetch_add(1, Ordering::SeqCst) + 1;
+            slot.shrunk.fetch_max(n, Ordering::SeqCst);
+        }
+        let prev = slot.entry.compare_and_swap(expected, new);
         let same = match (&*prev, expected) {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             (None, None) => true,
@@ -620,7 +663,7 @@ impl BlockStore {
             let mut blocks = e.blocks[..keep].to_vec();
             blocks.extend_from_slice(&fresh);
             let new = Arc::new(Posting { records, blocks });
-            match self.swap(pid, &Some(e), Some(new), &released) {
+            match self.swap(pid, &Some(e), Some(new), &released, false) {
                 Swap::Done(r) => return Ok(Swap::Done(r)),
                 lost => {
                     self.discard(fresh.iter().map(|r| r.block));
@@ -653,7 +696,7 @@ impl BlockStore {
             records,
             blocks: fresh.clone(),
         });
-        let s = self.swap(pid, expected, Some(new), &released);
+        let s = self.swap(pid, expected, Some(new), &released, true);
         if s != Swap::Done(records) {
             self.discard(fresh.iter().map(|r| r.block));
         }
@@ -665,7 +708,7 @@ impl BlockStore {
         let records = self.check_records(recs)?;
         let pid = {
             let mut map = self.map.write();
-            map.push(ArcSwapOption::empty());
+            map.push(Slot::default());
             (map.len() - 1) as u32
         };
         let fresh = self.write_fresh(pid, recs)?;
@@ -673,7 +716,7 @@ impl BlockStore {
             records,
             blocks: fresh.clone(),
         });
-        match self.swap(pid, &None, Some(new), &[]) {
+        match self.swap(pid, &None, Some(new), &[], false) {
             Swap::Done(_) => Ok(pid),
             _ => {
                 // Unreachable while only this call may fill a new id.
@@ -688,7 +731,7 @@ impl BlockStore {
     /// Removes posting `pid` by CAS against `expected`; its blocks are
     /// released.
     pub fn remove(&self, pid: u32, expected: &Arc<Posting>) -> Swap {
-        self.swap(pid, &Some(expected.clone()), None, &expected.blocks)
+        self.swap(pid, &Some(expected.clone()), None, &expected.blocks, true)
     }
 
     // ---- snapshots ----
@@ -707,7 +750,7 @@ impl BlockStore {
             let map = self.map.read();
             let postings: Vec<Option<Posting>> = map
                 .iter()
-                .map(|e| e.load_full().map(|p| (*p).clone()))
+                .map(|s| s.entry.load_full().map(|p| (*p).clone()))
                 .collect();
             let mut pool = self.pool.lock();
             if pool.in_flight {

@@ -403,6 +403,11 @@ impl Spfresh {
         self.inner.drain_jobs()
     }
 
+    /// Counts every posting's records (a full read of the block store).
+    pub fn census(&self) -> Result<Census> {
+        self.inner.census()
+    }
+
     /// The last error of a background job, if any.
     pub fn last_job_error(&self) -> Option<String> {
         self.inner.last_error.lock().clone()
@@ -517,7 +522,52 @@ impl VectorIndex for Spfresh {
     }
 }
 
+/// What the postings hold, from a full read ([`Spfresh::census`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Census {
+    pub postings: u64,
+    /// Records stored.
+    pub records: u64,
+    /// Current records (copies a search must read).
+    pub current: u64,
+    /// Live vectors.
+    pub live: u64,
+}
+
+impl Census {
+    /// Current copies per live vector (SPANN's replication).
+    pub fn copies_per_vector(&self) -> f64 {
+        self.current as f64 / self.live.max(1) as f64
+    }
+}
+
 impl Inner {
+    pub(crate) fn census(&self) -> Result<Census> {
+        let pids: Vec<u32> = (0..self.store.posting_ids())
+            .filter(|&p| self.store.entry(p).is_some())
+            .collect();
+        let mut c = Census {
+            postings: pids.len() as u64,
+            live: self.ids.read().ext.len() as u64,
+            ..Census::default()
+        };
+        let mut sc = self.scratch();
+        let r = (|| {
+            for chunk in pids.chunks(256) {
+                self.store.parallel_get(chunk, &mut sc.read)?;
+                for recs in &sc.read.records {
+                    c.records += recs.len() as u64;
+                    c.current += (0..recs.len())
+                        .filter(|&j| self.versions.is_current(recs.vids[j], recs.versions[j]))
+                        .count() as u64;
+                }
+            }
+            Ok(())
+        })();
+        self.give_back(sc);
+        r.map(|()| c)
+    }
+
     /// `maintain()`: the queued jobs run to completion; a `spann` index is
     /// rebuilt statically from its live vectors when updates have changed
     /// it since its build.

@@ -111,6 +111,7 @@ macro_rules! spann_descriptor {
             name: $engine,
             summary: $summary,
             persistence: Persistence::DurableOnAck,
+            medium: vectide_core::engine::Medium::Ssd,
             params: &PARAMS,
             open_params: params::OPEN_PARAMS,
             knobs: &[Knob::Nprobe],

@@ -20,8 +20,11 @@
 //!   or move: the job lets it go). Readers see the old copies or the new
 //!   ones, never neither; garbage collection keeps pending copies.
 //! - *Merge* (§3.2, §4.2.1): a search that meets a posting with at most
-//!   `merge_threshold` live records queues it; the job garbage-collects it
-//!   and, if still small, joins it with the nearest posting whose length
+//!   `merge_threshold` live records, or with more dead records than live
+//!   ones, queues it; the job garbage-collects it (in the paper only a
+//!   split collects garbage; collecting it here too keeps searches from
+//!   reading postings that deletes and moves left mostly dead) and, if
+//!   still small, joins it with the nearest posting whose length
 //!   allows; the longer one survives and the other's vectors that are nearer
 //!   the deleted centroid than the survivor's are reassigned (§3.3: only
 //!   they can break NPA).

@@ -2,13 +2,15 @@
 //! nearest centroids through an `hnsw` graph, their postings read in one
 //! ParallelGET, stale and deleted records skipped, replicas counted once.
 //!
-//! Searches take no lock against the Local Rebuilder, so two races are
-//! closed here: a posting created or removed between the centroid search
-//! and the read starts the search over (a split fills its new postings
-//! before it empties the old one), and a copy one version behind the
-//! vector's is still read (a reassign switched the vector while the search
-//! read its old posting). A vector's data never changes, so any such copy
-//! is the vector itself.
+//! Searches take no lock against the Local Rebuilder. Every change it makes
+//! writes a vector's new copy before it drops the old one (a split fills
+//! its new postings before it removes the old, a reassign writes the moved
+//! copy before garbage collection may drop the stale one), and a vector's
+//! data never changes, so a search returns any copy of a live vector it
+//! reads, whatever its version. What is left is a copy written into a
+//! posting after the search read it and dropped from another before the
+//! search read that one: a search that finds a posting it read PUT or
+//! removed since it started goes again (`BlockStore::shrunk_since`).
 
 use crate::engine::{Inner, Scratch};
 use crate::params::Mode;
@@ -145,10 +147,29 @@ impl Heads {
     }
 
     /// The `k` centroids nearest `q` (`ef` ≥ k), nearest first, into `out`.
+    /// When `k` covers every live centroid, they are all ranked exactly
+    /// (no graph walk, so none is missed).
     pub fn nearest(&self, q: &[f32], k: usize, ef: usize, out: &mut Vec<Neighbor>) -> Result<()> {
-        if self.count() == 0 {
-            out.clear();
-            return Ok(());
+        out.clear();
+        {
+            let v = self.vecs.read();
+            if v.count == 0 {
+                return Ok(());
+            }
+            if k >= v.count {
+                let l2 = Metric::L2.distance_fn();
+                out.extend(
+                    v.alive
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, &a)| a)
+                        .map(|(p, _)| {
+                            Neighbor::new(p as u64, l2(q, &v.vecs[p * v.dim..(p + 1) * v.dim]))
+                        }),
+                );
+                out.sort_by(|a, b| a.distance.total_cmp(&b.distance));
+                return Ok(());
+            }
         }
         self.index
             .load()
@@ -190,25 +211,18 @@ impl Inner {
         if k == 0 {
             return Ok(());
         }
-        // A split adds the postings it fills (and their centroids) before
-        // it removes the posting it empties, a merge fills a posting that
-        // exists: a posting created or removed between the centroid search
-        // and the read means the centroids seen may miss where a vector
-        // went, so the search starts over and sees the new ones.
+        // A posting read that was shrunk (PUT or removed) since the start
+        // may have lost a copy whose replacement went into a posting read
+        // earlier: the search goes again (module docs).
         let mut blocks = 0;
         for _ in 0..MAX_RESTARTS {
-            let created = self.store.posting_ids();
+            let since = self.store.shrink_count();
             self.heads
                 .nearest(q, nprobe, self.params.head_ef.max(nprobe), hits)?;
             pids.clear();
             pids.extend(hits.iter().map(|h| h.id as u32));
             blocks += self.store.parallel_get(pids, read)?;
-            let vanished = read
-                .records
-                .iter()
-                .zip(pids.iter())
-                .any(|(r, &p)| r.is_empty() && self.store.entry(p).is_none());
-            if !vanished && self.store.posting_ids() == created {
+            if !self.store.shrunk_since(pids, since) {
                 break;
             }
             self.counters
@@ -224,11 +238,8 @@ impl Inner {
             let mut live = 0usize;
             for j in 0..recs.len() {
                 let vid = recs.vids[j];
-                if !self.versions.readable(vid, recs.versions[j]) {
-                    continue;
-                }
                 live += usize::from(self.versions.is_current(vid, recs.versions[j]));
-                if !seen.insert(vid) {
+                if !self.versions.is_live(vid) || !seen.insert(vid) {
                     continue;
                 }
                 if let Some(f) = filter {
@@ -239,7 +250,12 @@ impl Inner {
                 }
                 top.push(dist(q, recs.vector(j, self.dim)), vid);
             }
-            if self.mode == Mode::Fresh && live <= self.params.merge_threshold {
+            // A small posting is merged; one mostly stale (deleted or moved
+            // vectors) is garbage-collected, which the merge job does first,
+            // so that searches stop reading the dead records.
+            if self.mode == Mode::Fresh
+                && (live <= self.params.merge_threshold || recs.len() - live > live)
+            {
                 self.jobs.push(Job::Merge(pids[i]));
             }
         }

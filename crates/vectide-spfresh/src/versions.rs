@@ -165,17 +165,16 @@ impl VersionMap {
             .map(|_| next)
     }
 
-    /// Whether a search may return a copy of vector `i` written at
-    /// `version`: the vector is live and the copy is current, pending, or
-    /// of the version just before (a reassign switched the vector while the
-    /// search read its old posting, and the new one was not among the
-    /// postings read). Older copies are stale and skipped.
+    /// Whether vector `i` exists and is not deleted. A vector's data never
+    /// changes (an upsert takes a new number), so a search may return any
+    /// copy of a live vector whatever its version: a stale copy is the
+    /// vector itself, and reading it keeps a vector visible while a
+    /// reassign moves it between postings the search reads at different
+    /// moments.
     #[inline]
-    pub fn readable(&self, i: u32, version: u8) -> bool {
-        let Some(c) = self.cell(i) else { return false };
-        let b = c.load(Ordering::Acquire);
-        let v = version & VERSION_MASK;
-        b & DELETED == 0 && (b == v || (b + 1) & VERSION_MASK == v || (v + 1) & VERSION_MASK == b)
+    pub fn is_live(&self, i: u32) -> bool {
+        self.cell(i)
+            .is_some_and(|c| c.load(Ordering::Acquire) & DELETED == 0)
     }
 
     /// How a copy of vector `i` written at `version` stands: 1 current,

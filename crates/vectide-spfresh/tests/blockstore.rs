@@ -419,6 +419,38 @@ fn snapshots_and_puts_racing_appends_and_reads_lose_nothing() {
     );
 }
 
+/// A reader's guard against copies dropped under it: PUTs and removals
+/// mark their posting as shrunk past the count a reader took; creates and
+/// APPENDs (which drop nothing) do not.
+#[test]
+fn puts_and_removals_and_only_they_mark_a_posting_shrunk() {
+    let store = BlockStore::create(Box::new(SimBlockFile::new(3)), DIM).unwrap();
+    let mut sc = ReadScratch::default();
+    let a = store.create_posting(&recs([1, 2])).unwrap();
+    let b = store.create_posting(&recs([3])).unwrap();
+    let t0 = store.shrink_count();
+    store.append(a, &recs([4]), &mut sc).unwrap();
+    assert!(!store.shrunk_since(&[a, b], t0), "an APPEND drops nothing");
+    let e = store.entry(a);
+    assert_eq!(store.put(a, &recs([1, 4]), &e).unwrap(), Swap::Done(2));
+    assert!(store.shrunk_since(&[a], t0));
+    assert!(store.shrunk_since(&[b, a], t0));
+    assert!(!store.shrunk_since(&[b], t0), "only the posting PUT");
+    let t1 = store.shrink_count();
+    assert!(t1 > t0);
+    assert!(
+        !store.shrunk_since(&[a, b], t1),
+        "nothing since the new count"
+    );
+    let eb = store.entry(b).unwrap();
+    assert_eq!(store.remove(b, &eb), Swap::Done(0));
+    assert!(store.shrunk_since(&[b], t1));
+    assert!(
+        !store.shrunk_since(&[a, 99], t1),
+        "an unknown id never shrank"
+    );
+}
+
 #[test]
 fn a_real_o_direct_file_round_trips_through_a_snapshot() {
     let dir = tempfile::tempdir().unwrap();

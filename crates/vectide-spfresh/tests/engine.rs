@@ -407,6 +407,87 @@ fn a_copy_taken_mid_rebuild_finds_every_id_while_jobs_run() {
     }
 }
 
+/// Ids no writer touches stay findable by their own vector at every
+/// moment while three writers churn others and the background Local
+/// Rebuilder splits, merges and reassigns around them (moving the
+/// untouched vectors too): a search never falls between a moved copy and
+/// the dropping of its old one.
+#[test]
+fn untouched_ids_stay_found_while_the_rebuilder_moves_them() {
+    use rand::{Rng, SeedableRng};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let p = SpannParams {
+        posting_vectors: 4,
+        snapshot_rows: 64,
+        ..params(false)
+    };
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, p).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(77);
+    let fixed: Vec<(u64, Vec<f32>)> = (1000..1040u64)
+        .map(|i| (i, (0..DIM).map(|_| rng.gen_range(-1.0..1.0)).collect()))
+        .collect();
+    for (n, (i, v)) in fixed.iter().enumerate() {
+        idx.insert(1_000_000 + n as u64, &[*i], v).unwrap();
+    }
+    let wide = SearchParams {
+        nprobe: Some(1 << 20),
+        ..SearchParams::default()
+    };
+    let done = AtomicBool::new(false);
+    let checks = AtomicUsize::new(0);
+    let misses = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    for (i, v) in &fixed {
+                        let got = idx.search(v, 1, &wide, None).unwrap();
+                        if got.first().map(|n| n.id) != Some(*i) {
+                            misses.lock().unwrap().push((*i, got));
+                        }
+                        checks.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        for round in 0..4 {
+            three_writers(&idx, 300, 100 + round);
+        }
+        done.store(true, Ordering::Release);
+    });
+    let misses = misses.into_inner().unwrap();
+    assert!(
+        misses.is_empty(),
+        "{} misses: {:?}",
+        misses.len(),
+        &misses[..misses.len().min(5)]
+    );
+    assert!(checks.load(Ordering::Relaxed) > 1000);
+    let st = idx.stats().unwrap();
+    let moved = st
+        .extra
+        .iter()
+        .find(|(k, _)| k == "reassign_moved")
+        .map(|x| x.1);
+    eprintln!(
+        "checks {} stats {:?}",
+        checks.load(Ordering::Relaxed),
+        st.extra
+    );
+    assert!(
+        moved.unwrap_or(0.0) > 0.0,
+        "no reassign ran: {:?}",
+        st.extra
+    );
+    idx.drain_jobs().unwrap();
+    assert!(idx.check_structure().unwrap().is_empty());
+    let c = idx.census().unwrap();
+    assert_eq!(c.live as usize, idx.len());
+    assert!(c.current >= c.live && c.records >= c.current, "{c:?}");
+    assert!(c.copies_per_vector() >= 1.0);
+}
+
 /// Three threads, `ops` calls each, upserting (70 %) and deleting random
 /// ids of 0..48 with sequence numbers taken at invocation.
 fn three_writers(idx: &Spfresh, ops: usize, seed: u64) {

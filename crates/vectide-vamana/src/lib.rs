@@ -78,6 +78,7 @@ pub static DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     name: "fresh-vamana",
     summary: "FreshVamana in memory (FreshDiskANN 2021): RobustPrune with α, lazy deletes, parallel delete consolidation; save/load to a file",
     persistence: Persistence::Volatile,
+    medium: vectide_core::engine::Medium::Ram,
     params: &PARAMS,
     open_params: &["threads"],
     knobs: &[Knob::Ef],

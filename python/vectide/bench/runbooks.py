@@ -58,16 +58,16 @@ HNSW = {"m": 16, "ef_construction": 200}
 
 def streaming_engines() -> List[str]:
     """Every registered approximate Vectide engine (one with a search knob)
-    that runs in memory or is a disk index (one with a ``beam_width`` knob:
-    its directory is a temporary one), as ``vectide:NAME``. The
-    persistent-memory engines (P-HNSW and its baselines) join on request
-    through ``--engines``."""
+    that runs in memory or is an SSD index (``medium`` ``ssd``: its
+    directory is a temporary one), as ``vectide:NAME``. The
+    persistent-memory engine and the durable in-RAM baselines of its paper
+    (P-HNSW, hnsw-snap, hnsw-wal) join on request through ``--engines``."""
     import vectide
 
     return [
         f"vectide:{e['name']}"
         for e in vectide.engines()
-        if e["primary_knob"] and (not e["in_directory"] or "beam_width" in e["knobs"])
+        if e["primary_knob"] and (not e["in_directory"] or e["medium"] == "ssd")
     ]
 
 

@@ -3,7 +3,7 @@ SPANN updated in place (SPANN+) and a static SPANN rebuilt on the final data.
 
 ``python -m vectide.bench spfresh [--dataset glove-6b-50-angular]
 [--clusters 64] [--initial 32] [--phases 10] [--nprobe 64] [--threads 2]
-[--batch 1000] [--queries 10000] [--limit N] [--dir DIR] [--crash-json F]
+[--batch 1000] [--queries 10000] [--limit N] [--param NAME=VALUE]... [--dir DIR] [--crash-json F]
 --out FILE.json [--plot DIR]``
 
 SPFresh (Xu et al., SOSP 2023) §2.3 and §5.4 at our scale. The dataset is
@@ -94,10 +94,25 @@ def stream(labels: np.ndarray, initial: int, phases: int, seed: int):
     return base, out
 
 
-def make_index(vectide, engine: str, d: Path, dim: int, metric: str, threads: int, nprobe: int):
+def make_index(vectide, engine: str, d: Path, dim: int, metric: str, threads: int, nprobe: int,
+               params: Optional[Dict[str, object]] = None):
     if d.exists():
         shutil.rmtree(d)
-    return vectide.Index(dim, metric=metric, engine=engine, path=str(d), threads=threads, nprobe=nprobe)
+    return vectide.Index(dim, metric=metric, engine=engine, path=str(d), threads=threads, nprobe=nprobe,
+                         **(params or {}))
+
+
+def _param(s: str):
+    """``NAME=VALUE`` → (name, int, float or str value)."""
+    name, eq, raw = s.partition("=")
+    if not eq or not name or not raw:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {s!r}")
+    for conv in (int, float):
+        try:
+            return name, conv(raw)
+        except ValueError:
+            pass
+    return name, raw
 
 
 def add_batches(ix, ids: np.ndarray, X: np.ndarray, batch: int) -> float:
@@ -213,7 +228,7 @@ def run(args) -> Dict[str, object]:
     engines: Dict[str, Dict[str, object]] = {}
     for engine in [e for e in args.engines if e != "spann"]:
         d = root / engine
-        ix = make_index(vectide, engine, d, dim, metric, args.threads, args.nprobe)
+        ix = make_index(vectide, engine, d, dim, metric, args.threads, args.nprobe, dict(args.param))
         _log(f"{engine}: build on {len(base)} points")
         t_build = add_batches(ix, base, X, max(len(base), 1))
         ix.maintain()
@@ -246,7 +261,7 @@ def run(args) -> Dict[str, object]:
         del ix
     if "spann" in args.engines:
         d = root / "spann"
-        ix = make_index(vectide, "spann", d, dim, metric, args.threads, args.nprobe)
+        ix = make_index(vectide, "spann", d, dim, metric, args.threads, args.nprobe, dict(args.param))
         _log(f"spann: static build on the final {len(live)} points")
         t_build = add_batches(ix, live, X, len(live))
         rec = {"build_s": t_build, "final": quality(ix, Q, truth, args.nprobe), "stats": dict(ix.stats()),
@@ -294,6 +309,7 @@ def run(args) -> Dict[str, object]:
         "final": int(len(live)),
         "queries": int(len(Q)),
         "nprobe": args.nprobe,
+        "params": dict(args.param),
         "threads": args.threads,
         "batch": args.batch,
         "o_direct": "reported by the block file (VECTIDE_IO unset: io_uring + O_DIRECT where the file system takes it)",
@@ -347,6 +363,8 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, default=0, help="use the first N points only (quick runs)")
     p.add_argument("--engines", type=lambda s: [e for e in s.split(",") if e], default=list(ENGINES))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--param", type=_param, action="append", default=[], metavar="NAME=VALUE",
+                   help="an engine parameter given to every engine (repeatable), e.g. head_ratio=0.05")
     p.add_argument("--dir", default=None, help="directory for the indexes (default: a temp dir, removed)")
     p.add_argument("--crash-json", default=None, help="a `vectide crash-test spfresh --json` report to fold into the summary")
     p.add_argument("--out", required=True)
