@@ -530,6 +530,8 @@ pub struct Census {
     pub records: u64,
     /// Current records (copies a search must read).
     pub current: u64,
+    /// Postings without a current record.
+    pub empty: u64,
     /// Live vectors.
     pub live: u64,
 }
@@ -556,10 +558,12 @@ impl Inner {
             for chunk in pids.chunks(256) {
                 self.store.parallel_get(chunk, &mut sc.read)?;
                 for recs in &sc.read.records {
-                    c.records += recs.len() as u64;
-                    c.current += (0..recs.len())
+                    let cur = (0..recs.len())
                         .filter(|&j| self.versions.is_current(recs.vids[j], recs.versions[j]))
                         .count() as u64;
+                    c.records += recs.len() as u64;
+                    c.current += cur;
+                    c.empty += u64::from(cur == 0);
                 }
             }
             Ok(())

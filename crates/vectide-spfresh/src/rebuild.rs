@@ -21,10 +21,12 @@
 //!   ones, never neither; garbage collection keeps pending copies.
 //! - *Merge* (§3.2, §4.2.1): a search that meets a posting with at most
 //!   `merge_threshold` live records, or with more dead records than live
-//!   ones, queues it; the job garbage-collects it (in the paper only a
-//!   split collects garbage; collecting it here too keeps searches from
-//!   reading postings that deletes and moves left mostly dead) and, if
-//!   still small, joins it with the nearest posting whose length
+//!   ones, queues it, and so does a delete for its vector's home posting
+//!   (so that a region the stream deleted is merged away without waiting
+//!   for a search to meet it); the job garbage-collects the posting when
+//!   it is mostly dead (in the paper only a split collects garbage;
+//!   collecting here too keeps searches from reading postings that deletes
+//!   and moves left mostly dead) and, if it is small, joins it with the nearest posting whose length
 //!   allows; the longer one survives and the other's vectors that are nearer
 //!   the deleted centroid than the survivor's are reassigned (§3.3: only
 //!   they can break NPA).
@@ -448,7 +450,9 @@ impl Inner {
             let kept = collect_garbage(&self.versions, &sc.recs, dim, &mut sc.kept);
             let changed = kept.len() < sc.recs.len();
             if kept.len() > self.params.merge_threshold {
-                if changed {
+                // Not small: collected only when mostly dead (a rewrite
+                // per delete would cost more than the reads it saves).
+                if kept.len() * 2 < sc.recs.len() {
                     self.store.put(pid, &encoded(&kept, dim), &Some(entry))?;
                 }
                 return Ok(());

@@ -134,17 +134,33 @@ impl Inner {
     }
 
     /// Applies a delete of `ids` at `seq` (tombstones); the number removed.
+    /// In `spfresh`, each deleted vector's home posting is queued for a
+    /// merge check: a posting that deletes emptied is merged (or its dead
+    /// records collected) without waiting for a search to meet it, so that
+    /// searches stop spending their `nprobe` on dead regions.
     pub(crate) fn apply_delete(&self, seq: Seq, ids: &[u64]) -> usize {
-        let mut m = self.ids.write();
-        let mut n = 0;
-        for id in ids {
-            if let Some(&v) = m.ext.get(id) {
-                if m.seq_of[v as usize] <= seq {
-                    m.ext.remove(id);
-                    self.versions.delete(v);
-                    n += 1;
+        let mut homes = Vec::new();
+        let n = {
+            let mut m = self.ids.write();
+            let mut n = 0;
+            for id in ids {
+                if let Some(&v) = m.ext.get(id) {
+                    if m.seq_of[v as usize] <= seq {
+                        m.ext.remove(id);
+                        self.versions.delete(v);
+                        n += 1;
+                        if self.mode == Mode::Fresh {
+                            homes.extend(self.home(v).filter(|&p| p != NO_HOME));
+                        }
+                    }
                 }
             }
+            n
+        };
+        homes.sort_unstable();
+        homes.dedup();
+        for p in homes {
+            self.jobs.push(Job::Merge(p));
         }
         self.counters.deletes.fetch_add(n as u64, Ordering::Relaxed);
         n

@@ -488,6 +488,44 @@ fn untouched_ids_stay_found_while_the_rebuilder_moves_them() {
     assert!(c.copies_per_vector() >= 1.0);
 }
 
+/// A stream that deletes a whole region: spfresh's deletes queue merge
+/// checks of their postings, so that once the jobs ran no posting is left
+/// without a live record, while spann-inplace keeps every emptied posting.
+#[test]
+fn a_deleted_region_is_merged_away_without_a_search() {
+    let pts = clustered(3000, DIM, 6, 21);
+    let ids: Vec<u64> = (0..3000).collect();
+    for mode in [Mode::Fresh, Mode::Inplace] {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = Spfresh::create(dir.path(), DIM, Metric::L2, mode, params(false)).unwrap();
+        idx.insert(1, &ids, &pts).unwrap();
+        idx.drain_jobs().unwrap();
+        let before = idx.census().unwrap();
+        assert_eq!(before.empty, 0, "{mode:?}: {before:?}");
+        // A half-space: the points below the median first coordinate.
+        let mut x0: Vec<f32> = pts.chunks(DIM).map(|p| p[0]).collect();
+        x0.sort_by(f32::total_cmp);
+        let median = x0[1500];
+        let gone: Vec<u64> = ids
+            .iter()
+            .copied()
+            .filter(|&i| pts[i as usize * DIM] < median)
+            .collect();
+        idx.delete(2, &gone).unwrap();
+        idx.drain_jobs().unwrap();
+        let after = idx.census().unwrap();
+        assert_eq!(after.live as usize, 3000 - gone.len());
+        if mode == Mode::Fresh {
+            assert_eq!(after.empty, 0, "{after:?}");
+            assert!(after.postings < before.postings, "{before:?} -> {after:?}");
+        } else {
+            assert!(after.empty > 0, "{after:?}");
+            assert_eq!(after.postings, before.postings);
+        }
+        assert_sound(&idx);
+    }
+}
+
 /// Three threads, `ops` calls each, upserting (70 %) and deleting random
 /// ids of 0..48 with sequence numbers taken at invocation.
 fn three_writers(idx: &Spfresh, ops: usize, seed: u64) {
