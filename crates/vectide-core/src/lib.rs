@@ -19,6 +19,7 @@ pub mod engine;
 pub mod error;
 pub mod eval;
 pub mod heap;
+pub mod hugemem;
 pub mod index;
 pub mod io;
 pub mod limits;

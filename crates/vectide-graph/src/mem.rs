@@ -28,6 +28,7 @@ use crate::graph::Graph;
 use parking_lot::Mutex;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use vectide_core::hugemem::{HugeArray, Zeroable};
 
 /// Slot never used or reclaimed.
 pub const FREE: u8 = 0;
@@ -41,9 +42,12 @@ pub const DELETED: u8 = 3;
 /// traversable, never returned, never deleted.
 pub const FROZEN: u8 = 4;
 
-/// A slice of cells that the engine writes under the protocol above.
-pub struct Cells<T> {
-    data: Box<[UnsafeCell<T>]>,
+/// A slice of cells that the engine writes under the protocol above, held
+/// in `S`: a boxed slice, or a [`HugeArray`] for the large arrays searches
+/// read at random.
+pub struct Cells<T, S = Box<[UnsafeCell<T>]>> {
+    data: S,
+    _elem: std::marker::PhantomData<T>,
 }
 
 // SAFETY: `Cells` hands out shared references only through `get`, and
@@ -51,7 +55,7 @@ pub struct Cells<T> {
 // no other thread reads or writes the same elements at the same time (the
 // slot protocol in the module docs). With that, sharing across threads is as
 // safe as sharing `&[T]` and `&mut [T]` of disjoint elements.
-unsafe impl<T: Send + Sync> Sync for Cells<T> {}
+unsafe impl<T: Send + Sync, S: Send> Sync for Cells<T, S> {}
 
 impl<T> Cells<T> {
     pub fn new(v: Vec<T>) -> Self {
@@ -60,9 +64,32 @@ impl<T> Cells<T> {
         // slice of `T` has exactly the layout of a boxed slice of
         // `UnsafeCell<T>`; the allocation is moved, not copied or freed.
         let data = unsafe { Box::from_raw(Box::into_raw(b) as *mut [UnsafeCell<T>]) };
-        Cells { data }
+        Cells {
+            data,
+            _elem: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: Zeroable> Cells<T, HugeArray<UnsafeCell<T>>> {
+    /// `len` zeroed cells in memory advised for huge pages.
+    pub fn zeroed(len: usize) -> Self {
+        Cells {
+            data: HugeArray::zeroed(len),
+            _elem: std::marker::PhantomData,
+        }
     }
 
+    /// `len` cells starting with a copy of these (growth under `&mut`).
+    pub fn grown(&mut self, len: usize) -> Self {
+        Cells {
+            data: self.data.grown(len),
+            _elem: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T, S: std::ops::DerefMut<Target = [UnsafeCell<T>]>> Cells<T, S> {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.data.len()
@@ -108,6 +135,10 @@ impl<T> Cells<T> {
 #[repr(C, align(64))]
 pub struct Line([f32; LINE_FLOATS]);
 
+// SAFETY: `Line` is `repr(C)` over `[f32; 16]`: all-zero bytes are sixteen
+// 0.0 floats, and it has no drop glue.
+unsafe impl Zeroable for Line {}
+
 const LINE_FLOATS: usize = 16;
 
 /// Graph storage for `capacity` slots.
@@ -118,8 +149,11 @@ pub struct Store {
     pub m: usize,
     pub m0: usize,
     pub capacity: usize,
-    vectors: Cells<Line>,
-    links0: Box<[AtomicU32]>,
+    /// Vectors and layer-0 lists, the arrays every search reads at random,
+    /// in huge pages where the kernel grants them (see
+    /// `vectide_core::hugemem`).
+    vectors: Cells<Line, HugeArray<UnsafeCell<Line>>>,
+    links0: HugeArray<AtomicU32>,
     upper: Cells<Box<[AtomicU32]>>,
     levels: Box<[AtomicU8]>,
     labels: Box<[AtomicU64]>,
@@ -161,8 +195,8 @@ impl Store {
             m,
             m0,
             capacity,
-            vectors: Cells::new(vec![Line([0.0; LINE_FLOATS]); capacity * lines]),
-            links0: atomics_u32(capacity * (1 + m0)),
+            vectors: Cells::zeroed(capacity * lines),
+            links0: HugeArray::zeroed(capacity * (1 + m0)),
             upper: Cells::new((0..capacity).map(|_| Box::default()).collect()),
             levels: atomics_u8(capacity),
             labels: atomics_u64(capacity),
@@ -194,21 +228,13 @@ impl Store {
         if new_capacity <= self.capacity {
             return;
         }
-        let old = self.capacity;
-        let mut vectors = vec![Line([0.0; LINE_FLOATS]); new_capacity * self.lines];
-        vectors[..old * self.lines].copy_from_slice(self.vectors.as_mut_slice());
-        self.vectors = Cells::new(vectors);
+        self.vectors = self.vectors.grown(new_capacity * self.lines);
 
         let mut upper: Vec<Box<[AtomicU32]>> = Vec::with_capacity(new_capacity);
         upper.extend(self.upper.as_mut_slice().iter_mut().map(std::mem::take));
         upper.resize_with(new_capacity, Box::default);
         self.upper = Cells::new(upper);
 
-        fn extend32(old: &mut Box<[AtomicU32]>, n: usize) {
-            let mut v: Vec<AtomicU32> = std::mem::take(old).into_vec();
-            v.resize_with(n, || AtomicU32::new(0));
-            *old = v.into_boxed_slice();
-        }
         fn extend64(old: &mut Box<[AtomicU64]>, n: usize) {
             let mut v: Vec<AtomicU64> = std::mem::take(old).into_vec();
             v.resize_with(n, || AtomicU64::new(0));
@@ -219,7 +245,7 @@ impl Store {
             v.resize_with(n, || AtomicU8::new(0));
             *old = v.into_boxed_slice();
         }
-        extend32(&mut self.links0, new_capacity * (1 + self.m0));
+        self.links0 = self.links0.grown(new_capacity * (1 + self.m0));
         extend8(&mut self.levels, new_capacity);
         extend64(&mut self.labels, new_capacity);
         extend64(&mut self.seqs, new_capacity);

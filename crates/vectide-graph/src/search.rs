@@ -111,6 +111,7 @@ fn search_layer_impl<G: Graph, A: Fn(u32) -> bool, const RECORD: bool>(
         ..
     } = scratch;
     visited.reset(store.slots());
+    let ahead = prefetch_ahead(q.len());
     candidates.clear();
     top.reset(ef);
     for &entry in entries {
@@ -140,18 +141,29 @@ fn search_layer_impl<G: Graph, A: Fn(u32) -> bool, const RECORD: bool>(
         for &nb in neighbors.iter() {
             prefetch(visited.tag_ptr(nb));
         }
-        // First pass: keep the unvisited ids and start loading their vectors.
+        // First pass: keep the unvisited ids.
         fresh.clear();
         for &nb in neighbors.iter() {
             if visited.insert(nb) {
-                // Every line of the vector: the kernel reads them all, and a
-                // line left to the hardware prefetcher stalled the kernel
-                // (measured: 8 % more queries/s at L = 32, 64).
-                store.prefetch_vector(nb);
                 fresh.push(nb);
             }
         }
-        for &nb in fresh.iter() {
+        // Then compute their distances while the vectors `ahead` places
+        // further are loading: every line of a vector is prefetched (the
+        // kernel reads them all; a line left to the hardware prefetcher
+        // stalled it), but only about `PREFETCH_LINES` lines at a time.
+        // Prefetching every fresh vector at once (as this loop did before)
+        // filled the core's miss buffers, so the prefetch instructions
+        // themselves stalled: measured on GloVe 390K, 50-d, L = 32, AVX2
+        // EPYC, 1 thread, 30-40 % fewer queries/s than this pipeline.
+        for &nb in fresh.iter().take(ahead) {
+            store.prefetch_vector(nb);
+        }
+        for i in 0..fresh.len() {
+            if let Some(&nx) = fresh.get(i + ahead) {
+                store.prefetch_vector(nx);
+            }
+            let nb = fresh[i];
             let d = dist(q, store.vector(nb));
             if d < top.threshold() {
                 candidates.push(Reverse(Candidate::new(d, nb)));
@@ -161,6 +173,16 @@ fn search_layer_impl<G: Graph, A: Fn(u32) -> bool, const RECORD: bool>(
             }
         }
     }
+}
+
+/// Cache lines of vectors a layer search keeps loading ahead of its distance
+/// computations (about what one core's miss buffers hold).
+const PREFETCH_LINES: usize = 32;
+
+/// How many vectors of `dim` floats ahead the layer search prefetches.
+#[inline]
+fn prefetch_ahead(dim: usize) -> usize {
+    (PREFETCH_LINES / (dim * 4).div_ceil(64).max(1)).clamp(2, 16)
 }
 
 /// A k-NN query: greedy descent from the entry point `(slot, top level)`
