@@ -104,7 +104,19 @@ def machine_info() -> Dict[str, object]:
     }
     if hasattr(os, "sched_getaffinity"):
         info["usable_cores"] = len(os.sched_getaffinity(0))
+    info["simd"] = simd_isa()
     return info
+
+
+def simd_isa() -> Optional[str]:
+    """The distance kernels' instruction set in this process (``avx512``,
+    ``avx2``, ...), or None before the extension is built."""
+    try:
+        import vectide
+
+        return vectide.simd_isa()
+    except ImportError:
+        return None
 
 
 def _log(msg: str) -> None:

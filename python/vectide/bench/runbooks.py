@@ -46,7 +46,7 @@ import numpy as np
 
 from .. import datasets
 from .. import runbook as rbmod
-from .ann import machine_info, write_json
+from .ann import machine_info, simd_isa, write_json
 from .metrics import recall_at_k
 from .streaming import POLICIES, StreamError, Worker
 
@@ -407,7 +407,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         "searches) measured inside its worker; ground truth, process start and data loading excluded",
         "memory_method": "worker process RSS (/proc/self/statm) minus its RSS before the engine was created",
         "machine": machine_info(),
-        "simd": _simd(),
+        "simd": simd_isa(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "engines": results,
         "summary": {
@@ -421,15 +421,6 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
     if args.plot:
         plot(doc, Path(args.plot))
     return doc
-
-
-def _simd() -> Optional[str]:
-    try:
-        import vectide
-
-        return vectide.simd_isa()
-    except ImportError:
-        return None
 
 
 def plot(doc: Dict[str, object], directory: Path) -> None:
