@@ -736,6 +736,20 @@ impl BlockStore {
 
     // ---- snapshots ----
 
+    /// Whether the blocks held back for the next snapshot outnumber both
+    /// the blocks in use and `floor`: the point where a snapshot (which
+    /// returns them to the pool) keeps the file from growing past about
+    /// twice its live data. Blocks in use are counted as the handed-out
+    /// ones not free or held (writes in flight included), without a walk
+    /// of the mapping.
+    pub fn held_exceeds_used(&self, floor: u64) -> bool {
+        let pool = self.pool.lock();
+        let held = (pool.held.len() + pool.pending.len()) as u64;
+        let handed_out = u64::from(pool.end).saturating_sub(1);
+        let used = handed_out.saturating_sub(held + pool.free.len() as u64);
+        held > used.max(floor)
+    }
+
     /// Captures the mapping and the pool at one instant, syncs the file so
     /// that every block the capture names is durable, and encodes the
     /// capture into `out` (see [`encode_map`]). Blocks released before the

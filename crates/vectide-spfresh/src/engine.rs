@@ -24,8 +24,9 @@
 //!
 //! ## Durability (§4.4)
 //! A writing call is in the WAL and synced before it is applied, and
-//! durable when it returns. Every `snapshot_rows` logged rows (and at
-//! `close`), a snapshot: a new WAL is started, the state captured under the
+//! durable when it returns. Every `snapshot_rows` logged rows, once the
+//! blocks released since the last snapshot outnumber those in use (and
+//! `GARBAGE_FLOOR`), at `close` and after `maintain`, a snapshot: a new WAL is started, the state captured under the
 //! gate, the block file synced, `snapshot.bin` replaced atomically, and the
 //! blocks released since the previous snapshot returned to the free pool.
 //! Recovery = the snapshot, then every WAL from its serial on, replayed.
@@ -73,6 +74,9 @@ pub(crate) const NO_HOME: u32 = u32::MAX;
 
 /// Posting-lock stripes.
 const STRIPES: usize = 1024;
+/// Passes of `maintain()`'s sweep at most (each goes over every posting;
+/// a pass that changes nothing ends it).
+const SWEEP_ROUNDS: usize = 4;
 
 /// The id maps (module docs).
 #[derive(Default)]
@@ -102,6 +106,8 @@ pub(crate) struct Counters {
     /// Splits that garbage collection alone brought under the limit.
     pub gc_only: AtomicU64,
     pub merges: AtomicU64,
+    /// Postings the merge job rewrote without their dead records.
+    pub collections: AtomicU64,
     pub reassign_evaluated: AtomicU64,
     pub reassign_moved: AtomicU64,
     pub reroutes: AtomicU64,
@@ -572,15 +578,48 @@ impl Inner {
         r.map(|()| c)
     }
 
-    /// `maintain()`: the queued jobs run to completion; a `spann` index is
-    /// rebuilt statically from its live vectors when updates have changed
-    /// it since its build.
+    /// The contract's `maintain()`: the queued jobs run out; then a `spann`
+    /// index is rebuilt statically from its live vectors when updates have
+    /// changed it since its build, and `spfresh` sweeps: every posting gets
+    /// the merge job's check (merged when small, its garbage collected
+    /// whenever that saves a block), the jobs that queues run out, again
+    /// while a pass changes anything, and a snapshot returns the blocks
+    /// they released. Searches queue those
+    /// checks lazily as they meet postings (§3.2); after a sweep none is
+    /// left for the next searches to run in the background.
     pub(crate) fn maintain(&self) -> Result<()> {
         self.drain_jobs()?;
-        if self.mode == Mode::Static {
-            self.rebuild_static()?;
+        match self.mode {
+            Mode::Static => self.rebuild_static(),
+            Mode::Fresh => {
+                // A merge's reassigns can leave another posting small, so
+                // the sweep goes again while it changes anything.
+                let changes = || {
+                    let c = &self.counters;
+                    c.merges.load(Ordering::Relaxed) + c.collections.load(Ordering::Relaxed)
+                };
+                let mut sc = self.scratch();
+                let swept = (|| {
+                    for _ in 0..SWEEP_ROUNDS {
+                        let before = changes();
+                        for p in 0..self.store.posting_ids() {
+                            if self.store.entry(p).is_some() {
+                                self.merge(p, true, &mut sc)?;
+                            }
+                        }
+                        self.drain_jobs()?;
+                        if changes() == before {
+                            break;
+                        }
+                    }
+                    Ok::<(), Error>(())
+                })();
+                self.give_back(sc);
+                swept?;
+                self.snapshot()
+            }
+            Mode::Inplace => Ok(()),
         }
-        Ok(())
     }
 
     pub(crate) fn stats(&self) -> Result<IndexStats> {
@@ -621,6 +660,7 @@ impl Inner {
             ("splits".into(), load(&c.splits)),
             ("gc_only_splits".into(), load(&c.gc_only)),
             ("merges".into(), load(&c.merges)),
+            ("collections".into(), load(&c.collections)),
             ("reassign_evaluated".into(), load(&c.reassign_evaluated)),
             ("reassign_moved".into(), load(&c.reassign_moved)),
             ("reroutes".into(), load(&c.reroutes)),

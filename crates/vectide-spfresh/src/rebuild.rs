@@ -37,7 +37,7 @@
 //! vector route again; it is never an error.
 
 use crate::engine::{Inner, Scratch};
-use crate::layout::Records;
+use crate::layout::{blocks_for, Records};
 use crate::params::Mode;
 use crate::versions::{VersionMap, VERSION_MASK};
 use crate::Swap;
@@ -257,7 +257,7 @@ impl Inner {
         }
         match job {
             Job::Split(p, depth) => self.split(p, depth, sc),
-            Job::Merge(p) => self.merge(p, sc),
+            Job::Merge(p) => self.merge(p, false, sc),
         }
     }
 
@@ -436,8 +436,11 @@ impl Inner {
         Ok(())
     }
 
-    /// Merge (module docs).
-    fn merge(&self, pid: u32, sc: &mut Scratch) -> Result<()> {
+    /// Merge (module docs). `sweep`: `maintain()`'s pass, which collects
+    /// a posting's garbage whenever that saves a block; a job queued by a
+    /// search or a delete does only when most records are dead (a rewrite
+    /// per delete would cost more than the reads it saves).
+    pub(crate) fn merge(&self, pid: u32, sweep: bool, sc: &mut Scratch) -> Result<()> {
         let dim = self.dim;
         let _g = self.gate.read();
         let mut cands = Vec::new();
@@ -450,10 +453,15 @@ impl Inner {
             let kept = collect_garbage(&self.versions, &sc.recs, dim, &mut sc.kept);
             let changed = kept.len() < sc.recs.len();
             if kept.len() > self.params.merge_threshold {
-                // Not small: collected only when mostly dead (a rewrite
-                // per delete would cost more than the reads it saves).
-                if kept.len() * 2 < sc.recs.len() {
+                let rb = crate::layout::record_bytes(dim);
+                let saves = if sweep {
+                    blocks_for(kept.len() * rb) < blocks_for(sc.recs.len() * rb)
+                } else {
+                    kept.len() * 2 < sc.recs.len()
+                };
+                if saves {
                     self.store.put(pid, &encoded(&kept, dim), &Some(entry))?;
+                    self.counters.collections.fetch_add(1, Ordering::Relaxed);
                 }
                 return Ok(());
             }

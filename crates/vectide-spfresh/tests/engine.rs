@@ -551,3 +551,104 @@ fn three_writers(idx: &Spfresh, ops: usize, seed: u64) {
         }
     });
 }
+
+/// A figure of the engine's stats.
+fn stat(idx: &Spfresh, name: &str) -> f64 {
+    let st = idx.stats().unwrap();
+    st.extra
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no stat {name}"))
+        .1
+}
+
+#[test]
+fn released_blocks_trigger_a_snapshot_before_they_outgrow_the_postings() {
+    // Every APPEND releases the posting's old last block; without the
+    // garbage trigger they all stay held until `snapshot_rows` (here never)
+    // and the file grows by one block per append.
+    let dir = tempfile::tempdir().unwrap();
+    let p = SpannParams {
+        snapshot_rows: u64::MAX / 2,
+        ..params(true)
+    };
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, p).unwrap();
+    let data = clustered(14_000, DIM, 40, 3);
+    idx.insert(1, &(0..2000).collect::<Vec<u64>>(), &data[..2000 * DIM])
+        .unwrap();
+    let mut due_seen = 0;
+    // Batches of 8 rows from 8 different clusters: about one APPEND (one
+    // released block) per row, and the inline jobs' rewrites and moves.
+    for b in 0..1500u64 {
+        let seq = b + 2;
+        let held = stat(&idx, "blocks_held");
+        let due = held > 4096f64.max(stat(&idx, "blocks_used"));
+        let snaps = stat(&idx, "snapshots");
+        let ids: Vec<u64> = (0..8).map(|j| 2000 + b * 8 + j).collect();
+        let rows: Vec<f32> = ids
+            .iter()
+            .flat_map(|&i| data[i as usize * DIM..(i as usize + 1) * DIM].to_vec())
+            .collect();
+        idx.insert(seq, &ids, &rows).unwrap();
+        // A write that finds more held than used (and than the floor)
+        // takes a snapshot, which returns them to the pool.
+        if due {
+            due_seen += 1;
+            assert!(
+                stat(&idx, "snapshots") > snaps,
+                "batch {b}: {held} held, no snapshot"
+            );
+        }
+    }
+    assert!(
+        due_seen >= 2,
+        "the workload never passed the floor ({due_seen})"
+    );
+    // The blocks came back to the pool and were reused: the file holds far
+    // fewer blocks than the appends wrote.
+    let file_blocks = std::fs::metadata(dir.path().join("blocks.dat"))
+        .unwrap()
+        .len()
+        / 4096;
+    assert!(file_blocks < 12_000, "file of {file_blocks} blocks");
+    assert_sound(&idx);
+    drop(idx);
+    let again = Spfresh::open(dir.path(), &open_params(true)).unwrap();
+    assert_eq!(again.len(), 2000 + 1500 * 8);
+    assert_sound(&again);
+}
+
+#[test]
+fn maintain_sweeps_small_and_stale_postings_so_searches_queue_nothing() {
+    let pts = clustered(4000, DIM, 8, 5);
+    let ids: Vec<u64> = (0..4000).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, params(false)).unwrap();
+    idx.insert(1, &ids, &pts).unwrap();
+    idx.maintain().unwrap();
+    // Delete most of every posting; deletes queue checks only of their
+    // vectors' home postings, replicas elsewhere stay for searches to find.
+    let gone: Vec<u64> = ids.iter().copied().filter(|i| i % 5 != 0).collect();
+    idx.delete(2, &gone).unwrap();
+    idx.maintain().unwrap();
+    let census = idx.census().unwrap();
+    assert_eq!(census.live, 800);
+    assert_eq!(census.empty, 0, "{census:?}");
+    let before = stat(&idx, "merges");
+    let sp = SearchParams {
+        nprobe: Some(64),
+        ..SearchParams::default()
+    };
+    for q in pts.chunks(DIM).step_by(7) {
+        idx.search(q, 10, &sp, None).unwrap();
+    }
+    // Whatever the searches queued finds nothing left to do.
+    idx.drain_jobs().unwrap();
+    assert_eq!(
+        stat(&idx, "merges"),
+        before,
+        "a search found a posting the sweep left"
+    );
+    assert_eq!(idx.stats().unwrap().pending_background, 0);
+    assert_sound(&idx);
+}
