@@ -5,10 +5,11 @@
 //! 1. **Delete phase.** The lists of the deleted nodes are read (one batch
 //!    per 64). Then the LTI is read block by block, in order; a node that
 //!    points at deleted nodes gets Algorithm 4's candidate set (its live
-//!    neighbours and the live neighbours of its deleted ones), pruned by
-//!    RobustPrune when it exceeds `r`, with PQ reconstructions of the
-//!    candidates standing in for their vectors (only the node's own vector
-//!    came with its block). Deleted nodes become free records. The blocks
+//!    neighbours and the live neighbours of its deleted ones); when it
+//!    exceeds the room, the live neighbours stay and the others fill the
+//!    room up to `r` under the α-rule (below), with PQ reconstructions of
+//!    the candidates standing in for their vectors (only the node's own
+//!    vector came with its block). Deleted nodes become free records. The blocks
 //!    go, in order, to an **intermediate LTI** of the same numbering.
 //! 2. **Insert phase**, at the same time as the Delete phase (which is
 //!    CPU-bound while this one mostly waits on reads), in its own pool of
@@ -53,6 +54,13 @@
 //!   neighbours in the temp index that are merged with it.
 //! - **Candidate sets within the room are kept whole** (no pruning below
 //!   `max_degree`), as DiskANN's consolidation code does.
+//! - **A repaired list keeps its live neighbours.** Algorithm 4 runs
+//!   RobustPrune over the whole candidate set; at 5 % deletes nearly every
+//!   node loses a neighbour or two and prunes about 250 candidates, which
+//!   made the Delete phase the merge's cost. The live neighbours passed the
+//!   α-rule when they were chosen, so they stay, and only the deleted
+//!   neighbours' neighbours compete for the room left, each checked against
+//!   the list (the in-memory engines' `repair_list` does the same).
 //! - **The Insert phase searches the old LTI, not the intermediate one**,
 //!   so that it can run beside the Delete phase (on GloVe 100K, 5 %
 //!   changed, 2 cores: merge 5.1-5.3 s one after the other, 3.6-3.8 s
@@ -291,20 +299,29 @@ pub fn streaming_merge(
                     if !pn.list.iter().any(|&n| is_dead(n)) {
                         return Ok(None);
                     }
-                    // Alg. 4's candidates of a node that lost a neighbour.
-                    let mut cands: Vec<u32> = Vec::new();
+                    // Alg. 4's candidates of a node that lost a neighbour:
+                    // its live neighbours stay, the deleted ones' live
+                    // neighbours fill the room (module docs).
+                    let mut kept: Vec<u32> = Vec::new();
+                    let mut fresh: Vec<u32> = Vec::new();
                     for &v in &pn.list {
                         match is_dead(v).then(|| dead_lists.get(&v)).flatten() {
-                            Some(l) => cands.extend(l.iter().copied().filter(|&x| x != pn.node)),
-                            None => cands.push(v),
+                            Some(l) => fresh.extend(l.iter().copied().filter(|&x| x != pn.node)),
+                            None if !is_dead(v) => kept.push(v),
+                            None => {}
                         }
                     }
-                    cands.sort_unstable();
-                    cands.dedup();
-                    if cands.len() <= h.max_degree as usize {
-                        return Ok(Some(cands));
+                    fresh.sort_unstable();
+                    fresh.dedup();
+                    fresh.retain(|x| !kept.contains(x));
+                    if kept.len() + fresh.len() <= h.max_degree as usize {
+                        kept.extend_from_slice(&fresh);
+                        return Ok(Some(kept));
                     }
-                    ps.prune(dim, dist, &pn.vector, &cands, |_| None, old, p)
+                    if kept.len() >= p.r {
+                        return Ok(Some(kept));
+                    }
+                    ps.refill(dim, dist, &pn.vector, &kept, &fresh, old, p)
                         .map(Some)
                 })
                 .collect::<Result<_>>()?;
@@ -771,6 +788,39 @@ fn pending(i: u32, label: u64, node: &Node<'_>, dim: usize) -> Result<Pending> {
     })
 }
 
+/// The admission of [`PruneScratch::refill`] over `rows`: row 0 is the
+/// node, rows `1..=n_kept` its live neighbours (kept, in order), the rest
+/// the candidates; the kept row numbers, at most `r` (and never fewer than
+/// the `n_kept`), go to `out`.
+fn refill_rows(
+    dist: DistanceFn,
+    rows: &[&[f32]],
+    n_kept: usize,
+    alpha: f32,
+    r: usize,
+    ranked: &mut Vec<Candidate>,
+    out: &mut Vec<u32>,
+) {
+    ranked.clear();
+    ranked
+        .extend((n_kept + 1..rows.len()).map(|i| Candidate::new(dist(rows[0], rows[i]), i as u32)));
+    ranked.sort_unstable();
+    out.clear();
+    out.extend(1..=n_kept as u32);
+    for c in ranked.iter() {
+        if out.len() >= r {
+            break;
+        }
+        let vc = rows[c.node as usize];
+        if out
+            .iter()
+            .all(|&k| alpha * dist(vc, rows[k as usize]) >= c.dist.0)
+        {
+            out.push(c.node);
+        }
+    }
+}
+
 /// Per-thread buffers of the prunes.
 #[derive(Default)]
 struct PruneScratch {
@@ -785,14 +835,8 @@ struct PruneScratch {
 impl PruneScratch {
     /// RobustPrune of `base` over `cands` (node numbers): a candidate's
     /// vector is borrowed from `cached` when it has one, else reconstructed
-    /// into scratch from its PQ code in `codes`; the kept node numbers.
-    ///
-    /// The codes are gathered first, then decoded: a candidate's code is
-    /// a cache miss (the code array is far larger than the caches), and
-    /// the gather's loads are independent, so the misses overlap instead
-    /// of each stalling its own decode (measured under `perf`: the decode
-    /// was a third of the Delete phase, nearly all of it waiting on the
-    /// code's first byte).
+    /// into scratch from its PQ code in `codes` ([`PruneScratch::with_rows`]);
+    /// the kept node numbers.
     #[allow(clippy::too_many_arguments)]
     fn prune<'v>(
         &mut self,
@@ -804,6 +848,71 @@ impl PruneScratch {
         codes: &Lti,
         p: &MergeParams,
     ) -> Result<Vec<u32>> {
+        self.with_rows(dim, base, cands, cached, codes, |s, rows| {
+            s.prune_rows(dist, rows, p)
+        })
+    }
+
+    /// The Delete phase's repair of a list that lost neighbours: `kept`
+    /// (the live neighbours) stay, and the room up to `r` is filled from
+    /// `fresh` (the deleted neighbours' live neighbours), nearest first,
+    /// each admitted when no list member `k` has `α·d(k, c) < d(p, c)`.
+    /// Vectors are PQ reconstructions as in [`PruneScratch::prune`].
+    #[allow(clippy::too_many_arguments)]
+    fn refill(
+        &mut self,
+        dim: usize,
+        dist: DistanceFn,
+        base: &[f32],
+        kept: &[u32],
+        fresh: &[u32],
+        codes: &Lti,
+        p: &MergeParams,
+    ) -> Result<Vec<u32>> {
+        let all: Vec<u32> = kept.iter().chain(fresh).copied().collect();
+        self.with_rows(
+            dim,
+            base,
+            &all,
+            |_| None,
+            codes,
+            |s, rows| {
+                refill_rows(
+                    dist,
+                    rows,
+                    kept.len(),
+                    p.alpha,
+                    p.r,
+                    &mut s.ranked,
+                    &mut s.kept,
+                );
+                s.kept
+                    .iter()
+                    .map(|&k| s.cand_nodes[k as usize - 1])
+                    .collect()
+            },
+        )
+    }
+
+    /// Runs `f` over `rows`: `base`, then the vector of each of `cands`
+    /// (`self.cand_nodes` holds them, in order), borrowed from `cached`
+    /// when it has one, else reconstructed into scratch from its PQ code.
+    ///
+    /// The codes are gathered first, then decoded: a candidate's code is
+    /// a cache miss (the code array is far larger than the caches), and
+    /// the gather's loads are independent, so the misses overlap instead
+    /// of each stalling its own decode (measured under `perf`: the decode
+    /// was a third of the Delete phase, nearly all of it waiting on the
+    /// code's first byte).
+    fn with_rows<'v, R>(
+        &mut self,
+        dim: usize,
+        base: &[f32],
+        cands: &[u32],
+        cached: impl Fn(u32) -> Option<&'v [f32]>,
+        codes: &Lti,
+        f: impl FnOnce(&mut Self, &[&[f32]]) -> R,
+    ) -> Result<R> {
         let mut flat = std::mem::take(&mut self.flat);
         flat.clear();
         let found: Vec<Option<&[f32]>> = cands.iter().map(|&c| cached(c)).collect();
@@ -829,7 +938,7 @@ impl PruneScratch {
         );
         self.cand_nodes.clear();
         self.cand_nodes.extend_from_slice(cands);
-        let r = self.prune_rows(dist, &rows, p);
+        let r = f(self, &rows);
         drop(rows);
         self.flat = flat;
         Ok(r)
@@ -905,6 +1014,32 @@ mod tests {
     fn exact(c: u32, v: &mut [f32]) -> Result<()> {
         v.copy_from_slice(&[c as f32, 0.0]);
         Ok(())
+    }
+
+    #[test]
+    fn a_repaired_list_keeps_its_live_neighbours_and_fills_the_room_nearest_first() {
+        // The node at x = 0; its live neighbours at x = 5 and x = -4; the
+        // candidates at 1, 2, 6, -1 and 9. Room for 4 (r = 4).
+        let pts: Vec<[f32; 2]> = [0.0, 5.0, -4.0, 1.0, 2.0, 6.0, -1.0, 9.0]
+            .iter()
+            .map(|&x| [x, 0.0])
+            .collect();
+        let rows: Vec<&[f32]> = pts.iter().map(|p| &p[..]).collect();
+        let dist = Metric::L2.distance_fn();
+        let (mut ranked, mut out) = (Vec::new(), Vec::new());
+        refill_rows(dist, &rows, 2, 1.2, 4, &mut ranked, &mut out);
+        // 1 (d 1) is admitted: the kept 5 and -4 are farther from it than
+        // it is from 0. -1 (d 1) too. Then the room is full.
+        assert_eq!(out, vec![1, 2, 3, 6]);
+        // With more room: 2 (d 4) is occluded by 1 (1.2·d(1, 2) = 1.2 < 4),
+        // 6 (d 36) by 5, 9 by 5; nothing else comes in.
+        refill_rows(dist, &rows, 2, 1.2, 10, &mut ranked, &mut out);
+        assert_eq!(out, vec![1, 2, 3, 6]);
+        // The live neighbours stay even when a candidate would occlude them
+        // (RobustPrune over everything would drop 5 for 1), and a full list
+        // takes nothing.
+        refill_rows(dist, &rows, 2, 1.2, 2, &mut ranked, &mut out);
+        assert_eq!(out, vec![1, 2]);
     }
 
     #[test]
