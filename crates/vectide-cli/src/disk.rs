@@ -115,14 +115,8 @@ pub fn run(args: &DiskSearchArgs) -> Result<(), String> {
             &f,
             &pq_path,
             &GraphSource {
-                dim,
-                metric,
-                max_degree: g.max_degree,
-                vectors: &g.vectors,
-                labels: &g.labels,
-                lists: &g.lists,
                 start,
-                durable_seq: g.durable_seq,
+                ..GraphSource::from_export(&g)
             },
             args.pq_bytes,
             0,

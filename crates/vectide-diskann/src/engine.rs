@@ -657,14 +657,8 @@ impl Inner {
                     &out,
                     &pq_path,
                     &GraphSource {
-                        dim: g.dim,
-                        metric: g.metric,
-                        max_degree: g.max_degree,
-                        vectors: &g.vectors,
-                        labels: &g.labels,
-                        lists: &g.lists,
-                        start: g.start.unwrap_or(0),
                         durable_seq: covered,
+                        ..GraphSource::from_export(&g)
                     },
                     self.params.pq_bytes,
                     self.params.graph.seed,

@@ -70,6 +70,24 @@ pub struct GraphSource<'a> {
     pub durable_seq: u64,
 }
 
+impl<'a> GraphSource<'a> {
+    /// The graph of a `fresh-vamana` export as it is (its start node, its
+    /// durable sequence number; node 0 stands in for the start of an empty
+    /// export, which [`write`] refuses anyway).
+    pub fn from_export(g: &'a vectide_vamana::GraphExport) -> Self {
+        GraphSource {
+            dim: g.dim,
+            metric: g.metric,
+            max_degree: g.max_degree,
+            vectors: &g.vectors,
+            labels: &g.labels,
+            lists: &g.lists,
+            start: g.start.unwrap_or(0),
+            durable_seq: g.durable_seq,
+        }
+    }
+}
+
 /// What [`write`] wrote: the header, and the node number each source
 /// index received (records are laid out by [`sector_order`]).
 #[derive(Debug, Clone)]
@@ -448,6 +466,31 @@ pub struct Lti {
     cache: HashMap<u64, Box<[u8]>>,
 }
 
+/// Records read once and shared by searches: first sector → the sectors
+/// its record starts in (CRC-checked when read).
+#[derive(Debug, Default)]
+pub struct SectorCache(HashMap<u64, Box<[u8]>>);
+
+impl SectorCache {
+    /// Sectors held.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Bytes held (records and a key each).
+    pub fn bytes(&self) -> usize {
+        self.0.values().map(|b| b.len() + 16).sum()
+    }
+
+    fn get(&self, first: u64) -> Option<&[u8]> {
+        self.0.get(&first).map(|b| &b[..])
+    }
+}
+
 /// Per-thread search state, reused across queries.
 #[derive(Default)]
 pub struct Scratch {
@@ -478,6 +521,8 @@ pub struct Scratch {
     /// Records read by this scratch's recent searches (off unless
     /// [`Scratch::keep_recent`] turned it on).
     recent: Recent,
+    /// A cache shared with other scratches ([`Scratch::share_cache`]).
+    shared: Option<Arc<SectorCache>>,
 }
 
 impl Scratch {
@@ -491,6 +536,12 @@ impl Scratch {
             cap: sectors,
             ..Recent::default()
         };
+    }
+
+    /// Serves this scratch's searches from `cache` too (records of the
+    /// same LTI, as [`Lti::sectors_near_start`] reads them).
+    pub fn share_cache(&mut self, cache: Arc<SectorCache>) {
+        self.shared = Some(cache);
     }
 
     /// Bytes the recent-records cache holds.
@@ -767,8 +818,18 @@ impl Lti {
     /// spent. Returns the nodes whose records are cached.
     pub fn cache_near_start(&mut self, budget_bytes: usize) -> Result<usize> {
         self.cache.clear();
+        self.cache = self.sectors_near_start(budget_bytes)?.0;
+        Ok(self.cached())
+    }
+
+    /// The sectors of the nodes nearest the start, breadth-first, until
+    /// `budget_bytes` is spent: what [`Lti::cache_near_start`] keeps, as a
+    /// cache of its own that searches can share through
+    /// [`Scratch::share_cache`] (StreamingMerge's Insert phase).
+    pub fn sectors_near_start(&self, budget_bytes: usize) -> Result<SectorCache> {
+        let mut cache = HashMap::new();
         if self.header.nodes == 0 {
-            return Ok(0);
+            return Ok(SectorCache(cache));
         }
         let h = self.header;
         let bytes = h.sectors_per_node() * BLOCK;
@@ -779,21 +840,20 @@ impl Lti {
         let mut scratch = Scratch::default();
         let mut stats = QueryStats::default();
         let mut joined = Vec::new();
-        while !frontier.is_empty() && self.cache.len() < max {
+        while !frontier.is_empty() && cache.len() < max {
             let level = std::mem::take(&mut frontier);
             for chunk in level.chunks(64) {
                 let mut firsts: Vec<u64> = chunk.iter().map(|&id| h.locate(id as u64).0).collect();
                 firsts.sort_unstable();
                 firsts.dedup();
-                firsts.retain(|f| !self.cache.contains_key(f));
-                firsts.truncate(max - self.cache.len());
+                firsts.retain(|f| !cache.contains_key(f));
+                firsts.truncate(max - cache.len());
                 self.read_sectors(&firsts, &mut scratch, &mut stats)?;
                 for (&first, buf) in firsts.iter().zip(&scratch.bufs) {
-                    self.cache
-                        .insert(first, buf[..bytes].to_vec().into_boxed_slice());
+                    cache.insert(first, buf[..bytes].to_vec().into_boxed_slice());
                 }
                 for &id in chunk {
-                    let Some(buf) = self.cache.get(&h.locate(id as u64).0) else {
+                    let Some(buf) = cache.get(&h.locate(id as u64).0) else {
                         continue;
                     };
                     let node = Node::parse(record_in(&h, buf, id, &mut joined), &h)?;
@@ -803,12 +863,12 @@ impl Lti {
                         }
                     }
                 }
-                if self.cache.len() >= max {
+                if cache.len() >= max {
                     break;
                 }
             }
         }
-        Ok(self.cached())
+        Ok(SectorCache(cache))
     }
 
     /// Beam search: the `k` nearest admitted nodes to `q` (normalised under
@@ -906,7 +966,11 @@ impl Lti {
                 let (first, _) = h.locate(id as u64);
                 if !scratch.sectors.contains(&first) {
                     scratch.sectors.push(first);
-                    if self.cache.contains_key(&first) || scratch.recent.touch(first) {
+                    let shared = scratch
+                        .shared
+                        .as_ref()
+                        .is_some_and(|c| c.0.contains_key(&first));
+                    if self.cache.contains_key(&first) || shared || scratch.recent.touch(first) {
                         stats.cache_hits += 1;
                     } else {
                         scratch.reads.push(first);
@@ -924,8 +988,12 @@ impl Lti {
             let sectors = std::mem::take(&mut scratch.sectors);
             let reads = std::mem::take(&mut scratch.reads);
             let recent = std::mem::take(&mut scratch.recent);
+            let shared = scratch.shared.take();
             let bytes_of = |first: u64| -> &[u8] {
                 if let Some(b) = self.cache.get(&first) {
+                    return b;
+                }
+                if let Some(b) = shared.as_deref().and_then(|c| c.get(first)) {
                     return b;
                 }
                 if let Some(b) = recent.get(first) {
@@ -986,6 +1054,7 @@ impl Lti {
                 }
             }
             scratch.recent = recent;
+            scratch.shared = shared;
             scratch.bufs = bufs;
             scratch.batch = batch;
             scratch.sectors = sectors;

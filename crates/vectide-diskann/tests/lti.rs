@@ -26,16 +26,7 @@ fn graph(metric: Metric) -> (GraphExport, Vec<f32>) {
 }
 
 fn source(g: &GraphExport) -> GraphSource<'_> {
-    GraphSource {
-        dim: g.dim,
-        metric: g.metric,
-        max_degree: g.max_degree,
-        vectors: &g.vectors,
-        labels: &g.labels,
-        lists: &g.lists,
-        start: g.start.unwrap(),
-        durable_seq: g.durable_seq,
-    }
+    GraphSource::from_export(g)
 }
 
 fn truth(metric: Metric, data: &[f32], queries: &[Vec<f32>], k: usize) -> Vec<Vec<u64>> {
@@ -138,11 +129,7 @@ fn beam_search_over_a_simulated_file_finds_the_true_neighbours() {
 #[test]
 fn the_cache_saves_reads_and_changes_no_answer() {
     let dir = tempfile::tempdir().unwrap();
-    let (g, _) = graph(Metric::L2);
-    let pq = dir.path().join("x.pq");
-    let file = SimBlockFile::new(1);
-    lti::write(&file, &pq, &source(&g), 8, 0).unwrap();
-    let mut lti = Lti::open(Box::new(file), &pq).unwrap();
+    let mut lti = l2_lti(dir.path());
     let qs = queries(50);
     let (before, cold) = run_queries(&lti, Metric::L2, &qs, 40, 4);
     let cached = lti
@@ -155,38 +142,68 @@ fn the_cache_saves_reads_and_changes_no_answer() {
     assert_eq!(warm.expanded, cold.expanded);
 }
 
+/// The L2 test graph as an LTI (8-byte codes) on a simulated file, its
+/// PQ file in `dir`.
+fn l2_lti(dir: &std::path::Path) -> Lti {
+    let (g, _) = graph(Metric::L2);
+    let pq = dir.join("x.pq");
+    let file = SimBlockFile::new(1);
+    lti::write(&file, &pq, &source(&g), 8, 0).unwrap();
+    Lti::open(Box::new(file), &pq).unwrap()
+}
+
+/// Each query's top 10 labels (L 40, W 4) on `sc`, and the summed stats.
+fn search_all(lti: &Lti, qs: &[Vec<f32>], sc: &mut Scratch) -> (Vec<Vec<u64>>, lti::QueryStats) {
+    let mut out = Vec::new();
+    let mut total = lti::QueryStats::default();
+    let found = qs
+        .iter()
+        .map(|q| {
+            total += lti
+                .search(q, 10, 40, 4, &|_, _| true, sc, &mut out)
+                .unwrap();
+            out.iter().map(|x| x.1).collect()
+        })
+        .collect();
+    (found, total)
+}
+
+#[test]
+fn a_shared_cache_saves_reads_and_changes_no_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let lti = l2_lti(dir.path());
+    let budget = 50 * (lti.header().sectors_per_node() * BLOCK + 16);
+    let shared = std::sync::Arc::new(lti.sectors_near_start(budget).unwrap());
+    assert_eq!(shared.len(), 50);
+    assert!(shared.bytes() <= budget);
+    // The start node's record is among them: every search begins there.
+    let qs = queries(40);
+    let (plain, cold) = search_all(&lti, &qs, &mut Scratch::default());
+    let mut sc = Scratch::default();
+    sc.share_cache(shared.clone());
+    let (found, warm) = search_all(&lti, &qs, &mut sc);
+    assert_eq!(found, plain);
+    assert_eq!(warm.expanded, cold.expanded);
+    assert_eq!(warm.sectors_read + warm.cache_hits, cold.sectors_read);
+    assert!(warm.cache_hits >= 40, "{warm:?}");
+    // The LTI's own cache is untouched by a shared one.
+    assert_eq!(lti.cached(), 0);
+}
+
 #[test]
 fn recent_records_save_reads_and_change_no_answer() {
     let dir = tempfile::tempdir().unwrap();
-    let (g, _) = graph(Metric::L2);
-    let pq = dir.path().join("x.pq");
-    let file = SimBlockFile::new(1);
-    lti::write(&file, &pq, &source(&g), 8, 0).unwrap();
-    let lti = Lti::open(Box::new(file), &pq).unwrap();
+    let lti = l2_lti(dir.path());
     // Each query twice in a row: the second finds its records kept.
     let qs: Vec<Vec<f32>> = queries(30)
         .into_iter()
         .flat_map(|q| [q.clone(), q])
         .collect();
-    let search_all = |sc: &mut Scratch| {
-        let mut out = Vec::new();
-        let mut total = lti::QueryStats::default();
-        let found: Vec<Vec<u64>> = qs
-            .iter()
-            .map(|q| {
-                total += lti
-                    .search(q, 10, 40, 4, &|_, _| true, sc, &mut out)
-                    .unwrap();
-                out.iter().map(|x| x.1).collect()
-            })
-            .collect();
-        (found, total)
-    };
-    let (plain, cold) = search_all(&mut Scratch::default());
+    let (plain, cold) = search_all(&lti, &qs, &mut Scratch::default());
     for cap in [1, 8, 64] {
         let mut sc = Scratch::default();
         sc.keep_recent(cap);
-        let (found, warm) = search_all(&mut sc);
+        let (found, warm) = search_all(&lti, &qs, &mut sc);
         assert_eq!(found, plain, "capacity {cap}");
         assert_eq!(warm.expanded, cold.expanded);
         assert_eq!(

@@ -30,14 +30,9 @@ fn write_lti(
     metric: Metric,
 ) -> lti::Written {
     let src = GraphSource {
-        dim: g.dim,
         metric,
-        max_degree: g.max_degree,
-        vectors: &g.vectors,
-        labels: &g.labels,
-        lists: &g.lists,
-        start: g.start.unwrap(),
         durable_seq: 1,
+        ..GraphSource::from_export(g)
     };
     lti::write(file, pq, &src, 8, 0).unwrap()
 }

@@ -63,14 +63,8 @@ fn merge_peak(n: usize, changes: usize) -> (usize, usize) {
             &f,
             &pq_old,
             &GraphSource {
-                dim: DIM,
-                metric: Metric::L2,
-                max_degree: g.max_degree,
-                vectors: &g.vectors,
-                labels: &g.labels,
-                lists: &g.lists,
-                start: g.start.unwrap(),
                 durable_seq: 1,
+                ..GraphSource::from_export(&g)
             },
             16,
             0,

@@ -31,6 +31,7 @@ use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::SeedableRng;
 use rayon::prelude::*;
+use vectide_core::distance::prefetch;
 use vectide_core::metric::Metric;
 use vectide_core::{Error, Result};
 
@@ -378,6 +379,14 @@ impl DistanceTable {
             )));
         }
         let code = |i: u32| &codes[i as usize * m..(i as usize + 1) * m];
+        // The codes are scattered over an array far larger than the caches:
+        // ask for all of them first, so that their misses overlap instead of
+        // each lookup waiting on its own.
+        for &i in ids {
+            let at = codes.as_ptr().wrapping_add(i as usize * m);
+            prefetch(at);
+            prefetch(at.wrapping_add(m.saturating_sub(1)));
+        }
         #[cfg(target_arch = "x86_64")]
         {
             if use_avx2() && m * KSUB <= i32::MAX as usize && m * KSUB <= self.data.len() {

@@ -1,0 +1,199 @@
+//! A StreamingMerge-only loop for profiling: builds an LTI on the first
+//! 95 % of `n` points of a dataset's sidecar directory (`python -m
+//! vectide.datasets export NAME` writes it) once and keeps it next to the
+//! sidecars; each run then merges the same change set into it (5 % of the
+//! LTI's points deleted, the last 5 % of the `n` points inserted with the
+//! links of a temp index built on them) and prints the phases' times.
+//!
+//! ```sh
+//! cargo run --release -p vectide-diskann --example merge_loop -- \
+//!     data/glove-6b-50-angular.vbin [n] [runs] [cache MiB]
+//! ```
+//!
+//! `python -m vectide.bench freshdiskann` is the measurement of record
+//! (it times the rebuild beside the merge); this is the loop to run under
+//! `perf`.
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use std::path::Path;
+use std::time::Instant;
+use vectide_core::sync::SyncSite;
+use vectide_core::{Metric, VectorIndex};
+use vectide_diskann::lti::{self, GraphSource, Lti};
+use vectide_diskann::merge::{streaming_merge, Inserts, MergeParams};
+use vectide_storage::block::DirectFile;
+use vectide_vamana::{FreshVamana, VamanaParams};
+
+const SITE: SyncSite = SyncSite("example.merge_loop");
+
+fn read_fbin(path: &Path) -> (usize, usize, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let rows = u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
+    let cols = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    let data: Vec<f32> = bytes[8..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(data.len(), rows * cols, "{}", path.display());
+    (rows, cols, data)
+}
+
+/// CPU seconds of this process so far (user, system), from /proc.
+fn cpu() -> (f64, f64) {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let f: Vec<&str> = s
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0) / 100.0;
+    (tick(11), tick(12))
+}
+
+fn graph(dim: usize, metric: Metric, ids: &[u64], x: &[f32]) -> vectide_vamana::GraphExport {
+    let params = VamanaParams {
+        threads: Some(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        ..VamanaParams::default()
+    };
+    let v = FreshVamana::new(dim, metric, params).unwrap();
+    v.insert(1, ids, x).unwrap();
+    v.export_graph()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let dir = Path::new(
+        args.get(1)
+            .expect("usage: merge_loop DIR.vbin [n] [runs] [cache MiB]"),
+    );
+    let (rows, dim, train) = read_fbin(&dir.join("train.fbin"));
+    let n: usize = args
+        .get(2)
+        .map_or(100_000, |s| s.parse().unwrap())
+        .min(rows);
+    let runs: usize = args.get(3).map_or(3, |s| s.parse().unwrap());
+    let cache_mib: usize = args.get(4).map_or(0, |s| s.parse().unwrap());
+    let meta = std::fs::read_to_string(dir.join("meta.json")).unwrap();
+    let metric = if meta.contains("angular") {
+        Metric::Cosine
+    } else {
+        Metric::L2
+    };
+    let base = n * 95 / 100;
+    let changes = n - base;
+    let lti_path = dir.join(format!("merge-loop-{n}.lti"));
+    let pq_path = dir.join(format!("merge-loop-{n}.pq"));
+    if !lti_path.exists() {
+        let t = Instant::now();
+        let ids: Vec<u64> = (0..base as u64).collect();
+        let g = graph(dim, metric, &ids, &train[..base * dim]);
+        let f = DirectFile::open(&lti_path, true, SITE).unwrap();
+        lti::write(&f, &pq_path, &GraphSource::from_export(&g), 32, 0).unwrap();
+        eprintln!(
+            "LTI on {base} points built in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let mut old = Lti::open(
+        Box::new(DirectFile::open(&lti_path, false, SITE).unwrap()),
+        &pq_path,
+    )
+    .unwrap();
+    if cache_mib > 0 {
+        let c = old.cache_near_start(cache_mib << 20).unwrap();
+        eprintln!("{c} nodes cached in {cache_mib} MiB");
+    }
+    // The change set: 5 % of the LTI's data nodes, and the next points
+    // with their temp index's links.
+    let start = old.header().start as u32;
+    let mut nodes: Vec<u32> = (0..old.header().nodes as u32)
+        .filter(|&i| i != start)
+        .collect();
+    nodes.shuffle(&mut StdRng::seed_from_u64(7));
+    let dead = &nodes[..changes];
+    // `MERGE_INSERTS=0` runs the Delete phase alone.
+    let inserted = std::env::var("MERGE_INSERTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(changes)
+        .min(changes);
+    let labels: Vec<u64> = (base as u64..(base + inserted) as u64).collect();
+    let vectors = if inserted == 0 {
+        (Vec::new(), Vec::new())
+    } else {
+        // Stored vectors are normalised under cosine, as the engine's are.
+        let t = graph(dim, metric, &labels, &train[base * dim..n * dim]);
+        let mut v = vec![0f32; changes * dim];
+        let mut links = vec![Vec::new(); changes];
+        for (i, &l) in t.labels.iter().enumerate() {
+            if l >= base as u64 && l < n as u64 {
+                let j = (l - base as u64) as usize;
+                v[j * dim..(j + 1) * dim].copy_from_slice(t.vector(i));
+                links[j] = t.lists[i]
+                    .iter()
+                    .map(|&k| t.labels[k as usize])
+                    .filter(|&l| l >= base as u64 && l < n as u64)
+                    .map(|l| (l - base as u64) as u32)
+                    .collect();
+            }
+        }
+        (v, links)
+    };
+    let threads = 2;
+    let p = MergeParams {
+        r: 64,
+        l: 75,
+        alpha: 1.2,
+        w: 4,
+        io_threads: 4 * threads,
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    for run in 0..runs {
+        let inter = Box::new(DirectFile::open(&dir.join("merge-loop.mid"), true, SITE).unwrap());
+        let out = DirectFile::open(&dir.join("merge-loop.new"), true, SITE).unwrap();
+        let t = Instant::now();
+        let c0 = cpu();
+        let o = pool.install(|| {
+            streaming_merge(
+                &old,
+                dead,
+                Inserts {
+                    labels: &labels,
+                    vectors: &vectors.0,
+                    links: &vectors.1,
+                },
+                &p,
+                inter,
+                &out,
+                &dir.join("merge-loop.new.pq"),
+                2,
+                None,
+            )
+            .unwrap()
+        });
+        let s = &o.stats;
+        let c1 = cpu();
+        println!(
+            "run {run}: merge {:.2} s, cpu {:.2} user + {:.2} sys (delete {:.2}, insert {:.2}, \
+             patch {:.2}); repaired {}, sectors read {}, insert cache hits {}",
+            t.elapsed().as_secs_f64(),
+            c1.0 - c0.0,
+            c1.1 - c0.1,
+            s.delete_secs,
+            s.insert_secs,
+            s.patch_secs,
+            s.repaired,
+            s.sectors_read,
+            s.insert_cache_hits
+        );
+        for f in ["merge-loop.mid", "merge-loop.new", "merge-loop.new.pq"] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+    }
+}
