@@ -13,7 +13,7 @@ import pytest
 vectide = pytest.importorskip("vectide._vectide") and __import__("vectide")
 
 from vectide.torture import corrupt, kill  # noqa: E402
-from vectide.torture.oracle import DELETE, SET_PAYLOAD, UPSERT, Oracle  # noqa: E402
+from vectide.torture.oracle import DELETE, SET_PAYLOAD, UPSERT, Oracle, identify, payload, vector  # noqa: E402
 
 
 def _no_violations(r: dict) -> None:
@@ -38,6 +38,27 @@ def test_oracle_catches_a_lost_write_and_accepts_either_side_of_an_inflight_one(
     assert o.check({0: None, 1: (5, 9), 2: None}, 8) == []
     assert o.expected[2] is None
     assert o.check({0: None, 1: (5, 9), 2: (6, 6)}, 8) != []
+
+
+def test_identify_names_what_a_wrong_point_holds():
+    dim = 8
+    allowed = [(11, 11), (11, 12)]
+    # A candidate is recognised.
+    assert identify(vector(11, dim), payload(12), allowed, dim) == (11, 12)
+    # An older write (vector and payload of seed 7) is named, not matched.
+    assert identify(vector(7, dim), payload(7), allowed, dim) == (7, 7)
+    # The right vector with an older payload; a payload altered in place.
+    assert identify(vector(11, dim), payload(7), allowed, dim) == (11, 7)
+    bent = dict(payload(12), f=1.5)
+    assert identify(vector(11, dim), bent, allowed, dim) == (11, -1)
+    # A vector no seed makes.
+    assert identify(vector(11, dim) + 1, payload(11), allowed, dim) == (-1, 11)
+    # Whatever is found, a violation stays one.
+    o = Oracle(1)
+    o.begin(0, 0, UPSERT, 11)
+    o.ack(0)
+    bad = o.check({0: identify(vector(7, dim), payload(7), [o.expected[0]], dim)}, dim)
+    assert bad == ["id 0: found vector#7/payload#7, acknowledged vector#11/payload#11"]
 
 
 def test_embedded_database_survives_sigkill_rounds(tmp_path):

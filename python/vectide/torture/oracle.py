@@ -92,15 +92,25 @@ def describe(s: State) -> str:
 
 
 def identify(vec: Optional[np.ndarray], pay: Optional[dict], candidates: List[State], dim: int) -> State:
-    """Which candidate state a stored (vector, payload) is, or a marker state
-    (-1, -1) when it is none of them (a wrong vector or payload)."""
+    """Which candidate state a stored (vector, payload) is. When it is none of
+    them, a state that never is a candidate, saying what was found: each
+    part's seed when the part is exactly the one some seed makes (a
+    candidate's, or for the payload the seed it names, and for the vector
+    the payload's seed: an older write), else -1."""
     if vec is None:
         return None
+    v = np.asarray(vec, dtype=np.float32)
     for c in candidates:
         if c is None:
             continue
-        if np.array_equal(np.asarray(vec, dtype=np.float32), vector(c[0], dim)) and (
-            pay is None or pay == payload(c[1])
-        ):
+        if np.array_equal(v, vector(c[0], dim)) and (pay is None or pay == payload(c[1])):
             return c
-    return (-1, -1)
+    named = pay.get("s") if isinstance(pay, dict) else None
+    p_seed = named if isinstance(named, int) and pay == payload(named) else -1
+    seeds = [c[0] for c in candidates if c is not None] + ([p_seed] if p_seed >= 0 else [])
+    v_seed = next((s for s in seeds if np.array_equal(v, vector(s, dim))), -1)
+    if pay is None and v_seed >= 0:
+        p_seed = -1  # the vector of a state whose payload was not read
+    found = (v_seed, p_seed)
+    # A pair of seeds that is a candidate would have matched above.
+    return found if found not in candidates else (-1, -1)
