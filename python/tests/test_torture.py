@@ -51,6 +51,9 @@ def test_identify_names_what_a_wrong_point_holds():
     assert identify(vector(11, dim), payload(7), allowed, dim) == (11, 7)
     bent = dict(payload(12), f=1.5)
     assert identify(vector(11, dim), bent, allowed, dim) == (11, -1)
+    # A payload naming a seed no generator takes is simply unknown.
+    assert identify(vector(11, dim), {"s": -5}, allowed, dim) == (11, -1)
+    assert identify(vector(11, dim), {"s": True}, allowed, dim) == (11, -1)
     # A vector no seed makes.
     assert identify(vector(11, dim) + 1, payload(11), allowed, dim) == (-1, 11)
     # Whatever is found, a violation stays one.

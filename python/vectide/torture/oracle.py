@@ -106,7 +106,8 @@ def identify(vec: Optional[np.ndarray], pay: Optional[dict], candidates: List[St
         if np.array_equal(v, vector(c[0], dim)) and (pay is None or pay == payload(c[1])):
             return c
     named = pay.get("s") if isinstance(pay, dict) else None
-    p_seed = named if isinstance(named, int) and pay == payload(named) else -1
+    ok = isinstance(named, int) and not isinstance(named, bool) and 0 <= named < 2**63
+    p_seed = named if ok and pay == payload(named) else -1
     seeds = [c[0] for c in candidates if c is not None] + ([p_seed] if p_seed >= 0 else [])
     v_seed = next((s for s in seeds if np.array_equal(v, vector(s, dim))), -1)
     if pay is None and v_seed >= 0:
