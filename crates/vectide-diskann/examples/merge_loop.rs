@@ -121,22 +121,26 @@ fn main() {
         .unwrap_or(changes)
         .min(changes);
     let labels: Vec<u64> = (base as u64..(base + inserted) as u64).collect();
-    let vectors = if inserted == 0 {
+    // Stored vectors are normalised under cosine, as the engine's are.
+    let (vectors, links) = if inserted == 0 {
         (Vec::new(), Vec::new())
     } else {
-        // Stored vectors are normalised under cosine, as the engine's are.
-        let t = graph(dim, metric, &labels, &train[base * dim..n * dim]);
-        let mut v = vec![0f32; changes * dim];
-        let mut links = vec![Vec::new(); changes];
+        let end = base + inserted;
+        let t = graph(dim, metric, &labels, &train[base * dim..end * dim]);
+        let mut v = vec![0f32; inserted * dim];
+        let mut links = vec![Vec::new(); inserted];
+        let new_index = |l: u64| {
+            (base as u64..end as u64)
+                .contains(&l)
+                .then(|| (l - base as u64) as usize)
+        };
         for (i, &l) in t.labels.iter().enumerate() {
-            if l >= base as u64 && l < n as u64 {
-                let j = (l - base as u64) as usize;
+            if let Some(j) = new_index(l) {
                 v[j * dim..(j + 1) * dim].copy_from_slice(t.vector(i));
                 links[j] = t.lists[i]
                     .iter()
-                    .map(|&k| t.labels[k as usize])
-                    .filter(|&l| l >= base as u64 && l < n as u64)
-                    .map(|l| (l - base as u64) as u32)
+                    .filter_map(|&k| new_index(t.labels[k as usize]))
+                    .map(|k| k as u32)
                     .collect();
             }
         }
@@ -165,8 +169,8 @@ fn main() {
                 dead,
                 Inserts {
                     labels: &labels,
-                    vectors: &vectors.0,
-                    links: &vectors.1,
+                    vectors: &vectors,
+                    links: &links,
                 },
                 &p,
                 inter,

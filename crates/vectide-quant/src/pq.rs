@@ -369,24 +369,21 @@ impl DistanceTable {
     pub fn distances_at(&self, codes: &[u8], ids: &[u32], out: &mut Vec<f32>) -> Result<()> {
         out.clear();
         let m = self.m;
-        if let Some(&bad) = ids
-            .iter()
-            .find(|&&i| (i as usize + 1).saturating_mul(m) > codes.len())
-        {
+        // The codes are scattered over an array far larger than the caches:
+        // the check asks for each one, so that their misses overlap instead
+        // of each lookup below waiting on its own.
+        if let Some(&bad) = ids.iter().find(|&&i| {
+            let at = codes.as_ptr().wrapping_add(i as usize * m);
+            prefetch(at);
+            prefetch(at.wrapping_add(m.saturating_sub(1)));
+            (i as usize + 1).saturating_mul(m) > codes.len()
+        }) {
             return Err(Error::invalid(format!(
                 "PQ lookup: node {bad} has no code among {} bytes",
                 codes.len()
             )));
         }
         let code = |i: u32| &codes[i as usize * m..(i as usize + 1) * m];
-        // The codes are scattered over an array far larger than the caches:
-        // ask for all of them first, so that their misses overlap instead of
-        // each lookup waiting on its own.
-        for &i in ids {
-            let at = codes.as_ptr().wrapping_add(i as usize * m);
-            prefetch(at);
-            prefetch(at.wrapping_add(m.saturating_sub(1)));
-        }
         #[cfg(target_arch = "x86_64")]
         {
             if use_avx2() && m * KSUB <= i32::MAX as usize && m * KSUB <= self.data.len() {
