@@ -40,6 +40,30 @@ def test_oracle_catches_a_lost_write_and_accepts_either_side_of_an_inflight_one(
     assert o.check({0: None, 1: (5, 9), 2: (6, 6)}, 8) != []
 
 
+def test_two_operations_in_flight_on_one_id_compose_in_order():
+    # The server run's history behind a false alarm: writer 0's upsert of
+    # id 4 reached the log, the kill failed its request, writer 1 (waiting
+    # for id 4's lock) began another upsert of it before seeing the server
+    # gone. Both are in flight; the first one's outcome is allowed.
+    o = Oracle(5)
+    o.begin(0, 4, UPSERT, 7)
+    o.begin(1, 4, UPSERT, 8)
+    o.crashed()
+    assert o.check({4: (7, 7)}, 8) == []
+    assert o.expected[4] == (7, 7)
+    # Every subset in order: none, either, both (upsert then payload).
+    o.begin(2, 4, DELETE, 0)
+    o.begin(0, 4, SET_PAYLOAD, 9)
+    o.crashed()
+    assert sorted(o.uncertain[4], key=repr) == sorted([(7, 7), None, (7, 9)], key=repr)
+    assert o.check({4: (7, 9)}, 8) == []
+    # A state no order of them produces is still a violation.
+    o.begin(0, 4, SET_PAYLOAD, 10)
+    o.begin(1, 4, DELETE, 0)
+    o.crashed()
+    assert o.check({4: (7, 7)}, 8) == ["id 4: found vector#7/payload#7, acknowledged vector#7/payload#9 or vector#7/payload#10 or absent"]
+
+
 def test_identify_names_what_a_wrong_point_holds():
     dim = 8
     allowed = [(11, 11), (11, 12)]

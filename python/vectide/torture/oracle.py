@@ -3,7 +3,9 @@
 Writers serialise operations per id (one lock per id), so the state of an id
 is exactly the effect of its last acknowledged operation, except where an
 operation on it was in flight when the process died: then either the state
-before it or after it is correct, and the one found becomes the truth.
+before it or after it is correct, and the one found becomes the truth (with
+several in flight on one id, any subset of them applied in the order they
+began: see `Oracle.crashed`).
 """
 
 from __future__ import annotations
@@ -65,11 +67,22 @@ class Oracle:
             self.acked += 1
 
     def crashed(self) -> None:
-        """The process died: what was in flight may or may not have happened."""
+        """The process died: what was in flight may or may not have happened.
+
+        One id can have several operations in flight: when a writer's
+        request fails at the kill, it releases the id's lock, and a writer
+        waiting for that lock sends its own before it learns that the
+        server is gone. The lock orders them, so they are composed in the
+        order they began (the order of `inflight`, which keeps insertion
+        order): each may or may not have happened after the ones before it.
+        """
         with self.lock:
             for id_, kind, seed in self.inflight.values():
-                before = self.expected[id_]
-                self.uncertain[id_] = [before, after(before, kind, seed)]
+                states = self.uncertain.get(id_, [self.expected[id_]])
+                for s in [after(s, kind, seed) for s in states]:
+                    if s not in states:
+                        states.append(s)
+                self.uncertain[id_] = states
             self.inflight.clear()
 
     def check(self, found: Dict[int, State], dim: int) -> List[str]:
