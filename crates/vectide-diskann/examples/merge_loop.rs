@@ -63,6 +63,15 @@ fn graph(dim: usize, metric: Metric, ids: &[u64], x: &[f32]) -> vectide_vamana::
     v.export_graph()
 }
 
+/// A knob from the environment (`MERGE_L`, `MERGE_REFILL`), else the
+/// engine's default.
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let dir = Path::new(
@@ -149,10 +158,11 @@ fn main() {
     let threads = 2;
     let p = MergeParams {
         r: 64,
-        l: 75,
+        l: env_or("MERGE_L", 50),
         alpha: 1.2,
         w: 4,
         io_threads: 4 * threads,
+        refill: env_or("MERGE_REFILL", 16),
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -196,8 +206,107 @@ fn main() {
             s.sectors_read,
             s.insert_cache_hits
         );
+        if run + 1 == runs && std::env::var("MERGE_RECALL").is_ok() {
+            recall(dir, &old, dead, &labels, &vectors, dim, metric);
+        }
         for f in ["merge-loop.mid", "merge-loop.new", "merge-loop.new.pq"] {
             let _ = std::fs::remove_file(dir.join(f));
         }
+    }
+}
+
+/// Recall@10 of the merged LTI (`merge-loop.new`) over a sweep of small
+/// search lists, against brute force over its live points: where a
+/// merge's shortcuts would show (recall near 0.98 hides them).
+fn recall(
+    dir: &Path,
+    old: &Lti,
+    dead: &[u32],
+    labels: &[u64],
+    inserted: &[f32],
+    dim: usize,
+    metric: Metric,
+) {
+    use rayon::prelude::*;
+    let merged = Lti::open(
+        Box::new(DirectFile::open(&dir.join("merge-loop.new"), false, SITE).unwrap()),
+        &dir.join("merge-loop.new.pq"),
+    )
+    .unwrap();
+    // The live points: the old LTI's minus the deleted, plus the inserted.
+    let dead: std::collections::HashSet<u32> = dead.iter().copied().collect();
+    let mut live: Vec<(u64, Vec<f32>)> = Vec::new();
+    old.scan(|i, node| {
+        if node.label != vectide_diskann::layout::NO_LABEL && !dead.contains(&i) {
+            let mut v = vec![0f32; dim];
+            node.vector_into(&mut v)?;
+            live.push((node.label, v));
+        }
+        Ok(())
+    })
+    .unwrap();
+    for (j, &l) in labels.iter().enumerate() {
+        live.push((l, inserted[j * dim..(j + 1) * dim].to_vec()));
+    }
+    let (nq, _, test) = read_fbin(&dir.join("test.fbin"));
+    let nq = nq.min(2000);
+    let dist = metric.distance_fn();
+    let queries: Vec<Vec<f32>> = (0..nq)
+        .map(|q| {
+            let mut v = test[q * dim..(q + 1) * dim].to_vec();
+            if metric == Metric::Cosine {
+                let n = v
+                    .iter()
+                    .map(|x| x * x)
+                    .sum::<f32>()
+                    .sqrt()
+                    .max(f32::MIN_POSITIVE);
+                v.iter_mut().for_each(|x| *x /= n);
+            }
+            v
+        })
+        .collect();
+    let truth: Vec<Vec<u64>> = queries
+        .par_iter()
+        .map(|q| {
+            let mut d: Vec<(f32, u64)> = live.iter().map(|(l, v)| (dist(q, v), *l)).collect();
+            d.select_nth_unstable_by(9, |a, b| a.0.total_cmp(&b.0));
+            d[..10].iter().map(|x| x.1).collect()
+        })
+        .collect();
+    let sweep = |name: &str, index: &Lti| {
+        for l in [10usize, 12, 16, 24, 40] {
+            let hits: usize = queries
+                .par_iter()
+                .zip(&truth)
+                .map_init(lti::Scratch::default, |sc, (q, t)| {
+                    let mut out = Vec::new();
+                    index
+                        .search(q, 10, l, 4, &|_, _| true, sc, &mut out)
+                        .unwrap();
+                    out.iter().filter(|x| t.contains(&x.1)).count()
+                })
+                .sum();
+            println!(
+                "  {name} L {l}: recall@10 {:.4}",
+                hits as f64 / (10 * nq) as f64
+            );
+        }
+    };
+    sweep("merged", &merged);
+    // `MERGE_RECALL=rebuild`: the same sweep over an LTI built from
+    // scratch on the live points (kept beside the sidecars).
+    if std::env::var("MERGE_RECALL").as_deref() == Ok("rebuild") {
+        let path = dir.join(format!("merge-loop-{}.ref.lti", old.header().nodes));
+        let pq = path.with_extension("pq");
+        if !path.exists() {
+            let ids: Vec<u64> = live.iter().map(|x| x.0).collect();
+            let x: Vec<f32> = live.iter().flat_map(|x| x.1.iter().copied()).collect();
+            let g = graph(dim, metric, &ids, &x);
+            let f = DirectFile::open(&path, true, SITE).unwrap();
+            lti::write(&f, &pq, &GraphSource::from_export(&g), 32, 0).unwrap();
+        }
+        let r = Lti::open(Box::new(DirectFile::open(&path, false, SITE).unwrap()), &pq).unwrap();
+        sweep("rebuilt", &r);
     }
 }

@@ -612,10 +612,11 @@ impl Inner {
                 };
                 let p = MergeParams {
                     r: self.params.graph.r,
-                    l: self.params.graph.l_build,
+                    l: self.params.merge_l,
                     alpha: self.alpha(),
                     w: self.params.beam_width,
                     io_threads: 4 * self.threads,
+                    refill: self.params.merge_refill,
                 };
                 let o = streaming_merge(
                     &old.lti,

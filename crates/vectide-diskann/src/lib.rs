@@ -45,7 +45,7 @@ mod recovery;
 pub use engine::FreshDiskann;
 pub use layout::Header;
 pub use lti::{GraphSource, Lti, QueryStats, Scratch};
-pub use params::{FreshDiskannParams, PARAMS};
+pub use params::{FreshDiskannParams, OpenKnobs, PARAMS};
 
 use std::path::Path;
 use vectide_core::{
@@ -91,8 +91,7 @@ fn create(dim: usize, metric: Metric, params: &Params) -> Result<Box<dyn VectorI
 fn open(path: &Path, params: &Params) -> Result<Box<dyn VectorIndex>> {
     Ok(Box::new(FreshDiskann::open(
         path,
-        params.usize("threads"),
-        params::merge_inline(params),
+        params::OpenKnobs::from_params(params)?,
     )?))
 }
 

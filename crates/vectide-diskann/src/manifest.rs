@@ -152,7 +152,7 @@ impl Manifest {
             pq_bytes,
             temp_points,
             merge_points,
-            merge_inline: false,
+            ..FreshDiskannParams::default()
         };
         params
             .validate()

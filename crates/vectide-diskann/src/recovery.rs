@@ -7,7 +7,7 @@
 use crate::engine::{is_point, FreshDiskann, Inner, Loc, LtiGen, Place, State, Writer, LTI_SYNC};
 use crate::lti::Lti;
 use crate::manifest::{self, Manifest, MANIFEST};
-use crate::params::FreshDiskannParams;
+use crate::params::{FreshDiskannParams, OpenKnobs};
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -62,13 +62,16 @@ impl FreshDiskann {
         })
     }
 
-    /// Opens (recovers) the index in `dir`; `threads` overrides the pool
-    /// size; `merge_inline` runs merges in the writing calls.
-    pub fn open(dir: &Path, threads: Option<usize>, merge_inline: bool) -> Result<Self> {
+    /// Opens (recovers) the index in `dir` with the knobs that are not
+    /// stored (the pool size, where and how merges run).
+    pub fn open(dir: &Path, knobs: OpenKnobs) -> Result<Self> {
         let m = Manifest::read(dir)?;
         let mut params = m.params.clone();
+        let threads = knobs.threads;
         params.graph.threads = threads;
-        params.merge_inline = merge_inline;
+        params.merge_inline = knobs.merge_inline;
+        params.merge_l = knobs.merge_l;
+        params.merge_refill = knobs.merge_refill;
         let threads_n = threads.unwrap_or_else(rayon::current_num_threads);
         let mut st = State::default();
         let dead: HashSet<u32> = m.lti_dead.iter().copied().collect();

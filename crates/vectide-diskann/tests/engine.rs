@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use vectide_core::{Error, Metric, SearchParams, VectorIndex};
-use vectide_diskann::{FreshDiskann, FreshDiskannParams};
+use vectide_diskann::{FreshDiskann, FreshDiskannParams, OpenKnobs};
 
 const DIM: usize = 16;
 
@@ -134,7 +134,7 @@ fn inserts_deletes_upserts_merges_and_reopens_match_the_oracle() {
     // Reopen before the merge: LTI + snapshots + redo log.
     let durable = ix.durable_seq();
     drop(ix);
-    let ix = FreshDiskann::open(&path, Some(2), false).unwrap();
+    let ix = FreshDiskann::open(&path, OpenKnobs::threads(2)).unwrap();
     assert_eq!(ix.durable_seq(), durable);
     check_same(&ix, &model);
     // StreamingMerge over the LTI.
@@ -147,7 +147,7 @@ fn inserts_deletes_upserts_merges_and_reopens_match_the_oracle() {
     assert!(r2 >= r1 - 0.03, "recall {r1} before the merge, {r2} after");
     assert!(ix.last_merge().unwrap().repaired > 0);
     drop(ix);
-    let ix = FreshDiskann::open(&path, Some(2), false).unwrap();
+    let ix = FreshDiskann::open(&path, OpenKnobs::threads(2)).unwrap();
     check_same(&ix, &model);
     assert_eq!(recall(&ix, &model, &queries, metric), r2);
     // Only the files the manifest names are left.
@@ -251,7 +251,7 @@ fn damaged_files_are_errors(path: &Path) {
     bad[20] ^= 1;
     std::fs::write(&m, &bad).unwrap();
     assert!(matches!(
-        FreshDiskann::open(path, Some(1), false),
+        FreshDiskann::open(path, OpenKnobs::threads(1)),
         Err(Error::Corrupted(_))
     ));
     std::fs::write(&m, &good).unwrap();
@@ -266,14 +266,14 @@ fn damaged_files_are_errors(path: &Path) {
                 .starts_with("redo-")
         })
         .unwrap();
-    let ix = FreshDiskann::open(path, Some(1), false).unwrap();
+    let ix = FreshDiskann::open(path, OpenKnobs::threads(1)).unwrap();
     ix.insert(10, &[7], &[0.25; DIM]).unwrap();
     drop(ix);
     let bytes = std::fs::read(&log).unwrap();
     let mut torn = bytes.clone();
     torn.truncate(bytes.len() - 5);
     std::fs::write(&log, &torn).unwrap();
-    let ix = FreshDiskann::open(path, Some(1), false).unwrap();
+    let ix = FreshDiskann::open(path, OpenKnobs::threads(1)).unwrap();
     assert!(!ix.contains(7).unwrap(), "the torn last record is dropped");
     assert!(ix.contains(1).unwrap());
     drop(ix);
@@ -282,7 +282,7 @@ fn damaged_files_are_errors(path: &Path) {
     mid[40] ^= 0xff;
     std::fs::write(&log, &mid).unwrap();
     assert!(
-        FreshDiskann::open(path, Some(1), false).is_err(),
+        FreshDiskann::open(path, OpenKnobs::threads(1)).is_err(),
         "a bad record before a good one"
     );
 }

@@ -124,12 +124,16 @@ fn run(n: usize, del: usize, add: usize) -> Case {
     let out = SimBlockFile::new(3);
     let pq_new = dir.path().join("new.pq");
     let phases = std::sync::Mutex::new(Vec::new());
+    // The engine's merge knobs (`merge_l`, `merge_refill`): the recall
+    // checks hold them to the rebuild's quality.
+    let d = vectide_diskann::FreshDiskannParams::default();
     let p = MergeParams {
         r: 64,
-        l: 75,
+        l: d.merge_l,
         alpha: 1.2,
         w: 4,
         io_threads: 0,
+        refill: d.merge_refill,
     };
     let m = streaming_merge(
         &old,
@@ -360,6 +364,7 @@ fn a_failing_disk_fails_the_merge_and_leaves_the_old_lti() {
         alpha: 1.2,
         w: 4,
         io_threads: 4,
+        refill: 0,
     };
     let dead: Vec<u32> = (1..200).map(|i| i * 7).collect();
     let queries: Vec<Vec<f32>> = (0..20)

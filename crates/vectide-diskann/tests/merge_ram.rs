@@ -89,6 +89,7 @@ fn merge_peak(n: usize, changes: usize) -> (usize, usize) {
         alpha: 1.2,
         w: 4,
         io_threads: 0,
+        refill: 16,
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(2)
