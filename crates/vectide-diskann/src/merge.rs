@@ -813,9 +813,10 @@ fn pending(i: u32, label: u64, node: &Node<'_>, dim: usize) -> Result<Pending> {
 /// deleted nodes: its live neighbours (kept, in order), and the live
 /// neighbours of its deleted ones that it does not hold already (sorted,
 /// without itself). Only the first `refill` entries of each deleted
-/// neighbour's live list are taken (0: all): lists are nearest first, and
-/// the nearest neighbours of a deleted neighbour are the likeliest
-/// replacements for the edge to it.
+/// neighbour's live list are taken (0: all): RobustPrune writes a list
+/// nearest first (back-edges added later go to its end), and the nearest
+/// neighbours of a deleted neighbour are the likeliest replacements for the
+/// edge to it.
 fn delete_candidates(
     node: u32,
     list: &[u32],
