@@ -57,6 +57,15 @@ def test_two_operations_in_flight_on_one_id_compose_in_order():
     o.crashed()
     assert sorted(o.uncertain[4], key=repr) == sorted([(7, 7), None, (7, 9)], key=repr)
     assert o.check({4: (7, 9)}, 8) == []
+    # Order matters: from absent, an upsert then a payload update can give
+    # (7, 9); the other order could not (the update would find no point).
+    # Writer 1 begins first, so the order is not the writers' numbering.
+    o.expected[3] = None
+    o.begin(1, 3, UPSERT, 7)
+    o.begin(0, 3, SET_PAYLOAD, 9)
+    o.crashed()
+    assert (7, 9) in o.uncertain[3]
+    assert o.check({3: (7, 9), 4: (7, 9)}, 8) == []
     # A state no order of them produces is still a violation.
     o.begin(0, 4, SET_PAYLOAD, 10)
     o.begin(1, 4, DELETE, 0)

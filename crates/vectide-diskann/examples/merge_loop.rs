@@ -10,6 +10,14 @@
 //!     data/glove-6b-50-angular.vbin [n] [runs] [cache MiB]
 //! ```
 //!
+//! `MERGE_L` and `MERGE_REFILL` set the merge's knobs (the engine's
+//! defaults otherwise); `MERGE_RECALL=1` sweeps recall@10 of the merged
+//! LTI at small L against brute force after the last run, and
+//! `MERGE_RECALL=rebuild` also of an LTI built from scratch on the same
+//! points (kept beside the sidecars, keyed by the old LTI's size: delete
+//! it after a `MERGE_INSERTS` run). `MERGE_INSERTS=0` runs the Delete
+//! phase alone.
+//!
 //! `python -m vectide.bench freshdiskann` is the measurement of record
 //! (it times the rebuild beside the merge); this is the loop to run under
 //! `perf`.

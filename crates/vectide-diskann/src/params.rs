@@ -66,7 +66,7 @@ pub const MERGE_REFILL: ParamSpec = ParamSpec {
     },
     default: "16",
     doc: "StreamingMerge's Delete phase: a node that lost a neighbour takes replacement candidates from the first merge_refill entries of the deleted neighbour's list (the nearest: RobustPrune writes lists nearest first, later back-edges go to the end); 0 takes whole lists as the paper's Algorithm 4; not stored, given at each open",
-    source: "Vectide: on GloVe 100K with 5 % changed, 16 halves the Delete phase's CPU and the merged LTI's recall@10 moves by under 0.1 point at L 10-40 (crates/vectide-diskann/src/merge.rs)",
+    source: "Vectide: on GloVe 100K with 5 % changed, 16 halves the Delete phase's CPU and the merged LTI's recall@10 moves by at most 0.16 point at L 10-24 (crates/vectide-diskann/src/merge.rs)",
 };
 
 /// `merge`: where StreamingMerge runs.

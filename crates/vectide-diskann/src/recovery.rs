@@ -72,6 +72,7 @@ impl FreshDiskann {
         params.merge_inline = knobs.merge_inline;
         params.merge_l = knobs.merge_l;
         params.merge_refill = knobs.merge_refill;
+        params.validate()?;
         let threads_n = threads.unwrap_or_else(rayon::current_num_threads);
         let mut st = State::default();
         let dead: HashSet<u32> = m.lti_dead.iter().copied().collect();

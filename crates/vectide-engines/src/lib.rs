@@ -310,6 +310,21 @@ mod tests {
     }
 
     #[test]
+    fn fresh_diskann_takes_its_merge_knobs_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fd");
+        let p = params(&[("path", ParamValue::Str(path.to_string_lossy().into_owned()))]);
+        drop(create("fresh-diskann", 8, Metric::L2, &p).unwrap());
+        let knobs = params(&[
+            ("merge_l", ParamValue::Int(20)),
+            ("merge_refill", ParamValue::Int(4)),
+        ]);
+        assert!(open(&path, &knobs).is_ok());
+        let e = open(&path, &params(&[("merge_l", ParamValue::Int(0))])).unwrap_err();
+        assert!(e.to_string().contains("merge_l"), "{e}");
+    }
+
+    #[test]
     fn every_numeric_param_has_a_bound() {
         // Issue 10 item 6: `threads: 1500` used to start 1500 threads.
         let e = create(

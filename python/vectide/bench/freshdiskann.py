@@ -107,6 +107,7 @@ def fresh_index(vectide, path: Path, dim: int, metric: str, threads: int):
     # Freezes and merges only on request: the benchmark times each step.
     return vectide.Index(dim, metric=metric, engine="fresh-diskann", path=str(path), threads=threads,
                          r=R, l_build=L_BUILD, alpha=ALPHA, pq_bytes=PQ_BYTES,
+                         merge_l=MERGE_L, merge_refill=MERGE_REFILL,
                          temp_points=1 << 32, merge_points=1 << 40)
 
 
@@ -172,7 +173,8 @@ def run(args) -> Dict[str, object]:
                               "n": n, "dim": dim, "change_fraction": args.change, "queries": len(queries),
                               "build_threads": threads, "simd": vectide.simd_isa(),
                               "machine": machine_info(), "params": {"r": R, "l_build": L_BUILD, "alpha": ALPHA,
-                                                                    "pq_bytes": PQ_BYTES, "w": args.w}}
+                                                                    "pq_bytes": PQ_BYTES, "w": args.w,
+                                                                    "merge_l": MERGE_L, "merge_refill": MERGE_REFILL}}
     try:
         # (a) initial LTI, the change set, the merge.
         _log("initial build ...")
