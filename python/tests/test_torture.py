@@ -70,7 +70,7 @@ def test_two_operations_in_flight_on_one_id_compose_in_order():
     o.begin(0, 4, SET_PAYLOAD, 10)
     o.begin(1, 4, DELETE, 0)
     o.crashed()
-    assert o.check({4: (7, 7)}, 8) == ["id 4: found vector#7/payload#7, acknowledged vector#7/payload#9 or vector#7/payload#10 or absent"]
+    assert o.check({3: (7, 9), 4: (7, 7)}, 8) == ["id 4: found vector#7/payload#7, acknowledged vector#7/payload#9 or vector#7/payload#10 or absent"]
 
 
 def test_identify_names_what_a_wrong_point_holds():
