@@ -290,7 +290,7 @@ impl OpenKnobs {
 }
 
 /// Whether checked parameters ask for inline merges.
-pub fn merge_inline(params: &Params) -> bool {
+fn merge_inline(params: &Params) -> bool {
     params.string("merge").is_some_and(|m| m == "inline")
 }
 
