@@ -134,4 +134,8 @@ def test_bench_spfresh_writes_the_summary(tmp_path, data_root, monkeypatch):
     assert s["recall_gap_vs_static_points"] is not None and s["inplace_recall_gap_vs_static_points"] is not None
     assert s["p999_ratio_vs_static"] > 0 and 0 < s["split_fraction"] < 1
     assert s["crash_states_checked"] is None  # no --crash-json given
+    # The summary's static build has about as many postings as SPFresh
+    # ended with; the default-ratio build is measured beside it.
+    assert 0.5 < s["static_postings"] / s["spfresh_postings"] < 2
+    assert s["static_default_recall10"] is not None and s["p999_ratio_vs_static_default"] > 0
     assert (tmp_path / "plots" / "spfresh-stream.png").exists()

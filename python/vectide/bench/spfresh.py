@@ -3,7 +3,8 @@ SPANN updated in place (SPANN+) and a static SPANN rebuilt on the final data.
 
 ``python -m vectide.bench spfresh [--dataset glove-6b-50-angular]
 [--clusters 64] [--initial 32] [--phases 10] [--nprobe 64] [--threads 2]
-[--batch 1000] [--queries 10000] [--limit N] [--param NAME=VALUE]... [--dir DIR] [--crash-json F]
+[--batch 1000] [--queries 10000] [--limit N] [--param NAME=VALUE]...
+[--static-heads matched|both|default] [--dir DIR] [--crash-json F]
 --out FILE.json [--plot DIR]``
 
 SPFresh (Xu et al., SOSP 2023) §2.3 and §5.4 at our scale. The dataset is
@@ -17,14 +18,17 @@ in its own directory, same parameters and threads:
 
 * ``spfresh``: SPANN + LIRE (splits, merges, reassigns in the background);
 * ``spann-inplace``: SPANN+ (appends in place, tombstones, no rebalancing);
-* ``spann``: a static SPANN built on the final live set.
+* ``spann``: a static SPANN built on the final live set, with as many
+  postings as SPFresh ended with (``--static-heads``; the build at the
+  default ``head_ratio`` runs beside it as ``spann-default-ratio``).
 
 Per phase: insert and delete throughput, and the latency of single-query
 searches issued from a second thread while the phase's updates run.
 Index quality is judged on the final indexes with no updates running
 (SPFresh's background jobs drained first): ``queries`` queries (test
 queries, then training points outside the final set when the test set is
-smaller), one call each from one thread, nprobe fixed: recall@10 against
+smaller), one call each from one thread, the engines taking turns over
+chunks of queries, nprobe fixed: recall@10 against
 exact ground truth over the final live set, mean / P99 / P99.9 latency,
 postings and blocks read per query. Reported without a target: posting
 length max / mean, the fraction of inserts whose APPEND took a posting over
@@ -53,6 +57,35 @@ from .freshdiskann import crash_figures
 from .metrics import recall_at_k
 
 ENGINES = ("spfresh", "spann-inplace", "spann")
+DEFAULT_STATIC = "spann-default-ratio"
+
+
+def static_builds(args, engines: Dict[str, Dict[str, object]], final_ix: Dict[str, object],
+                  live: int) -> Dict[str, Dict[str, object]]:
+    """The static SPANN builds on the final data: name → engine params.
+
+    ``spann`` (the summary's static index) is built with as many postings
+    as SPFresh ended with (``head_ratio`` = SPFresh's postings / live
+    points) under ``--static-heads matched``, so that both indexes spend
+    the same centroid-index memory and read postings of the same regime at
+    the same nprobe: at the default head_ratio (0.1) the static build's
+    postings hold about 15 records where SPFresh's settle between half the
+    split limit and the limit (splits halve a full one), and a fixed
+    nprobe then compares two points of different recall and cost. With
+    ``both`` (the default) the build at the default head_ratio runs too,
+    as ``spann-default-ratio``, and its figures are reported beside."""
+    base = dict(args.param)
+    out: Dict[str, Dict[str, object]] = {}
+    postings = None
+    if "spfresh" in final_ix:
+        postings = stat(dict(final_ix["spfresh"].stats()), "postings")
+    if args.static_heads in ("matched", "both") and postings and live:
+        out["spann"] = {**base, "head_ratio": min(1.0, postings / live)}
+        if args.static_heads == "both":
+            out[DEFAULT_STATIC] = base
+    else:
+        out["spann"] = base
+    return out
 
 
 def _log(msg: str) -> None:
@@ -169,24 +202,35 @@ def stat(st: Dict[str, float], key: str) -> Optional[float]:
     return None if v is None else float(v)
 
 
-def quality(ix, queries: np.ndarray, truth: np.ndarray, nprobe: int) -> Dict[str, object]:
-    """One call per query from this thread: recall@10 and latencies."""
-    before = dict(ix.stats())
-    found, lat = [], []
-    for q in queries:
-        t0 = time.perf_counter()
-        ids, _ = ix.search(q[None, :], k=10, nprobe=nprobe)
-        lat.append(time.perf_counter() - t0)
-        found.append(ids[0])
-    after = dict(ix.stats())
+def quality(ixs: Dict[str, object], queries: np.ndarray, truth: np.ndarray, nprobe: int,
+            chunk: int = 250) -> Dict[str, Dict[str, object]]:
+    """One call per query from this thread, recall@10 and latencies per
+    engine. The engines take turns over chunks of ``chunk`` queries, so
+    that the machine's slow spells fall on all of them alike (the tail
+    percentiles of engines measured one after another differed by 1.6x
+    between runs of the same static index)."""
+    before = {e: dict(ix.stats()) for e, ix in ixs.items()}
+    found: Dict[str, list] = {e: [] for e in ixs}
+    lat: Dict[str, List[float]] = {e: [] for e in ixs}
+    for s in range(0, len(queries), chunk):
+        for e, ix in ixs.items():
+            for q in queries[s:s + chunk]:
+                t0 = time.perf_counter()
+                ids, _ = ix.search(q[None, :], k=10, nprobe=nprobe)
+                lat[e].append(time.perf_counter() - t0)
+                found[e].append(ids[0])
     nq = len(queries)
-    out: Dict[str, object] = {"recall10": recall_at_k(found, truth, 10), **lat_summary(lat)}
-    for k in ("postings_per_query", "blocks_per_query"):
-        # Counters are cumulative: the delta over these queries.
-        b, a = before.get("queries", 0.0), after.get("queries", 0.0)
-        tot_b, tot_a = before.get(k, 0.0) * b, after.get(k, 0.0) * a
-        out[k] = (tot_a - tot_b) / nq if a > b else None
-    return out
+    res: Dict[str, Dict[str, object]] = {}
+    for e, ix in ixs.items():
+        after = dict(ix.stats())
+        out: Dict[str, object] = {"recall10": recall_at_k(found[e], truth, 10), **lat_summary(lat[e])}
+        for k in ("postings_per_query", "blocks_per_query"):
+            # Counters are cumulative: the delta over these queries.
+            b, a = before[e].get("queries", 0.0), after.get("queries", 0.0)
+            tot_b, tot_a = before[e].get(k, 0.0) * b, after.get(k, 0.0) * a
+            out[k] = (tot_a - tot_b) / nq if a > b else None
+        res[e] = out
+    return res
 
 
 def run(args) -> Dict[str, object]:
@@ -226,6 +270,7 @@ def run(args) -> Dict[str, object]:
     root.mkdir(parents=True, exist_ok=True)
     probe_q = Q[: min(len(Q), 2000)]
     engines: Dict[str, Dict[str, object]] = {}
+    final_ix: Dict[str, object] = {}
     for engine in [e for e in args.engines if e != "spann"]:
         d = root / engine
         ix = make_index(vectide, engine, d, dim, metric, args.threads, args.nprobe, dict(args.param))
@@ -251,25 +296,26 @@ def run(args) -> Dict[str, object]:
         t0 = time.perf_counter()
         ix.maintain()  # the queued jobs run out (spfresh); nothing else running after
         rec["drain_s"] = time.perf_counter() - t0
-        rec["final"] = quality(ix, Q, truth, args.nprobe)
-        st = dict(ix.stats())
-        rec["stats"] = st
-        rec["live"] = len(ix)
         engines[engine] = rec
-        _log(f"{engine}: recall@10 {rec['final']['recall10']:.4f}, p99.9 {rec['final']['p999_ms']:.2f} ms")
-
-        del ix
+        final_ix[engine] = ix
     if "spann" in args.engines:
-        d = root / "spann"
-        ix = make_index(vectide, "spann", d, dim, metric, args.threads, args.nprobe, dict(args.param))
-        _log(f"spann: static build on the final {len(live)} points")
-        t_build = add_batches(ix, live, X, len(live))
-        rec = {"build_s": t_build, "final": quality(ix, Q, truth, args.nprobe), "stats": dict(ix.stats()),
-               "live": len(ix)}
-        engines["spann"] = rec
-        _log(f"spann: recall@10 {rec['final']['recall10']:.4f}, p99.9 {rec['final']['p999_ms']:.2f} ms")
-
-        del ix
+        statics = static_builds(args, engines, final_ix, len(live))
+        for name, params in statics.items():
+            d = root / name
+            ix = make_index(vectide, "spann", d, dim, metric, args.threads, args.nprobe, params)
+            _log(f"{name}: static build on the final {len(live)} points (head_ratio "
+                 f"{params.get('head_ratio', 'default')})")
+            t_build = add_batches(ix, live, X, len(live))
+            engines[name] = {"build_s": t_build, "params": {k: v for k, v in params.items()}}
+            final_ix[name] = ix
+    _log(f"final quality over {len(Q)} queries, engines taking turns: {', '.join(final_ix)}")
+    for e, q in quality(final_ix, Q, truth, args.nprobe).items():
+        engines[e]["final"] = q
+        engines[e]["stats"] = dict(final_ix[e].stats())
+        engines[e]["live"] = len(final_ix[e])
+        _log(f"{e}: recall@10 {q['recall10']:.4f}, p99.9 {q['p999_ms']:.2f} ms, "
+             f"blocks/query {q['blocks_per_query']}")
+    final_ix.clear()
     if not args.dir:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -279,19 +325,29 @@ def run(args) -> Dict[str, object]:
     def ratio(a, b):
         return a / b if a is not None and b else None
 
+    def gap(a, b):
+        return None if fin(a, "recall10") is None or fin(b, "recall10") is None \
+            else 100.0 * (fin(a, "recall10") - fin(b, "recall10"))
+
     s_st = engines.get("spfresh", {}).get("stats", {})
     ev, mv = s_st.get("reassign_evaluated"), s_st.get("reassign_moved")
     summary = {
         "static_recall10": fin("spann", "recall10"),
         "spfresh_recall10": fin("spfresh", "recall10"),
         "inplace_recall10": fin("spann-inplace", "recall10"),
-        "recall_gap_vs_static_points": None if fin("spann", "recall10") is None or fin("spfresh", "recall10") is None
-        else 100.0 * (fin("spann", "recall10") - fin("spfresh", "recall10")),
-        "inplace_recall_gap_vs_static_points": None if fin("spann", "recall10") is None or fin("spann-inplace", "recall10") is None
-        else 100.0 * (fin("spann", "recall10") - fin("spann-inplace", "recall10")),
+        "recall_gap_vs_static_points": gap("spann", "spfresh"),
+        "inplace_recall_gap_vs_static_points": gap("spann", "spann-inplace"),
         "p999_ratio_vs_static": ratio(fin("spfresh", "p999_ms"), fin("spann", "p999_ms")),
         "inplace_p999_ratio_vs_static": ratio(fin("spann-inplace", "p999_ms"), fin("spann", "p999_ms")),
         "p99_ratio_vs_static": ratio(fin("spfresh", "p99_ms"), fin("spann", "p99_ms")),
+        "static_postings": stat(engines.get("spann", {}).get("stats", {}), "postings"),
+        "spfresh_postings": stat(s_st, "postings"),
+        # The static build at the engine's default head_ratio (more, shorter
+        # postings than SPFresh keeps), reported beside the matched one.
+        "static_default_recall10": fin(DEFAULT_STATIC, "recall10"),
+        "recall_gap_vs_static_default_points": gap(DEFAULT_STATIC, "spfresh"),
+        "p999_ratio_vs_static_default": ratio(fin("spfresh", "p999_ms"), fin(DEFAULT_STATIC, "p999_ms")),
+        "p99_ratio_vs_static_default": ratio(fin("spfresh", "p99_ms"), fin(DEFAULT_STATIC, "p99_ms")),
         "split_fraction": s_st.get("split_fraction"),
         "reassign_moved_over_evaluated": ratio(mv, ev),
         "cascade_max": s_st.get("cascade_max"),
@@ -310,6 +366,7 @@ def run(args) -> Dict[str, object]:
         "queries": int(len(Q)),
         "nprobe": args.nprobe,
         "params": dict(args.param),
+        "static_heads": args.static_heads,
         "threads": args.threads,
         "batch": args.batch,
         "o_direct": "reported by the block file (VECTIDE_IO unset: io_uring + O_DIRECT where the file system takes it)",
@@ -365,6 +422,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--param", type=_param, action="append", default=[], metavar="NAME=VALUE",
                    help="an engine parameter given to every engine (repeatable), e.g. head_ratio=0.05")
+    p.add_argument("--static-heads", choices=("matched", "both", "default"), default="both",
+                   help="the static spann's head_ratio: SPFresh's final postings per live point (matched), "
+                        "the engine default, or both (the summary's static figures are the matched build's)")
     p.add_argument("--dir", default=None, help="directory for the indexes (default: a temp dir, removed)")
     p.add_argument("--crash-json", default=None, help="a `vectide crash-test spfresh --json` report to fold into the summary")
     p.add_argument("--out", required=True)
