@@ -10,8 +10,9 @@
 //!     data/glove-6b-50-angular.vbin [n] [runs] [cache MiB]
 //! ```
 //!
-//! `MERGE_L` and `MERGE_REFILL` set the merge's knobs (the engine's
-//! defaults otherwise); `MERGE_RECALL=1` sweeps recall@10 of the merged
+//! `MERGE_L` and `MERGE_REFILL` set the merge's knobs, `MERGE_IO_THREADS`
+//! and `MERGE_IN_FLIGHT` its Insert phase's threads and searches in
+//! lock-step per thread (the engine's defaults otherwise); `MERGE_RECALL=1` sweeps recall@10 of the merged
 //! LTI at small L against brute force after the last run, and
 //! `MERGE_RECALL=rebuild` also of an LTI built from scratch on the same
 //! points (kept beside the sidecars, keyed by the old LTI's size: delete
@@ -169,8 +170,9 @@ fn main() {
         l: env_or("MERGE_L", 50),
         alpha: 1.2,
         w: 4,
-        io_threads: 4 * threads,
+        io_threads: env_or("MERGE_IO_THREADS", threads + 1),
         refill: env_or("MERGE_REFILL", 16),
+        in_flight: env_or("MERGE_IN_FLIGHT", 8),
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)

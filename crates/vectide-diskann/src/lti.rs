@@ -518,11 +518,9 @@ pub struct Scratch {
     /// First sectors of this hop's nodes, and those not cached.
     sectors: Vec<u64>,
     reads: Vec<u64>,
-    /// Records read by this scratch's recent searches (off unless
-    /// [`Scratch::keep_recent`] turned it on).
-    recent: Recent,
-    /// A cache shared with other scratches ([`Scratch::share_cache`]).
-    shared: Option<Arc<SectorCache>>,
+    /// Records this scratch's searches find besides the file (the recent
+    /// ones are off unless [`Scratch::keep_recent`] turned them on).
+    caches: ReadCaches,
 }
 
 impl Scratch {
@@ -532,21 +530,123 @@ impl Scratch {
     /// `sector_order`, so consecutive searches end in the same region and
     /// read the same sectors.
     pub fn keep_recent(&mut self, sectors: usize) {
+        self.caches.keep_recent(sectors);
+    }
+
+    /// Serves this scratch's searches from `cache` too (records of the
+    /// same LTI, as [`Lti::sectors_near_start`] reads them).
+    pub fn share_cache(&mut self, cache: Arc<SectorCache>) {
+        self.caches.shared = Some(cache);
+    }
+
+    /// Bytes the recent-records cache holds.
+    pub fn recent_bytes(&self) -> usize {
+        self.caches.recent.bytes()
+    }
+}
+
+/// Where searches find records besides the file and the LTI's own cache:
+/// a cache shared between searches and the records read lately.
+#[derive(Default)]
+struct ReadCaches {
+    recent: Recent,
+    shared: Option<Arc<SectorCache>>,
+}
+
+impl ReadCaches {
+    fn keep_recent(&mut self, sectors: usize) {
         self.recent = Recent {
             cap: sectors,
             ..Recent::default()
         };
     }
 
-    /// Serves this scratch's searches from `cache` too (records of the
-    /// same LTI, as [`Lti::sectors_near_start`] reads them).
-    pub fn share_cache(&mut self, cache: Arc<SectorCache>) {
-        self.shared = Some(cache);
+    /// Whether the record starting at `first` is held (a recent one is
+    /// marked referenced).
+    fn hit(&mut self, first: u64) -> bool {
+        self.shared
+            .as_ref()
+            .is_some_and(|c| c.0.contains_key(&first))
+            || self.recent.touch(first)
     }
 
-    /// Bytes the recent-records cache holds.
-    pub fn recent_bytes(&self) -> usize {
-        self.recent.bufs.iter().map(|b| b.len()).sum()
+    fn get(&self, first: u64) -> Option<&[u8]> {
+        self.shared
+            .as_deref()
+            .and_then(|c| c.get(first))
+            .or_else(|| self.recent.get(first))
+    }
+
+    /// Keeps a hop's reads (`reads[i]` in `bufs[i]`) among the recent
+    /// records, when they are on.
+    fn keep(&mut self, reads: &[u64], bufs: &[AlignedBuf], bytes: usize) {
+        if self.recent.cap > 0 {
+            for (&first, buf) in reads.iter().zip(bufs) {
+                self.recent.put(first, &buf[..bytes]);
+            }
+        }
+    }
+}
+
+/// The records a hop expands: in the LTI's cache, in `caches`, or read
+/// for the hop (`reads[i]` in `bufs[i]`).
+struct HopSectors<'a> {
+    cache: &'a HashMap<u64, Box<[u8]>>,
+    caches: &'a ReadCaches,
+    reads: &'a [u64],
+    bufs: &'a [AlignedBuf],
+}
+
+impl HopSectors<'_> {
+    fn get(&self, first: u64) -> &[u8] {
+        if let Some(b) = self.cache.get(&first) {
+            return b;
+        }
+        if let Some(b) = self.caches.get(first) {
+            return b;
+        }
+        let i = self.reads.iter().position(|&s| s == first).unwrap_or(0);
+        &self.bufs[i][..]
+    }
+}
+
+/// Searches run in lock-step by [`Lti::search_expanded_lockstep`]: a slot
+/// per search in flight, and the caches and read buffers they share.
+pub struct Lockstep {
+    slots: Vec<Slot>,
+    caches: ReadCaches,
+    bufs: Vec<AlignedBuf>,
+    reads: Vec<u64>,
+}
+
+#[derive(Default)]
+struct Slot {
+    job: Option<usize>,
+    scratch: Scratch,
+    stats: QueryStats,
+    planned: bool,
+}
+
+impl Lockstep {
+    /// Room for `in_flight` searches at once (at least one).
+    pub fn new(in_flight: usize) -> Self {
+        Lockstep {
+            slots: (0..in_flight.max(1)).map(|_| Slot::default()).collect(),
+            caches: ReadCaches::default(),
+            bufs: Vec::new(),
+            reads: Vec::new(),
+        }
+    }
+
+    /// Keeps the last `sectors` records read, as [`Scratch::keep_recent`],
+    /// for all the searches run here.
+    pub fn keep_recent(&mut self, sectors: usize) {
+        self.caches.keep_recent(sectors);
+    }
+
+    /// Serves the searches from `cache` too, as [`Scratch::share_cache`].
+    pub fn share_cache(&mut self, cache: Arc<SectorCache>) {
+        self.caches.shared = Some(cache);
     }
 }
 
@@ -563,6 +663,10 @@ struct Recent {
 }
 
 impl Recent {
+    fn bytes(&self) -> usize {
+        self.bufs.iter().map(|b| b.len()).sum()
+    }
+
     fn get(&self, first: u64) -> Option<&[u8]> {
         self.slot_of.get(&first).map(|&i| &self.bufs[i][..])
     }
@@ -734,7 +838,9 @@ impl Lti {
             }
             firsts.clear();
             firsts.extend(chunk.iter().map(|&id| self.header.locate(id as u64).0));
-            self.read_sectors(&firsts, scratch, &mut stats)?;
+            self.read_sectors(&firsts, &mut scratch.bufs)?;
+            stats.sectors_read += (firsts.len() * self.header.sectors_per_node()) as u64;
+            stats.hops += 1;
             for (&id, buf) in chunk.iter().zip(&scratch.bufs) {
                 f(
                     id,
@@ -781,21 +887,18 @@ impl Lti {
     /// Reads the records starting at sectors `firsts` (`sectors_per_node`
     /// sectors each) into `scratch.bufs[i]`, one batch for all, and checks
     /// every sector's CRC.
-    fn read_sectors(
-        &self,
-        firsts: &[u64],
-        scratch: &mut Scratch,
-        stats: &mut QueryStats,
-    ) -> Result<()> {
+    /// Reads the records starting at `firsts` into `bufs` (one each, in
+    /// order) in one batch and checks their sectors.
+    fn read_sectors(&self, firsts: &[u64], bufs: &mut Vec<AlignedBuf>) -> Result<()> {
         let spn = self.header.sectors_per_node();
-        // A scratch used on an index with smaller records gets new buffers.
-        scratch.bufs.retain(|b| b.blocks() >= spn);
-        while scratch.bufs.len() < firsts.len() {
-            scratch.bufs.push(AlignedBuf::new(spn));
+        // Buffers used on an index with smaller records are replaced.
+        bufs.retain(|b| b.blocks() >= spn);
+        while bufs.len() < firsts.len() {
+            bufs.push(AlignedBuf::new(spn));
         }
         let mut reqs: Vec<ReadReq<'_>> = firsts
             .iter()
-            .zip(scratch.bufs.iter_mut())
+            .zip(bufs.iter_mut())
             .map(|(&block, buf)| ReadReq {
                 block,
                 buf: &mut buf[..spn * BLOCK],
@@ -803,9 +906,7 @@ impl Lti {
             .collect();
         self.file.read_batch(&mut reqs)?;
         drop(reqs);
-        stats.sectors_read += (firsts.len() * spn) as u64;
-        stats.hops += 1;
-        for (buf, &first) in scratch.bufs.iter().zip(firsts) {
+        for (buf, &first) in bufs.iter().zip(firsts) {
             for s in 0..spn {
                 check_sector(buf.block(s), first + s as u64)?;
             }
@@ -837,8 +938,7 @@ impl Lti {
         let mut frontier = vec![h.start as u32];
         let mut seen = std::collections::HashSet::new();
         seen.insert(h.start as u32);
-        let mut scratch = Scratch::default();
-        let mut stats = QueryStats::default();
+        let mut bufs = Vec::new();
         let mut joined = Vec::new();
         while !frontier.is_empty() && cache.len() < max {
             let level = std::mem::take(&mut frontier);
@@ -848,8 +948,8 @@ impl Lti {
                 firsts.dedup();
                 firsts.retain(|f| !cache.contains_key(f));
                 firsts.truncate(max - cache.len());
-                self.read_sectors(&firsts, &mut scratch, &mut stats)?;
-                for (&first, buf) in firsts.iter().zip(&scratch.bufs) {
+                self.read_sectors(&firsts, &mut bufs)?;
+                for (&first, buf) in firsts.iter().zip(&bufs) {
                     cache.insert(first, buf[..bytes].to_vec().into_boxed_slice());
                 }
                 for &id in chunk {
@@ -903,6 +1003,91 @@ impl Lti {
         self.beam(q, 1, l, w, &|_, _| false, true, scratch, &mut out)
     }
 
+    /// GreedySearch as [`Lti::search_expanded`] for each of `jobs`, up to
+    /// one search per slot of `ls` at a time, in lock-step: each round
+    /// every search in flight picks its hop's nodes, the records none of
+    /// the caches hold are read in one batch (each once, however many
+    /// searches want it), and every search expands its nodes. A slot whose
+    /// search ends takes the next job at once. `done(job, scratch, stats)`
+    /// is called as each search ends (in no fixed order), with
+    /// `scratch.expanded` / `scratch.expanded_vectors` filled; a record
+    /// read once for several searches counts as read by the first and as
+    /// a cache hit by the others.
+    ///
+    /// StreamingMerge's Insert phase runs its searches so: one batch per
+    /// round for all of a thread's searches instead of one per search, so
+    /// far fewer submissions, wake-ups and thread switches per read.
+    pub fn search_expanded_lockstep<'q>(
+        &self,
+        jobs: impl IntoIterator<Item = usize>,
+        query: impl Fn(usize) -> &'q [f32],
+        l: usize,
+        w: usize,
+        ls: &mut Lockstep,
+        mut done: impl FnMut(usize, &Scratch, QueryStats) -> Result<()>,
+    ) -> Result<()> {
+        let (l, w) = (l.max(1), w.max(1));
+        let bytes = self.header.sectors_per_node() * BLOCK;
+        let mut jobs = jobs.into_iter();
+        let Lockstep {
+            slots,
+            caches,
+            bufs,
+            reads,
+        } = ls;
+        for slot in slots.iter_mut() {
+            slot.job = None;
+        }
+        loop {
+            reads.clear();
+            let mut planned = false;
+            for slot in slots.iter_mut() {
+                slot.planned = false;
+                loop {
+                    let j = match slot.job {
+                        Some(j) => j,
+                        None => {
+                            let Some(j) = jobs.next() else { break };
+                            slot.stats = QueryStats::default();
+                            if !self.beam_start(query(j), 1, &mut slot.scratch, &mut slot.stats)? {
+                                done(j, &slot.scratch, slot.stats)?;
+                                continue;
+                            }
+                            slot.job = Some(j);
+                            j
+                        }
+                    };
+                    if self.beam_plan(w, &mut slot.scratch, caches, reads, &mut slot.stats) {
+                        slot.planned = true;
+                        planned = true;
+                        break;
+                    }
+                    slot.job = None;
+                    self.beam_done(1, &mut slot.scratch, &mut Vec::new());
+                    done(j, &slot.scratch, slot.stats)?;
+                }
+            }
+            if !planned {
+                return Ok(());
+            }
+            if !reads.is_empty() {
+                self.read_sectors(reads, bufs)?;
+            }
+            let src = HopSectors {
+                cache: &self.cache,
+                caches,
+                reads,
+                bufs,
+            };
+            for slot in slots.iter_mut().filter(|s| s.planned) {
+                let q = query(slot.job.unwrap_or_default());
+                let no = |_: u32, _: u64| false;
+                self.beam_hop(q, l, &no, true, &mut slot.scratch, &mut slot.stats, &src)?;
+            }
+            caches.keep(reads, bufs, bytes);
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn beam(
         &self,
@@ -915,11 +1100,56 @@ impl Lti {
         scratch: &mut Scratch,
         out: &mut Vec<(f32, u64)>,
     ) -> Result<QueryStats> {
-        let h = &self.header;
         out.clear();
+        let mut stats = QueryStats::default();
+        if !self.beam_start(q, k, scratch, &mut stats)? {
+            return Ok(stats);
+        }
+        let (l, w) = (l.max(k).max(1), w.max(1));
+        let bytes = self.header.sectors_per_node() * BLOCK;
+        let mut caches = std::mem::take(&mut scratch.caches);
+        let mut bufs = std::mem::take(&mut scratch.bufs);
+        let mut reads = std::mem::take(&mut scratch.reads);
+        let r = (|| -> Result<()> {
+            loop {
+                reads.clear();
+                if !self.beam_plan(w, scratch, &mut caches, &mut reads, &mut stats) {
+                    return Ok(());
+                }
+                if !reads.is_empty() {
+                    self.read_sectors(&reads, &mut bufs)?;
+                }
+                let src = HopSectors {
+                    cache: &self.cache,
+                    caches: &caches,
+                    reads: &reads,
+                    bufs: &bufs,
+                };
+                self.beam_hop(q, l, admit, collect, scratch, &mut stats, &src)?;
+                caches.keep(&reads, &bufs, bytes);
+            }
+        })();
+        scratch.caches = caches;
+        scratch.bufs = bufs;
+        scratch.reads = reads;
+        r?;
+        self.beam_done(k, scratch, out);
+        Ok(stats)
+    }
+
+    /// A search's set-up: the PQ table of `q` and a list holding the start
+    /// node. False when there is nothing to search (no nodes, or `k` 0).
+    fn beam_start(
+        &self,
+        q: &[f32],
+        k: usize,
+        scratch: &mut Scratch,
+        stats: &mut QueryStats,
+    ) -> Result<bool> {
+        let h = &self.header;
         scratch.expanded.clear();
         scratch.expanded_vectors.clear();
-        let mut stats = QueryStats::default();
+        scratch.full.clear();
         if q.len() != h.dim as usize {
             return Err(Error::DimensionMismatch {
                 expected: h.dim as usize,
@@ -927,13 +1157,11 @@ impl Lti {
             });
         }
         if h.nodes == 0 || k == 0 {
-            return Ok(stats);
+            return Ok(false);
         }
-        let (l, w) = (l.max(k).max(1), w.max(1));
         self.pq.table_into(q, h.metric, &mut scratch.table)?;
         scratch.visited.clear();
         scratch.list.clear();
-        scratch.full.clear();
         scratch.vec.resize(h.dim as usize, 0.0);
         let start = h.start as u32;
         scratch.visited.insert(start);
@@ -942,130 +1170,129 @@ impl Lti {
             .push((scratch.table.distance(self.code(start)), start, false));
         stats.pq_distances += 1;
         scratch.done.clear();
+        Ok(true)
+    }
+
+    /// Picks a hop's nodes (the `w` nearest unexpanded in the list) into
+    /// `scratch.batch` and their first sectors into `scratch.sectors`;
+    /// each sector neither cached nor in `reads` already is pushed to
+    /// `reads` and counted as read. False when the search is over.
+    fn beam_plan(
+        &self,
+        w: usize,
+        scratch: &mut Scratch,
+        caches: &mut ReadCaches,
+        reads: &mut Vec<u64>,
+        stats: &mut QueryStats,
+    ) -> bool {
+        let h = &self.header;
+        scratch.batch.clear();
+        for e in scratch.list.iter_mut() {
+            if !e.2 {
+                e.2 = true;
+                scratch.batch.push(e.1);
+                if scratch.batch.len() == w {
+                    break;
+                }
+            }
+        }
+        if scratch.batch.is_empty() {
+            return false;
+        }
+        scratch.sectors.clear();
+        let mut read_any = false;
+        for &id in &scratch.batch {
+            let (first, _) = h.locate(id as u64);
+            if scratch.sectors.contains(&first) {
+                continue;
+            }
+            scratch.sectors.push(first);
+            if self.cache.contains_key(&first) || caches.hit(first) || reads.contains(&first) {
+                stats.cache_hits += 1;
+            } else {
+                reads.push(first);
+                stats.sectors_read += h.sectors_per_node() as u64;
+                read_any = true;
+            }
+        }
+        if read_any {
+            stats.hops += 1;
+        }
+        true
+    }
+
+    /// Expands a hop's nodes (`scratch.batch`, their records in `src`),
+    /// then the sector mates whose exact distance would enter the list.
+    #[allow(clippy::too_many_arguments)]
+    fn beam_hop(
+        &self,
+        q: &[f32],
+        l: usize,
+        admit: &dyn Fn(u32, u64) -> bool,
+        collect: bool,
+        scratch: &mut Scratch,
+        stats: &mut QueryStats,
+        src: &HopSectors<'_>,
+    ) -> Result<()> {
+        let h = &self.header;
         let nps = h.nodes_per_sector();
-        let spn = h.sectors_per_node();
         let mut joined = Vec::new();
-        loop {
-            scratch.batch.clear();
-            for e in scratch.list.iter_mut() {
-                if !e.2 {
-                    e.2 = true;
-                    scratch.batch.push(e.1);
-                    if scratch.batch.len() == w {
-                        break;
-                    }
+        let batch = std::mem::take(&mut scratch.batch);
+        let sectors = std::mem::take(&mut scratch.sectors);
+        let r = (|| -> Result<()> {
+            for &id in &batch {
+                if scratch.done.contains(id) {
+                    continue; // expanded as a sector mate this hop
                 }
+                let rec = record_in(h, src.get(h.locate(id as u64).0), id, &mut joined);
+                let node = Node::parse(rec, h)?;
+                node.vector_into(&mut scratch.vec)?;
+                let d = (self.dist)(q, &scratch.vec);
+                stats.exact_distances += 1;
+                self.expand(id, &node, d, false, l, admit, collect, scratch, stats)?;
             }
-            if scratch.batch.is_empty() {
-                break;
-            }
-            // The hop's sectors, each once; the uncached ones in one batch.
-            scratch.sectors.clear();
-            scratch.reads.clear();
-            for &id in &scratch.batch {
-                let (first, _) = h.locate(id as u64);
-                if !scratch.sectors.contains(&first) {
-                    scratch.sectors.push(first);
-                    let shared = scratch
-                        .shared
-                        .as_ref()
-                        .is_some_and(|c| c.0.contains_key(&first));
-                    if self.cache.contains_key(&first) || shared || scratch.recent.touch(first) {
-                        stats.cache_hits += 1;
-                    } else {
-                        scratch.reads.push(first);
-                    }
-                }
-            }
-            if !scratch.reads.is_empty() {
-                let reads = std::mem::take(&mut scratch.reads);
-                let r = self.read_sectors(&reads, scratch, &mut stats);
-                scratch.reads = reads;
-                r?;
-            }
-            let bufs = std::mem::take(&mut scratch.bufs);
-            let batch = std::mem::take(&mut scratch.batch);
-            let sectors = std::mem::take(&mut scratch.sectors);
-            let reads = std::mem::take(&mut scratch.reads);
-            let recent = std::mem::take(&mut scratch.recent);
-            let shared = scratch.shared.take();
-            let bytes_of = |first: u64| -> &[u8] {
-                if let Some(b) = self.cache.get(&first) {
-                    return b;
-                }
-                if let Some(b) = shared.as_deref().and_then(|c| c.get(first)) {
-                    return b;
-                }
-                if let Some(b) = recent.get(first) {
-                    return b;
-                }
-                let i = reads.iter().position(|&s| s == first).unwrap_or(0);
-                &bufs[i][..]
-            };
-            let r = (|| -> Result<()> {
-                for &id in &batch {
-                    if scratch.done.contains(id) {
-                        continue; // expanded as a sector mate this hop
-                    }
-                    let rec = record_in(h, bytes_of(h.locate(id as u64).0), id, &mut joined);
-                    let node = Node::parse(rec, h)?;
-                    node.vector_into(&mut scratch.vec)?;
-                    let d = (self.dist)(q, &scratch.vec);
-                    stats.exact_distances += 1;
-                    self.expand(id, &node, d, false, l, admit, collect, scratch, &mut stats)?;
-                }
-                // Sector mates: their records came with the read. One whose
-                // exact distance would enter the list is expanded now,
-                // saving the read its expansion would cost later.
-                if nps > 1 {
-                    for &first in &sectors {
-                        let buf = bytes_of(first);
-                        let base = (first - 1) * nps as u64;
-                        for slot in 0..nps as u64 {
-                            let v = base + slot;
-                            if v >= h.nodes || scratch.done.contains(v as u32) {
-                                continue;
-                            }
-                            let v = v as u32;
-                            let node = Node::parse(record_in(h, buf, v, &mut joined), h)?;
-                            if node.label == NO_LABEL {
-                                continue;
-                            }
-                            node.vector_into(&mut scratch.vec)?;
-                            let d = (self.dist)(q, &scratch.vec);
-                            stats.exact_distances += 1;
-                            let enters = scratch.list.len() < l
-                                || scratch.list.last().is_some_and(|e| d < e.0);
-                            if enters {
-                                self.expand(
-                                    v, &node, d, true, l, admit, collect, scratch, &mut stats,
-                                )?;
-                            }
+            // Sector mates: their records came with the read. One whose
+            // exact distance would enter the list is expanded now, saving
+            // the read its expansion would cost later.
+            if nps > 1 {
+                for &first in &sectors {
+                    let buf = src.get(first);
+                    let base = (first - 1) * nps as u64;
+                    for slot in 0..nps as u64 {
+                        let v = base + slot;
+                        if v >= h.nodes || scratch.done.contains(v as u32) {
+                            continue;
+                        }
+                        let v = v as u32;
+                        let node = Node::parse(record_in(h, buf, v, &mut joined), h)?;
+                        if node.label == NO_LABEL {
+                            continue;
+                        }
+                        node.vector_into(&mut scratch.vec)?;
+                        let d = (self.dist)(q, &scratch.vec);
+                        stats.exact_distances += 1;
+                        let enters =
+                            scratch.list.len() < l || scratch.list.last().is_some_and(|e| d < e.0);
+                        if enters {
+                            self.expand(v, &node, d, true, l, admit, collect, scratch, stats)?;
                         }
                     }
                 }
-                Ok(())
-            })();
-            let mut recent = recent;
-            if recent.cap > 0 {
-                let bytes = spn * BLOCK;
-                for (&first, buf) in reads.iter().zip(&bufs) {
-                    recent.put(first, &buf[..bytes]);
-                }
             }
-            scratch.recent = recent;
-            scratch.shared = shared;
-            scratch.bufs = bufs;
-            scratch.batch = batch;
-            scratch.sectors = sectors;
-            scratch.reads = reads;
-            r?;
-        }
+            Ok(())
+        })();
+        scratch.batch = batch;
+        scratch.sectors = sectors;
+        r
+    }
+
+    /// The `k` nearest results of a finished search into `out`.
+    fn beam_done(&self, k: usize, scratch: &mut Scratch, out: &mut Vec<(f32, u64)>) {
         scratch
             .full
             .sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        out.clear();
         out.extend(scratch.full.iter().take(k).copied());
-        Ok(stats)
     }
 
     /// Expands node `id` (exact distance `d`, its vector in

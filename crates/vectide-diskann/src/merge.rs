@@ -18,7 +18,10 @@
 //!    nodes still route but never become candidates; its candidates are
 //!    the live nodes expanded (their exact vectors came with their
 //!    sectors) and the new points it links to in its temp index;
-//!    RobustPrune gives its list. Searches run in `sector_order` over the
+//!    RobustPrune gives its list. Each thread runs `in_flight` searches in
+//!    lock-step ([`Lti::search_expanded_lockstep`]): one batch of reads
+//!    per round for all of them, a record wanted by several read once.
+//!    Searches run in `sector_order` over the
 //!    temp-index links, so a thread's consecutive searches end in the same
 //!    region, and each thread keeps the records it read recently (one 4
 //!    KiB sector per new point it handles, at most 256). All threads share
@@ -86,7 +89,7 @@
 //!   write during a merge leaves it in force.
 
 use crate::layout::{Header, Node, PqFile, NO_LABEL};
-use crate::lti::{edit_record, Lti, NodeWriter, QueryStats, Scratch};
+use crate::lti::{edit_record, Lockstep, Lti, NodeWriter, QueryStats, Scratch};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::Path;
@@ -108,14 +111,16 @@ pub struct MergeParams {
     pub alpha: f32,
     pub w: usize,
     /// Threads of the Insert phase's own pool (0: as many as the caller's
-    /// pool). Its searches wait on disk reads most of the time, so more
-    /// threads than cores keep more reads in flight (the engine uses 4 per
-    /// core).
+    /// pool). Its searches wait on disk reads much of the time, so a
+    /// thread more than the cores keeps them busy (the engine's choice).
     pub io_threads: usize,
     /// The Delete phase takes replacement candidates from the first
     /// `refill` entries of each deleted neighbour's list (0: all, as
     /// Algorithm 4).
     pub refill: usize,
+    /// Searches each Insert-phase thread runs at once, in lock-step
+    /// ([`Lti::search_expanded_lockstep`]; 0 counts as 1).
+    pub in_flight: usize,
 }
 
 /// The new points of a merge: labels, vectors (`len × dim`, normalised
@@ -392,63 +397,78 @@ pub fn streaming_merge(
         let near = Arc::new(
             old.sectors_near_start((inserts.len() * NEAR_START_PER_INSERT).min(NEAR_START_MAX))?,
         );
-        order
-            .par_iter()
-            .with_min_len(
-                order
-                    .len()
-                    .div_ceil(4 * rayon::current_num_threads())
-                    .max(1),
-            )
+        let part_len = order
+            .len()
+            .div_ceil(4 * rayon::current_num_threads())
+            .max(1);
+        let parts: Vec<Vec<(Vec<u32>, QueryStats)>> = order
+            .par_chunks(part_len)
             .map_init(
                 || {
-                    let mut sc = Scratch::default();
-                    sc.keep_recent(recent);
-                    sc.share_cache(near.clone());
-                    (sc, PruneScratch::default())
+                    let mut ls = Lockstep::new(p.in_flight);
+                    ls.keep_recent(recent);
+                    ls.share_cache(near.clone());
+                    (ls, PruneScratch::default())
                 },
-                |(sc, ps), &j| {
-                    if failed.load(Ordering::Relaxed) {
-                        return Err(Error::invalid("merge: the Delete phase failed"));
-                    }
-                    let j = j as usize;
-                    let q = new_vec(j);
-                    let qs = old.search_expanded(q, p.l, p.w, sc)?;
-                    // Candidates: expanded live nodes, then linked new points.
-                    ps.cand_nodes.clear();
-                    let mut vecs = std::mem::take(&mut ps.flat);
-                    vecs.clear();
-                    for (e, v) in sc
-                        .expanded
-                        .iter()
-                        .zip(sc.expanded_vectors.chunks_exact(dim))
-                    {
-                        if !is_dead(e.1) {
-                            ps.cand_nodes.push(e.1);
-                            vecs.extend_from_slice(v);
-                        }
-                    }
-                    for &k in &inserts.links[j] {
-                        if k as usize != j {
-                            ps.cand_nodes.push(tag(k as usize));
-                            vecs.extend_from_slice(new_vec(k as usize));
-                        }
-                    }
-                    let list = {
-                        let mut rows: Vec<&[f32]> = Vec::with_capacity(ps.cand_nodes.len() + 1);
-                        rows.push(q);
-                        rows.extend(vecs.chunks_exact(dim));
-                        ps.prune_rows(dist, &rows, p)
-                    };
-                    ps.flat = vecs;
-                    let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if d.is_multiple_of(1024) && !deleting.load(Ordering::Relaxed) {
-                        report(Phase::Insert, d, total);
-                    }
-                    Ok((list, qs))
+                |(ls, ps), part| {
+                    let mut out: Vec<Option<(Vec<u32>, QueryStats)>> =
+                        (0..part.len()).map(|_| None).collect();
+                    let query = |i: usize| new_vec(part[i] as usize);
+                    old.search_expanded_lockstep(
+                        0..part.len(),
+                        query,
+                        p.l,
+                        p.w,
+                        ls,
+                        |i, sc, qs| {
+                            if failed.load(Ordering::Relaxed) {
+                                return Err(Error::invalid("merge: the Delete phase failed"));
+                            }
+                            let j = part[i] as usize;
+                            let q = new_vec(j);
+                            // Candidates: expanded live nodes, then linked new points.
+                            ps.cand_nodes.clear();
+                            let mut vecs = std::mem::take(&mut ps.flat);
+                            vecs.clear();
+                            for (e, v) in sc
+                                .expanded
+                                .iter()
+                                .zip(sc.expanded_vectors.chunks_exact(dim))
+                            {
+                                if !is_dead(e.1) {
+                                    ps.cand_nodes.push(e.1);
+                                    vecs.extend_from_slice(v);
+                                }
+                            }
+                            for &k in &inserts.links[j] {
+                                if k as usize != j {
+                                    ps.cand_nodes.push(tag(k as usize));
+                                    vecs.extend_from_slice(new_vec(k as usize));
+                                }
+                            }
+                            let list = {
+                                let mut rows: Vec<&[f32]> =
+                                    Vec::with_capacity(ps.cand_nodes.len() + 1);
+                                rows.push(q);
+                                rows.extend(vecs.chunks_exact(dim));
+                                ps.prune_rows(dist, &rows, p)
+                            };
+                            ps.flat = vecs;
+                            let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                            if d.is_multiple_of(1024) && !deleting.load(Ordering::Relaxed) {
+                                report(Phase::Insert, d, total);
+                            }
+                            out[i] = Some((list, qs));
+                            Ok(())
+                        },
+                    )?;
+                    out.into_iter()
+                        .map(|o| o.ok_or_else(|| Error::invalid("merge: a search did not end")))
+                        .collect::<Result<Vec<_>>>()
                 },
             )
-            .collect::<Result<_>>()
+            .collect::<Result<_>>()?;
+        Ok(parts.into_iter().flatten().collect())
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(io_threads)

@@ -221,6 +221,72 @@ fn recent_records_save_reads_and_change_no_answer() {
     }
 }
 
+/// Each query's expanded nodes (exact distance, node) and vectors.
+type Expanded = (Vec<(f32, u32)>, Vec<f32>);
+
+#[test]
+fn lockstep_searches_expand_as_single_ones_and_read_a_shared_sector_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let lti = l2_lti(dir.path());
+    assert_eq!(lti.header().sectors_per_node(), 1);
+    // Each query twice in a row: in lock-step the pair wants the same
+    // sectors in the same rounds.
+    let qs: Vec<Vec<f32>> = queries(30)
+        .into_iter()
+        .flat_map(|q| [q.clone(), q])
+        .collect();
+    let mut sc = Scratch::default();
+    let mut single: Vec<Expanded> = Vec::new();
+    let mut cold = lti::QueryStats::default();
+    for q in &qs {
+        cold += lti.search_expanded(q, 40, 4, &mut sc).unwrap();
+        single.push((sc.expanded.clone(), sc.expanded_vectors.clone()));
+    }
+    for in_flight in [1, 3, 16] {
+        let mut ls = lti::Lockstep::new(in_flight);
+        let mut got: Vec<Option<Expanded>> = vec![None; qs.len()];
+        let mut warm = lti::QueryStats::default();
+        lti.search_expanded_lockstep(
+            0..qs.len(),
+            |i| &qs[i][..],
+            40,
+            4,
+            &mut ls,
+            |i, sc, st| {
+                assert!(got[i].is_none(), "job {i} ended twice");
+                got[i] = Some((sc.expanded.clone(), sc.expanded_vectors.clone()));
+                warm += st;
+                Ok(())
+            },
+        )
+        .unwrap();
+        for (i, g) in got.iter().enumerate() {
+            assert_eq!(
+                g.as_ref(),
+                Some(&single[i]),
+                "query {i}, {in_flight} in flight"
+            );
+        }
+        assert_eq!(warm.expanded, cold.expanded);
+        assert_eq!(warm.sectors_read + warm.cache_hits, cold.sectors_read);
+        match in_flight {
+            1 => assert_eq!(warm.sectors_read, cold.sectors_read),
+            // Twins start and end together (an even number of slots): each
+            // read serves both.
+            16 => assert!(
+                warm.sectors_read * 3 < cold.sectors_read * 2,
+                "{warm:?} vs {cold:?}"
+            ),
+            _ => assert!(warm.sectors_read <= cold.sectors_read),
+        }
+    }
+    // A query of the wrong dimension is an error, not a panic.
+    let bad = [vec![0.0f32; 3]];
+    let mut ls = lti::Lockstep::new(2);
+    let r = lti.search_expanded_lockstep(0..1, |i| &bad[i][..], 40, 4, &mut ls, |_, _, _| Ok(()));
+    assert!(matches!(r, Err(Error::DimensionMismatch { .. })), "{r:?}");
+}
+
 #[test]
 fn a_real_direct_file_reads_the_same_and_filters_apply() {
     let dir = tempfile::tempdir().unwrap();

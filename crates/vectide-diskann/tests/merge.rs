@@ -134,6 +134,7 @@ fn run(n: usize, del: usize, add: usize) -> Case {
         w: 4,
         io_threads: 0,
         refill: d.merge_refill,
+        in_flight: 4,
     };
     let m = streaming_merge(
         &old,
@@ -365,6 +366,7 @@ fn a_failing_disk_fails_the_merge_and_leaves_the_old_lti() {
         w: 4,
         io_threads: 4,
         refill: 0,
+        in_flight: 1,
     };
     let dead: Vec<u32> = (1..200).map(|i| i * 7).collect();
     let queries: Vec<Vec<f32>> = (0..20)

@@ -90,6 +90,12 @@ fn merge_peak(n: usize, changes: usize) -> (usize, usize) {
         w: 4,
         io_threads: 0,
         refill: 16,
+        // One search in flight per thread: a search's visited set grows
+        // (slowly) with the nodes it meets, and lock-step multiplies it by
+        // the searches in flight (8 per thread: +138 KB here for the 4x
+        // index). That is RAM per search, bounded by its list and degree,
+        // not per node of the index.
+        in_flight: 1,
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(2)
