@@ -108,6 +108,17 @@ impl SparseVisited {
         ((id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
     }
 
+    /// Fetches the slot `id` hashes to toward the cache, ahead of an
+    /// [`SparseVisited::insert`] or [`SparseVisited::contains`] of it: a
+    /// hint that changes nothing. A search's set outgrows the L1 cache
+    /// (about 5,000 marks at L 50 and degree 64: 64 KiB), and the probes of
+    /// a list's neighbours are independent, so prefetching them all first
+    /// overlaps their misses.
+    #[inline]
+    pub fn prefetch(&self, id: u32) {
+        crate::distance::prefetch(self.slots.as_ptr().wrapping_add(self.home(id)));
+    }
+
     /// Marks `id`; `true` when it was not marked yet (`u32::MAX`: `false`).
     #[inline]
     pub fn insert(&mut self, id: u32) -> bool {
@@ -241,6 +252,7 @@ mod tests {
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
                 let id = (x >> 40) as u32 % 5000;
+                v.prefetch(id); // a hint: must change nothing
                 assert_eq!(v.insert(id), oracle.insert(id), "round {round}, id {id}");
             }
             for id in 0..5000 {
@@ -253,6 +265,7 @@ mod tests {
             "stays near twice the marks: {}",
             v.bytes()
         );
+        v.prefetch(u32::MAX);
         assert!(!v.insert(u32::MAX) && !v.contains(u32::MAX));
     }
 

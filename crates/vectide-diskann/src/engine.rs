@@ -58,11 +58,13 @@ pub const LTI_SYNC: SyncSite = SyncSite("fresh-diskann.lti");
 /// lock-step ([`MergeParams::in_flight`]); the phase has a thread per core
 /// and one more, so that a thread waiting on its round's reads leaves its
 /// core to another. On GloVe 390K (`examples/merge_loop.rs`, 5 % changed,
-/// 2 cores, AVX2) 3 threads × 8 searches merged in 12.1-17.3 s (5 runs)
-/// against 17.1-19.4 s (3 runs, interleaved) for 8 threads × 1, the
-/// kernel's share of the CPU falling from 7 s to 3-4 s; 4 × 4, 2 × 8 and
-/// 3 × 4 took 17-18 s. More searches in flight cost more user time
-/// (each holds a 32 KiB PQ table, and 8 of them no longer fit in L1).
+/// 2 cores, AVX2; four runs of each, interleaved) 3 threads × 8 searches
+/// merged in 17.3 s on average against 20.1 s for 8 threads × 1 (the
+/// kernel's CPU time fell from 7-8 s to 3.5-4 s), and 17.05 s / 19.2 s
+/// with the visited-slot prefetch. 4 × 4, 2 × 8 and 3 × 4 were no better
+/// than 3 × 8. More searches in flight cost user time: each holds a
+/// 32 KiB PQ table and a visited set of about 64 KiB, and 8 of them
+/// outgrow the L1 and L2 caches.
 const MERGE_IN_FLIGHT: usize = 8;
 
 /// Where a live point is: an LTI node, or the temp index of a serial

@@ -1330,7 +1330,11 @@ impl Lti {
                 scratch.full.push((d, node.label));
             }
         }
-        // The unvisited neighbours' PQ distances in one batch.
+        // The unvisited neighbours' PQ distances in one batch (their
+        // visited slots fetched first: each probe is a cache miss).
+        for nbr in node.neighbor_ids() {
+            scratch.visited.prefetch(nbr);
+        }
         scratch.fresh.clear();
         for nbr in node.neighbor_ids() {
             if scratch.visited.insert(nbr) {
