@@ -167,7 +167,7 @@ fn main() {
     let threads = 2;
     let p = MergeParams {
         r: 64,
-        l: env_or("MERGE_L", 50),
+        l: env_or("MERGE_L", 40),
         alpha: 1.2,
         w: 4,
         io_threads: env_or("MERGE_IO_THREADS", threads + 1),

@@ -70,14 +70,16 @@
 //! - **Shorter candidate lists than a rebuild's** (`merge_refill`,
 //!   `merge_l`): a repaired node takes replacements from the first 16
 //!   entries of each deleted neighbour's list, not the whole list, and the
-//!   Insert phase searches with L 50, not the build's 75. Measured with
+//!   Insert phase searches with L 40, not the build's 75. Measured with
 //!   `examples/merge_loop.rs` on GloVe 100K, 5 % changed, 2 cores
 //!   (AVX2), recall@10 of the merged LTI at L 10 / 16 / 24 (W 4): whole
 //!   lists and L 75 0.8211 / 0.9084 / 0.9486 in 7.2 s; 16 and L 50 0.8172
-//!   / 0.9063 / 0.9472 in 4.6 s (0.64×); an LTI rebuilt from scratch on
-//!   the same points 0.8190 / 0.9048 / 0.9475. The merge's own lists are
-//!   a little richer than a rebuild's, and the shortcuts spend that
-//!   margin, not more.
+//!   / 0.9063 / 0.9472 in 4.6 s (0.64×); 16 and L 40 0.8162 / 0.9051 /
+//!   0.9465 in 3.8-4.3 s; an LTI rebuilt from scratch on the same points
+//!   0.8190 / 0.9048 / 0.9475. The merge's own lists are a little richer
+//!   than a rebuild's, and the shortcuts spend that margin and about 0.3
+//!   point more at L 10. On GloVe 390K, L 40 against L 50 cost at most
+//!   0.2 point at L 10-40 and read 14 % fewer sectors.
 //! - **The Insert phase searches the old LTI, not the intermediate one**,
 //!   so that it can run beside the Delete phase (on GloVe 100K, 5 %
 //!   changed, 2 cores: merge 5.1-5.3 s one after the other, 3.6-3.8 s

@@ -53,9 +53,9 @@ pub const MERGE_L: ParamSpec = ParamSpec {
         min: 1,
         max: limits::MAX_EF as i64,
     },
-    default: "50",
+    default: "40",
     doc: "search list L of each new point's GreedySearch over the LTI in StreamingMerge's Insert phase (its expanded nodes are the RobustPrune candidates); not stored, given at each open",
-    source: "Vectide: on GloVe 100K with 5 % changed, L 50 instead of l_build's 75 reads 26 % fewer sectors and the merged LTI's recall@10 stays within 0.2 points of a full rebuild's at L 10-40 (crates/vectide-diskann/src/merge.rs)",
+    source: "Vectide (examples/merge_loop.rs, 5 % changed, MERGE_RECALL sweep of the merged LTI at L 10-40): on GloVe 100K, L 40 instead of l_build's 75 keeps recall@10 within 0.3 points of a full rebuild's (0.8162 / 0.9051 / 0.9465 against 0.8190 / 0.9048 / 0.9475 at L 10 / 16 / 24); on GloVe 390K, L 40 against 50 reads 14 % fewer sectors, merges in 11.5-14.7 s against 15.0-16.4 s and costs at most 0.2 points at L 10-40",
 };
 /// `merge_refill`: Delete-phase candidates per deleted neighbour.
 pub const MERGE_REFILL: ParamSpec = ParamSpec {
@@ -125,7 +125,7 @@ impl Default for FreshDiskannParams {
             pq_bytes: 0,
             temp_points: 50_000,
             merge_points: 100_000,
-            merge_l: 50,
+            merge_l: 40,
             merge_refill: 16,
             merge_inline: false,
         }
