@@ -1063,7 +1063,6 @@ impl Lti {
                         break;
                     }
                     slot.job = None;
-                    self.beam_done(1, &mut slot.scratch, &mut Vec::new());
                     done(j, &slot.scratch, slot.stats)?;
                 }
             }

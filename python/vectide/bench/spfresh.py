@@ -60,8 +60,7 @@ ENGINES = ("spfresh", "spann-inplace", "spann")
 DEFAULT_STATIC = "spann-default-ratio"
 
 
-def static_builds(args, engines: Dict[str, Dict[str, object]], final_ix: Dict[str, object],
-                  live: int) -> Dict[str, Dict[str, object]]:
+def static_builds(args, final_ix: Dict[str, object], live: int) -> Dict[str, Dict[str, object]]:
     """The static SPANN builds on the final data: name → engine params.
 
     ``spann`` (the summary's static index) is built with as many postings
@@ -299,14 +298,14 @@ def run(args) -> Dict[str, object]:
         engines[engine] = rec
         final_ix[engine] = ix
     if "spann" in args.engines:
-        statics = static_builds(args, engines, final_ix, len(live))
+        statics = static_builds(args, final_ix, len(live))
         for name, params in statics.items():
             d = root / name
             ix = make_index(vectide, "spann", d, dim, metric, args.threads, args.nprobe, params)
             _log(f"{name}: static build on the final {len(live)} points (head_ratio "
                  f"{params.get('head_ratio', 'default')})")
             t_build = add_batches(ix, live, X, len(live))
-            engines[name] = {"build_s": t_build, "params": {k: v for k, v in params.items()}}
+            engines[name] = {"build_s": t_build, "params": dict(params)}
             final_ix[name] = ix
     _log(f"final quality over {len(Q)} queries, engines taking turns: {', '.join(final_ix)}")
     for e, q in quality(final_ix, Q, truth, args.nprobe).items():
