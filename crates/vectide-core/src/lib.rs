@@ -25,6 +25,7 @@ pub mod io;
 pub mod limits;
 pub mod metric;
 pub mod params;
+pub mod sched;
 pub mod scope;
 pub mod seq;
 pub mod sync;

@@ -17,7 +17,7 @@
 //! `MERGE_RECALL=rebuild` also of an LTI built from scratch on the same
 //! points (kept beside the sidecars, keyed by the old LTI's size: delete
 //! it after a `MERGE_INSERTS` run). `MERGE_INSERTS=0` runs the Delete
-//! phase alone.
+//! phase alone, `MERGE_DELETES=0` the merge without deletes.
 //!
 //! `python -m vectide.bench freshdiskann` is the measurement of record
 //! (it times the rebuild beside the merge); this is the loop to run under
@@ -131,7 +131,14 @@ fn main() {
         .filter(|&i| i != start)
         .collect();
     nodes.shuffle(&mut StdRng::seed_from_u64(7));
-    let dead = &nodes[..changes];
+    // `MERGE_DELETES=0` runs the merge without deletes (the Insert phase
+    // without the Delete phase's repairs beside it).
+    let deleted = std::env::var("MERGE_DELETES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(changes)
+        .min(changes);
+    let dead = &nodes[..deleted];
     // `MERGE_INSERTS=0` runs the Delete phase alone.
     let inserted = std::env::var("MERGE_INSERTS")
         .ok()
@@ -205,7 +212,8 @@ fn main() {
         let c1 = cpu();
         println!(
             "run {run}: merge {:.2} s, cpu {:.2} user + {:.2} sys (delete {:.2}, insert {:.2}, \
-             patch {:.2}); repaired {}, sectors read {}, insert cache hits {}",
+             patch {:.2}); repaired {}, sectors read {}, insert cache hits {}; per new point: \
+             {:.1} expanded, {:.0} PQ distances, {:.1} reads",
             t.elapsed().as_secs_f64(),
             c1.0 - c0.0,
             c1.1 - c0.1,
@@ -214,7 +222,10 @@ fn main() {
             s.patch_secs,
             s.repaired,
             s.sectors_read,
-            s.insert_cache_hits
+            s.insert_cache_hits,
+            s.insert_searches.expanded as f64 / inserted.max(1) as f64,
+            s.insert_searches.pq_distances as f64 / inserted.max(1) as f64,
+            s.insert_searches.sectors_read as f64 / inserted.max(1) as f64,
         );
         if run + 1 == runs && std::env::var("MERGE_RECALL").is_ok() {
             recall(dir, &old, dead, &labels, &vectors, dim, metric);

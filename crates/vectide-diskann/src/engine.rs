@@ -966,6 +966,14 @@ impl Inner {
                 "last_merge_insert_cache_hits".into(),
                 m.insert_cache_hits as f64,
             ));
+            extra.push((
+                "last_merge_insert_expanded".into(),
+                m.insert_searches.expanded as f64,
+            ));
+            extra.push((
+                "last_merge_insert_pq_distances".into(),
+                m.insert_searches.pq_distances as f64,
+            ));
             extra.push(("last_merge_orphans_linked".into(), m.orphans_linked as f64));
             extra.push(("last_merge_orphans_left".into(), m.orphans_left as f64));
         }

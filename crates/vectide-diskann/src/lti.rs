@@ -262,6 +262,9 @@ pub fn sector_order(lists: &[Vec<u32>], start: u32, nps: usize) -> Vec<u32> {
 /// of [`Lti::scan`]'s sequential reads.
 pub const RUN: usize = 256;
 
+/// Runs [`Lti::scan`] reads ahead of the records it hands out.
+const SCAN_AHEAD: usize = 2;
+
 /// Writes node records in node order into an empty block file, in runs of
 /// [`RUN`] sectors, each sector sealed; [`NodeWriter::finish`] writes the
 /// header (with the node count pushed) and syncs. The LTI writer and each
@@ -773,52 +776,87 @@ impl Lti {
 
     /// Reads every node record in order, in runs of [`RUN`] sectors (one
     /// read each), checking every sector, and hands `f` each node's number
-    /// and record.
+    /// and record. A thread of its own reads and checks up to
+    /// [`SCAN_AHEAD`] runs ahead of `f`; a run goes out only whole and
+    /// checked, so a damaged sector stops the scan before any record of
+    /// its run.
     pub fn scan(&self, mut f: impl FnMut(u32, Node<'_>) -> Result<()>) -> Result<()> {
         let h = &self.header;
         let data = h.data_sectors();
-        let mut buf = AlignedBuf::new(RUN);
         let nb = h.node_bytes();
         let spn = h.sectors_per_node();
         let nps = h.nodes_per_sector();
-        let mut rec = Vec::with_capacity(nb);
-        let mut node: u64 = 0;
+        // Runs: (first sector, sectors), whole records each when a record
+        // spans sectors.
+        let mut runs = Vec::new();
         let mut sector = 1u64;
         while sector < 1 + data {
             let take = ((1 + data - sector) as usize).min(RUN);
-            // Whole records per run when a record spans sectors.
             let take = if nps == 0 { take - take % spn } else { take };
-            self.file.read(sector, &mut buf[..take * BLOCK])?;
-            for s in 0..take {
-                check_sector(buf.block(s), sector + s as u64)?;
+            if take == 0 {
+                break;
             }
-            if nps > 0 {
-                for s in 0..take {
-                    for k in 0..nps {
-                        if node >= h.nodes {
-                            break;
+            runs.push((sector, take));
+            sector += take as u64;
+        }
+        // A reader thread reads and checks the next runs while `f` works
+        // through this one (a queue of `SCAN_AHEAD` runs); a buffer goes
+        // back to it once its run is done.
+        std::thread::scope(|s| {
+            let (full_tx, full_rx) = std::sync::mpsc::sync_channel(SCAN_AHEAD);
+            let (free_tx, free_rx) = std::sync::mpsc::channel::<AlignedBuf>();
+            let file = &*self.file;
+            s.spawn(move || {
+                for (i, &(sector, take)) in runs.iter().enumerate() {
+                    let mut buf = if i <= SCAN_AHEAD {
+                        AlignedBuf::new(RUN)
+                    } else {
+                        match free_rx.recv() {
+                            Ok(b) => b,
+                            Err(_) => return, // the scan stopped
                         }
-                        let b = &buf.block(s)[k * nb..(k + 1) * nb];
-                        f(node as u32, Node::parse(b, h)?)?;
+                    };
+                    let r = file.read(sector, &mut buf[..take * BLOCK]).and_then(|()| {
+                        (0..take).try_for_each(|k| check_sector(buf.block(k), sector + k as u64))
+                    });
+                    let failed = r.is_err();
+                    if full_tx.send(r.map(|()| (take, buf))).is_err() || failed {
+                        return;
+                    }
+                }
+            });
+            let mut rec = Vec::with_capacity(nb);
+            let mut node: u64 = 0;
+            for got in full_rx {
+                let (take, buf) = got?;
+                if nps > 0 {
+                    for s in 0..take {
+                        for k in 0..nps {
+                            if node >= h.nodes {
+                                break;
+                            }
+                            let b = &buf.block(s)[k * nb..(k + 1) * nb];
+                            f(node as u32, Node::parse(b, h)?)?;
+                            node += 1;
+                        }
+                    }
+                } else {
+                    for r in 0..take / spn {
+                        rec.clear();
+                        let mut left = nb;
+                        for s in 0..spn {
+                            let t = left.min(PAYLOAD);
+                            rec.extend_from_slice(&buf.block(r * spn + s)[..t]);
+                            left -= t;
+                        }
+                        f(node as u32, Node::parse(&rec, h)?)?;
                         node += 1;
                     }
                 }
-            } else {
-                for r in 0..take / spn {
-                    rec.clear();
-                    let mut left = nb;
-                    for s in 0..spn {
-                        let t = left.min(PAYLOAD);
-                        rec.extend_from_slice(&buf.block(r * spn + s)[..t]);
-                        left -= t;
-                    }
-                    f(node as u32, Node::parse(&rec, h)?)?;
-                    node += 1;
-                }
+                let _ = free_tx.send(buf);
             }
-            sector += take as u64;
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Reads the records of `ids` (any order, one batch per 64) and hands

@@ -13,7 +13,10 @@
 //!    go, in order, to an **intermediate LTI** of the same numbering.
 //! 2. **Insert phase**, at the same time as the Delete phase (which is
 //!    CPU-bound while this one mostly waits on reads), in its own pool of
-//!    `io_threads`. Each new point runs GreedySearch over the **old** LTI
+//!    `io_threads`. The Delete phase runs in a pool of its own at a lower
+//!    priority (nice +10): its prunes take the cores while the searches
+//!    wait on their reads, and give them back as each read completes (the
+//!    searches are the merge's critical path). Each new point runs GreedySearch over the **old** LTI
 //!    read from disk (the beam search, W reads per hop), where deleted
 //!    nodes still route but never become candidates; its candidates are
 //!    the live nodes expanded (their exact vectors came with their
@@ -183,6 +186,9 @@ pub struct MergeStats {
     pub sectors_written: u64,
     /// Insert-phase reads served by a thread's recent records.
     pub insert_cache_hits: u64,
+    /// The Insert phase's searches, summed (reads, hops, expansions,
+    /// PQ and exact distances).
+    pub insert_searches: QueryStats,
     /// Live nodes left without an in-edge by the prunes that got one back.
     pub orphans_linked: u64,
     /// Such nodes no neighbour could take (none had room or a spare edge).
@@ -235,6 +241,9 @@ const RECENT: usize = 256;
 /// (the budget per new point keeps it following the change set).
 const NEAR_START_PER_INSERT: usize = 2048;
 const NEAR_START_MAX: usize = 64 << 20;
+
+/// Nice levels the Delete phase's threads drop by (module docs).
+const DELETE_NICE: i32 = 10;
 
 struct Pending {
     node: u32,
@@ -477,6 +486,17 @@ pub fn streaming_merge(
         .thread_name(|i| format!("vectide-merge-io-{i}"))
         .build()
         .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?;
+    // The Delete phase's own threads, at a lower priority: its prunes keep
+    // the cores busy while the Insert phase's searches wait on their reads,
+    // and yield them as each read completes (module docs).
+    let delete_pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(rayon::current_num_threads())
+        .thread_name(|i| format!("vectide-merge-del-{i}"))
+        .start_handler(|_| {
+            let _ = vectide_core::sched::lower_priority(DELETE_NICE);
+        })
+        .build()
+        .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?;
     // The phase that fails first stops the other; its error is the one
     // returned (the other's only says it stopped).
     let first_failure = AtomicU8::new(0);
@@ -493,7 +513,7 @@ pub fn streaming_merge(
             }
             (r, t.elapsed().as_secs_f64())
         });
-        let del = delete_phase();
+        let del = delete_pool.install(delete_phase);
         if del.is_err() {
             fail(1);
         }
@@ -548,6 +568,7 @@ pub fn streaming_merge(
     let mut delta: HashMap<u32, Vec<u32>> = HashMap::new();
     let mut new_lists: Vec<Vec<u32>> = vec![Vec::new(); lists.len()];
     for (&j, (mut list, qs)) in order.iter().zip(lists) {
+        stats.insert_searches += qs;
         stats.sectors_read += qs.sectors_read;
         stats.insert_cache_hits += qs.cache_hits;
         for x in list.iter_mut() {
@@ -858,7 +879,14 @@ fn delete_candidates(
     }
     fresh.sort_unstable();
     fresh.dedup();
-    fresh.retain(|x| !kept.contains(x));
+    // Those the list holds already: one pass over both sorted.
+    let mut held = kept.clone();
+    held.sort_unstable();
+    let mut h = held.iter().peekable();
+    fresh.retain(|&x| {
+        while h.next_if(|&&k| k < x).is_some() {}
+        h.peek() != Some(&&x)
+    });
     (kept, fresh)
 }
 
@@ -1173,6 +1201,35 @@ mod tests {
                 }
             }
             proptest::prop_assert_eq!(out, plain);
+        }
+
+        /// Algorithm 4's candidates as defined, whatever the overlap of
+        /// the kept neighbours with the deleted ones' lists.
+        #[test]
+        fn delete_candidates_match_their_definition(
+            list in proptest::collection::vec(0u32..40, 0..30),
+            dead_lists in proptest::collection::vec(proptest::collection::vec(0u32..20, 0..12), 20),
+            refill in 0usize..6,
+        ) {
+            let dead = |n: u32| n >= 20;
+            let lists: HashMap<u32, Vec<u32>> = dead_lists
+                .into_iter()
+                .enumerate()
+                .map(|(i, l)| (20 + i as u32, l))
+                .collect();
+            let (kept, fresh) = delete_candidates(0, &list, &dead, &lists, refill);
+            let live: Vec<u32> = list.iter().copied().filter(|&n| !dead(n)).collect();
+            let take = if refill == 0 { usize::MAX } else { refill };
+            let mut want: Vec<u32> = list
+                .iter()
+                .filter(|&&n| dead(n))
+                .flat_map(|n| lists[n].iter().take(take).copied())
+                .filter(|&x| x != 0 && !live.contains(&x))
+                .collect();
+            want.sort_unstable();
+            want.dedup();
+            proptest::prop_assert_eq!(kept, live);
+            proptest::prop_assert_eq!(fresh, want);
         }
     }
 

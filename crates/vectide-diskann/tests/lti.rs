@@ -369,6 +369,62 @@ fn damage_is_an_error_never_a_wrong_answer() {
     assert!(reopen(good, &other).is_err(), "PQ file checksum");
 }
 
+/// The scan reads ahead on a thread of its own: it still hands out every
+/// record in order, stops at a damaged sector before any record of its run,
+/// and stops when its caller's callback fails.
+#[test]
+fn a_scan_reads_ahead_in_order_and_stops_at_damage_or_a_failing_callback() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, _) = graph(Metric::L2);
+    let pq = dir.path().join("x.pq");
+    let file = SimBlockFile::new(1);
+    let written = lti::write(&file, &pq, &source(&g), 8, 0).unwrap();
+    let good = file.current();
+    let h = Header::decode(&good[..BLOCK], (good.len() / BLOCK) as u64).unwrap();
+    assert!(
+        h.data_sectors() > lti::RUN as u64 + 10,
+        "the test wants two runs at least"
+    );
+    let lti = reopen(good.clone(), &pq).unwrap();
+    let mut seen = Vec::new();
+    lti.scan(|i, node| {
+        seen.push((i, node.label));
+        Ok(())
+    })
+    .unwrap();
+    let mut want = vec![(0u32, 0u64); g.labels.len()];
+    for (src, &node) in written.node_of.iter().enumerate() {
+        want[node as usize] = (node, g.labels[src]);
+    }
+    assert_eq!(seen, want);
+    // A flipped bit in a sector of the second run.
+    let sector = lti::RUN + 5;
+    let mut bad = good.clone();
+    bad[sector * BLOCK + 9] ^= 0x40;
+    let lti = reopen(bad, &pq).unwrap();
+    let mut count = 0u64;
+    let err = lti.scan(|_, _| {
+        count += 1;
+        Ok(())
+    });
+    assert!(matches!(err, Err(Error::Corrupted(_))), "{err:?}");
+    // A run is checked whole before its records go out: those of the
+    // first run went out, none of the damaged one.
+    assert_eq!(count, (lti::RUN * h.nodes_per_sector()) as u64);
+    // A callback that fails stops the scan with its error.
+    let lti = reopen(good, &pq).unwrap();
+    let mut count = 0;
+    let err = lti.scan(|i, _| {
+        count += 1;
+        if i == 100 {
+            return Err(Error::invalid("stop here"));
+        }
+        Ok(())
+    });
+    assert!(matches!(err, Err(Error::InvalidInput(_))), "{err:?}");
+    assert_eq!(count, 101);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
     /// Random sector-0 bytes (sealed or not) and random lengths: the header
