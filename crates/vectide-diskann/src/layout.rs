@@ -251,25 +251,81 @@ pub fn encode_node(
     label: u64,
     neighbors: &[u32],
 ) -> Result<()> {
-    if vector.len() != h.dim as usize || neighbors.len() > h.max_degree as usize {
+    let start = out.len();
+    out.resize(start + h.node_bytes(), 0);
+    let r = encode_node_into(
+        &mut out[start..],
+        h,
+        Vector::Floats(vector),
+        label,
+        neighbors,
+    );
+    if r.is_err() {
+        out.truncate(start);
+    }
+    r
+}
+
+/// A record's vector: floats, or the little-endian bytes a [`Node`] holds.
+#[derive(Debug, Clone, Copy)]
+pub enum Vector<'a> {
+    Floats(&'a [f32]),
+    Bytes(&'a [u8]),
+    /// All zeros (a free record's).
+    Zero,
+}
+
+/// Writes one node record into `slot` (`h.node_bytes()` bytes; the bytes
+/// past the list are zeroed). A vector of the wrong length, a non-finite
+/// component or more neighbours than the record holds is an error.
+pub fn encode_node_into(
+    slot: &mut [u8],
+    h: &Header,
+    vector: Vector<'_>,
+    label: u64,
+    neighbors: &[u32],
+) -> Result<()> {
+    let dim = h.dim as usize;
+    let len = match vector {
+        Vector::Floats(v) => v.len(),
+        Vector::Bytes(b) if b.len() % 4 == 0 => b.len() / 4,
+        Vector::Bytes(_) => usize::MAX,
+        Vector::Zero => dim,
+    };
+    if len != dim || neighbors.len() > h.max_degree as usize || slot.len() != h.node_bytes() {
         return Err(Error::invalid(format!(
-            "LTI record: {} floats and {} neighbours for dim {} and max degree {}",
-            vector.len(),
+            "LTI record: {} floats and {} neighbours into {} bytes for dim {} and max degree {}",
+            len,
             neighbors.len(),
+            slot.len(),
             h.dim,
             h.max_degree
         )));
     }
-    let start = out.len();
-    for x in vector {
-        out.extend_from_slice(&x.to_le_bytes());
+    let (vec_part, rest) = slot.split_at_mut(dim * 4);
+    match vector {
+        Vector::Floats(v) => {
+            for (o, x) in vec_part.chunks_exact_mut(4).zip(v) {
+                o.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        Vector::Bytes(b) => {
+            if b.chunks_exact(4)
+                .any(|c| !f32::from_le_bytes(c.try_into().expect("4 bytes")).is_finite())
+            {
+                return Err(Error::corrupted("LTI node: non-finite vector component"));
+            }
+            vec_part.copy_from_slice(b);
+        }
+        Vector::Zero => vec_part.fill(0),
     }
-    out.extend_from_slice(&label.to_le_bytes());
-    out.extend_from_slice(&(neighbors.len() as u32).to_le_bytes());
-    for n in neighbors {
-        out.extend_from_slice(&n.to_le_bytes());
+    rest[..8].copy_from_slice(&label.to_le_bytes());
+    rest[8..12].copy_from_slice(&(neighbors.len() as u32).to_le_bytes());
+    let (ids, pad) = rest[12..].split_at_mut(neighbors.len() * 4);
+    for (o, n) in ids.chunks_exact_mut(4).zip(neighbors) {
+        o.copy_from_slice(&n.to_le_bytes());
     }
-    out.resize(start + h.node_bytes(), 0);
+    pad.fill(0);
     Ok(())
 }
 

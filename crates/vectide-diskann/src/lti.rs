@@ -21,6 +21,7 @@
 //! nothing.
 
 use crate::layout::{check_sector, encode_node, seal, Header, Node, PqFile, NO_LABEL, PAYLOAD};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -262,8 +263,47 @@ pub fn sector_order(lists: &[Vec<u32>], start: u32, nps: usize) -> Vec<u32> {
 /// of [`Lti::scan`]'s sequential reads.
 pub const RUN: usize = 256;
 
-/// Runs [`Lti::scan`] reads ahead of the records it hands out.
-const SCAN_AHEAD: usize = 2;
+/// Runs [`Lti::scan_runs`] reads ahead of the one it hands out.
+pub const SCAN_AHEAD: usize = 2;
+
+/// A run of whole sectors [`Lti::scan_runs`] read and checked: the records
+/// of nodes `first .. first + len`.
+pub struct Run<'b> {
+    first: u64,
+    len: usize,
+    /// The run's first sector.
+    sector: u64,
+    bytes: &'b [u8],
+}
+
+impl<'b> Run<'b> {
+    /// Records in the run.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The number of the run's `k`-th node.
+    pub fn id(&self, k: usize) -> u32 {
+        (self.first + k as u64) as u32
+    }
+
+    /// The `k`-th record's bytes (assembled in `joined` when a record
+    /// spans sectors).
+    pub fn record<'s>(&'s self, h: &Header, k: usize, joined: &'s mut Vec<u8>) -> &'s [u8] {
+        let id = self.first + k as u64;
+        let at = (h.locate(id).0 - self.sector) as usize * BLOCK;
+        record_in(h, &self.bytes[at..], id as u32, joined)
+    }
+
+    /// The `k`-th record, parsed.
+    pub fn node<'s>(&'s self, h: &Header, k: usize, joined: &'s mut Vec<u8>) -> Result<Node<'s>> {
+        Node::parse(self.record(h, k, joined), h)
+    }
+}
 
 /// Writes node records in node order into an empty block file, in runs of
 /// [`RUN`] sectors, each sector sealed; [`NodeWriter::finish`] writes the
@@ -349,6 +389,80 @@ impl<'a> NodeWriter<'a> {
             self.filled += spn;
         }
         self.nodes += 1;
+        Ok(())
+    }
+
+    /// Appends `n` records, encoded in parallel: `fill(k, slot)` writes
+    /// the `k`-th into its slot (`node_bytes` zeroed bytes), as
+    /// [`crate::layout::encode_node_into`] does. The records land where `n` calls of
+    /// [`NodeWriter::push`] would put them.
+    pub fn push_records(
+        &mut self,
+        n: usize,
+        fill: impl Fn(usize, &mut [u8]) -> Result<()> + Sync,
+    ) -> Result<()> {
+        let nb = self.h.node_bytes();
+        let nps = self.h.nodes_per_sector();
+        let mut k = 0;
+        while k < n {
+            if nps > 0 {
+                if self.in_sector == nps {
+                    self.filled += 1;
+                    self.in_sector = 0;
+                }
+                if self.filled == RUN {
+                    self.flush()?;
+                }
+                // Slots from (filled, in_sector) to the buffer's end.
+                let s0 = self.filled * nps + self.in_sector;
+                let take = (RUN * nps - s0).min(n - k);
+                let end = s0 + take;
+                let region = &mut self.buf[self.filled * BLOCK..end.div_ceil(nps) * BLOCK];
+                let first_sector = self.filled;
+                region
+                    .par_chunks_mut(BLOCK)
+                    .enumerate()
+                    .try_for_each(|(si, sector)| {
+                        let base = (first_sector + si) * nps;
+                        for slot in s0.max(base)..end.min(base + nps) {
+                            let at = (slot - base) * nb;
+                            fill(k + slot - s0, &mut sector[at..at + nb])?;
+                        }
+                        Ok::<(), Error>(())
+                    })?;
+                (self.filled, self.in_sector) = if end.is_multiple_of(nps) {
+                    (end / nps - 1, nps)
+                } else {
+                    (end / nps, end % nps)
+                };
+                self.nodes += take as u64;
+                k += take;
+            } else {
+                let spn = self.h.sectors_per_node();
+                if self.filled + spn > RUN {
+                    self.flush()?;
+                }
+                let take = ((RUN - self.filled) / spn).min(n - k);
+                let region = &mut self.buf[self.filled * BLOCK..(self.filled + take * spn) * BLOCK];
+                region
+                    .par_chunks_mut(spn * BLOCK)
+                    .enumerate()
+                    .try_for_each_init(
+                        || vec![0u8; nb],
+                        |rec, (r, sectors)| {
+                            rec.fill(0);
+                            fill(k + r, rec)?;
+                            for (s, chunk) in rec.chunks(PAYLOAD).enumerate() {
+                                sectors[s * BLOCK..s * BLOCK + chunk.len()].copy_from_slice(chunk);
+                            }
+                            Ok::<(), Error>(())
+                        },
+                    )?;
+                self.filled += take * spn;
+                self.nodes += take as u64;
+                k += take;
+            }
+        }
         Ok(())
     }
 
@@ -776,38 +890,53 @@ impl Lti {
 
     /// Reads every node record in order, in runs of [`RUN`] sectors (one
     /// read each), checking every sector, and hands `f` each node's number
-    /// and record. A thread of its own reads and checks up to
-    /// [`SCAN_AHEAD`] runs ahead of `f`; a run goes out only whole and
-    /// checked, so a damaged sector stops the scan before any record of
-    /// its run.
+    /// and record ([`Lti::scan_runs`] underneath).
     pub fn scan(&self, mut f: impl FnMut(u32, Node<'_>) -> Result<()>) -> Result<()> {
-        let h = &self.header;
+        let h = self.header;
+        let mut joined = Vec::new();
+        self.scan_runs(|run| {
+            for k in 0..run.len() {
+                f(run.id(k), run.node(&h, k, &mut joined)?)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Reads the whole file in order, in runs of [`RUN`] sectors (one read
+    /// each, whole records), and hands `f` each run once all its sectors
+    /// are checked: a damaged sector stops the scan before any record of
+    /// its run. A thread of its own reads up to [`SCAN_AHEAD`] runs ahead
+    /// of `f`.
+    pub fn scan_runs(&self, mut f: impl FnMut(&Run<'_>) -> Result<()>) -> Result<()> {
+        let h = self.header;
         let data = h.data_sectors();
-        let nb = h.node_bytes();
         let spn = h.sectors_per_node();
         let nps = h.nodes_per_sector();
-        // Runs: (first sector, sectors), whole records each when a record
-        // spans sectors.
+        // Runs: (first sector, sectors, first node, nodes).
         let mut runs = Vec::new();
-        let mut sector = 1u64;
+        let (mut sector, mut node) = (1u64, 0u64);
         while sector < 1 + data {
             let take = ((1 + data - sector) as usize).min(RUN);
             let take = if nps == 0 { take - take % spn } else { take };
             if take == 0 {
                 break;
             }
-            runs.push((sector, take));
+            let nodes = if nps > 0 {
+                ((take * nps) as u64).min(h.nodes - node)
+            } else {
+                (take / spn) as u64
+            };
+            runs.push((sector, take, node, nodes as usize));
             sector += take as u64;
+            node += nodes;
         }
-        // A reader thread reads and checks the next runs while `f` works
-        // through this one (a queue of `SCAN_AHEAD` runs); a buffer goes
-        // back to it once its run is done.
         std::thread::scope(|s| {
             let (full_tx, full_rx) = std::sync::mpsc::sync_channel(SCAN_AHEAD);
             let (free_tx, free_rx) = std::sync::mpsc::channel::<AlignedBuf>();
             let file = &*self.file;
+            let list = &runs;
             s.spawn(move || {
-                for (i, &(sector, take)) in runs.iter().enumerate() {
+                for (i, &(sector, take, _, _)) in list.iter().enumerate() {
                     let mut buf = if i <= SCAN_AHEAD {
                         AlignedBuf::new(RUN)
                     } else {
@@ -820,39 +949,20 @@ impl Lti {
                         (0..take).try_for_each(|k| check_sector(buf.block(k), sector + k as u64))
                     });
                     let failed = r.is_err();
-                    if full_tx.send(r.map(|()| (take, buf))).is_err() || failed {
+                    if full_tx.send(r.map(|()| (i, buf))).is_err() || failed {
                         return;
                     }
                 }
             });
-            let mut rec = Vec::with_capacity(nb);
-            let mut node: u64 = 0;
             for got in full_rx {
-                let (take, buf) = got?;
-                if nps > 0 {
-                    for s in 0..take {
-                        for k in 0..nps {
-                            if node >= h.nodes {
-                                break;
-                            }
-                            let b = &buf.block(s)[k * nb..(k + 1) * nb];
-                            f(node as u32, Node::parse(b, h)?)?;
-                            node += 1;
-                        }
-                    }
-                } else {
-                    for r in 0..take / spn {
-                        rec.clear();
-                        let mut left = nb;
-                        for s in 0..spn {
-                            let t = left.min(PAYLOAD);
-                            rec.extend_from_slice(&buf.block(r * spn + s)[..t]);
-                            left -= t;
-                        }
-                        f(node as u32, Node::parse(&rec, h)?)?;
-                        node += 1;
-                    }
-                }
+                let (i, buf) = got?;
+                let (sector, take, first, len) = runs[i];
+                f(&Run {
+                    first,
+                    len,
+                    sector,
+                    bytes: &buf[..take * BLOCK],
+                })?;
                 let _ = free_tx.send(buf);
             }
             Ok(())
@@ -1522,6 +1632,91 @@ mod merge_tests {
                 assert_eq!(a, b, "l {l} round {round}");
                 assert!(b.len() <= l);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod writer_tests {
+    use super::{NodeWriter, RUN};
+    use crate::layout::{encode_node_into, Header, Vector, NO_LABEL};
+    use vectide_core::Metric;
+    use vectide_storage::block::SimBlockFile;
+
+    fn shape(dim: u32, max_degree: u32) -> Header {
+        Header {
+            metric: Metric::L2,
+            dim,
+            max_degree,
+            nodes: 0,
+            start: 0,
+            durable_seq: 3,
+            pq_bytes: 1,
+        }
+    }
+
+    fn record(i: usize, dim: usize) -> (Vec<f32>, u64, Vec<u32>) {
+        let v = (0..dim).map(|d| (i * 31 + d) as f32 * 0.5).collect();
+        let list = (0..(i % 5) as u32).map(|k| (i as u32 + k) % 7).collect();
+        (v, i as u64 * 3 + 1, list)
+    }
+
+    /// Records pushed in parallel chunks of odd sizes, between single
+    /// pushes and free records, give the same file as single pushes,
+    /// for records packed several to a sector and spanning sectors.
+    #[test]
+    fn parallel_pushes_write_what_single_pushes_write() {
+        for (dim, max_degree) in [(3, 6), (1100, 40)] {
+            let h = shape(dim, max_degree);
+            let n = if h.nodes_per_sector() > 0 {
+                RUN * h.nodes_per_sector() * 2 + 17
+            } else {
+                RUN + 9
+            };
+            let free = |i: usize| i % 11 == 4;
+            let one = SimBlockFile::new(1);
+            let mut w = NodeWriter::new(&one, h).unwrap();
+            for i in 0..n {
+                if free(i) {
+                    w.push_free().unwrap();
+                } else {
+                    let (v, label, list) = record(i, dim as usize);
+                    w.push(&v, label, &list).unwrap();
+                }
+            }
+            w.finish(0, 3).unwrap();
+            let many = SimBlockFile::new(1);
+            let mut w = NodeWriter::new(&many, h).unwrap();
+            let mut i = 0;
+            for (step, chunk) in [1usize, 250, 7, 3000, 1, 100_000].iter().enumerate() {
+                let take = (*chunk).min(n - i);
+                if step % 2 == 0 && take > 0 {
+                    // A single push between the chunks.
+                    let (v, label, list) = record(i, dim as usize);
+                    if free(i) {
+                        w.push_free().unwrap();
+                    } else {
+                        w.push(&v, label, &list).unwrap();
+                    }
+                    i += 1;
+                    continue;
+                }
+                let from = i;
+                w.push_records(take, |k, slot| {
+                    let j = from + k;
+                    if free(j) {
+                        return encode_node_into(slot, &h, Vector::Zero, NO_LABEL, &[]);
+                    }
+                    let (v, label, list) = record(j, dim as usize);
+                    encode_node_into(slot, &h, Vector::Floats(&v), label, &list)
+                })
+                .unwrap();
+                i += take;
+            }
+            assert_eq!(i, n, "the steps cover every record");
+            assert_eq!(w.nodes(), n as u64);
+            w.finish(0, 3).unwrap();
+            assert_eq!(one.current(), many.current(), "dim {dim}");
         }
     }
 }

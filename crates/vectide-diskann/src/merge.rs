@@ -3,14 +3,17 @@
 //! with RAM that grows with the change set, not with the index.
 //!
 //! 1. **Delete phase.** The lists of the deleted nodes are read (one batch
-//!    per 64). Then the LTI is read block by block, in order; a node that
+//!    per 64). Then the LTI is read a run of sectors at a time, in order
+//!    (a thread reads ahead: [`Lti::scan_runs`]); a node that
 //!    points at deleted nodes gets Algorithm 4's candidate set (its live
 //!    neighbours and the live neighbours of its deleted ones); when it
 //!    exceeds the room, the live neighbours stay and the others fill the
 //!    room up to `r` under the α-rule (below), with PQ reconstructions of
 //!    the candidates standing in for their vectors (only the node's own
-//!    vector came with its block). Deleted nodes become free records. The blocks
-//!    go, in order, to an **intermediate LTI** of the same numbering.
+//!    vector came with its block). Deleted nodes become free records. A
+//!    run's lists are computed in parallel, then its records encoded in
+//!    parallel ([`NodeWriter::push_records`]) and written, in order, to an
+//!    **intermediate LTI** of the same numbering.
 //! 2. **Insert phase**, at the same time as the Delete phase (which is
 //!    CPU-bound while this one mostly waits on reads), in its own pool of
 //!    `io_threads`. The Delete phase runs in a pool of its own at a lower
@@ -37,7 +40,8 @@
 //! 3. **Patch phase.** The intermediate LTI is read block by block; each
 //!    node gets its Δ, a list over its room (`max_degree`) is pruned to `r`
 //!    (PQ reconstructions for old nodes, exact vectors for new ones); new
-//!    points are written in their slots. The blocks go to the **new LTI**,
+//!    points are written in their slots. Runs go as in the Delete phase
+//!    (lists, then records, in parallel) to the **new LTI**,
 //!    then its PQ file is written (old codes, new points' codes in their
 //!    slots) without copying the code array.
 //! 4. **Orphans.** Pruning in either phase can drop a node's last in-edge,
@@ -71,7 +75,7 @@
 //!   neighbours' neighbours compete for the room left, each checked against
 //!   the list (the in-memory engines' `repair_list` does the same).
 //! - **Shorter candidate lists than a rebuild's** (`merge_refill`,
-//!   `merge_l`): a repaired node takes replacements from the first 16
+//!   `merge_l`): a repaired node takes replacements from the first 8
 //!   entries of each deleted neighbour's list, not the whole list, and the
 //!   Insert phase searches with L 40, not the build's 75. Measured with
 //!   `examples/merge_loop.rs` on GloVe 100K, 5 % changed, 2 cores
@@ -82,7 +86,13 @@
 //!   0.8190 / 0.9048 / 0.9475. The merge's own lists are a little richer
 //!   than a rebuild's, and the shortcuts spend that margin and about 0.3
 //!   point more at L 10. On GloVe 390K, L 40 against L 50 cost at most
-//!   0.2 point at L 10-40 and read 14 % fewer sectors.
+//!   0.2 point at L 10-40 and read 14 % fewer sectors. Refill 8 against
+//!   16 on GloVe 390K (one run each, L 40): 0.7812 / 0.8185 / 0.8689 /
+//!   0.9161 / 0.9559 against 0.7817 / 0.8203 / 0.8691 / 0.9178 / 0.9562 at
+//!   L 10 / 12 / 16 / 24 / 40, and half the Delete phase's CPU (1.8 against
+//!   3.8-4.1 s alone): a node that lost two neighbours (62 live plus at
+//!   most 16 candidates) then fits its room (`max_degree` 84 at R 64) and
+//!   keeps them all without an α-rule pass.
 //! - **The Insert phase searches the old LTI, not the intermediate one**,
 //!   so that it can run beside the Delete phase (on GloVe 100K, 5 %
 //!   changed, 2 cores: merge 5.1-5.3 s one after the other, 3.6-3.8 s
@@ -93,7 +103,7 @@
 //!   so the old LTI stays intact until the switch: a crash or a failed
 //!   write during a merge leaves it in force.
 
-use crate::layout::{Header, Node, PqFile, NO_LABEL};
+use crate::layout::{encode_node_into, Header, Node, PqFile, Vector, NO_LABEL};
 use crate::lti::{edit_record, Lockstep, Lti, NodeWriter, QueryStats, Scratch};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -221,9 +231,6 @@ impl MergeOutcome {
     }
 }
 
-/// Nodes gathered from a scan before their lists are computed in parallel.
-const BATCH: usize = 1024;
-
 /// Records each Insert-phase thread keeps from its recent searches: one
 /// per new point the thread searches for, at most this many (4 KiB
 /// sectors: 1 MiB a thread), so that the cache follows the change set.
@@ -245,11 +252,59 @@ const NEAR_START_MAX: usize = 64 << 20;
 /// Nice levels the Delete phase's threads drop by (module docs).
 const DELETE_NICE: i32 = 10;
 
-struct Pending {
-    node: u32,
-    label: u64,
-    vector: Vec<f32>,
-    list: Vec<u32>,
+/// What a phase writes for a record of the file it scans.
+enum Rewrite {
+    /// The record as it is (copied).
+    Keep,
+    /// A free record.
+    Free,
+    /// The node with this list.
+    List(Vec<u32>),
+    /// New point `j` in this slot, with this list (`None`: its list from
+    /// the Insert phase).
+    New(usize, Option<Vec<u32>>),
+}
+
+/// The new points a Patch phase writes: labels, vectors and the lists the
+/// Insert phase gave them.
+struct NewPoints<'a> {
+    labels: &'a [u64],
+    vectors: &'a [f32],
+    lists: &'a [Vec<u32>],
+}
+
+/// Encodes `what` into `slot`; `record` is the scanned record (empty past
+/// the scanned file's end, where only new points go).
+fn rewrite_into(
+    slot: &mut [u8],
+    h: &Header,
+    what: &Rewrite,
+    record: &[u8],
+    new: Option<&NewPoints<'_>>,
+) -> Result<()> {
+    match what {
+        Rewrite::Keep if record.len() == slot.len() => {
+            slot.copy_from_slice(record);
+            Ok(())
+        }
+        Rewrite::Keep => Err(Error::invalid("merge: a kept record is missing")),
+        Rewrite::Free => encode_node_into(slot, h, Vector::Zero, NO_LABEL, &[]),
+        Rewrite::List(l) => {
+            let node = Node::parse(record, h)?;
+            encode_node_into(slot, h, Vector::Bytes(node.vector), node.label, l)
+        }
+        Rewrite::New(j, l) => {
+            let new = new.ok_or_else(|| Error::invalid("merge: a new point without its data"))?;
+            let dim = h.dim as usize;
+            encode_node_into(
+                slot,
+                h,
+                Vector::Floats(&new.vectors[j * dim..(j + 1) * dim]),
+                new.labels[*j],
+                l.as_deref().unwrap_or(&new.lists[*j]),
+            )
+        }
+    }
 }
 
 /// Runs StreamingMerge (module docs): `old` minus `dead` (node numbers of
@@ -336,50 +391,57 @@ pub fn streaming_merge(
         stats.sectors_read += qs.sectors_read;
         let mut free: Vec<u32> = Vec::new();
         let mut w = NodeWriter::new(&*intermediate, h)?;
-        let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
         let mut done = 0u64;
-        let flush = |batch: &mut Vec<Pending>, w: &mut NodeWriter<'_>, stats: &mut MergeStats| {
-            let repaired: Vec<Option<Vec<u32>>> = batch
-                .par_iter()
-                .map_init(PruneScratch::default, |ps, pn| {
-                    if !pn.list.iter().any(|&n| is_dead(n)) {
-                        return Ok(None);
-                    }
-                    let (mut kept, fresh) =
-                        delete_candidates(pn.node, &pn.list, &is_dead, &dead_lists, p.refill);
-                    if kept.len() + fresh.len() <= h.max_degree as usize {
-                        kept.extend_from_slice(&fresh);
-                        return Ok(Some(kept));
-                    }
-                    if kept.len() >= p.r {
-                        return Ok(Some(kept));
-                    }
-                    ps.refill(dim, dist, &pn.vector, &kept, &fresh, old, p)
-                        .map(Some)
-                })
-                .collect::<Result<_>>()?;
-            stats.repaired += write_batch(w, batch, repaired)?;
-            Ok::<(), Error>(())
-        };
-        old.scan(|i, node| {
+        // A run at a time: the repairs in parallel, then the run's records
+        // encoded in parallel into the intermediate LTI's sectors.
+        old.scan_runs(|run| {
             if failed.load(Ordering::Relaxed) {
                 return Err(Error::invalid("merge: the Insert phase failed"));
             }
-            let label = if is_dead(i) { NO_LABEL } else { node.label };
-            if label == NO_LABEL {
-                free.push(i);
-                batch.push(Pending::free(i));
-            } else {
-                batch.push(pending(i, label, &node, dim)?);
+            let outs: Vec<Rewrite> = (0..run.len())
+                .into_par_iter()
+                .map_init(
+                    || (PruneScratch::default(), Vec::new(), vec![0f32; dim]),
+                    |(ps, joined, vector), k| {
+                        let i = run.id(k);
+                        let node = run.node(&h, k, joined)?;
+                        if is_dead(i) || node.label == NO_LABEL {
+                            return Ok(Rewrite::Free);
+                        }
+                        if !node.neighbor_ids().any(is_dead) {
+                            return Ok(Rewrite::Keep);
+                        }
+                        let list: Vec<u32> = node.neighbor_ids().collect();
+                        let (mut kept, fresh) =
+                            delete_candidates(i, &list, &is_dead, &dead_lists, p.refill);
+                        if kept.len() + fresh.len() <= h.max_degree as usize {
+                            kept.extend_from_slice(&fresh);
+                            return Ok(Rewrite::List(kept));
+                        }
+                        if kept.len() >= p.r {
+                            return Ok(Rewrite::List(kept));
+                        }
+                        node.vector_into(vector)?;
+                        ps.refill(dim, dist, vector, &kept, &fresh, old, p)
+                            .map(Rewrite::List)
+                    },
+                )
+                .collect::<Result<_>>()?;
+            for (k, o) in outs.iter().enumerate() {
+                match o {
+                    Rewrite::Free => free.push(run.id(k)),
+                    Rewrite::List(_) => stats.repaired += 1,
+                    _ => {}
+                }
             }
-            if batch.len() == BATCH {
-                flush(&mut batch, &mut w, &mut stats)?;
-                done += BATCH as u64;
-                report(Phase::Delete, done, n_old);
-            }
+            w.push_records(run.len(), |k, slot| {
+                let mut joined = Vec::new();
+                rewrite_into(slot, &h, &outs[k], run.record(&h, k, &mut joined), None)
+            })?;
+            done += run.len() as u64;
+            report(Phase::Delete, done, n_old);
             Ok(())
         })?;
-        flush(&mut batch, &mut w, &mut stats)?;
         report(Phase::Delete, n_old, n_old);
         stats.sectors_read += h.data_sectors();
         w.finish(h.start, h.durable_seq)?;
@@ -584,77 +646,110 @@ pub fn streaming_merge(
     let inter_header = Lti::read_header(&*intermediate)?;
     let inter = Lti::from_parts(intermediate, inter_header, pq.clone(), old.codes().clone())?;
 
-    // Patch phase: Δ into every list, new points into their slots.
+    // Patch phase: Δ into every list, new points into their slots, a run
+    // at a time (the lists in parallel, then the records encoded in
+    // parallel into the new LTI's sectors).
     let t = Instant::now();
     let out_shape = Header { nodes: n_new, ..h };
     let new_of = |c: u32| slot_of.get(&c).map(|&j| new_vec(j as usize));
-    let mut w = NodeWriter::new(out, out_shape)?;
-    let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
-    let mut in_edges = InEdges::new(n_new as usize);
-    let mut patch = |batch: &mut Vec<Pending>, w: &mut NodeWriter<'_>, stats: &mut MergeStats| {
-        let lists: Vec<Option<Vec<u32>>> = batch
-            .par_iter()
-            .map_init(PruneScratch::default, |ps, pn| {
-                let Some(add) = delta.get(&pn.node) else {
-                    return Ok(None);
-                };
-                let mut l = pn.list.clone();
-                for &a in add {
-                    if a != pn.node && !l.contains(&a) {
-                        l.push(a);
-                    }
-                }
-                if l.len() <= h.max_degree as usize {
-                    return Ok(Some(l));
-                }
-                ps.prune(dim, dist, &pn.vector, &l, new_of, old, p)
-                    .map(Some)
-            })
-            .collect::<Result<_>>()?;
-        for (pn, l) in batch.iter().zip(&lists) {
-            if pn.label == NO_LABEL {
-                in_edges.mark_free(pn.node);
-            } else {
-                in_edges.add_list(l.as_deref().unwrap_or(&pn.list));
+    let news = NewPoints {
+        labels: inserts.labels,
+        vectors: inserts.vectors,
+        lists: &new_lists,
+    };
+    // Node `i`'s list with its Δ (`None`: it has none): pruned to `r`
+    // when over the room.
+    let with_delta = |ps: &mut PruneScratch, i: u32, list: &[u32], vector: &[f32]| {
+        let Some(add) = delta.get(&i) else {
+            return Ok(None);
+        };
+        let mut l = list.to_vec();
+        for &a in add {
+            if a != i && !l.contains(&a) {
+                l.push(a);
             }
         }
-        stats.patched += write_batch(w, batch, lists)?;
-        Ok::<(), Error>(())
+        if l.len() <= h.max_degree as usize {
+            return Ok(Some(l));
+        }
+        ps.prune(dim, dist, vector, &l, new_of, old, p).map(Some)
     };
+    let rewrite_new = |ps: &mut PruneScratch, i: u32| -> Result<Rewrite> {
+        let j = slot_of[&i] as usize;
+        Ok(Rewrite::New(
+            j,
+            with_delta(ps, i, &new_lists[j], new_vec(j))?,
+        ))
+    };
+    let mut w = NodeWriter::new(out, out_shape)?;
+    let mut in_edges = InEdges::new(n_new as usize);
     let mut done = 0u64;
-    let mut take_new = |node: u32| -> Pending {
-        let j = slot_of[&node] as usize;
-        Pending {
-            node,
-            label: inserts.labels[j],
-            vector: new_vec(j).to_vec(),
-            list: std::mem::take(&mut new_lists[j]),
+    inter.scan_runs(|run| {
+        let outs: Vec<Rewrite> = (0..run.len())
+            .into_par_iter()
+            .map_init(
+                || (PruneScratch::default(), Vec::new(), vec![0f32; dim]),
+                |(ps, joined, vector), k| {
+                    let i = run.id(k);
+                    if slot_of.contains_key(&i) {
+                        return rewrite_new(ps, i);
+                    }
+                    let node = run.node(&inter_header, k, joined)?;
+                    if node.label == NO_LABEL {
+                        return Ok(Rewrite::Free);
+                    }
+                    if !delta.contains_key(&i) {
+                        return Ok(Rewrite::Keep);
+                    }
+                    let list: Vec<u32> = node.neighbor_ids().collect();
+                    node.vector_into(vector)?;
+                    Ok(with_delta(ps, i, &list, vector)?.map_or(Rewrite::Keep, Rewrite::List))
+                },
+            )
+            .collect::<Result<_>>()?;
+        let mut joined = Vec::new();
+        for (k, o) in outs.iter().enumerate() {
+            match o {
+                Rewrite::Free => in_edges.mark_free(run.id(k)),
+                Rewrite::Keep => {
+                    for t in run.node(&inter_header, k, &mut joined)?.neighbor_ids() {
+                        in_edges.add(t);
+                    }
+                }
+                Rewrite::List(l) => {
+                    stats.patched += 1;
+                    in_edges.add_list(l);
+                }
+                Rewrite::New(j, l) => {
+                    stats.patched += u64::from(l.is_some());
+                    in_edges.add_list(l.as_deref().unwrap_or(&new_lists[*j]));
+                }
+            }
         }
-    };
-    inter.scan(|i, node| {
-        let pn = if slot_of.contains_key(&i) {
-            take_new(i)
-        } else if node.label == NO_LABEL {
-            Pending::free(i)
-        } else {
-            pending(i, node.label, &node, dim)?
-        };
-        batch.push(pn);
-        if batch.len() == BATCH {
-            patch(&mut batch, &mut w, &mut stats)?;
-            done += BATCH as u64;
-            report(Phase::Patch, done, n_new);
-        }
+        w.push_records(run.len(), |k, slot| {
+            let mut joined = Vec::new();
+            let record = run.record(&inter_header, k, &mut joined);
+            rewrite_into(slot, &out_shape, &outs[k], record, Some(&news))
+        })?;
+        done += run.len() as u64;
+        report(Phase::Patch, done, n_new);
         Ok(())
     })?;
     stats.sectors_read += inter_header.data_sectors();
-    for i in n_old..n_new {
-        batch.push(take_new(i as u32));
-        if batch.len() == BATCH {
-            patch(&mut batch, &mut w, &mut stats)?;
+    // New points past the old end.
+    let tail: Vec<Rewrite> = (n_old..n_new)
+        .into_par_iter()
+        .map_init(PruneScratch::default, |ps, i| rewrite_new(ps, i as u32))
+        .collect::<Result<_>>()?;
+    for o in &tail {
+        if let Rewrite::New(j, l) = o {
+            stats.patched += u64::from(l.is_some());
+            in_edges.add_list(l.as_deref().unwrap_or(&new_lists[*j]));
         }
     }
-    patch(&mut batch, &mut w, &mut stats)?;
+    w.push_records(tail.len(), |k, slot| {
+        rewrite_into(slot, &out_shape, &tail[k], &[], Some(&news))
+    })?;
     report(Phase::Patch, n_new, n_new);
     let header = w.finish(h.start, durable_seq)?;
     stats.sectors_written += 1 + header.data_sectors();
@@ -809,47 +904,6 @@ fn link_orphans(
         }
     }
     Ok((linked, left))
-}
-
-impl Pending {
-    fn free(node: u32) -> Self {
-        Pending {
-            node,
-            label: NO_LABEL,
-            vector: Vec::new(),
-            list: Vec::new(),
-        }
-    }
-}
-
-/// Writes a batch in order, each node with its new list where it has one
-/// (free records as such); returns how many got a new list.
-fn write_batch(
-    w: &mut NodeWriter<'_>,
-    batch: &mut Vec<Pending>,
-    lists: Vec<Option<Vec<u32>>>,
-) -> Result<u64> {
-    let mut changed = 0;
-    for (pn, l) in batch.drain(..).zip(lists) {
-        if pn.label == NO_LABEL {
-            w.push_free()?;
-            continue;
-        }
-        changed += u64::from(l.is_some());
-        w.push(&pn.vector, pn.label, l.as_deref().unwrap_or(&pn.list))?;
-    }
-    Ok(changed)
-}
-
-fn pending(i: u32, label: u64, node: &Node<'_>, dim: usize) -> Result<Pending> {
-    let mut vector = vec![0.0; dim];
-    node.vector_into(&mut vector)?;
-    Ok(Pending {
-        node: i,
-        label,
-        vector,
-        list: node.neighbor_ids().collect(),
-    })
 }
 
 /// Algorithm 4's candidates of node `node` whose list `list` names
