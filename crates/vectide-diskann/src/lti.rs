@@ -361,19 +361,26 @@ impl<'a> NodeWriter<'a> {
         Ok(())
     }
 
+    /// Packed records: moves on to the next sector when the current one is
+    /// full, writing the buffer out when it is full.
+    fn open_slot(&mut self) -> Result<()> {
+        if self.in_sector == self.h.nodes_per_sector() {
+            self.filled += 1;
+            self.in_sector = 0;
+        }
+        if self.filled == RUN {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     /// Appends the next node's record.
     pub fn push(&mut self, vector: &[f32], label: u64, list: &[u32]) -> Result<()> {
         self.rec.clear();
         encode_node(&mut self.rec, &self.h, vector, label, list)?;
         let nps = self.h.nodes_per_sector();
         if nps > 0 {
-            if self.in_sector == nps {
-                self.filled += 1;
-                self.in_sector = 0;
-                if self.filled == RUN {
-                    self.flush()?;
-                }
-            }
+            self.open_slot()?;
             let at = self.filled * BLOCK + self.in_sector * self.h.node_bytes();
             self.buf[at..at + self.rec.len()].copy_from_slice(&self.rec);
             self.in_sector += 1;
@@ -406,13 +413,7 @@ impl<'a> NodeWriter<'a> {
         let mut k = 0;
         while k < n {
             if nps > 0 {
-                if self.in_sector == nps {
-                    self.filled += 1;
-                    self.in_sector = 0;
-                }
-                if self.filled == RUN {
-                    self.flush()?;
-                }
+                self.open_slot()?;
                 // Slots from (filled, in_sector) to the buffer's end.
                 let s0 = self.filled * nps + self.in_sector;
                 let take = (RUN * nps - s0).min(n - k);

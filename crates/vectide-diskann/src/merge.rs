@@ -265,6 +265,33 @@ enum Rewrite {
     New(usize, Option<Vec<u32>>),
 }
 
+/// Per-thread buffers of a run's rewrites.
+struct RunScratch {
+    ps: PruneScratch,
+    joined: Vec<u8>,
+    vector: Vec<f32>,
+}
+
+/// What a phase writes for each of a run's `n` records, computed in
+/// parallel: `f(scratch, k)` for the `k`-th.
+fn rewrites(
+    n: usize,
+    dim: usize,
+    f: impl Fn(&mut RunScratch, usize) -> Result<Rewrite> + Sync + Send,
+) -> Result<Vec<Rewrite>> {
+    (0..n)
+        .into_par_iter()
+        .map_init(
+            || RunScratch {
+                ps: PruneScratch::default(),
+                joined: Vec::new(),
+                vector: vec![0.0; dim],
+            },
+            f,
+        )
+        .collect()
+}
+
 /// The new points a Patch phase writes: labels, vectors and the lists the
 /// Insert phase gave them.
 struct NewPoints<'a> {
@@ -398,35 +425,29 @@ pub fn streaming_merge(
             if failed.load(Ordering::Relaxed) {
                 return Err(Error::invalid("merge: the Insert phase failed"));
             }
-            let outs: Vec<Rewrite> = (0..run.len())
-                .into_par_iter()
-                .map_init(
-                    || (PruneScratch::default(), Vec::new(), vec![0f32; dim]),
-                    |(ps, joined, vector), k| {
-                        let i = run.id(k);
-                        let node = run.node(&h, k, joined)?;
-                        if is_dead(i) || node.label == NO_LABEL {
-                            return Ok(Rewrite::Free);
-                        }
-                        if !node.neighbor_ids().any(is_dead) {
-                            return Ok(Rewrite::Keep);
-                        }
-                        let list: Vec<u32> = node.neighbor_ids().collect();
-                        let (mut kept, fresh) =
-                            delete_candidates(i, &list, &is_dead, &dead_lists, p.refill);
-                        if kept.len() + fresh.len() <= h.max_degree as usize {
-                            kept.extend_from_slice(&fresh);
-                            return Ok(Rewrite::List(kept));
-                        }
-                        if kept.len() >= p.r {
-                            return Ok(Rewrite::List(kept));
-                        }
-                        node.vector_into(vector)?;
-                        ps.refill(dim, dist, vector, &kept, &fresh, old, p)
-                            .map(Rewrite::List)
-                    },
-                )
-                .collect::<Result<_>>()?;
+            let outs = rewrites(run.len(), dim, |RunScratch { ps, joined, vector }, k| {
+                let i = run.id(k);
+                let node = run.node(&h, k, joined)?;
+                if is_dead(i) || node.label == NO_LABEL {
+                    return Ok(Rewrite::Free);
+                }
+                if !node.neighbor_ids().any(is_dead) {
+                    return Ok(Rewrite::Keep);
+                }
+                let list: Vec<u32> = node.neighbor_ids().collect();
+                let (mut kept, fresh) =
+                    delete_candidates(i, &list, &is_dead, &dead_lists, p.refill);
+                if kept.len() + fresh.len() <= h.max_degree as usize {
+                    kept.extend_from_slice(&fresh);
+                    return Ok(Rewrite::List(kept));
+                }
+                if kept.len() >= p.r {
+                    return Ok(Rewrite::List(kept));
+                }
+                node.vector_into(vector)?;
+                ps.refill(dim, dist, vector, &kept, &fresh, old, p)
+                    .map(Rewrite::List)
+            })?;
             for (k, o) in outs.iter().enumerate() {
                 match o {
                     Rewrite::Free => free.push(run.id(k)),
@@ -685,28 +706,22 @@ pub fn streaming_merge(
     let mut in_edges = InEdges::new(n_new as usize);
     let mut done = 0u64;
     inter.scan_runs(|run| {
-        let outs: Vec<Rewrite> = (0..run.len())
-            .into_par_iter()
-            .map_init(
-                || (PruneScratch::default(), Vec::new(), vec![0f32; dim]),
-                |(ps, joined, vector), k| {
-                    let i = run.id(k);
-                    if slot_of.contains_key(&i) {
-                        return rewrite_new(ps, i);
-                    }
-                    let node = run.node(&inter_header, k, joined)?;
-                    if node.label == NO_LABEL {
-                        return Ok(Rewrite::Free);
-                    }
-                    if !delta.contains_key(&i) {
-                        return Ok(Rewrite::Keep);
-                    }
-                    let list: Vec<u32> = node.neighbor_ids().collect();
-                    node.vector_into(vector)?;
-                    Ok(with_delta(ps, i, &list, vector)?.map_or(Rewrite::Keep, Rewrite::List))
-                },
-            )
-            .collect::<Result<_>>()?;
+        let outs = rewrites(run.len(), dim, |RunScratch { ps, joined, vector }, k| {
+            let i = run.id(k);
+            if slot_of.contains_key(&i) {
+                return rewrite_new(ps, i);
+            }
+            let node = run.node(&inter_header, k, joined)?;
+            if node.label == NO_LABEL {
+                return Ok(Rewrite::Free);
+            }
+            if !delta.contains_key(&i) {
+                return Ok(Rewrite::Keep);
+            }
+            let list: Vec<u32> = node.neighbor_ids().collect();
+            node.vector_into(vector)?;
+            Ok(with_delta(ps, i, &list, vector)?.map_or(Rewrite::Keep, Rewrite::List))
+        })?;
         let mut joined = Vec::new();
         for (k, o) in outs.iter().enumerate() {
             match o {
