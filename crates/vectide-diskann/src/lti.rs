@@ -1075,7 +1075,8 @@ impl Lti {
     /// The sectors of the nodes nearest the start, breadth-first, until
     /// `budget_bytes` is spent: what [`Lti::cache_near_start`] keeps, as a
     /// cache of its own that searches can share through
-    /// [`Scratch::share_cache`] (StreamingMerge's Insert phase).
+    /// [`Scratch::share_cache`] (StreamingMerge's Insert phase). A level's
+    /// reads are spread over the current rayon pool's threads.
     pub fn sectors_near_start(&self, budget_bytes: usize) -> Result<SectorCache> {
         let mut cache = HashMap::new();
         if self.header.nodes == 0 {
@@ -1087,33 +1088,40 @@ impl Lti {
         let mut frontier = vec![h.start as u32];
         let mut seen = std::collections::HashSet::new();
         seen.insert(h.start as u32);
-        let mut bufs = Vec::new();
         let mut joined = Vec::new();
         while !frontier.is_empty() && cache.len() < max {
             let level = std::mem::take(&mut frontier);
-            for chunk in level.chunks(64) {
-                let mut firsts: Vec<u64> = chunk.iter().map(|&id| h.locate(id as u64).0).collect();
-                firsts.sort_unstable();
-                firsts.dedup();
-                firsts.retain(|f| !cache.contains_key(f));
-                firsts.truncate(max - cache.len());
-                self.read_sectors(&firsts, &mut bufs)?;
-                for (&first, buf) in firsts.iter().zip(&bufs) {
-                    cache.insert(first, buf[..bytes].to_vec().into_boxed_slice());
-                }
-                for &id in chunk {
-                    let Some(buf) = cache.get(&h.locate(id as u64).0) else {
-                        continue;
-                    };
-                    let node = Node::parse(record_in(&h, buf, id, &mut joined), &h)?;
-                    for nbr in node.neighbor_ids() {
-                        if seen.insert(nbr) {
-                            frontier.push(nbr);
-                        }
+            // The level's sectors not held yet, in breadth-first order,
+            // within the budget; read in batches of 64, one batch per
+            // thread of the pool at once.
+            let mut wanted = std::collections::HashSet::new();
+            let mut firsts: Vec<u64> = level
+                .iter()
+                .map(|&id| h.locate(id as u64).0)
+                .filter(|f| !cache.contains_key(f) && wanted.insert(*f))
+                .collect();
+            firsts.truncate(max - cache.len());
+            let read: Vec<Vec<(u64, Box<[u8]>)>> = firsts
+                .par_chunks(64)
+                .map_init(Vec::new, |bufs, chunk| {
+                    self.read_sectors(chunk, bufs)?;
+                    Ok(chunk
+                        .iter()
+                        .zip(bufs.iter())
+                        .map(|(&first, buf)| (first, buf[..bytes].to_vec().into_boxed_slice()))
+                        .collect())
+                })
+                .collect::<Result<_>>()?;
+            cache.extend(read.into_iter().flatten());
+            for &id in &level {
+                let Some(buf) = cache.get(&h.locate(id as u64).0) else {
+                    continue;
+                };
+                let node = Node::parse(record_in(&h, buf, id, &mut joined), &h)?;
+                for nbr in node.neighbor_ids() {
+                    if seen.insert(nbr) {
+                        frontier.push(nbr);
                     }
-                }
-                if cache.len() >= max {
-                    break;
                 }
             }
         }
