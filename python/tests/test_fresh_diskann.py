@@ -107,6 +107,8 @@ def test_bench_freshdiskann_writes_the_summary(tmp_path, data_root, monkeypatch)
     for name in ("vectide:fresh-diskann", "diskann"):
         pts = doc["disk_search"][name]
         assert len(pts) == 2 and all(p["recall"] > 0.8 and p["sectors_per_query"] > 1 for p in pts)
+        assert [p["L"] for p in pts] == [16, 48]  # measured in turns, reported in L order
+    assert all(p["mean_hops"] > 0 for p in doc["disk_search"]["diskann"])
     assert (tmp_path / "plots" / "disk_search.png").exists()
     # A crash report run apart is folded into the same summary.
     crash = tmp_path / "crash.json"

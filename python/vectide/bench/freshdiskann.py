@@ -23,6 +23,8 @@ engine built and searched in this run on the same data and threads:
   mean sector reads per query (ours from the engine's counters, DiskANN's
   ``search_stats['mean_ios']``). Both read with ``O_DIRECT`` (DiskANN's
   reader opens its file with it; ours reports it in the JSON), no cache.
+  Both are open at once and take turns at each L, who goes first
+  alternating: the machine's speed drifts within a run.
 * **(c) RAM.** The LTI's RAM per vector (PQ codes, pivots, the location
   map) and the peak resident memory a merge adds (polled every 5 ms) over
   the change set's vector bytes.
@@ -122,22 +124,21 @@ def build_lti(vectide, path: Path, ids: np.ndarray, X: np.ndarray, metric: str, 
     return ix, {"graph_s": t1 - t0, "lti_write_s": t2 - t1, "seconds": t2 - t0}
 
 
-def search_sweep(search, stats_fn, queries, truth, ls, threads, label) -> List[Dict[str, float]]:
-    """``search(queries, L, T) -> ids``; ``stats_fn(before)`` -> sector reads per query."""
-    out = []
-    for t in threads:
-        for l in ls:
-            search(queries[: min(100, len(queries))], l, t)  # warm-up (no cache: O_DIRECT)
-            before = stats_fn(None)
-            t0 = time.perf_counter()
-            ids = search(queries, l, t)
-            dt = time.perf_counter() - t0
-            sectors = stats_fn(before)
-            rec = recall_at_k(list(ids), truth, 10)
-            out.append({"threads": t, "L": l, "recall": rec, "qps": len(queries) / dt,
-                        "mean_latency_us": dt / len(queries) * 1e6 * t, "sectors_per_query": sectors})
-            _log(f"  {label} T{t} L{l}: recall {rec:.3f}, {len(queries) / dt:,.0f} QPS, {sectors:.1f} sectors")
-    return out
+def measure_point(search, stats_fn, queries, truth, l, t, label) -> Dict[str, float]:
+    """One sweep point: ``search(queries, L, T) -> ids`` after a warm-up on
+    100 queries; ``stats_fn(before)`` -> mean sector reads per query (and
+    optionally more figures) since ``stats_fn(None)``."""
+    search(queries[: min(100, len(queries))], l, t)  # warm-up (no cache: O_DIRECT)
+    before = stats_fn(None)
+    t0 = time.perf_counter()
+    ids = search(queries, l, t)
+    dt = time.perf_counter() - t0
+    after = stats_fn(before)
+    sectors, extra = after if isinstance(after, tuple) else (after, {})
+    rec = recall_at_k(list(ids), truth, 10)
+    _log(f"  {label} T{t} L{l}: recall {rec:.3f}, {len(queries) / dt:,.0f} QPS, {sectors:.1f} sectors")
+    return {"threads": t, "L": l, "recall": rec, "qps": len(queries) / dt,
+            "mean_latency_us": dt / len(queries) * 1e6 * t, "sectors_per_query": sectors, **extra}
 
 
 def run(args) -> Dict[str, object]:
@@ -238,8 +239,9 @@ def run(args) -> Dict[str, object]:
         ls = args.l
         rb.flush()
         del rb
-        ours_pts = []
-        for t in args.threads:  # the engine's pool has `threads` workers: reopen with each
+        ours_pts: List[Dict[str, float]] = []
+        dk_pts: List[Dict[str, float]] = []
+        for t in args.threads:  # each side's pool has `threads` workers: reopen with each
             rb = vectide.Index.load(str(work / "rebuilt"), threads=t)
 
             def rb_stats(before, rb=rb):
@@ -252,11 +254,21 @@ def run(args) -> Dict[str, object]:
             def rb_search(q, l, _t, rb=rb):
                 return rb.search(q, k=10, ef=l, beam_width=args.w)[0]
 
-            ours_pts += search_sweep(rb_search, rb_stats, queries, truth_final, ls, [t], "fresh-diskann")
+            dk_search, dk_stats = diskann_searcher(dk["index_dir"], final, t, args.w, dim)
+            # The engines take turns at each L (who goes first alternates):
+            # the machine's speed drifts, and one sweep after the other
+            # would compare two different moments.
+            for i, l in enumerate(ls):
+                turns = [("ours", rb_search, rb_stats), ("diskann", dk_search, dk_stats)]
+                for who, search, stats in (turns if i % 2 == 0 else turns[::-1]):
+                    label = "fresh-diskann" if who == "ours" else "diskann"
+                    p = measure_point(search, stats, queries, truth_final, l, t, label)
+                    (ours_pts if who == "ours" else dk_pts).append(p)
             o_direct = _stats(rb).get("lti_o_direct", 0) == 1
             rb.flush()
-            del rb
-        dk_pts = diskann_sweep(dk["index_dir"], queries, final, truth_final, ls, args.threads, args.w, dim)
+            del rb, dk_search, dk_stats
+        ours_pts.sort(key=lambda p: (p["threads"], p["L"]))
+        dk_pts.sort(key=lambda p: (p["threads"], p["L"]))
         res["disk_search"] = {"vectide:fresh-diskann": ours_pts, "diskann": dk_pts,
                               "o_direct": {"vectide:fresh-diskann": bool(o_direct), "diskann": True},
                               "o_direct_note": "ours from the engine (lti_o_direct); DiskANN's reader opens "
@@ -324,27 +336,29 @@ def _version(pkg: str) -> Optional[str]:
         return None
 
 
-def diskann_sweep(index_dir, queries, final, truth, ls, threads, w, dim) -> List[Dict[str, float]]:
+def diskann_searcher(index_dir, final, t, w, dim):
+    """DiskANN's static disk index opened with ``t`` threads: a
+    ``search(queries, L, T) -> ids`` (our numbering) and a stats function
+    for :func:`measure_point` (its ``search_stats['mean_ios']`` and
+    ``mean_hops`` of the last batch)."""
     import diskannpy
 
-    out = []
-    for t in threads:
-        ix = diskannpy.StaticDiskIndex(str(index_dir), num_threads=t, beam_width=w, num_nodes_to_cache=0,
-                                       distance_metric="l2", vector_dtype=np.float32, dimensions=dim)
-        for l in ls:
-            ix.batch_search(queries[: min(100, len(queries))], 10, l, t)
-            t0 = time.perf_counter()
-            r = ix.batch_search(queries, 10, l, t)
-            dt = time.perf_counter() - t0
-            ids = final[np.asarray(r.identifiers, dtype=np.int64)].astype(np.uint64)
-            rec = recall_at_k(list(ids), truth, 10)
-            sectors = float(r.search_stats["mean_ios"])
-            out.append({"threads": t, "L": l, "recall": rec, "qps": len(queries) / dt,
-                        "mean_latency_us": dt / len(queries) * 1e6 * t, "sectors_per_query": sectors,
-                        "mean_hops": float(r.search_stats.get("mean_hops", 0))})
-            _log(f"  diskann T{t} L{l}: recall {rec:.3f}, {len(queries) / dt:,.0f} QPS, {sectors:.1f} sectors")
-        del ix
-    return out
+    ix = diskannpy.StaticDiskIndex(str(index_dir), num_threads=t, beam_width=w, num_nodes_to_cache=0,
+                                   distance_metric="l2", vector_dtype=np.float32, dimensions=dim)
+    last: Dict[str, object] = {}
+
+    def search(q, l, threads):
+        r = ix.batch_search(q, 10, l, threads)
+        last["stats"] = r.search_stats
+        return final[np.asarray(r.identifiers, dtype=np.int64)].astype(np.uint64)
+
+    def stats(before):
+        if before is None:
+            return "start"  # the figures come with each batch
+        s = last["stats"]
+        return float(s["mean_ios"]), {"mean_hops": float(s.get("mean_hops", 0))}
+
+    return search, stats
 
 
 def plot(res, out_dir: Path) -> None:
