@@ -178,7 +178,7 @@ fn main() {
         alpha: 1.2,
         w: 4,
         io_threads: env_or("MERGE_IO_THREADS", threads + 1),
-        refill: env_or("MERGE_REFILL", 8),
+        refill: env_or("MERGE_REFILL", 16),
         in_flight: env_or("MERGE_IN_FLIGHT", 8),
     };
     let pool = rayon::ThreadPoolBuilder::new()

@@ -913,32 +913,26 @@ impl Lti {
         let data = h.data_sectors();
         let spn = h.sectors_per_node();
         let nps = h.nodes_per_sector();
-        // Runs: (first sector, sectors, first node, nodes).
-        let mut runs = Vec::new();
-        let (mut sector, mut node) = (1u64, 0u64);
-        while sector < 1 + data {
-            let take = ((1 + data - sector) as usize).min(RUN);
-            let take = if nps == 0 { take - take % spn } else { take };
-            if take == 0 {
-                break;
-            }
-            let nodes = if nps > 0 {
-                ((take * nps) as u64).min(h.nodes - node)
-            } else {
-                (take / spn) as u64
-            };
-            runs.push((sector, take, node, nodes as usize));
-            sector += take as u64;
-            node += nodes;
-        }
         std::thread::scope(|s| {
             let (full_tx, full_rx) = std::sync::mpsc::sync_channel(SCAN_AHEAD);
             let (free_tx, free_rx) = std::sync::mpsc::channel::<AlignedBuf>();
             let file = &*self.file;
-            let list = &runs;
             s.spawn(move || {
-                for (i, &(sector, take, _, _)) in list.iter().enumerate() {
-                    let mut buf = if i <= SCAN_AHEAD {
+                let (mut sector, mut node, mut bufs) = (1u64, 0u64, 0usize);
+                while sector < 1 + data {
+                    let take = ((1 + data - sector) as usize).min(RUN);
+                    // Whole records per run when a record spans sectors.
+                    let take = if nps == 0 { take - take % spn } else { take };
+                    if take == 0 {
+                        return;
+                    }
+                    let len = if nps > 0 {
+                        ((take * nps) as u64).min(h.nodes - node)
+                    } else {
+                        (take / spn) as u64
+                    };
+                    let mut buf = if bufs <= SCAN_AHEAD {
+                        bufs += 1;
                         AlignedBuf::new(RUN)
                     } else {
                         match free_rx.recv() {
@@ -950,14 +944,16 @@ impl Lti {
                         (0..take).try_for_each(|k| check_sector(buf.block(k), sector + k as u64))
                     });
                     let failed = r.is_err();
-                    if full_tx.send(r.map(|()| (i, buf))).is_err() || failed {
+                    let run = (sector, take, node, len as usize);
+                    if full_tx.send(r.map(|()| (run, buf))).is_err() || failed {
                         return;
                     }
+                    sector += take as u64;
+                    node += len;
                 }
             });
             for got in full_rx {
-                let (i, buf) = got?;
-                let (sector, take, first, len) = runs[i];
+                let ((sector, take, first, len), buf) = got?;
                 f(&Run {
                     first,
                     len,

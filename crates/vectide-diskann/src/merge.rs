@@ -75,8 +75,10 @@
 //!   neighbours' neighbours compete for the room left, each checked against
 //!   the list (the in-memory engines' `repair_list` does the same).
 //! - **Shorter candidate lists than a rebuild's** (`merge_refill`,
-//!   `merge_l`): a repaired node takes replacements from the first 8
-//!   entries of each deleted neighbour's list, not the whole list, and the
+//!   `merge_l`): a repaired node takes replacements from the first 16
+//!   entries of each deleted neighbour's list, not the whole list (fewer,
+//!   at least 8, when its whole candidate set then fits its room, below),
+//!   and the
 //!   Insert phase searches with L 40, not the build's 75. Measured with
 //!   `examples/merge_loop.rs` on GloVe 100K, 5 % changed, 2 cores
 //!   (AVX2), recall@10 of the merged LTI at L 10 / 16 / 24 (W 4): whole
@@ -86,13 +88,20 @@
 //!   0.8190 / 0.9048 / 0.9475. The merge's own lists are a little richer
 //!   than a rebuild's, and the shortcuts spend that margin and about 0.3
 //!   point more at L 10. On GloVe 390K, L 40 against L 50 cost at most
-//!   0.2 point at L 10-40 and read 14 % fewer sectors. Refill 8 against
-//!   16 on GloVe 390K (one run each, L 40): 0.7812 / 0.8185 / 0.8689 /
-//!   0.9161 / 0.9559 against 0.7817 / 0.8203 / 0.8691 / 0.9178 / 0.9562 at
-//!   L 10 / 12 / 16 / 24 / 40, and half the Delete phase's CPU (1.8 against
-//!   3.8-4.1 s alone): a node that lost two neighbours (62 live plus at
-//!   most 16 candidates) then fits its room (`max_degree` 84 at R 64) and
-//!   keeps them all without an α-rule pass.
+//!   0.2 point at L 10-40 and read 14 % fewer sectors.
+//! - **A node that lost few neighbours skips the α-rule pass**: when a
+//!   shorter share of each deleted neighbour's list (at least half of
+//!   `merge_refill`) lets the whole candidate set fit `max_degree`, it
+//!   takes that share and keeps every candidate. Refill 8 for every node
+//!   halved the Delete phase's CPU on GloVe 390K at 5 % random deletes
+//!   (1.8 against 3.8-4.1 s alone) for at most 0.18 point of recall@10 at
+//!   L 10-40, but the clustered runbook, which deletes whole regions,
+//!   averaged 0.966 with it (one run, other jobs on the machine) against
+//!   0.975-0.981 in earlier sessions. Not knowing which of the two it was,
+//!   nodes that lose many neighbours keep the wide set. The fitting share only
+//!   changes nodes that lost two or three (about 3.6 s of CPU alone,
+//!   recall@10 0.7819 / 0.8200 / 0.8694 / 0.9179 / 0.9569 at L 10 / 12 /
+//!   16 / 24 / 40, as refill 16 for every node).
 //! - **The Insert phase searches the old LTI, not the intermediate one**,
 //!   so that it can run beside the Delete phase (on GloVe 100K, 5 %
 //!   changed, 2 cores: merge 5.1-5.3 s one after the other, 3.6-3.8 s
@@ -442,6 +451,12 @@ pub fn streaming_merge(
                     return Ok(Rewrite::List(kept));
                 }
                 if kept.len() >= p.r {
+                    return Ok(Rewrite::List(kept));
+                }
+                let dead = list.len() - kept.len();
+                if let Some(t) = fitting_take(kept.len(), dead, h.max_degree as usize, p.refill) {
+                    let (mut kept, fresh) = delete_candidates(i, &list, &is_dead, &dead_lists, t);
+                    kept.extend_from_slice(&fresh);
                     return Ok(Rewrite::List(kept));
                 }
                 node.vector_into(vector)?;
@@ -959,6 +974,20 @@ fn delete_candidates(
     (kept, fresh)
 }
 
+/// A shorter take per deleted neighbour than `refill`, at least half of it,
+/// with which a repaired node's whole candidate set fits its room: `kept`
+/// live neighbours plus `take` entries of each of `dead` deleted ones stay
+/// within `max_degree`. A node that lost only a few neighbours then keeps
+/// its list and the nearest of each deleted one's neighbours without an
+/// α-rule pass; one that lost many keeps the full `refill` and the pass.
+fn fitting_take(kept: usize, dead: usize, max_degree: usize, refill: usize) -> Option<usize> {
+    if refill == 0 || dead == 0 || kept >= max_degree {
+        return None;
+    }
+    let take = (max_degree - kept) / dead;
+    (take >= refill.div_ceil(2) && take < refill).then_some(take)
+}
+
 /// The admission of [`PruneScratch::refill`] over `rows`: row 0 is the
 /// node, rows `1..=n_kept` its live neighbours (kept, in order), the rest
 /// the candidates; the kept row numbers, at most `r` (and never fewer than
@@ -1196,6 +1225,22 @@ mod tests {
     fn exact(c: u32, v: &mut [f32]) -> Result<()> {
         v.copy_from_slice(&[c as f32, 0.0]);
         Ok(())
+    }
+
+    #[test]
+    fn a_node_that_lost_few_neighbours_takes_a_shorter_fitting_share() {
+        // Room 84: 62 live and 2 deleted fit with 11 of each (not 16).
+        assert_eq!(fitting_take(62, 2, 84, 16), Some(11));
+        // 61 live and 3 deleted: 7 each would fit, under half of 16.
+        assert_eq!(fitting_take(61, 3, 84, 16), None);
+        // The full share fits already, or there is no share to shorten.
+        assert_eq!(fitting_take(63, 1, 84, 16), None);
+        assert_eq!(fitting_take(62, 2, 84, 0), None);
+        assert_eq!(fitting_take(84, 2, 84, 16), None);
+        assert_eq!(fitting_take(10, 0, 84, 16), None);
+        // Half of an odd share rounds up: 7 of 15 is too few, 8 enough.
+        assert_eq!(fitting_take(70, 2, 84, 15), None);
+        assert_eq!(fitting_take(68, 2, 84, 15), Some(8));
     }
 
     #[test]

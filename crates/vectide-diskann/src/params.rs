@@ -64,9 +64,9 @@ pub const MERGE_REFILL: ParamSpec = ParamSpec {
         min: 0,
         max: 1 << 16,
     },
-    default: "8",
-    doc: "StreamingMerge's Delete phase: a node that lost a neighbour takes replacement candidates from the first merge_refill entries of the deleted neighbour's list (the nearest: RobustPrune writes lists nearest first, later back-edges go to the end); 0 takes whole lists as the paper's Algorithm 4; not stored, given at each open",
-    source: "Vectide: on GloVe 100K with 5 % changed, 16 halves the Delete phase's CPU and the merged LTI's recall@10 moves by at most 0.16 point at L 10-24; on GloVe 390K, 8 halves it again (a node that lost two neighbours then keeps its whole candidate set) and moves recall@10 by at most 0.18 point at L 10-40 (crates/vectide-diskann/src/merge.rs)",
+    default: "16",
+    doc: "StreamingMerge's Delete phase: a node that lost a neighbour takes replacement candidates from the first merge_refill entries of the deleted neighbour's list (the nearest: RobustPrune writes lists nearest first, later back-edges go to the end), or a shorter share of at least half when the node's whole candidate set then fits its room; 0 takes whole lists as the paper's Algorithm 4; not stored, given at each open",
+    source: "Vectide: on GloVe 100K with 5 % changed, 16 halves the Delete phase's CPU and the merged LTI's recall@10 moves by at most 0.16 point at L 10-24; a node that lost few neighbours takes a shorter share (at least half) when its whole candidate set then fits max_degree, skipping the alpha-rule pass (crates/vectide-diskann/src/merge.rs)",
 };
 
 /// `merge`: where StreamingMerge runs.
@@ -126,7 +126,7 @@ impl Default for FreshDiskannParams {
             temp_points: 50_000,
             merge_points: 100_000,
             merge_l: 40,
-            merge_refill: 8,
+            merge_refill: 16,
             merge_inline: false,
         }
     }
@@ -322,7 +322,7 @@ mod tests {
         }
         // The knobs an open takes are checked the same way.
         let k = OpenKnobs::from_params(&params_of([("merge_l", ParamValue::Int(20))])).unwrap();
-        assert_eq!((k.merge_l, k.merge_refill, k.merge_inline), (20, 8, false));
+        assert_eq!((k.merge_l, k.merge_refill, k.merge_inline), (20, 16, false));
         assert!(
             OpenKnobs::from_params(&params_of([("merge_refill", ParamValue::Int(1 << 20))]))
                 .unwrap_err()

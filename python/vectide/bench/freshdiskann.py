@@ -56,7 +56,7 @@ from .metrics import qps_at_recall, recall_at_k
 R, L_BUILD, ALPHA, PQ_BYTES = 64, 75, 1.2, 32
 # StreamingMerge's own knobs: the engine's defaults, named so that the
 # JSON says what ran (the rebuild runs with L_BUILD).
-MERGE_L, MERGE_REFILL = 40, 8
+MERGE_L, MERGE_REFILL = 40, 16
 
 
 def _log(msg: str) -> None:
