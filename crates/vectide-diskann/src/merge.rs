@@ -719,6 +719,14 @@ pub fn streaming_merge(
     };
     let mut w = NodeWriter::new(out, out_shape)?;
     let mut in_edges = InEdges::new(n_new as usize);
+    // A new point's list counts its in-edges; one the Patch phase changed
+    // counts as patched.
+    let count_new = |o: &Rewrite, in_edges: &mut InEdges, stats: &mut MergeStats| {
+        if let Rewrite::New(j, l) = o {
+            stats.patched += u64::from(l.is_some());
+            in_edges.add_list(l.as_deref().unwrap_or(&new_lists[*j]));
+        }
+    };
     let mut done = 0u64;
     inter.scan_runs(|run| {
         let outs = rewrites(run.len(), dim, |RunScratch { ps, joined, vector }, k| {
@@ -750,10 +758,7 @@ pub fn streaming_merge(
                     stats.patched += 1;
                     in_edges.add_list(l);
                 }
-                Rewrite::New(j, l) => {
-                    stats.patched += u64::from(l.is_some());
-                    in_edges.add_list(l.as_deref().unwrap_or(&new_lists[*j]));
-                }
+                Rewrite::New(..) => count_new(o, &mut in_edges, &mut stats),
             }
         }
         w.push_records(run.len(), |k, slot| {
@@ -767,15 +772,11 @@ pub fn streaming_merge(
     })?;
     stats.sectors_read += inter_header.data_sectors();
     // New points past the old end.
-    let tail: Vec<Rewrite> = (n_old..n_new)
-        .into_par_iter()
-        .map_init(PruneScratch::default, |ps, i| rewrite_new(ps, i as u32))
-        .collect::<Result<_>>()?;
+    let tail = rewrites((n_new - n_old) as usize, dim, |s, k| {
+        rewrite_new(&mut s.ps, (n_old + k as u64) as u32)
+    })?;
     for o in &tail {
-        if let Rewrite::New(j, l) = o {
-            stats.patched += u64::from(l.is_some());
-            in_edges.add_list(l.as_deref().unwrap_or(&new_lists[*j]));
-        }
+        count_new(o, &mut in_edges, &mut stats);
     }
     w.push_records(tail.len(), |k, slot| {
         rewrite_into(slot, &out_shape, &tail[k], &[], Some(&news))
