@@ -21,7 +21,11 @@
 //! **Rotation and truncation.** The leader starts a new segment when the
 //! active one exceeds the segment size; `truncate_through(seq)` deletes the
 //! closed segments whose records all have sequence numbers `<= seq` (after a
-//! checkpoint made them redundant).
+//! checkpoint made them redundant), oldest first, syncing the directory
+//! after each: a crash leaves a prefix of them removed. With one sync after
+//! all of them, a crash could undo some removals and keep others, and the
+//! log would show a gap between segments, which open rejects as lost
+//! records (the crash kit found it on `db:flat`).
 
 use crate::error::{DbError, Result};
 use parking_lot::{Condvar, Mutex};
@@ -593,17 +597,21 @@ impl CommitLog {
         } else if st.active_len > header_bytes().len() as u64 {
             self.rotate(&mut st)?;
         }
-        let mut removed = 0;
         // Segment i holds records first_i ..= first_{i+1} - 1.
+        let mut gone = Vec::new();
         while st.segments.len() > 1 && st.segments[1].first.saturating_sub(1) <= seq {
-            let s = st.segments.remove(0);
-            std::fs::remove_file(&s.path).map_err(|e| DbError::io_at(&s.path, e))?;
-            removed += 1;
+            gone.push(st.segments.remove(0));
         }
         st.since_checkpoint = 0;
         drop(st);
-        sync_dir(&self.dir, SYNC_TRUNCATE_DIR)?;
-        Ok(removed)
+        // Oldest first, each removal durable before the next: a crash
+        // leaves a prefix of them removed, never a gap between segments
+        // that open would take for lost records.
+        for s in &gone {
+            std::fs::remove_file(&s.path).map_err(|e| DbError::io_at(&s.path, e))?;
+            sync_dir(&self.dir, SYNC_TRUNCATE_DIR)?;
+        }
+        Ok(gone.len())
     }
 
     /// Segment files on disk now.
@@ -649,6 +657,58 @@ mod tests {
         assert_eq!(*seqs.last().unwrap(), 101);
         assert!(seqs[0] <= 61, "records after 60 are kept");
         assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1));
+    }
+
+    #[test]
+    fn a_crash_during_truncation_leaves_no_gap_between_segments() {
+        use vectide_storage::{FileSim, FileSimConfig};
+        let root = tempfile::tempdir().unwrap();
+        let images = tempfile::tempdir().unwrap();
+        let dir = root.path().join("wal");
+        let (log, _) = CommitLog::open(&dir, Durability::Always, 4096, 0).unwrap();
+        for i in 0..300u64 {
+            let (seq, ()) = log.append(|s| Ok((rec(s, &[i as u8; 100]), ()))).unwrap();
+            log.commit(seq).unwrap();
+        }
+        let before = log.segments();
+        assert!(before >= 6, "{before} segments");
+        // Everything on disk now is durable to the simulator; an image at
+        // every sync of the truncation, several draws each.
+        let sim = FileSim::new(
+            root.path(),
+            FileSimConfig {
+                seed: 3,
+                crash_before: (0..64).collect(),
+                images_per_crash: 8,
+                image_dir: images.path().to_path_buf(),
+                ..FileSimConfig::default()
+            },
+        )
+        .unwrap();
+        let opened = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let out = Arc::clone(&opened);
+        sim.on_crash(move |img| {
+            let r = CommitLog::open(&img.dir.join("wal"), Durability::Always, 4096, 250).map(
+                |(_, recs)| {
+                    recs.iter()
+                        .map(|r| record_seq(r).unwrap())
+                        .collect::<Vec<_>>()
+                },
+            );
+            out.lock().push(r.map_err(|e| e.to_string()));
+            std::fs::remove_dir_all(&img.dir).unwrap();
+        });
+        let guard = sim.install();
+        let removed = log.truncate_through(250).unwrap();
+        drop(guard);
+        assert!(removed >= 5, "{removed} segments removed");
+        let opened = opened.lock();
+        assert!(opened.len() >= 8 * removed, "{} images", opened.len());
+        for r in opened.iter() {
+            let seqs = r.as_ref().unwrap();
+            assert_eq!(seqs.last(), Some(&300));
+            assert!(seqs[0] <= 251 && seqs.windows(2).all(|w| w[1] == w[0] + 1));
+        }
     }
 
     #[test]

@@ -15,8 +15,13 @@
 //! its last sync made durable: the length the file had when that sync
 //! started, recorded when it returned. In an image every file holds its
 //! current bytes up to that durable length, and its *unsynced tail* (the
-//! bytes beyond) is, by a seeded draw, kept whole, dropped, or torn: cut at
-//! a random 8-byte aligned offset inside it. A file never synced has a
+//! bytes beyond) is, by a seeded draw, kept whole, dropped, torn (cut at a
+//! random 8-byte aligned offset inside it), or zeroed: the file keeps its
+//! current length but every byte of the tail reads as zero. The last is what
+//! a file system that commits a file's new size before its data leaves
+//! after a power loss (ext4 `data=writeback`; xfs shows unwritten extents as
+//! zeros): a format that takes a zero-filled header or record for damage
+//! must sync it before anything depends on it. A file never synced has a
 //! durable length of 0: its whole content is a tail.
 //!
 //! **Directory entries.** Per directory, the simulator remembers the entries
@@ -44,7 +49,8 @@
 //!   states (it never shows the old bytes, nor a torn page). Regions of
 //!   `p-hnsw` belong to [`crate::SimMedia`], which models their stores.
 //! - **Truncation** (`set_len` to a shorter length) is durable at once; a
-//!   torn tail is always a prefix (no zero-filled or garbage blocks).
+//!   torn tail is a prefix of the written bytes, and a zeroed tail is zero
+//!   throughout (no mix of written, zero and garbage blocks).
 //! - **Directories** are taken as they are now: creating or removing a
 //!   directory is durable at once, and only regular files are copied
 //!   (symlinks and other kinds are skipped). A rename between two
@@ -127,6 +133,8 @@ pub enum TailFate {
     Dropped,
     /// Cut at an 8-byte aligned offset inside the tail.
     Torn,
+    /// The file's current length, with every byte of the tail zero.
+    Zeroed,
 }
 
 /// One file of an image.
@@ -628,14 +636,20 @@ impl FileSim {
                 } else if whole {
                     (TailFate::Kept, len)
                 } else {
-                    match rng_next(&mut s.rng) % 3 {
+                    match rng_next(&mut s.rng) % 4 {
                         0 => (TailFate::Kept, len),
                         1 => (TailFate::Dropped, durable_len),
-                        _ => (TailFate::Torn, tear(&mut s.rng, durable_len, len)),
+                        2 => (TailFate::Torn, tear(&mut s.rng, durable_len, len)),
+                        _ => (TailFate::Zeroed, len),
                     }
                 };
+                let mut bytes = bytes;
+                bytes.truncate(keep as usize);
+                if tail == TailFate::Zeroed {
+                    bytes[durable_len as usize..].fill(0);
+                }
                 let dst = out.join(&name);
-                std::fs::write(&dst, &bytes[..keep as usize]).map_err(|e| Error::io_at(&dst, e))?;
+                std::fs::write(&dst, &bytes).map_err(|e| Error::io_at(&dst, e))?;
                 file = ImageFile {
                     durable_len,
                     len,
@@ -756,9 +770,15 @@ mod tests {
                 "point {k}: {} bytes",
                 bytes.len()
             );
-            assert_eq!(bytes[..], all[..bytes.len()], "point {k}: not a prefix");
             assert_eq!(file.durable_len, durable as u64);
             assert_eq!(file.image_len, Some(bytes.len() as u64));
+            assert_eq!(bytes[..durable], all[..durable], "point {k}: synced bytes");
+            if file.tail == TailFate::Zeroed {
+                assert_eq!(bytes.len(), durable + 20, "point {k}: zeroed length");
+                assert!(bytes[durable..].iter().all(|&b| b == 0), "point {k}");
+            } else {
+                assert_eq!(bytes[..], all[..bytes.len()], "point {k}: not a prefix");
+            }
             if file.tail == TailFate::Torn {
                 assert!(bytes.len() % 8 == 0 && bytes.len() > durable);
             }
@@ -766,7 +786,7 @@ mod tests {
         }
         assert_eq!(
             tails.into_iter().collect::<Vec<_>>(),
-            ["Dropped", "Kept", "Torn"],
+            ["Dropped", "Kept", "Torn", "Zeroed"],
             "every fate of an unsynced tail"
         );
         let report = sim.report();
@@ -796,7 +816,7 @@ mod tests {
         let seen = seen.lock();
         assert_eq!(seen.len(), 32);
         seen.iter()
-            .filter(|(_, b, _)| b.as_ref().map_or(0, Vec::len) < 20)
+            .filter(|(_, b, _)| b.as_ref().and_then(|b| b.get(..20)) != Some(&chunk(0)[..]))
             .count()
     }
 

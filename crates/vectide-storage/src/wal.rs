@@ -23,13 +23,17 @@
 //! boundary cannot be told from a log that simply ended there.
 //!
 //! **What open writes.** The header of a new or emptied log is synced at
-//! once: a manifest may name the log before any record is appended, and a
-//! file system that extends a file before writing its data (ext4
-//! `data=writeback`) could otherwise leave a zero-filled header after a
-//! power loss, which opening rejects as a bad magic. The crash kit's
-//! simulator drops or tears unsynced writes but never zero-fills them, so
-//! its mutation check cannot see this sync matter (it reports `wal.create`
-//! as not detected: a known limit of the simulator, not a spare sync).
+//! once, before any record can follow it. A file system that commits a
+//! file's size before its data (ext4 `data=writeback`, xfs) can otherwise
+//! leave, after a power loss, a log whose header and unsynced records all
+//! read as zeros, which could not be told from a damaged log. With the sync,
+//! a crash can leave a zero-filled header only inside `open` itself, with
+//! nothing after it: a file holding at most a header's length of zeros, or
+//! a prefix of the header, is such a log and is emptied and given its header
+//! anew. A zero header with bytes after it is damage. The crash kit's file
+//! simulator draws zero-filled tails (`crashfs`), so its mutation check sees
+//! this sync matter (test
+//! `a_new_logs_header_survives_a_crash_only_because_it_is_synced`).
 //! The cut of a torn tail is not synced on its own: the first
 //! [`Wal::sync`] after it carries the file's length with the new records,
 //! and a crash before that leaves the torn tail, which the next open cuts
@@ -138,9 +142,14 @@ pub fn frame_at(bytes: &[u8], at: usize) -> std::result::Result<std::ops::Range<
 /// Reads a whole log file's bytes (see the module docs): the valid records,
 /// and where and how the valid prefix ends. Fails only on a bad header.
 pub fn scan(path: &Path, bytes: &[u8]) -> Result<Scan> {
-    if bytes.len() < HEADER {
+    if bytes.len() <= HEADER {
+        // A crash inside `Wal::open`, before the header's sync returned:
+        // a prefix of the header, or its length with zeros for bytes (a
+        // file system that commits sizes before data). Nothing past the
+        // header is written before that sync, so a zero header with bytes
+        // after it is damage, below.
         let h = header_bytes();
-        if h[..bytes.len()] == *bytes {
+        if (bytes.len() < HEADER && h[..bytes.len()] == *bytes) || bytes.iter().all(|&b| b == 0) {
             return Ok(Scan {
                 torn_header: true,
                 ..Scan::default()
@@ -385,11 +394,17 @@ mod tests {
         drop(w);
         let (_, r) = Wal::open(&p).unwrap();
         assert!(r.is_empty());
-        // A header cut short by a crash at creation is an empty log.
-        std::fs::write(&p, &header_bytes()[..5]).unwrap();
-        let (w, r) = Wal::open(&p).unwrap();
-        assert!(r.is_empty() && w.len() as usize == HEADER);
-        drop(w);
+        // A header cut short or zero-filled by a crash at creation is an
+        // empty log; a zero header with bytes past it is damage.
+        for torn in [&header_bytes()[..5], &[0u8; 9][..], &[0u8; HEADER][..]] {
+            std::fs::write(&p, torn).unwrap();
+            let (w, r) = Wal::open(&p).unwrap();
+            assert!(r.is_empty() && w.len() as usize == HEADER);
+            drop(w);
+            assert_eq!(std::fs::read(&p).unwrap(), header_bytes());
+        }
+        std::fs::write(&p, [0u8; HEADER + 1]).unwrap();
+        assert!(matches!(Wal::open(&p), Err(Error::Corrupted(_))));
         std::fs::write(&p, b"garbage garbage garbage").unwrap();
         assert!(matches!(Wal::open(&p), Err(Error::Corrupted(_))));
         let mut bad = WAL_MAGIC.to_vec();
@@ -400,6 +415,69 @@ mod tests {
             Wal::open(&p),
             Err(Error::Version { found: 9, .. })
         ));
+    }
+
+    /// Crash images of a new log taken before its first append is synced,
+    /// with the header's own sync ([`SYNC_CREATE`]) simulated or not: how
+    /// many of them opening rejects.
+    fn new_logs_rejected_after_a_crash(create_synced: bool) -> usize {
+        use crate::crashfs::{FileSim, FileSimConfig};
+        use parking_lot::Mutex;
+        use std::sync::Arc;
+        const IMAGES: usize = 48;
+        let root = tempfile::tempdir().unwrap();
+        let images = tempfile::tempdir().unwrap();
+        let sim = FileSim::new(
+            root.path(),
+            FileSimConfig {
+                seed: 5,
+                crash_before: [1].into(),
+                images_per_crash: IMAGES,
+                image_dir: images.path().to_path_buf(),
+                ..FileSimConfig::default()
+            },
+        )
+        .unwrap();
+        if !create_synced {
+            sim.disable(Some(SYNC_CREATE));
+        }
+        let opened: Arc<Mutex<Vec<Result<usize>>>> = Arc::default();
+        let out = Arc::clone(&opened);
+        sim.on_crash(move |img| {
+            let p = img.dir.join("w");
+            // The manifest names the log, so its entry is there whenever
+            // the log is; only its bytes can be lost.
+            if p.exists() {
+                out.lock().push(Wal::open(&p).map(|(_, r)| r.len()));
+            }
+            std::fs::remove_dir_all(&img.dir).unwrap();
+        });
+        let _guard = sim.install();
+        let path = root.path().join("w");
+        let (mut w, _) = Wal::open(&path).unwrap();
+        w.append(b"the first record").unwrap();
+        w.sync().unwrap();
+        let opened = opened.lock();
+        assert!(
+            opened.len() > IMAGES / 4,
+            "{} images kept the log",
+            opened.len()
+        );
+        let mut rejected = 0;
+        for r in opened.iter() {
+            match r {
+                Ok(n) => assert!(*n <= 1, "{n} records"),
+                Err(Error::Corrupted(_)) => rejected += 1,
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+        rejected
+    }
+
+    #[test]
+    fn a_new_logs_header_survives_a_crash_only_because_it_is_synced() {
+        assert_eq!(new_logs_rejected_after_a_crash(true), 0);
+        assert!(new_logs_rejected_after_a_crash(false) > 0);
     }
 
     fn log_of(p: &Path, payloads: &[&[u8]]) -> Vec<u8> {
