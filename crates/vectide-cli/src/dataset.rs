@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use vectide_core::io::ByteReader;
+use vectide_core::io::Matrix;
 
 /// An ANN benchmark dataset in memory.
 #[derive(Debug)]
@@ -87,30 +87,6 @@ pub fn load(name_or_path: &str) -> Result<Dataset, String> {
     read_dir(Path::new(dir.trim()))
 }
 
-fn read_matrix(path: &Path) -> Result<(usize, usize, Vec<u8>), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut r = ByteReader::new(&bytes);
-    let err = |e: vectide_core::Error| format!("{}: {e}", path.display());
-    let rows = r.u32().map_err(err)? as usize;
-    let cols = r.u32().map_err(err)? as usize;
-    let body = r.bytes(r.remaining()).map_err(err)?;
-    if rows.checked_mul(cols).and_then(|n| n.checked_mul(4)) != Some(body.len()) {
-        return Err(format!(
-            "{}: header says {rows} x {cols} but the file holds {} bytes of data",
-            path.display(),
-            body.len()
-        ));
-    }
-    Ok((rows, cols, body.to_vec()))
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
 /// Reads an exported dataset directory.
 pub fn read_dir(dir: &Path) -> Result<Dataset, String> {
     let meta_path = dir.join("meta.json");
@@ -118,9 +94,15 @@ pub fn read_dir(dir: &Path) -> Result<Dataset, String> {
         &std::fs::read(&meta_path).map_err(|e| format!("{}: {e}", meta_path.display()))?,
     )
     .map_err(|e| format!("{}: {e}", meta_path.display()))?;
-    let (n, dim, train) = read_matrix(&dir.join("train.fbin"))?;
-    let (nq, qdim, test) = read_matrix(&dir.join("test.fbin"))?;
-    let (gq, gt_k, gt) = read_matrix(&dir.join("neighbors.ibin"))?;
+    let read = |name: &str| Matrix::read(&dir.join(name)).map_err(|e| e.to_string());
+    let (train, test, gt) = (
+        read("train.fbin")?,
+        read("test.fbin")?,
+        read("neighbors.ibin")?,
+    );
+    let (n, dim, nq, qdim, gq, gt_k) = (
+        train.rows, train.cols, test.rows, test.cols, gt.rows, gt.cols,
+    );
     if qdim != dim || gq != nq || n == 0 || nq == 0 {
         return Err(format!(
             "{}: inconsistent shapes train {n}x{dim}, test {nq}x{qdim}, neighbors {gq}x{gt_k}",
@@ -131,12 +113,9 @@ pub fn read_dir(dir: &Path) -> Result<Dataset, String> {
         name: meta["name"].as_str().unwrap_or("dataset").to_string(),
         distance: meta["distance"].as_str().unwrap_or("angular").to_string(),
         dim,
-        train: f32s(&train),
-        test: f32s(&test),
-        neighbors: gt
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
+        train: train.f32s(),
+        test: test.f32s(),
+        neighbors: gt.i32s(),
         gt_k,
     })
 }

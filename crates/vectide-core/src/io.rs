@@ -206,6 +206,60 @@ impl<'a> ByteReader<'a> {
     }
 }
 
+/// A matrix file of the benchmark dataset sidecars (`docs/format-vbin.md`,
+/// the `fbin` / `ibin` layout of big-ann-benchmarks): u32 rows, u32 cols,
+/// then rows·cols 4-byte little-endian values, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Matrix {
+    pub rows: usize,
+    pub cols: usize,
+    values: Vec<u8>,
+}
+
+impl Matrix {
+    /// Reads one; a file whose length does not match its shape is
+    /// [`Error::Corrupted`].
+    pub fn read(path: &Path) -> Result<Matrix> {
+        let bytes = fs::read(path).map_err(|e| Error::io_at(path, e))?;
+        Matrix::parse(&bytes).map_err(|e| Error::corrupted(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses a matrix file's bytes (see [`Matrix::read`]).
+    pub fn parse(bytes: &[u8]) -> Result<Matrix> {
+        let mut r = ByteReader::new(bytes);
+        let rows = r.u32()? as usize;
+        let cols = r.u32()? as usize;
+        let body = r.bytes(r.remaining())?;
+        if rows.checked_mul(cols).and_then(|n| n.checked_mul(4)) != Some(body.len()) {
+            return Err(Error::corrupted(format!(
+                "header says {rows} x {cols} but the file holds {} bytes of data",
+                body.len()
+            )));
+        }
+        Ok(Matrix {
+            rows,
+            cols,
+            values: body.to_vec(),
+        })
+    }
+
+    /// The values as f32 (an `.fbin`).
+    pub fn f32s(&self) -> Vec<f32> {
+        self.values
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect()
+    }
+
+    /// The values as i32 (an `.ibin`).
+    pub fn i32s(&self) -> Vec<i32> {
+        self.values
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect()
+    }
+}
+
 /// The envelope of a single-file index (`MAGIC | version u32 | body… |
 /// crc32 u32 | END_MAGIC`): checks the magic, that the file holds at least
 /// `min_len` bytes before its trailer, the version, the end marker and the
@@ -269,6 +323,59 @@ mod tests {
         assert!(r.is_err());
         assert_eq!(fs::read(&p).unwrap(), b"one", "old file untouched");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "temp removed");
+    }
+
+    #[test]
+    fn matrices_read_by_shape_and_bad_lengths_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.fbin");
+        let file = |rows: u32, cols: u32, values: &[u8]| {
+            let mut b = rows.to_le_bytes().to_vec();
+            b.extend_from_slice(&cols.to_le_bytes());
+            b.extend_from_slice(values);
+            fs::write(&p, b).unwrap();
+        };
+        let values: Vec<u8> = [1.5f32, -2.0, 3.0, 4.25, 5.0, 6.0]
+            .iter()
+            .flat_map(|f| f.to_le_bytes())
+            .collect();
+        file(3, 2, &values);
+        let m = Matrix::read(&p).unwrap();
+        assert_eq!((m.rows, m.cols), (3, 2));
+        assert_eq!(m.f32s(), [1.5, -2.0, 3.0, 4.25, 5.0, 6.0]);
+        file(2, 1, &[7, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
+        assert_eq!(Matrix::read(&p).unwrap().i32s(), [7, -1]);
+        file(4, 2, &values);
+        let e = Matrix::read(&p).unwrap_err().to_string();
+        assert!(e.contains("header says 4 x 2"), "{e}");
+        // A shape whose byte count overflows, and a file shorter than its
+        // header: errors, not panics.
+        file(u32::MAX, u32::MAX, &values);
+        assert!(matches!(Matrix::read(&p), Err(Error::Corrupted(_))));
+        fs::write(&p, [1u8, 2, 3]).unwrap();
+        assert!(matches!(Matrix::read(&p), Err(Error::Corrupted(_))));
+        assert!(Matrix::read(&dir.path().join("none")).is_err());
+    }
+
+    proptest::proptest! {
+        /// Fuzz: any bytes parse to a matrix whose shape accounts for every
+        /// byte, or to an error; never a panic.
+        #[test]
+        fn matrix_parsing_takes_any_bytes(
+            rows in 0u32..4, cols in 0u32..4, extra in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+            raw in proptest::bool::ANY,
+        ) {
+            let mut b = Vec::new();
+            if !raw {
+                b.extend_from_slice(&rows.to_le_bytes());
+                b.extend_from_slice(&cols.to_le_bytes());
+            }
+            b.extend_from_slice(&extra);
+            if let Ok(m) = Matrix::parse(&b) {
+                proptest::prop_assert_eq!(8 + 4 * m.rows * m.cols, b.len());
+                proptest::prop_assert_eq!(m.f32s().len(), m.rows * m.cols);
+            }
+        }
     }
 
     #[test]

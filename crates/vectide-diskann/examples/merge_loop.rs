@@ -28,6 +28,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use std::path::Path;
 use std::time::Instant;
+use vectide_core::io::Matrix;
 use vectide_core::sync::SyncSite;
 use vectide_core::{Metric, VectorIndex};
 use vectide_diskann::lti::{self, GraphSource, Lti};
@@ -38,15 +39,8 @@ use vectide_vamana::{FreshVamana, VamanaParams};
 const SITE: SyncSite = SyncSite("example.merge_loop");
 
 fn read_fbin(path: &Path) -> (usize, usize, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let rows = u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
-    let cols = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
-    let data: Vec<f32> = bytes[8..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    assert_eq!(data.len(), rows * cols, "{}", path.display());
-    (rows, cols, data)
+    let m = Matrix::read(path).unwrap_or_else(|e| panic!("{e}"));
+    (m.rows, m.cols, m.f32s())
 }
 
 /// CPU seconds of this process so far (user, system), from /proc.

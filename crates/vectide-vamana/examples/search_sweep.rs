@@ -14,20 +14,9 @@
 
 use std::path::Path;
 use std::time::Instant;
+use vectide_core::io::Matrix;
 use vectide_core::{Metric, SearchParams, VectorIndex};
 use vectide_vamana::{FreshVamana, VamanaParams};
-
-fn read_bin<T: Copy>(path: &Path, from: fn([u8; 4]) -> T) -> (usize, usize, Vec<T>) {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let rows = u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
-    let cols = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
-    let data = bytes[8..]
-        .chunks_exact(4)
-        .map(|c| from(c.try_into().unwrap()))
-        .collect::<Vec<T>>();
-    assert_eq!(data.len(), rows * cols, "{}", path.display());
-    (rows, cols, data)
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -40,9 +29,14 @@ fn main() {
         .map(|s| s.split(',').map(|x| x.parse().unwrap()).collect())
         .unwrap_or_else(|| vec![16, 24, 32, 48, 64, 96, 128]);
     let runs: usize = args.get(3).map(|s| s.parse().unwrap()).unwrap_or(3);
-    let (n, dim, train) = read_bin(&dir.join("train.fbin"), f32::from_le_bytes);
-    let (nq, _, test) = read_bin(&dir.join("test.fbin"), f32::from_le_bytes);
-    let (_, kgt, gt) = read_bin(&dir.join("neighbors.ibin"), i32::from_le_bytes);
+    let read = |name: &str| Matrix::read(&dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
+    let (train, test, gt) = (
+        read("train.fbin"),
+        read("test.fbin"),
+        read("neighbors.ibin"),
+    );
+    let (n, dim, nq, kgt) = (train.rows, train.cols, test.rows, gt.cols);
+    let (train, test, gt) = (train.f32s(), test.f32s(), gt.i32s());
     let meta = std::fs::read_to_string(dir.join("meta.json")).unwrap();
     let metric = if meta.contains("angular") {
         Metric::Cosine
