@@ -243,17 +243,26 @@ pub fn run(args: &CrashArgs) -> Result<bool, String> {
         bar.finish_and_clear();
         mutations = m;
     }
+    let undetected: Vec<String> = mutations
+        .iter()
+        .filter(|m| m.violating_rounds == 0)
+        .map(|m| m.site.name())
+        .collect();
+    // The report is printed at the end; a line now keeps the simulator's
+    // outcome if the kill rounds cannot run (a binary replaced under them).
+    eprintln!(
+        "{}: simulator done: {} crash points, {} violating rounds ({sim_s:.0}s); mutation check: {} sites, undetected {undetected:?}",
+        args.target,
+        simr.rounds,
+        simr.tally.violating_rounds,
+        mutations.len(),
+    );
     let root = vectide_crashkit::scratch_root(args.dir.as_deref());
     let kdir = root.join(format!("vectide-kill-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&kdir);
     let kr = kill_test(&kdir, args, &kcfg, rounds);
     let _ = std::fs::remove_dir_all(&kdir);
     let (kr, kill_s) = kr?;
-    let undetected: Vec<String> = mutations
-        .iter()
-        .filter(|m| m.violating_rounds == 0)
-        .map(|m| m.site.name())
-        .collect();
     let violations = simr.violations.len() + kr.violations.len();
     let ok = violations == 0 && undetected.is_empty();
     let (median_ms, max_ms) = ms(&kr.open_micros);

@@ -32,6 +32,13 @@ fn crash_test(target: &str, extra: &[&str]) -> serde_json::Value {
     );
     let v: serde_json::Value = serde_json::from_str(&stdout).expect("json");
     assert_eq!(v["violations"], 0, "{target}");
+    // The simulator's outcome is on stderr before the kill rounds start.
+    let err = String::from_utf8_lossy(&out.stderr);
+    let done = format!(
+        "{target}: simulator done: {} crash points, 0 violating rounds",
+        v["crash_points_checked"]
+    );
+    assert!(err.contains(&done), "{err}");
     assert!(v["crash_points_checked"].as_u64().unwrap() >= points.parse::<u64>().unwrap());
     let kill = &v["kill"];
     assert!(kill["rounds"].as_u64().unwrap() >= kills.parse::<u64>().unwrap());
