@@ -24,7 +24,11 @@
 //!
 //! With a site switched off (`disable`), one persistence call of the target
 //! does nothing durable; [`mutation_check`] runs the rounds once per site the
-//! target uses and reports which ones the checks caught.
+//! target uses and reports which ones the checks caught. With a sync site
+//! switched off, odd rounds crash only where its loss shows, just after one
+//! of its calls (`FileSim::aim_after_disabled`), instead of at a drawn
+//! point: a site called once per log or per merge is met by few crash
+//! points drawn at random.
 //!
 //! One limit, from the region simulator: its fence makes every thread's
 //! persisted lines durable (as `msync` does), while on persistent memory
@@ -135,7 +139,15 @@ struct Sims {
 }
 
 impl Sims {
-    fn new(dir: &Path, scratch: &Path, seed: u64, disable: Option<Disabled>) -> Result<Sims> {
+    /// `aim`: crash where a disabled sync site's loss shows
+    /// ([`FileSim::aim_after_disabled`]) as well as at the drawn point.
+    fn new(
+        dir: &Path,
+        scratch: &Path,
+        seed: u64,
+        disable: Option<Disabled>,
+        aim: bool,
+    ) -> Result<Sims> {
         let images = scratch_dir(scratch, "img")?;
         let files = FileSim::new(
             dir,
@@ -151,7 +163,10 @@ impl Sims {
             ..Default::default()
         }));
         match disable {
-            Some(Disabled::Sync(s)) => files.disable(Some(s)),
+            Some(Disabled::Sync(s)) => {
+                files.disable(Some(s));
+                files.aim_after_disabled(aim);
+            }
             Some(Disabled::Region(s)) => media.disable(Some(s)),
             None => {}
         }
@@ -256,6 +271,15 @@ fn find_named(dir: &Path, name: &str) -> Vec<PathBuf> {
 /// region image, and the history at the crash.
 type Crashed = Arc<Mutex<Option<(PathBuf, Option<CrashImage>, History)>>>;
 
+/// Whether `round` crashes only where the disabled sync site's loss shows
+/// (or, when it is not called, once the writers are done): odd rounds of a
+/// mutation check of a sync site. Even rounds keep their drawn crash
+/// point, so that a site called only while the index is created (round 0)
+/// or one whose loss shows much later is met too.
+fn aimed(cfg: &SimConfigKit, round: usize) -> bool {
+    matches!(cfg.disable, Some(Disabled::Sync(_))) && round % 2 == 1
+}
+
 /// Runs the rounds (see the module docs).
 pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
     if cfg.threads == 0 || cfg.labels < 8 {
@@ -280,6 +304,7 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
             &scratch,
             cfg.seed ^ (round as u64) << 8,
             cfg.disable,
+            aimed(cfg, round),
         )?;
         let idx = match cfg.target.open(dir.path(), DIM) {
             Ok(i) => i,
@@ -327,7 +352,7 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
         } else {
             rate
         };
-        let at_fence = df > 0 && rng.below((ds + df) as usize) < df as usize;
+        let at_fence = df > 0 && rng.below((ds + df) as usize) < df as usize && !aimed(cfg, round);
         // Within the events a round issues (as the last one did), so that
         // the crash comes before the writers run out as a rule.
         let span = if at_fence { df } else { ds };
@@ -367,7 +392,9 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
                 }
                 stop.store(true, Ordering::Release);
             });
-            sims.files.crash_before([syncs0 + at]);
+            if !aimed(cfg, round) {
+                sims.files.crash_before([syncs0 + at]);
+            }
         }
         let start = match cfg.seq_from {
             SeqFrom::Durable => idx.durable_seq().unwrap_or(0),
@@ -482,7 +509,7 @@ fn crash_in_recovery(
     let probe = scratch_dir(scratch, "probe")?;
     copy_tree(img.path(), probe.path())?;
     let (syncs, fences) = {
-        let sims = Sims::new(probe.path(), scratch, seed, cfg.disable)?;
+        let sims = Sims::new(probe.path(), scratch, seed, cfg.disable, false)?;
         drop(cfg.target.open(probe.path(), DIM));
         sims.counts()
     };
@@ -494,7 +521,7 @@ fn crash_in_recovery(
     let at = seed % total;
     let target = scratch_dir(scratch, "rec")?;
     copy_tree(img.path(), target.path())?;
-    let sims = Sims::new(target.path(), scratch, seed ^ 0xa5a5, cfg.disable)?;
+    let sims = Sims::new(target.path(), scratch, seed ^ 0xa5a5, cfg.disable, false)?;
     type Image = Arc<Mutex<Option<(PathBuf, Option<CrashImage>)>>>;
     let crashed: Image = Arc::new(Mutex::new(None));
     let holder = scratch_dir(scratch, "rec-img")?;

@@ -105,10 +105,46 @@ fn spfresh_with_small_postings_recovers_and_needs_its_wal_sync() {
     assert!(wal.2 > 0, "dropping the WAL's sync went unnoticed");
 }
 
+/// Every persistence site of fresh-diskann is necessary, with merges
+/// inline: the redo log's header sync too, whose loss shows only in the
+/// crash states just after a new log is created (the mutation check aims
+/// at them in its odd rounds).
+#[test]
+fn mutation_check_fresh_diskann_detects_every_site() {
+    let params: Params = [
+        ("temp_points", ParamValue::Int(20)),
+        ("merge_points", ParamValue::Int(60)),
+        ("pq_bytes", ParamValue::Int(4)),
+        ("merge", ParamValue::Str("inline".into())),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    // Enough labels that merges train PQ and write an LTI.
+    let out = mutation_outcomes_with("fresh-diskann", params, Some(600));
+    let missed: Vec<&(String, u64, usize)> = out.iter().filter(|m| m.2 == 0).collect();
+    assert!(
+        missed.is_empty(),
+        "switching these off went unnoticed: {missed:?}"
+    );
+    assert!(out.iter().any(|m| m.0 == "sync:wal.create"), "{out:?}");
+}
+
 fn mutation_outcomes(target: &str, params: Params) -> Vec<(String, u64, usize)> {
+    mutation_outcomes_with(target, params, None)
+}
+
+/// `labels`: how many labels the writers share, when not the default.
+fn mutation_outcomes_with(
+    target: &str,
+    params: Params,
+    labels: Option<u64>,
+) -> Vec<(String, u64, usize)> {
+    let base = config(target, params, 3);
     let cfg = SimConfigKit {
         rounds: knob("VECTIDE_MUTATION_POINTS", 40),
-        ..config(target, params, 3)
+        labels: labels.unwrap_or(base.labels),
+        ..base
     };
     let (clean, muts) = mutation_check(&cfg).unwrap();
     assert!(clean.violations.is_empty(), "{:#?}", clean.violations);

@@ -70,7 +70,8 @@
 //! simulator treat every sync of one site as if it had not happened (the
 //! real sync still runs, so the workload is unchanged): a later image can
 //! then lose what only that site made durable, which the crash checker must
-//! detect.
+//! detect. [`FileSim::aim_after_disabled`] adds crash points just after the
+//! disabled site's syncs, where that loss shows.
 
 use crate::media::rng_next;
 use parking_lot::Mutex;
@@ -85,6 +86,10 @@ use vectide_core::sync::{
     SyncPhase, SyncSite,
 };
 use vectide_core::{Error, Result};
+
+/// Sync points after a disabled site's sync among which
+/// [`FileSim::aim_after_disabled`] draws a crash point.
+pub const AIM_SPAN: u64 = 4;
 
 /// Configuration of a [`FileSim`].
 #[derive(Debug, Clone, Default)]
@@ -218,6 +223,10 @@ struct State {
     report: FileSimReport,
     crash_before: BTreeSet<u64>,
     disabled: Option<SyncSite>,
+    /// See [`FileSim::aim_after_disabled`].
+    aim: bool,
+    /// Files and directories whose next sync is a crash point (aimed).
+    aimed_paths: BTreeSet<PathBuf>,
     rng: u64,
     on_crash: Option<Callback>,
     durable_len: HashMap<Inode, u64>,
@@ -362,6 +371,8 @@ impl FileSim {
                 report: FileSimReport::default(),
                 crash_before: config.crash_before,
                 disabled: None,
+                aim: false,
+                aimed_paths: BTreeSet::new(),
                 rng: config.seed ^ 0xf11e_5eed,
                 on_crash: None,
                 durable_len,
@@ -400,6 +411,19 @@ impl FileSim {
         self.state.lock().disabled = site;
     }
 
+    /// Also crashes where a disabled site's loss shows: after each of its
+    /// syncs, by a seeded draw of one in two, either the next sync of the
+    /// same file or directory (the last moment before a later sync makes
+    /// good the loss) or one of the next [`AIM_SPAN`] sync points (for a
+    /// file never synced again, such as the temp file of an atomic write)
+    /// becomes a crash point. A site called rarely (a log's header sync,
+    /// once per log) is otherwise met by few uniformly drawn crash points,
+    /// and the mutation check would call it unnecessary for want of
+    /// trying.
+    pub fn aim_after_disabled(&self, on: bool) {
+        self.state.lock().aim = on;
+    }
+
     /// The counters so far.
     pub fn report(&self) -> FileSimReport {
         self.state.lock().report.clone()
@@ -433,7 +457,8 @@ impl FileSim {
         let n = s.report.sync_points;
         s.report.sync_points += 1;
         *s.report.by_site.entry(e.site).or_default() += 1;
-        if s.crash_before.remove(&n) {
+        let aimed = s.aimed_paths.remove(&rel);
+        if s.crash_before.remove(&n) || aimed {
             for k in 0..self.images_per_crash {
                 let target = self.image_dir.join(format!("{n:06}-{k}"));
                 match self.materialise(s, &target, n, e.site, e.path) {
@@ -449,6 +474,14 @@ impl FileSim {
         }
         if s.disabled == Some(e.site) {
             s.report.skipped += 1;
+            if s.aim {
+                if rng_next(&mut s.rng).is_multiple_of(2) {
+                    s.aimed_paths.insert(rel);
+                } else {
+                    let k = 1 + rng_next(&mut s.rng) % AIM_SPAN;
+                    s.crash_before.insert(n + k);
+                }
+            }
             return;
         }
         let pending = if e.kind == SyncKind::Dir {
@@ -851,6 +884,54 @@ mod tests {
     fn a_disabled_site_makes_later_images_lose_what_it_synced() {
         assert_eq!(lost_synced_bytes(false), 0);
         assert!(lost_synced_bytes(true) > 0);
+    }
+
+    #[test]
+    fn aimed_crash_points_follow_the_disabled_sites_syncs() {
+        let root = tempfile::tempdir().unwrap();
+        let images = tempfile::tempdir().unwrap();
+        let (sim, seen) = simulator(root.path(), images.path(), [], 1, "log");
+        sim.disable(Some(OTHER));
+        sim.aim_after_disabled(true);
+        let _guard = sim.install();
+        let (log, side) = (root.path().join("log"), root.path().join("side"));
+        let (mut f, mut g) = (File::create(&log).unwrap(), File::create(&side).unwrap());
+        // Rounds of 20 sync points: `side` synced by the disabled site,
+        // then the log 18 times, then `side` again by another site.
+        let (mut disabled, mut next_of_side) = (Vec::new(), Vec::new());
+        let mut n = 0u64;
+        for round in 0..30 {
+            g.write_all(&chunk(round)).unwrap();
+            sync_file(&g, &side, OTHER, true).unwrap();
+            disabled.push(n);
+            for i in 0..18 {
+                f.write_all(&chunk(i)).unwrap();
+                sync_file(&f, &log, APPEND, true).unwrap();
+            }
+            sync_file(&g, &side, APPEND, true).unwrap();
+            next_of_side.push(n + 19);
+            n += 20;
+        }
+        let points: Vec<u64> = seen.lock().iter().map(|(p, _, _)| *p).collect();
+        let near = |p: &u64| disabled.iter().any(|o| (o + 1..=o + AIM_SPAN).contains(p));
+        assert!(
+            points.iter().all(|p| near(p) || next_of_side.contains(p)),
+            "{points:?}"
+        );
+        assert!(points.iter().any(near), "{points:?}");
+        assert!(
+            points.iter().any(|p| next_of_side.contains(p)),
+            "{points:?}"
+        );
+        // Without aiming, no crash point was asked for: no image.
+        let (sim, seen) = simulator(root.path(), images.path(), [], 1, "log");
+        sim.disable(Some(OTHER));
+        let _guard = sim.install();
+        for _ in 0..20 {
+            sync_file(&g, &side, OTHER, true).unwrap();
+            sync_file(&g, &side, APPEND, true).unwrap();
+        }
+        assert!(seen.lock().is_empty());
     }
 
     #[test]
