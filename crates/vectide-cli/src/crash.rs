@@ -251,11 +251,15 @@ pub fn run(args: &CrashArgs) -> Result<bool, String> {
     // The report is printed at the end; a line now keeps the simulator's
     // outcome if the kill rounds cannot run (a binary replaced under them).
     eprintln!(
-        "{}: simulator done: {} crash points, {} violating rounds ({sim_s:.0}s); mutation check: {} sites, undetected {undetected:?}",
+        "{}: simulator done: {} crash points, {} violations ({sim_s:.0}s); mutation check: {}",
         args.target,
         simr.rounds,
-        simr.tally.violating_rounds,
-        mutations.len(),
+        simr.violations.len(),
+        if args.mutation {
+            format!("{} sites, undetected {undetected:?}", mutations.len())
+        } else {
+            "not run".to_string()
+        },
     );
     let root = vectide_crashkit::scratch_root(args.dir.as_deref());
     let kdir = root.join(format!("vectide-kill-{}", std::process::id()));

@@ -35,7 +35,7 @@ fn crash_test(target: &str, extra: &[&str]) -> serde_json::Value {
     // The simulator's outcome is on stderr before the kill rounds start.
     let err = String::from_utf8_lossy(&out.stderr);
     let done = format!(
-        "{target}: simulator done: {} crash points, 0 violating rounds",
+        "{target}: simulator done: {} crash points, 0 violations",
         v["crash_points_checked"]
     );
     assert!(err.contains(&done), "{err}");

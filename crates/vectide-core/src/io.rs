@@ -221,7 +221,10 @@ impl Matrix {
     /// [`Error::Corrupted`].
     pub fn read(path: &Path) -> Result<Matrix> {
         let bytes = fs::read(path).map_err(|e| Error::io_at(path, e))?;
-        Matrix::parse(&bytes).map_err(|e| Error::corrupted(format!("{}: {e}", path.display())))
+        Matrix::parse(&bytes).map_err(|e| match e {
+            Error::Corrupted(m) => Error::corrupted(format!("{}: {m}", path.display())),
+            e => e,
+        })
     }
 
     /// Parses a matrix file's bytes (see [`Matrix::read`]).

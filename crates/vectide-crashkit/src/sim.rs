@@ -16,7 +16,7 @@
 //! round (which of the two, at random, among those the target uses), while
 //! the other writers are in the middle of their own operations. The image is
 //! both simulators' post-crash state: every file as the file simulator
-//! leaves it (unsynced tails kept, dropped or torn; entries not yet durable
+//! leaves it (unsynced tails kept, dropped, torn or zero-filled; entries not yet durable
 //! kept or lost), with the region files replaced by the region simulator's
 //! image (pending lines kept, dropped or torn). It is the next round's
 //! start; a share of the rounds also crashes during the recovery of that
@@ -140,7 +140,7 @@ struct Sims {
 
 impl Sims {
     /// `aim`: crash where a disabled sync site's loss shows
-    /// ([`FileSim::aim_after_disabled`]) as well as at the drawn point.
+    /// ([`FileSim::aim_after_disabled`]); such rounds draw no crash point.
     fn new(
         dir: &Path,
         scratch: &Path,
@@ -389,6 +389,9 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
                 if c.is_none() {
                     let regions = media.image_now();
                     *c = Some((fimg.dir.clone(), Some(regions), hist.lock().clone()));
+                } else {
+                    // A later (aimed) crash point of the same round.
+                    let _ = std::fs::remove_dir_all(&fimg.dir);
                 }
                 stop.store(true, Ordering::Release);
             });

@@ -127,6 +127,9 @@ pub struct CommitLog {
     state: Mutex<State>,
     flushed: Condvar,
     joined: Condvar,
+    /// Held through a whole [`CommitLog::truncate_through`]: two at once
+    /// (the background checkpoint and a flush) could delete out of order.
+    truncating: Mutex<()>,
 }
 
 fn segment_name(first: Seq) -> String {
@@ -434,6 +437,7 @@ impl CommitLog {
                 }),
                 flushed: Condvar::new(),
                 joined: Condvar::new(),
+                truncating: Mutex::new(()),
             },
             records,
         ))
@@ -584,6 +588,7 @@ impl CommitLog {
     /// After a checkpoint covering every record `<= seq`: rotates, then
     /// deletes every segment all of whose records are `<= seq`.
     pub fn truncate_through(&self, seq: Seq) -> Result<usize> {
+        let _one = self.truncating.lock();
         // Flush what is buffered first, so that rotation has a clean cut.
         let last = self.last_seq();
         self.commit(last)?;
@@ -599,17 +604,27 @@ impl CommitLog {
         }
         // Segment i holds records first_i ..= first_{i+1} - 1.
         let mut gone = Vec::new();
-        while st.segments.len() > 1 && st.segments[1].first.saturating_sub(1) <= seq {
-            gone.push(st.segments.remove(0));
+        for w in st.segments.windows(2) {
+            if w[1].first.saturating_sub(1) > seq {
+                break;
+            }
+            gone.push(w[0].path.clone());
         }
         st.since_checkpoint = 0;
         drop(st);
         // Oldest first, each removal durable before the next: a crash
         // leaves a prefix of them removed, never a gap between segments
-        // that open would take for lost records.
-        for s in &gone {
-            std::fs::remove_file(&s.path).map_err(|e| DbError::io_at(&s.path, e))?;
+        // that open would take for lost records. A segment leaves the list
+        // only once its removal is durable, so after an error the next
+        // checkpoint starts again from the oldest.
+        for path in &gone {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(DbError::io_at(path, e)),
+            }
             sync_dir(&self.dir, SYNC_TRUNCATE_DIR)?;
+            self.state.lock().segments.remove(0);
         }
         Ok(gone.len())
     }

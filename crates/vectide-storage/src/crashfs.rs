@@ -48,9 +48,14 @@
 //!   current bytes there. The model under-approximates such files' crash
 //!   states (it never shows the old bytes, nor a torn page). Regions of
 //!   `p-hnsw` belong to [`crate::SimMedia`], which models their stores.
-//! - **Truncation** (`set_len` to a shorter length) is durable at once; a
-//!   torn tail is a prefix of the written bytes, and a zeroed tail is zero
-//!   throughout (no mix of written, zero and garbage blocks).
+//! - **Truncation** (`set_len` to a shorter length) is durable at once, and
+//!   the simulator never sees it: a file's durable length is not lowered by
+//!   a cut, so bytes written after a cut below the old durable length count
+//!   as durable until the next sync records the new length.
+//! - A torn tail is a prefix of the written bytes, and a zeroed tail is zero
+//!   throughout: no mix of written, zero and garbage blocks, although a file
+//!   system that writes data back out of order can leave zeros before a
+//!   later written block.
 //! - **Directories** are taken as they are now: creating or removing a
 //!   directory is durable at once, and only regular files are copied
 //!   (symlinks and other kinds are skipped). A rename between two
@@ -474,7 +479,9 @@ impl FileSim {
         }
         if s.disabled == Some(e.site) {
             s.report.skipped += 1;
-            if s.aim {
+            // Aimed only once a callback can take the image (not while a
+            // crash kit's recovery runs before it sets one).
+            if s.aim && s.on_crash.is_some() {
                 if rng_next(&mut s.rng).is_multiple_of(2) {
                     s.aimed_paths.insert(rel);
                 } else {

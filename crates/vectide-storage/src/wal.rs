@@ -99,8 +99,9 @@ pub struct Scan {
     pub end: u64,
     /// The first invalid record, if the valid prefix does not reach the end.
     pub bad: Option<BadRecord>,
-    /// The header itself is a prefix of a valid header cut short (a crash
-    /// while the file was being created): the log is empty.
+    /// The header is a prefix of a valid one, or at most a header's length
+    /// of zeros (a crash while the file was being created): the log is
+    /// empty.
     pub torn_header: bool,
 }
 
