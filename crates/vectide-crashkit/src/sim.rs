@@ -299,12 +299,13 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
     // Sync points and fences of the last round.
     let mut rate = (0u64, 0u64);
     for round in 0..=cfg.rounds {
+        let aim = aimed(cfg, round);
         let sims = Sims::new(
             dir.path(),
             &scratch,
             cfg.seed ^ (round as u64) << 8,
             cfg.disable,
-            aimed(cfg, round),
+            aim,
         )?;
         let idx = match cfg.target.open(dir.path(), DIM) {
             Ok(i) => i,
@@ -352,7 +353,7 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
         } else {
             rate
         };
-        let at_fence = df > 0 && rng.below((ds + df) as usize) < df as usize && !aimed(cfg, round);
+        let at_fence = df > 0 && rng.below((ds + df) as usize) < df as usize && !aim;
         // Within the events a round issues (as the last one did), so that
         // the crash comes before the writers run out as a rule.
         let span = if at_fence { df } else { ds };
@@ -395,7 +396,7 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
                 }
                 stop.store(true, Ordering::Release);
             });
-            if !aimed(cfg, round) {
+            if !aim {
                 sims.files.crash_before([syncs0 + at]);
             }
         }
