@@ -22,8 +22,9 @@ PEERS_DEPS := diskannpy==0.7.0
 export VECTIDE_PEERS_VENV ?= $(CURDIR)/$(PEERS_VENV)
 
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock pyproject.toml
+PY_SOURCES := $(shell find python/vectide -name '*.py' -o -name '*.pyi')
 
-.PHONY: all venv build demo test test-rust test-python lint bench bench-native bench-streaming torture clean
+.PHONY: all venv build build-ci demo test test-all test-rust test-rust-all test-python test-python-all lint bench bench-native bench-streaming torture clean
 
 all: build
 
@@ -37,31 +38,80 @@ $(VENV)/.deps: Makefile
 
 venv: $(VENV)/.deps
 
-# The Python package (release build) and the CLI, both into .venv.
-$(VENV)/.built: $(VENV)/.deps $(RUST_SOURCES) $(shell find python/vectide -name '*.py' -o -name '*.pyi')
+# The Python package (release build) and the CLI, both into .venv: what
+# `make demo` and the benchmarks run.
+$(VENV)/.built: $(VENV)/.deps $(RUST_SOURCES) $(PY_SOURCES)
 	rm -rf target/wheels
 	$(VENV)/bin/maturin build --release -q -o target/wheels
 	$(PIP) install -q --force-reinstall --no-deps target/wheels/vectide-*.whl
 	cargo build --release -q -p vectide-cli
 	install -m 755 target/release/vectide $(VENV)/bin/vectide
+	rm -f $(VENV)/.built-ci
 	touch $@
 
 build: $(VENV)/.built
 
+# The same package and CLI for the tests, built once with the `ci` profile
+# (release code generation without LTO or debug info, Cargo.toml): the Rust
+# tests' build shares its compiled crates, so `make test` compiles the
+# workspace once instead of twice (release for the package, again for the
+# tests). Installing one build removes the other's stamp, so the benchmarks
+# never run on the test build.
+$(VENV)/.built-ci: $(VENV)/.deps $(RUST_SOURCES) $(PY_SOURCES)
+	rm -rf target/wheels-ci
+	$(VENV)/bin/maturin build --profile ci -q -o target/wheels-ci
+	$(PIP) install -q --force-reinstall --no-deps target/wheels-ci/vectide-*.whl
+	cargo build --profile ci -q -p vectide-cli
+	install -m 755 target/ci/vectide $(VENV)/bin/vectide
+	rm -f $(VENV)/.built
+	touch $@
+
+build-ci: $(VENV)/.built-ci
+
 demo: build
 	$(PY) -m vectide.bench churn --dataset glove-6b-50-angular-100k --rounds 10 --out bench-results/demo.json
 
-test: build test-rust test-python
+# `make test`: every kind of check in its small version (CI runs it; under
+# 25 minutes on 2 cores). `make test-all`: the same plus the long variants
+# (Rust tests marked #[ignore = "slow: ..."], pytest tests marked `slow`).
+# Both print where the time went: the slowest tests of each suite.
+test: build-ci test-rust test-python
 
+test-all: build-ci test-rust-all test-python-all
+
+# cargo-nextest runs the test binaries side by side (cargo test runs them one
+# after another) and prints each test's time; plain cargo test where it is
+# not installed.
+NEXTEST := $(shell cargo nextest --version >/dev/null 2>&1 && echo yes)
+ifeq ($(NEXTEST),yes)
+RUST_TEST = cargo nextest run --cargo-profile ci --workspace --no-fail-fast --final-status-level slow
+RUST_TEST_ALL = $(RUST_TEST) --run-ignored all
+else
+RUST_TEST = cargo test --profile ci -q --workspace
+RUST_TEST_ALL = $(RUST_TEST) -- --include-ignored
+endif
+
+# The build first, with a timings report, then the run; `.ci/slowest` then
+# prints the slowest build steps and tests.
 test-rust:
-	cargo test --release -q --workspace
+	cargo test --profile ci -q --workspace --no-run --timings
+	$(RUST_TEST)
+	@.ci/slowest 10
 
-test-python: build
-	$(PY) -m pytest -q python/tests
+test-rust-all:
+	cargo test --profile ci -q --workspace --no-run --timings
+	$(RUST_TEST_ALL)
+	@.ci/slowest 20
+
+test-python: build-ci
+	$(PY) -m pytest -q python/tests -m "not slow" --durations=10
+
+test-python-all: build-ci
+	$(PY) -m pytest -q python/tests --durations=20
 
 lint:
 	cargo fmt --all --check
-	cargo clippy --release --workspace --all-targets -q -- -D warnings
+	cargo clippy --profile ci --workspace --all-targets -q -- -D warnings
 
 # The ANN benchmark of issue 2: all engines, one run, one Python loop.
 bench: build
