@@ -116,12 +116,14 @@ def test_recall_targets_are_the_native_ones():
 
 
 def test_engine_registry():
-    known = "vectide:hnsw, vectide:fresh-vamana, hnswlib, faiss-hnsw, usearch, diskann, svs, glass, scann, vsag"
+    known = ("vectide:hnsw, vectide:fresh-vamana, hnswlib, faiss-hnsw, usearch, diskann, svs, glass, scann, vsag, "
+             "symqg, rabitq-hnsw, rabitq-ivf, faiss-ivf-rabitq, faiss-ivf-pqfs")
     with pytest.raises(ValueError, match=f"known engines: {known}"):
         make_engine("annoy")
     # Each engine names the knob a sweep varies; building is not needed for that.
     assert [make_engine(n).knob for n in ("diskann", "svs", "glass", "scann", "vsag")] == [
         "L", "L", "ef", "leaves_to_search", "ef"]
+    assert [make_engine(n).knob for _, n in RABITQ_PEERS] == ["ef", "ef", "nprobe", "nprobe", "nprobe"]
     assert make_engine("vectide:flat").name == "vectide:flat"
     assert not is_peer("vectide:hnsw") and is_peer("hnswlib")
 
@@ -146,9 +148,10 @@ def _knob(name):
     return next(e["primary_knob"] for e in vectide.engines() if e["name"] == name.split(":", 1)[1])
 
 
-def _check_result(doc, engines, k=10):
+def _check_result(doc, engines, k=10, efs=(10, 32)):
     """The JSON contract of an ANN result, for the Python harness and the
-    native `vectide bench` alike (run with ``--ef 10,32 --max-queries 100``)."""
+    native `vectide bench` alike (run with ``--ef 10,32 --max-queries 100``,
+    or the ``efs`` given)."""
     for key in ("dataset", "k", "threads", "engines", "summary", "machine", "date", "n_train", "n_queries"):
         assert key in doc, key
     assert doc["dataset"] == DATASET and doc["k"] == k and doc["threads"] == 1
@@ -163,10 +166,10 @@ def _check_result(doc, engines, k=10):
             assert [p["search_params"] for p in e["sweep"]] == [{}], name
             assert e["sweep"][0]["recall"] == pytest.approx(1.0)
         elif _knob(name) == "ef":
-            assert [p["search_params"]["ef"] for p in e["sweep"]] == [10, 32]
-            assert [p["search_params"]["ef_effective"] for p in e["sweep"]] == [10, 32]
-        else:  # L, leaves_to_search: the value searched with (at most the leaves there are)
-            assert [p["search_params"][_knob(name)] for p in e["sweep"]] == [10, 32], name
+            assert [p["search_params"]["ef"] for p in e["sweep"]] == list(efs)
+            assert [p["search_params"]["ef_effective"] for p in e["sweep"]] == list(efs)
+        else:  # L, leaves_to_search, nprobe: the value searched with (at most the leaves there are)
+            assert [p["search_params"][_knob(name)] for p in e["sweep"]] == list(efs), name
         for p in e["sweep"]:
             assert set(p) >= {"search_params", "recall", "qps"}
             assert 0.0 <= p["recall"] <= 1.0 and p["qps"] > 0
@@ -272,6 +275,120 @@ def test_missing_peer_package_names_the_pip_package(monkeypatch):
     for module, name in FAST_PEERS:
         monkeypatch.setitem(sys.modules, module, None)  # the import fails as if not installed
         with pytest.raises(RuntimeError, match=f"pip install {pips[name]}$"):
+            make_engine(name).check()
+
+
+#: RaBitQ-Library's indexes (PyPI rabitqlib) and faiss's IVF FastScan
+#: indexes with exact re-ranking: (import name, engine).
+RABITQ_PEERS = [("rabitqlib", "symqg"), ("rabitqlib", "rabitq-hnsw"), ("rabitqlib", "rabitq-ivf"),
+                ("faiss", "faiss-ivf-rabitq"), ("faiss", "faiss-ivf-pqfs")]
+
+
+@pytest.mark.parametrize("module,name", RABITQ_PEERS, ids=[n for _, n in RABITQ_PEERS])
+def test_end_to_end_rabitq_and_fastscan_peers(module, name, data_root, monkeypatch, tmp_path):
+    # One peer per run: it reaches recall 0.95 at its largest knob value on the
+    # 32-d clustered set (cosine), zero-padded to 64 dimensions for rabitqlib,
+    # and its params name its configuration and where it comes from.
+    pytest.importorskip("vectide._vectide")
+    pytest.importorskip(module)
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    out = tmp_path / "r.json"
+    rc = main([
+        "ann", "--dataset", DATASET, "--engines", name, "--k", "10", "--threads", "1", "--ef", "10,128",
+        "--max-queries", "100", "--runs", "1", "--ef-construction", "100", "--out", str(out),
+    ])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    _check_result(doc, [name], efs=(10, 128))
+    e = doc["engines"][name]
+    assert e["sweep"][-1]["recall"] >= 0.95, e["sweep"]
+    p, ip = e["params"], e["params"]["index_params"]
+    assert p["version"] and p["config_source"] and p["search"], p
+    assert p["metric"] == "cosine"
+    if module == "rabitqlib":
+        assert (p["input_dim"], p["padded_dim"]) == (32, 64) and p["padding"].startswith("zeros appended")
+        assert ip["metric"] == "ip"  # inner product over unit vectors
+    else:
+        assert "padded_dim" not in p and ip["faiss_metric"] == "INNER_PRODUCT"
+    search = [pt["search_params"] for pt in e["sweep"]]
+    if name == "symqg":
+        assert (ip["max_degree"], ip["ef_construction"], ip["init"], ip["quantization_bits"]) == (32, 200, "pipnn", 0)
+        assert p["ignores"] == ["m", "ef_construction"]
+    elif name == "rabitq-hnsw":  # an HNSW: the harness's M and efConstruction
+        assert (ip["M"], ip["ef_construction"], ip["nbits"], ip["num_clusters"]) == (16, 100, 9, 16)
+        assert "ignores" not in p
+    elif name == "rabitq-ivf":  # min(round(4 sqrt(20000)), 20000 // 39) lists
+        assert (ip["nbits"], ip["num_clusters"]) == (32, 512) and ip["kmeans"].startswith("QGKMeans")
+        assert search == [{"nprobe": 10}, {"nprobe": 128}]
+    else:
+        want = {"faiss-ivf-rabitq": "RR32,IVF512,RaBitQfs,RFlat", "faiss-ivf-pqfs": "IVF512,PQ16x4fs,RFlat"}
+        assert ip["index_factory"] == want[name] and ip["nlist"] == 512
+        assert search == [{"nprobe": 10, "refine_candidates": 100}, {"nprobe": 128, "refine_candidates": 512}]
+        assert p["ignores"] == ["m", "ef_construction"]
+
+
+def test_rabitq_peers_zero_pad_below_64_dimensions():
+    # rabitqlib's rotator refuses fewer than 64 dimensions ("Unsupported
+    # dimension for FhtKacRotator"): the adapters append zeros to the vectors
+    # and to the queries, which changes no distance, so the results match
+    # brute force on the original vectors.
+    rabitqlib = pytest.importorskip("rabitqlib")
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((600, 20)).astype(np.float32)
+    q = rng.standard_normal((20, 20)).astype(np.float32)
+    with pytest.raises(ValueError, match="FhtKacRotator"):
+        rabitqlib.IvfIndex(dim=20, max_elements=600, num_clusters=4, nbits=32)
+    for metric in ("l2", "cosine"):
+        xm = x if metric == "l2" else x / np.linalg.norm(x, axis=1, keepdims=True)
+        qm = q if metric == "l2" else q / np.linalg.norm(q, axis=1, keepdims=True)
+        truth = np.argsort(((qm[:, None, :] - xm[None, :, :]) ** 2).sum(-1), axis=1)[:, :10]
+        for name in ("symqg", "rabitq-hnsw", "rabitq-ivf"):
+            eng = make_engine(name)
+            eng.build(x, metric, 16, 64, 1)
+            assert (eng.params["input_dim"], eng.params["padded_dim"], eng.index.dim) == (20, 64, 64), name
+            pq = eng.prepare_queries(q)
+            assert pq.shape == (20, 1, 64) and not pq[:, 0, 20:].any(), name
+            np.testing.assert_allclose(pq[:, 0, :20], qm, rtol=1e-6, atol=1e-6)
+            eng.set_ef(200)
+            found = [eng.query(pq[i], 10) for i in range(len(q))]
+            assert recall_at_k(found, truth, 10) >= 0.95, (name, metric)
+            assert eng.index_bytes() > 600 * 64 // 8, name  # the serialised index
+            eng.close()
+    # 64 dimensions or more: no padding (rabitqlib pads internally above 64).
+    eng = make_engine("rabitq-ivf")
+    eng.build(rng.standard_normal((600, 72)).astype(np.float32), "l2", 16, 64, 1)
+    assert (eng.params["padded_dim"], eng.params["padding"]) == (72, "none")
+    assert eng.params["index_params"]["kmeans"].startswith("RaBitQKMeans")  # 15 lists: flat k-means
+
+
+def test_faiss_ivf_peers_on_small_data():
+    # Odd dimension: PQ with one dimension per sub-quantizer; the refine
+    # stage keeps float32 vectors, so the serialised index holds at least them.
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((800, 25)).astype(np.float32)
+    q = rng.standard_normal((20, 25)).astype(np.float32)
+    truth = np.argsort(((q[:, None, :] - x[None, :, :]) ** 2).sum(-1), axis=1)[:, :10]
+    for name, spec in (("faiss-ivf-rabitq", "RR25,IVF20,RaBitQfs,RFlat"), ("faiss-ivf-pqfs", "IVF20,PQ25x4fs,RFlat")):
+        eng = make_engine(name)
+        eng.build(x, "l2", 16, 64, 1)
+        assert eng.params["index_params"]["index_factory"] == spec  # 800 // 39 lists
+        assert eng.search_params(512) == {"nprobe": 20, "refine_candidates": 2048}
+        eng.set_ef(512)  # every list, re-ranking all the candidates: exact
+        pq = eng.prepare_queries(q)
+        assert recall_at_k([eng.query(pq[i], 10) for i in range(len(q))], truth, 10) == 1.0, name
+        assert eng.index_bytes() >= 800 * 25 * 4, name
+        eng.close()
+    assert make_engine("hnswlib").index_bytes() is None
+
+
+def test_missing_rabitqlib_or_faiss_names_the_pip_package(monkeypatch):
+    import sys
+
+    pips = {"rabitqlib": "rabitqlib", "faiss": "faiss-cpu"}
+    for module, name in RABITQ_PEERS:
+        monkeypatch.setitem(sys.modules, module, None)  # the import fails as if not installed
+        with pytest.raises(RuntimeError, match=f"pip install {pips[module]}$"):
             make_engine(name).check()
 
 

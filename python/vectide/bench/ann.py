@@ -15,10 +15,14 @@ Method
   resident set (``/proc/self/statm``) across the build, each side taken after
   ``gc.collect()`` and ``malloc_trim(0)``; all engines stay alive for the
   interleaved sweep, so each is measured by its own delta.
+  ``memory_bytes_per_vector`` divides it by the training rows;
+  ``reported_bytes_per_vector`` is the index's own figure per row (its
+  reported memory, or, for peers that report none, ``saved_index_bytes``:
+  the size of the library's own saved index).
 * The same ``ef`` list is swept for every engine as its primary search knob
-  (``ef``, ``L``, ScaNN's leaves to search; ``ef < k`` runs at ``k``;
-  ``search_params`` records what was searched with) and an engine without a
-  knob is measured once. Queries go one per call, from the same
+  (``ef``, ``L``, ScaNN's leaves to search, the IVF peers' ``nprobe``;
+  ``ef < k`` runs at ``k``; ``search_params`` records what was searched with)
+  and an engine without a knob is measured once. Queries go one per call, from the same
   Python loop for every engine, timed with ``time.perf_counter`` around the
   whole loop: QPS = queries / seconds. Sweep order is
   ``for ef: for run: for engine``, so the measurements compared with each
@@ -183,9 +187,19 @@ def run_ann(
         build_s = a.build(ds.train, metric, m, ef_construction, threads)
         _settle()
         mem = rss_bytes() - before
-        built[a.name] = {"build_s": build_s, "memory_bytes": max(0, mem)}
+        n = max(1, int(ds.train.shape[0]))
+        built[a.name] = {"build_s": build_s, "memory_bytes": max(0, mem),
+                         "memory_bytes_per_vector": max(0, mem) / n}
         if a.reported_memory_bytes is not None:
             built[a.name]["reported_memory_bytes"] = a.reported_memory_bytes
+            built[a.name]["reported_bytes_per_vector"] = a.reported_memory_bytes / n
+        else:
+            # No in-memory figure: the size of the library's own saved index,
+            # where the adapter can tell it (rabitqlib, faiss IVF).
+            saved = a.index_bytes()
+            if saved is not None:
+                built[a.name]["saved_index_bytes"] = int(saved)
+                built[a.name]["reported_bytes_per_vector"] = int(saved) / n
         prepared[a.name] = a.prepare_queries(test)
         log(f"built {a.name}: {build_s:.2f} s, RSS +{mem / 1e6:.1f} MB")
 
@@ -231,6 +245,14 @@ def run_ann(
 
     peers = [n for n in engines_out if is_peer(n)]
     summary: Dict[str, object] = {"peers": peers}
+    # The figures of record per engine: QPS at each recall target, build
+    # time, and memory per vector (RSS growth over the build, and the
+    # index's own figure where it reports one).
+    summary["qps_at_recall"] = {n: e["qps_at_recall"] for n, e in engines_out.items()}
+    summary["build_s"] = {n: e["build_s"] for n, e in engines_out.items()}
+    summary["memory_bytes_per_vector"] = {n: e["memory_bytes_per_vector"] for n, e in engines_out.items()}
+    summary["reported_bytes_per_vector"] = {n: e.get("reported_bytes_per_vector") for n, e in engines_out.items()}
+    summary["simd"] = simd_isa()
     for t in RECALL_TARGETS:
         key = target_key(t)
         at = {n: e["qps_at_recall"][key] for n, e in engines_out.items()}

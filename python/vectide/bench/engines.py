@@ -15,7 +15,7 @@ library takes without paying for it inside the timed loop (faiss wants a
 ``(1, d)`` row and normalised vectors for cosine); it never changes results.
 
 Each adapter names the search knob the sweep varies in ``knob`` (``ef``,
-``L``, ``leaves_to_search``; ``None``: measured once) and records in
+``L``, ``leaves_to_search``, ``nprobe``; ``None``: measured once) and records in
 ``params`` how it is configured: the harness's ``m`` / ``ef_construction``
 (listed under ``ignores`` by an engine that does not take them), the
 library's own parameters under ``index_params``, its version and, for a peer
@@ -27,9 +27,18 @@ first) and the peers ``hnswlib``, ``faiss-hnsw``, ``usearch`` (HNSW built
 with the harness's ``m`` and ``ef_construction``), ``diskann`` (DiskANN's
 static in-memory Vamana index, PyPI ``diskannpy-rust``), ``svs`` (Intel SVS
 Vamana, PyPI ``scalable-vs``), ``glass`` (PyPI ``pyglass-portable``),
-``scann`` and ``vsag`` (VSAG's HGraph, PyPI ``pyvsag``). The Vamana engines
-(``vectide:fresh-vamana``, ``diskann``, ``svs``) share R = 64, L_build = 75,
-alpha = 1.2 (FreshDiskANN §6.2), so they differ in implementation only.
+``scann``, ``vsag`` (VSAG's HGraph, PyPI ``pyvsag``), the RaBitQ-Library
+indexes (PyPI ``rabitqlib``) ``symqg`` (SymphonyQG), ``rabitq-hnsw`` (HNSW
+over RaBitQ codes, built with the harness's ``m`` and ``ef_construction``)
+and ``rabitq-ivf`` (IVF, RaBitQ codes with raw-vector re-ranking), and
+faiss's IVF FastScan indexes with exact re-ranking, ``faiss-ivf-rabitq``
+(``RR,IVF,RaBitQfs,RFlat``) and ``faiss-ivf-pqfs`` (``IVF,PQx4fs,RFlat``).
+The Vamana engines (``vectide:fresh-vamana``, ``diskann``, ``svs``) share
+R = 64, L_build = 75, alpha = 1.2 (FreshDiskANN §6.2), so they differ in
+implementation only. The IVF peers (``rabitq-ivf``, ``faiss-ivf-*``) have
+about ``4 sqrt(n)`` lists and sweep ``nprobe``; rabitqlib's indexes take at
+least 64 dimensions, so lower-dimensional data is zero-padded for them
+(``params["padded_dim"]``).
 """
 
 from __future__ import annotations
@@ -135,6 +144,15 @@ class Engine:
     def close(self) -> None:
         """Drops the index."""
 
+    def index_bytes(self) -> Optional[int]:
+        """The size of the built index as its library accounts for it, or
+        ``None`` where the adapter has no such figure. Not called by the
+        harness (it measures the RSS growth across the build); the rabitqlib
+        and faiss IVF adapters return the size of the library's own
+        serialisation of the index (what RaBitQ-Library's benchmarks report as
+        index size), written to a temporary file."""
+        return None
+
     def search_params(self, value: int) -> Dict[str, int]:
         """What a sweep point of a knob other than ``ef`` searched with, as the
         JSON records it (``value`` is the sweep's ``ef``, raised to ``k``).
@@ -161,6 +179,7 @@ class Engine:
         index_params: Dict[str, object],
         search: str,
         source: str,
+        ignores=("m", "ef_construction"),
         **extra,
     ) -> None:
         """``params`` of a peer configured as its authors recommend rather than
@@ -168,10 +187,11 @@ class Engine:
         recorded (the run's settings, as the native ``vectide bench`` records
         them) and listed under ``ignores``, next to the library's own
         parameters, how a query is issued and where the configuration comes
-        from."""
+        from. A peer that does take them (an HNSW) passes ``ignores=()``."""
         self._base_params(metric, m, ef_construction, threads, **extra)
+        if ignores:
+            self.params["ignores"] = list(ignores)
         self.params.update(
-            ignores=["m", "ef_construction"],
             version=version,
             index_params=index_params,
             search=search,
@@ -828,6 +848,424 @@ class VsagEngine(_PeerEngine):
         self.index = None
 
 
+# --------------------------------------------------------------------------
+# RaBitQ-Library (PyPI ``rabitqlib``) and faiss's RaBitQ / FastScan IVF indexes
+
+#: The fewest dimensions rabitqlib 0.7 takes: its indexes rotate vectors with
+#: ``FhtKacRotator``, which raises "Unsupported dimension" below 64 (above it
+#: the library pads to a multiple of 32 itself, and queries keep the original
+#: dimension), and its k-means (``RaBitQKMeans``, ``QGKMeans``) requires
+#: ``64 <= d``. Lower dimensions are zero-padded to 64: appending zeros
+#: changes no L2 distance, inner product or norm, so L2, inner product and
+#: cosine order every pair as before.
+RABITQ_MIN_DIM = 64
+RABITQ_DOCS = "RaBitQ-Library docs (VectorDB-NTU/RaBitQ-Library)"
+#: The IVF peers' list count: ``4 * sqrt(n)`` (faiss wiki, "Guidelines to
+#: choose an index": K = 4*sqrt(N) to 16*sqrt(N) below 1M vectors; the
+#: RaBitQ-Library IVF benchmark's 4,096 lists for 1M vectors), at most one
+#: list per 39 points (the minimum points per centroid below which faiss's
+#: and rabitqlib's k-means warn).
+IVF_POINTS_PER_LIST = 39
+IVF_NLIST_RULE = "round(4 * sqrt(n)), at most n // 39 (the k-means minimum of 39 points per centroid)"
+
+
+def _ivf_nlist(n: int) -> int:
+    return max(1, min(round(4 * math.sqrt(n)), n // IVF_POINTS_PER_LIST))
+
+
+def _zero_pad(x: np.ndarray, dim: int) -> np.ndarray:
+    """``x`` (float32 rows) with zero columns appended up to ``dim``."""
+    if x.shape[1] == dim:
+        return x
+    out = np.zeros((x.shape[0], dim), dtype=np.float32)
+    out[:, : x.shape[1]] = x
+    return out
+
+
+def _serialized_bytes(write: Callable[[str], None]) -> int:
+    """The size of the file ``write(path)`` produces, in a temporary directory."""
+    d = tempfile.mkdtemp(prefix="vectide-bench-size-", dir=os.environ.get("VECTIDE_BENCH_DIR"))
+    try:
+        path = os.path.join(d, "index")
+        write(path)
+        return os.path.getsize(path)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class _RabitqEngine(_PeerEngine):
+    """A RaBitQ-Library index (PyPI ``rabitqlib``). Cosine is inner product
+    over unit vectors (the library's quick start: "normalize database and
+    query vectors first and use metric='ip'"); rows of fewer than
+    ``RABITQ_MIN_DIM`` dimensions are zero-padded (``params["padded_dim"]``),
+    queries too. Queries go one per call as a ``(1, d)`` row with
+    ``num_threads`` 1 (the Python default)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = None
+        self.dim: Optional[int] = None
+        self.padded_dim: Optional[int] = None
+
+    def check(self):
+        return _import("rabitqlib", "rabitqlib")
+
+    def _data(self, train: np.ndarray, metric: str) -> np.ndarray:
+        self.metric = metric
+        self.dim = int(train.shape[1])
+        self.padded_dim = max(self.dim, RABITQ_MIN_DIM)
+        return _zero_pad(_metric_data(train, metric), self.padded_dim)
+
+    @staticmethod
+    def _rq_metric(metric: str) -> str:
+        return "l2" if metric == "l2" else "ip"
+
+    def _padding(self) -> Dict[str, object]:
+        padded = self.padded_dim != self.dim
+        return {
+            "input_dim": self.dim,
+            "padded_dim": self.padded_dim,
+            "padding": (f"zeros appended to the vectors and queries, {self.dim} -> {self.padded_dim} dimensions "
+                        f"(rabitqlib's rotator and k-means take at least {RABITQ_MIN_DIM}); L2, inner product "
+                        "and cosine unchanged") if padded else "none",
+        }
+
+    def prepare_queries(self, queries):
+        q = _zero_pad(_metric_data(queries, self.metric or "l2"), self.padded_dim or queries.shape[1])
+        return q.reshape(q.shape[0], 1, q.shape[1])  # each item is a (1, d) row
+
+    def index_bytes(self):
+        return _serialized_bytes(self.index.save) if self.index is not None else None
+
+    def close(self):
+        self.index = None
+
+
+def _rabitq_clusters(rq, data: np.ndarray, k: int, spherical: bool, threads: int):
+    """Centroids and exact assignments of ``data`` into ``k`` clusters by
+    rabitqlib's own k-means as its IVF and HNSW benchmarks train them: up to
+    10 iterations, seed 42, exact final assignment, spherical for inner
+    product. ``RaBitQKMeans`` for few clusters, ``QGKMeans`` for more than its
+    graph degree (32), as the clustering docs recommend."""
+    cls = rq.QGKMeans if k > 32 else rq.RaBitQKMeans
+    km = cls(data.shape[1], k, niter=10, seed=42, final_assignment=rq.FinalAssignmentMode.Exact,
+             spherical=spherical, num_threads=int(threads))
+    km.train(data)
+    return km.centroids, km.assignments, cls.__name__
+
+
+class SymqgEngine(_RabitqEngine):
+    """SymphonyQG (``rabitqlib.SymqgIndex``) as the library's docs and
+    examples configure it: maximum degree 32, ``ef_construction`` 200, PiPNN
+    initialisation, raw vectors (``quantization_bits=0``, the default). The
+    knob is the query search window ``ef``."""
+
+    name = "symqg"
+    knob = "ef"
+    MAX_DEGREE, EF_CONSTRUCTION, QUANTIZATION_BITS, INIT = 32, 200, 0, "pipnn"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ef = 64
+
+    def build(self, train, metric, m, ef_construction, threads):
+        _check_metric(metric)
+        rq = self.check()
+        data = self._data(train, metric)
+        rmetric = self._rq_metric(metric)
+        self.index = rq.SymqgIndex(dim=self.padded_dim, max_degree=self.MAX_DEGREE, metric=rmetric,
+                                   quantization_bits=self.QUANTIZATION_BITS)
+        t0 = time.perf_counter()
+        self.index.build(data, ef_construction=self.EF_CONSTRUCTION, num_threads=int(threads), init=self.INIT)
+        build_s = time.perf_counter() - t0
+        del data
+        self._peer_params(
+            metric, m, ef_construction, threads, _version("rabitqlib", rq),
+            index_params={"index": "SymqgIndex", "metric": rmetric, "max_degree": self.MAX_DEGREE,
+                          "ef_construction": self.EF_CONSTRUCTION, "quantization_bits": self.QUANTIZATION_BITS,
+                          "init": self.INIT, "num_threads": int(threads)},
+            search="SymqgIndex.search(q[None, :], k, ef), one query per call; num_threads = 1",
+            source=RABITQ_DOCS + ": docs/index/qg.md Python example and sample/python/symqg_indexing.py "
+            "(max_degree 32, ef_construction 200, init pipnn, quantization_bits 0), as in the library's "
+            "graph benchmark (docs/benchmarks/graphs.md)",
+            **self._padding(),
+        )
+        return build_s
+
+    def set_ef(self, ef):
+        self.ef = int(ef)
+
+    def query(self, q, k):
+        return self.index.search(q, k, max(self.ef, k))[0][0]
+
+
+class RabitqHnswEngine(_RabitqEngine):
+    """HNSW over RaBitQ codes (``rabitqlib.HnswIndex``), built with the
+    harness's ``m`` and ``ef_construction`` like the other HNSW peers (the
+    defaults, 16 and 200, are also the library's benchmark settings) and
+    configured otherwise as RaBitQ-Library's graph benchmark: 1 + 8 bits per
+    dimension (``nbits=9``, its most accurate setting), random seed 42, 16
+    centroids from ``RaBitQKMeans``. The graph is built from the raw vectors;
+    the index keeps only the codes (the base layer re-ranks with the extra
+    bits). The knob is ``ef``. ``build_s`` includes the k-means."""
+
+    name = "rabitq-hnsw"
+    knob = "ef"
+    NBITS, CLUSTERS, SEED = 9, 16, 42
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ef = 64
+
+    def build(self, train, metric, m, ef_construction, threads):
+        _check_metric(metric)
+        rq = self.check()
+        data = self._data(train, metric)
+        n = data.shape[0]
+        rmetric = self._rq_metric(metric)
+        clusters = min(self.CLUSTERS, n)
+        t0 = time.perf_counter()
+        centroids, assignments, kmeans = _rabitq_clusters(rq, data, clusters, rmetric == "ip", threads)
+        self.index = rq.HnswIndex(dim=self.padded_dim, max_elements=n, M=int(m), ef_construction=int(ef_construction),
+                                  nbits=self.NBITS, metric=rmetric, random_seed=self.SEED)
+        self.index.build(data, centroids, assignments, num_threads=int(threads))
+        build_s = time.perf_counter() - t0
+        del data, centroids, assignments
+        self._peer_params(
+            metric, m, ef_construction, threads, _version("rabitqlib", rq),
+            index_params={"index": "HnswIndex", "metric": rmetric, "M": int(m),
+                          "ef_construction": int(ef_construction), "nbits": self.NBITS, "random_seed": self.SEED,
+                          "num_clusters": clusters, "kmeans": f"{kmeans}(niter=10, seed=42, exact final "
+                          f"assignment, spherical={rmetric == 'ip'})", "fast_quantization": False,
+                          "num_threads": int(threads)},
+            search="HnswIndex.search(q[None, :], k, ef), one query per call; num_threads = 1",
+            source=RABITQ_DOCS + ": graph benchmark (docs/benchmarks/graphs.md: HNSW RaBitQ 1+8, nbits 9, M 16, "
+            "efConstruction 200, seed 42, 16 RaBitQKMeans centroids, up to 10 iterations, exact final "
+            "assignment) and sample/python/hnsw_rabitq_indexing.py; M and efConstruction are the harness's",
+            ignores=(),
+            build_s_covers="k-means (16 centroids) and HnswIndex.build",
+            **self._padding(),
+        )
+        return build_s
+
+    def set_ef(self, ef):
+        self.ef = int(ef)
+
+    def query(self, q, k):
+        return self.index.search(q, k, max(self.ef, k))[0][0]
+
+
+class RabitqIvfEngine(_RabitqEngine):
+    """IVF over RaBitQ codes (``rabitqlib.IvfIndex``) in its raw-vector
+    re-ranking mode (``nbits=32``: one-bit FastScan codes filter, the stored
+    float32 vectors re-rank), the "IVF RaBitQ raw" configuration of
+    RaBitQ-Library's IVF benchmark and its most accurate. ``_ivf_nlist(n)``
+    lists from rabitqlib's k-means (``QGKMeans`` for many lists). The knob is
+    ``nprobe``: the sweep's value ``v`` probes ``min(v, nlist)`` lists.
+    ``build_s`` includes the k-means."""
+
+    name = "rabitq-ivf"
+    knob = "nprobe"
+    NBITS = 32
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nlist = 1
+        self.nprobe = 1
+
+    def build(self, train, metric, m, ef_construction, threads):
+        _check_metric(metric)
+        rq = self.check()
+        data = self._data(train, metric)
+        n = data.shape[0]
+        rmetric = self._rq_metric(metric)
+        self.nlist = _ivf_nlist(n)
+        t0 = time.perf_counter()
+        centroids, assignments, kmeans = _rabitq_clusters(rq, data, self.nlist, rmetric == "ip", threads)
+        self.index = rq.IvfIndex(dim=self.padded_dim, max_elements=n, num_clusters=self.nlist, nbits=self.NBITS,
+                                 metric=rmetric)
+        self.index.build(data, centroids, assignments, num_threads=int(threads))
+        build_s = time.perf_counter() - t0
+        del data, centroids, assignments
+        self._peer_params(
+            metric, m, ef_construction, threads, _version("rabitqlib", rq),
+            index_params={"index": "IvfIndex", "metric": rmetric, "nbits": self.NBITS,
+                          "num_clusters": self.nlist, "num_clusters_rule": IVF_NLIST_RULE,
+                          "kmeans": f"{kmeans}(niter=10, seed=42, exact final assignment, "
+                          f"spherical={rmetric == 'ip'})", "fast_quantization": False,
+                          "high_accuracy": "automatic", "num_threads": int(threads)},
+            search="IvfIndex.search(q[None, :], k, nprobe), one query per call; num_threads = 1. "
+            "Sweep value v: nprobe = min(v, num_clusters)",
+            source=RABITQ_DOCS + ": IVF benchmark (docs/benchmarks/ivf.md: 'IVF RaBitQ raw', nbits 32; k-means "
+            "up to 10 iterations, seed 42, exact final assignment, spherical for inner product), docs/index/ivf.md "
+            "and docs/clustering.md (QGKMeans for many clusters); num_clusters ~ 4 sqrt(n) as the benchmark's "
+            "4096 for 1M (faiss wiki's 4*sqrt(N) rule)",
+            build_s_covers="k-means and IvfIndex.build",
+            **self._padding(),
+        )
+        return build_s
+
+    def search_params(self, value):
+        return {"nprobe": self._mapped(value)}
+
+    def _mapped(self, value: int) -> int:
+        return min(int(value), self.nlist)
+
+    def set_ef(self, ef):
+        self.nprobe = self._mapped(ef)
+
+    def query(self, q, k):
+        return self.index.search(q, k, self.nprobe)[0][0]
+
+
+class _FaissIvfRefineEngine(_PeerEngine):
+    """A faiss IVF index over compressed codes with exact re-ranking
+    (``...,RFlat``: ``IndexRefineFlat`` keeps the float32 vectors), built by
+    ``index_factory`` with ``_ivf_nlist(n)`` lists; ``build_s`` covers
+    ``train`` and ``add``. Cosine is inner product over unit vectors. The
+    faiss wiki gives two search parameters, ``nprobe`` and the re-ranking
+    ``k_factor``; the sweep's value ``v`` maps onto ``nprobe = min(v, nlist)``
+    and ``max(100, 4 v)`` re-ranked candidates (``k_factor`` = that / k), so
+    that a larger value probes more lists and re-ranks more. The factor 4
+    follows the measured nprobe x k_factor frontier (clustered-20k-32, both
+    metrics, both faiss IVF peers, k = 10): the QPS at recall 0.99 was 2-3x
+    that of ``max(100, v)`` (ScaNN's adapter's rule), 8 v did no better and
+    16 v was slower."""
+
+    knob = "nprobe"
+    REFINE_MIN, REFINE_PER_PROBE = 100, 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = None
+        self.ivf = None
+        self.nlist = 1
+        self.refine = self.REFINE_MIN
+        self._k: Optional[int] = None
+
+    def check(self):
+        return _import("faiss", "faiss-cpu")
+
+    def factory(self, dim: int) -> str:
+        raise NotImplementedError
+
+    def _built(self, faiss, dim: int) -> Dict[str, object]:
+        """Extra ``index_params`` read off the built index."""
+        return {}
+
+    def build(self, train, metric, m, ef_construction, threads):
+        _check_metric(metric)
+        faiss = self.check()
+        self.metric = metric
+        data = _metric_data(train, metric)
+        n, dim = data.shape
+        self.nlist = _ivf_nlist(n)
+        fmetric = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
+        spec = self.factory(dim)
+        faiss.omp_set_num_threads(int(threads))
+        self.index = faiss.index_factory(dim, spec, fmetric)
+        t0 = time.perf_counter()
+        self.index.train(data)
+        self.index.add(data)
+        build_s = time.perf_counter() - t0
+        del data
+        faiss.omp_set_num_threads(1)  # one query per call, as for faiss-hnsw
+        self.ivf = faiss.downcast_index(faiss.extract_index_ivf(self.index))
+        self._k = None
+        self._peer_params(
+            metric, m, ef_construction, threads, getattr(faiss, "__version__", None),
+            index_params={"index_factory": spec, "faiss_metric": "L2" if metric == "l2" else "INNER_PRODUCT",
+                          "nlist": self.nlist, "nlist_rule": IVF_NLIST_RULE,
+                          "ivf_class": type(self.ivf).__name__, **self._built(faiss, dim)},
+            search="index.search(q[None, :], k) with ivf.nprobe and the refine stage's k_factor, one query per "
+            "call; omp_set_num_threads(1). Sweep value v: nprobe = min(v, nlist), k_factor = max(100, 4 v) / k",
+            source=self.SOURCE,
+            build_s_covers="index.train (k-means and the codec) and index.add",
+            search_omp_threads=1,
+        )
+        return build_s
+
+    def prepare_queries(self, queries):
+        q = _metric_data(queries, self.metric or "l2")
+        return q.reshape(q.shape[0], 1, q.shape[1])  # each item is a (1, d) row
+
+    def search_params(self, value):
+        nprobe, refine = self._mapped(value)
+        return {"nprobe": nprobe, "refine_candidates": refine}
+
+    def _mapped(self, value: int):
+        return min(int(value), self.nlist), max(self.REFINE_MIN, self.REFINE_PER_PROBE * int(value))
+
+    def set_ef(self, ef):
+        nprobe, self.refine = self._mapped(ef)
+        self.ivf.nprobe = nprobe
+        self._k = None  # k_factor is set on the next query, which knows k
+
+    def query(self, q, k):
+        if k != self._k:
+            self.index.k_factor = max(self.refine, k) / k
+            self._k = k
+        return self.index.search(q, k)[1][0]
+
+    def index_bytes(self):
+        if self.index is None:
+            return None
+        import faiss
+
+        return _serialized_bytes(lambda path: faiss.write_index(self.index, path))
+
+    def close(self):
+        self.index = self.ivf = None
+
+
+class FaissIvfRabitqEngine(_FaissIvfRefineEngine):
+    """faiss ``RR{d},IVF{nlist},RaBitQfs,RFlat``: a random rotation (which
+    RaBitQ requires), IVF over 1-bit RaBitQ FastScan codes
+    (``IndexIVFRaBitQFastScan``, queries quantised to its default ``qb`` bits)
+    and exact re-ranking of the candidates."""
+
+    name = "faiss-ivf-rabitq"
+    SOURCE = (
+        "faiss wiki 'Guidelines to choose an index' (RaBitQ: random rotation preprocessing, FastScan variant "
+        "IVFK,RaBitQfs for faster search; IVF K = 4*sqrt(N) below 1M vectors) and 'The index factory' (RR, "
+        "RFlat re-ranking); 1-bit codes + RFlat as the 'Faiss IVF RaBitQfs raw + RFlat' configuration of "
+        "RaBitQ-Library's IVF benchmark (docs/benchmarks/ivf.md), searched by nprobe and k_factor"
+    )
+
+    def factory(self, dim):
+        return f"RR{dim},IVF{self.nlist},RaBitQfs,RFlat"
+
+    def _built(self, faiss, dim):
+        return {"rabitq_nb_bits": int(self.ivf.rabitq.nb_bits), "qb": int(self.ivf.qb)}
+
+
+class FaissIvfPqfsEngine(_FaissIvfRefineEngine):
+    """faiss ``IVF{nlist},PQ{M}x4fs,RFlat``: IVF over 4-bit PQ FastScan
+    codes (``IndexIVFPQFastScan``) with exact re-ranking, the faiss wiki's
+    choice next to HNSW when memory is not a concern ("faster than HNSW").
+    ``M = d / 2`` sub-quantizers (2 dimensions per 4-bit code, as the PQ
+    FastScan baseline of RaBitQ-Library's IVF benchmark; ``M = d`` for odd
+    ``d``)."""
+
+    name = "faiss-ivf-pqfs"
+    SOURCE = (
+        "faiss wiki 'Guidelines to choose an index' ('Is memory a concern? If not: HNSWM or ... "
+        "IVF1024,PQNx4fs,RFlat', faster than HNSW, tuned by nprobe and k_factor; IVF K = 4*sqrt(N) below 1M "
+        "vectors); PQ M = d/2 as the 'Faiss IVF PQfs + RFlat' baseline of RaBitQ-Library's IVF benchmark "
+        "(docs/benchmarks/ivf.md)"
+    )
+
+    @staticmethod
+    def pq_m(dim: int) -> int:
+        return dim // 2 if dim % 2 == 0 else dim
+
+    def factory(self, dim):
+        return f"IVF{self.nlist},PQ{self.pq_m(dim)}x4fs,RFlat"
+
+    def _built(self, faiss, dim):
+        return {"pq_m": self.pq_m(dim), "pq_nbits": 4, "bbs": int(self.ivf.bbs)}
+
+
 def _unit_rows(x: np.ndarray) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1)
@@ -848,6 +1286,11 @@ KNOWN_ENGINES: Dict[str, Callable[[], Engine]] = {
     "glass": GlassEngine,
     "scann": ScannEngine,
     "vsag": VsagEngine,
+    "symqg": SymqgEngine,
+    "rabitq-hnsw": RabitqHnswEngine,
+    "rabitq-ivf": RabitqIvfEngine,
+    "faiss-ivf-rabitq": FaissIvfRabitqEngine,
+    "faiss-ivf-pqfs": FaissIvfPqfsEngine,
 }
 
 
