@@ -22,9 +22,10 @@ PEERS_DEPS := diskannpy==0.7.0
 export VECTIDE_PEERS_VENV ?= $(CURDIR)/$(PEERS_VENV)
 
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock pyproject.toml
-PY_SOURCES := $(shell find python/vectide -name '*.py' -o -name '*.pyi')
+PY_SOURCES := $(shell find python/vectide -name '*.py' -o -name '*.pyi' -o -name '*.npz')
+export VECTIDE_EMBED_VENV ?= $(CURDIR)/.venv-embed
 
-.PHONY: all venv build build-ci demo test test-all test-rust test-rust-all test-python test-python-all lint bench bench-native bench-streaming torture clean
+.PHONY: all venv build build-ci dataset-text demo test test-all test-rust test-rust-all test-python test-python-all lint bench bench-native bench-streaming torture clean
 
 all: build
 
@@ -67,6 +68,12 @@ $(VENV)/.built-ci: $(VENV)/.deps $(RUST_SOURCES) $(PY_SOURCES)
 	touch $@
 
 build-ci: $(VENV)/.built-ci
+
+# The 384-d text dataset (about 30 min on 2 cores: Debian's linux, Python and
+# Rust manuals embedded by all-MiniLM-L6-v2; the embedding stack goes into
+# .venv-embed on first use; needs `apt-get update` once).
+dataset-text: build
+	$(PY) -m vectide.datasets prepare minilm-debian-docs-384-angular
 
 demo: build
 	$(PY) -m vectide.bench churn --dataset glove-6b-50-angular-100k --rounds 10 --out bench-results/demo.json
@@ -143,4 +150,4 @@ torture: build
 	$(PY) -m vectide.torture --out bench-results/torture.json all --rounds 30
 
 clean:
-	rm -rf target $(VENV) $(PEERS_VENV) bench-results
+	rm -rf target $(VENV) $(PEERS_VENV) .venv-embed bench-results

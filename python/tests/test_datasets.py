@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -263,3 +264,118 @@ def test_ground_truth_through_flat_equals_numpy(monkeypatch, distance):
     ids = np.broadcast_to(np.arange(len(x)), d.shape)
     want = np.lexsort((ids, np.round(d, 9)), axis=-1)[:, :20]
     assert np.array_equal(a[0], want)
+
+
+# --------------------------------------------------------------------------
+# The text dataset: passages, their embeddings and the committed sample
+
+TEXT_SAMPLE = datasets.TEXT_SAMPLE
+
+DOC = """The kernel keeps a reference count in every object,
+and frees it at zero.
+
+0x01   0x02   reserved
+
+The   kernel keeps a reference count in every OBJECT, and frees it at zero.
+
+See also.
+
+Locks protect shared data. A spinlock never sleeps. A mutex may sleep while it waits. Readers
+and writers can share a rwlock. Sequence locks favour the writers. RCU lets readers run without
+any lock at all."""
+
+
+def test_split_passages_is_deterministic_and_deduplicates():
+    paras = [("doc.html", "Refcounts", p) for p in DOC.split("\n\n")]
+    paras.append(("doc.html", "Locking", "Short closing words of another section."))
+    out = datasets.split_passages(paras, min_words=8, max_words=16, keep_words=5)
+    assert out == datasets.split_passages(list(paras), min_words=8, max_words=16, keep_words=5)
+    texts = [t for _, _, t in out]
+    # Whitespace collapsed; the repeat (other case and spacing) dropped; the
+    # table cell and the 2-word line are not prose.
+    assert texts[0] == "The kernel keeps a reference count in every object, and frees it at zero."
+    assert sum("reference count" in t.lower() for t in texts) == 1
+    assert not any("0x01" in t or t.startswith("See also") for t in texts)
+    # The 36-word paragraph is cut at sentence ends into 3 pieces of 8-16 words.
+    locks = [t for _, sec, t in out if sec == "Refcounts"][1:]
+    assert [len(t.split()) for t in locks] == [15, 12, 9] and all(t.endswith(".") for t in locks)
+    assert " ".join(locks) == " ".join(DOC.split("\n\n")[-1].split())
+    # Sections are never mixed; a short section end is kept only from keep_words up.
+    assert out[-1] == ("doc.html", "Locking", "Short closing words of another section.")
+    assert datasets.split_passages(paras[-1:], keep_words=7) == []
+    # Short paragraphs of one section are joined up to min_words.
+    two = [("d", "s", "One two three four five six."), ("d", "s", "Seven eight nine ten eleven twelve.")]
+    joined = datasets.split_passages(two, min_words=10, max_words=20, keep_words=5)
+    assert joined == [("d", "s", "One two three four five six. Seven eight nine ten eleven twelve.")]
+
+
+def test_html_paragraphs_of_sphinx_and_rustdoc_pages():
+    page = """<html><body><nav><p>Navigation is not text of the page at all here.</p></nav>
+    <div role="main"><div><h1>Kref<a class="headerlink">\u00b6</a></h1>
+    <p>A <code>kref</code> counts   references.</p><pre>kref_get(&amp;x);</pre>
+    <div><h2>Rules</h2><p>Take one &amp; drop one.</p></div></div></div>
+    <footer><p>Copyright text that is not part of the main body.</p></footer></body></html>"""
+    p = datasets._HtmlParagraphs()
+    p.feed(page)
+    assert p.paragraphs == [("Kref", "A kref counts references."), ("Rules", "Take one & drop one.")]
+    p = datasets._HtmlParagraphs()
+    p.feed("<p>outside</p><main><h4>pub fn len(&amp;self)</h4><p>Returns the length.</p></main><p>after</p>")
+    assert p.paragraphs == [("pub fn len(&self)", "Returns the length.")]
+
+
+def test_text_sample_dataset(tmp_path, monkeypatch):
+    assert datasets.TEXT_SAMPLE_FILE.is_file() and datasets.TEXT_SAMPLE_FILE.stat().st_size < 2_500_000
+    monkeypatch.setenv("VECTIDE_DATA", str(tmp_path))
+    path = datasets.prepare(TEXT_SAMPLE, verbose=False)
+    with h5py.File(path, "r") as f:
+        assert f.attrs["distance"] == "angular" and int(f.attrs["dimension"]) == 384
+        assert "all-MiniLM-L6-v2" in f.attrs["model"] and "linux-doc" in f.attrs["corpus"]
+    ds = datasets.load(TEXT_SAMPLE)
+    assert ds.train.shape == (2_000, 384) and ds.test.shape == (200, 384) and ds.dimension == 384
+    assert ds.neighbors.shape == (200, 100) and ds.distances.shape == (200, 100)
+    np.testing.assert_allclose(np.linalg.norm(ds.train, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(ds.test, axis=1), 1.0, atol=1e-5)
+    # Exact ground truth: float64 brute force over every train row.
+    ids, dist = brute(ds.train, ds.test, 100, "angular")
+    np.testing.assert_allclose(ds.distances, dist, rtol=1e-5, atol=1e-6)
+    assert (ds.neighbors == ids).mean() > 0.999
+    # The text lines up with the rows: ids are the rows, and a query shares
+    # far more words with its nearest passage than with a random one.
+    text = datasets.passages(TEXT_SAMPLE)
+    assert [r["id"] for r in text["train"]] == list(range(2_000))
+    assert [r["id"] for r in text["test"]] == list(range(200))
+    assert all(r["text"] and ":" in r["source"] for r in text["train"] + text["test"])
+    assert len({r["text"] for r in text["train"] + text["test"]}) == 2_200
+
+    def overlap(a, b):  # Jaccard of the words of 5+ letters
+        a, b = (set(re.findall(r"[a-z]{5,}", t.lower())) for t in (a, b))
+        return len(a & b) / max(1, len(a | b))
+
+    queries, train = [q["text"] for q in text["test"]], [r["text"] for r in text["train"]]
+    near = np.mean([overlap(q, train[ds.neighbors[i, 0]]) for i, q in enumerate(queries)])
+    rand = np.mean([overlap(q, train[(7 * i + 3) % 2_000]) for i, q in enumerate(queries)])
+    assert near > 3 * rand  # about 0.067 against 0.008
+    # Preparing again gives the same file contents.
+    first = ds
+    datasets.prepare(TEXT_SAMPLE, force=True, verbose=False)
+    again = datasets.load(TEXT_SAMPLE)
+    for key in ("train", "test", "neighbors", "distances"):
+        assert np.array_equal(getattr(first, key), getattr(again, key)), key
+
+
+def test_textembed_pieces_without_the_model():
+    import math
+
+    from vectide import textembed
+
+    # GELU with the exact erf, to float32 precision.
+    x = np.linspace(-9, 9, 20_001).astype(np.float32)
+    want = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.astype(np.float64)])
+    assert np.abs(textembed._gelu_(x.copy()) - want).max() < 1e-6
+    # Batches: sorted by length, within the token budget, every row once.
+    lengths = [5, 60, 7, 7, 300, 33, 12, 64, 64, 2]
+    batches = textembed._batches(lengths, 128)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert all(len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 128 for b in batches)
+    flat = [lengths[i] for b in batches for i in b]
+    assert flat == sorted(flat)

