@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,14 +149,14 @@ def _knob(name):
     return next(e["primary_knob"] for e in vectide.engines() if e["name"] == name.split(":", 1)[1])
 
 
-def _check_result(doc, engines, k=10, efs=(10, 32)):
+def _check_result(doc, engines, k=10, efs=(10, 32), dataset=DATASET, n_train=20_000):
     """The JSON contract of an ANN result, for the Python harness and the
     native `vectide bench` alike (run with ``--ef 10,32 --max-queries 100``,
-    or the ``efs`` given)."""
+    or the ``efs`` given, on ``dataset`` of ``n_train`` rows)."""
     for key in ("dataset", "k", "threads", "engines", "summary", "machine", "date", "n_train", "n_queries"):
         assert key in doc, key
-    assert doc["dataset"] == DATASET and doc["k"] == k and doc["threads"] == 1
-    assert doc["n_train"] == 20_000 and doc["n_queries"] == 100
+    assert doc["dataset"] == dataset and doc["k"] == k and doc["threads"] == 1
+    assert doc["n_train"] == n_train and doc["n_queries"] == 100
     assert doc["machine"]["cores"] >= 1
     assert set(doc["engines"]) == set(engines)
     for name, e in doc["engines"].items():
@@ -216,7 +217,12 @@ def test_end_to_end_peers(data_root, monkeypatch, tmp_path, capsys):
 FAST_PEERS = [("diskannpy", "diskann"), ("svs", "svs"), ("glass", "glass"), ("scann", "scann"), ("pyvsag", "vsag")]
 
 
-def test_end_to_end_fast_peers(data_root, monkeypatch, tmp_path):
+@pytest.mark.parametrize("rows", [
+    # The fast version: the first 4,000 rows (an HDF5 slice); the full 20k set is slow.
+    pytest.param(4000, id="slice"),
+    pytest.param(20_000, id="full", marks=pytest.mark.slow),
+])
+def test_end_to_end_fast_peers(data_root, bench_slice, monkeypatch, tmp_path, rows):
     # The Vamana engines side by side with the peers configured as their
     # authors recommend: every one reaches recall 0.9 at the largest knob
     # value and its params name its configuration.
@@ -225,6 +231,8 @@ def test_end_to_end_fast_peers(data_root, monkeypatch, tmp_path):
         pytest.importorskip(module)
     engines = ["vectide:fresh-vamana"] + [name for _, name in FAST_PEERS]
     monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    dataset = DATASET if rows == 20_000 else str(bench_slice(rows, 100))
+    ds_name = Path(dataset).stem
     import tempfile
 
     scratch = tmp_path / "scratch"  # where DiskANN writes its index directory
@@ -232,12 +240,12 @@ def test_end_to_end_fast_peers(data_root, monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     out = tmp_path / "fast.json"
     rc = main([
-        "ann", "--dataset", DATASET, "--engines", ",".join(engines), "--k", "10", "--threads", "1",
+        "ann", "--dataset", dataset, "--engines", ",".join(engines), "--k", "10", "--threads", "1",
         "--ef", "10,32", "--max-queries", "100", "--runs", "1", "--out", str(out),
     ])
     assert rc == 0
     doc = json.loads(out.read_text())
-    _check_result(doc, engines)
+    _check_result(doc, engines, dataset=ds_name, n_train=rows)
     assert doc["summary"]["peers"] == engines[1:]
     e = {name: doc["engines"][name]["params"] for name in engines}
     # The Vamana engines share R, L_build and alpha (FreshDiskANN §6.2).
@@ -254,7 +262,7 @@ def test_end_to_end_fast_peers(data_root, monkeypatch, tmp_path):
         "HNSW", 48, 200, "SQ8U", "SQ8U", "FP16")
     sc = e["scann"]["index_params"]
     assert (sc["num_leaves"], sc["dimensions_per_block"], sc["anisotropic_quantization_threshold"], sc["reorder"]) == (
-        141, 2, 0.2, 100)  # round(sqrt(20000)) leaves
+        round(math.sqrt(rows)), 2, 0.2, 100)  # 141 for 20,000 rows
     assert doc["engines"]["scann"]["sweep"][0]["search_params"] == {
         "leaves_to_search": 10, "pre_reorder_num_neighbors": 100}
     v = e["vsag"]["index_params"]
@@ -284,22 +292,31 @@ RABITQ_PEERS = [("rabitqlib", "symqg"), ("rabitqlib", "rabitq-hnsw"), ("rabitqli
                 ("faiss", "faiss-ivf-rabitq"), ("faiss", "faiss-ivf-pqfs")]
 
 
+@pytest.mark.parametrize("rows", [
+    # The fast version: the first 4,000 rows (an HDF5 slice), knob values
+    # 10 and 64 (its IVF indexes have 102 lists); the full 20k set is slow.
+    pytest.param(4000, id="slice"),
+    pytest.param(20_000, id="full", marks=pytest.mark.slow),
+])
 @pytest.mark.parametrize("module,name", RABITQ_PEERS, ids=[n for _, n in RABITQ_PEERS])
-def test_end_to_end_rabitq_and_fastscan_peers(module, name, data_root, monkeypatch, tmp_path):
+def test_end_to_end_rabitq_and_fastscan_peers(module, name, rows, data_root, bench_slice, monkeypatch, tmp_path):
     # One peer per run: it reaches recall 0.95 at its largest knob value on the
     # 32-d clustered set (cosine), zero-padded to 64 dimensions for rabitqlib,
     # and its params name its configuration and where it comes from.
     pytest.importorskip("vectide._vectide")
     pytest.importorskip(module)
     monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    dataset = DATASET if rows == 20_000 else str(bench_slice(rows, 100))
+    top = 128 if rows == 20_000 else 64
+    nlist = min(round(4 * math.sqrt(rows)), rows // 39)  # 512 for 20,000 rows, 102 for 4,000
     out = tmp_path / "r.json"
     rc = main([
-        "ann", "--dataset", DATASET, "--engines", name, "--k", "10", "--threads", "1", "--ef", "10,128",
+        "ann", "--dataset", dataset, "--engines", name, "--k", "10", "--threads", "1", "--ef", f"10,{top}",
         "--max-queries", "100", "--runs", "1", "--ef-construction", "100", "--out", str(out),
     ])
     assert rc == 0
     doc = json.loads(out.read_text())
-    _check_result(doc, [name], efs=(10, 128))
+    _check_result(doc, [name], efs=(10, top), dataset=Path(dataset).stem, n_train=rows)
     e = doc["engines"][name]
     assert e["sweep"][-1]["recall"] >= 0.95, e["sweep"]
     p, ip = e["params"], e["params"]["index_params"]
@@ -317,13 +334,13 @@ def test_end_to_end_rabitq_and_fastscan_peers(module, name, data_root, monkeypat
     elif name == "rabitq-hnsw":  # an HNSW: the harness's M and efConstruction
         assert (ip["M"], ip["ef_construction"], ip["nbits"], ip["num_clusters"]) == (16, 100, 9, 16)
         assert "ignores" not in p
-    elif name == "rabitq-ivf":  # min(round(4 sqrt(20000)), 20000 // 39) lists
-        assert (ip["nbits"], ip["num_clusters"]) == (32, 512) and ip["kmeans"].startswith("QGKMeans")
-        assert search == [{"nprobe": 10}, {"nprobe": 128}]
+    elif name == "rabitq-ivf":  # min(round(4 sqrt(n)), n // 39) lists
+        assert (ip["nbits"], ip["num_clusters"]) == (32, nlist) and ip["kmeans"].startswith("QGKMeans")
+        assert search == [{"nprobe": 10}, {"nprobe": top}]
     else:
-        want = {"faiss-ivf-rabitq": "RR32,IVF512,RaBitQfs,RFlat", "faiss-ivf-pqfs": "IVF512,PQ16x4fs,RFlat"}
-        assert ip["index_factory"] == want[name] and ip["nlist"] == 512
-        assert search == [{"nprobe": 10, "refine_candidates": 100}, {"nprobe": 128, "refine_candidates": 512}]
+        want = {"faiss-ivf-rabitq": f"RR32,IVF{nlist},RaBitQfs,RFlat", "faiss-ivf-pqfs": f"IVF{nlist},PQ16x4fs,RFlat"}
+        assert ip["index_factory"] == want[name] and ip["nlist"] == nlist
+        assert search == [{"nprobe": 10, "refine_candidates": 100}, {"nprobe": top, "refine_candidates": 4 * top}]
         assert p["ignores"] == ["m", "ef_construction"]
 
 
@@ -407,6 +424,19 @@ def test_end_to_end_vectide(data_root, monkeypatch, tmp_path):
     assert doc["summary"]["ratio_vs_best_peer_at_0.9"]["hnswlib"] is not None
     assert doc["engines"]["vectide:hnsw"].get("reported_memory_bytes", 1) > 0
     assert doc["summary"]["peers"] == ["hnswlib"]
+    # The figures of record per engine, in the summary: QPS at each target,
+    # build time and memory per vector (RSS growth / N; the index's own).
+    n = doc["n_train"]
+    for name in ("vectide:hnsw", "hnswlib"):
+        e = doc["engines"][name]
+        assert doc["summary"]["qps_at_recall"][name] == e["qps_at_recall"]
+        assert doc["summary"]["build_s"][name] == e["build_s"]
+        assert doc["summary"]["memory_bytes_per_vector"][name] == pytest.approx(e["memory_bytes"] / n)
+    hnsw = doc["engines"]["vectide:hnsw"]
+    assert doc["summary"]["reported_bytes_per_vector"]["vectide:hnsw"] == pytest.approx(
+        hnsw["reported_memory_bytes"] / n)
+    assert doc["summary"]["reported_bytes_per_vector"]["hnswlib"] is None
+    assert doc["summary"]["simd"] == doc["machine"]["simd"]
 
 
 def test_an_engine_without_a_knob_is_measured_once(data_root, monkeypatch, tmp_path):
@@ -481,8 +511,10 @@ def test_churn_reclaims_slots_and_keeps_recall(tmp_path, monkeypatch):
     monkeypatch.setenv("VECTIDE_DATA", str(tmp_path / "data"))
     out = tmp_path / "churn.json"
     code = churn.main(
+        # One build thread: the graph, and so every recall below, is the
+        # same in every run (with parallel inserts it differed run to run).
         ["--dataset", "clustered-20k-32-angular", "--rounds", "3", "--max-queries", "300",
-         "--runs", "1", "--m", "8", "--ef-construction", "64", "--out", str(out)]
+         "--runs", "1", "--m", "8", "--ef-construction", "64", "--threads", "1", "--out", str(out)]
     )
     import json
 
@@ -499,36 +531,52 @@ def test_churn_reclaims_slots_and_keeps_recall(tmp_path, monkeypatch):
     assert code == (0 if all(s["checks"].values()) else 1)
 
 
-def test_phnsw_benchmark_small_run(tmp_path, monkeypatch):
+#: The P-HNSW benchmark's fast version (smaller graphs, sizes, msync run
+#: and crash test; its scratch directories on tmpfs) and the slow one.
+PHNSW_RUNS = {
+    "small": dict(sizes=(500, 1000), crash_points=10, kill_rounds=1, args=[
+        "--m", "8", "--ef-construction", "32", "--queries", "50", "--msync-rows", "100", "--crash-points", "10",
+        "--kill-rounds", "1", "--kill-after", "0.05", "--snapshot-every", "300"]),
+    "full": dict(sizes=(1500, 3000), crash_points=20, kill_rounds=2, args=[
+        "--queries", "100", "--msync-rows", "300", "--crash-points", "20", "--kill-rounds", "2",
+        "--kill-after", "0.1", "--snapshot-every", "1000"]),
+}
+
+
+@pytest.mark.parametrize("size", ["small", pytest.param("full", marks=pytest.mark.slow)])
+def test_phnsw_benchmark_small_run(tmp_path, shm_path, data_root, monkeypatch, size):
     pytest.importorskip("vectide._vectide")
     pytest.importorskip("hnswlib")
     from vectide.bench import phnsw
 
-    monkeypatch.setenv("VECTIDE_DATA", str(tmp_path / "data"))
+    run = PHNSW_RUNS[size]
+    # The full version prepares its own copy of the dataset on disk; the
+    # small one reads the session's copy and keeps its scratch on tmpfs.
+    monkeypatch.setenv("VECTIDE_DATA", str(tmp_path / "data" if size == "full" else shm_path))
+    dataset = DATASET if size == "full" else str(data_root / f"{DATASET}.hdf5")
     out = tmp_path / "ph.json"
     code = phnsw.main(
-        ["--dataset", "clustered-20k-32-angular", "--sizes", "1500,3000", "--threads", "1", "--runs", "1",
-         "--queries", "100", "--msync-rows", "300", "--msync-workers", "2", "--crash-points", "20",
-         "--kill-rounds", "2", "--kill-after", "0.1", "--snapshot-every", "1000",
-         "--out", str(out), "--plot", str(tmp_path / "plots")]
+        ["--dataset", dataset, "--sizes", ",".join(map(str, run["sizes"])), "--threads", "1", "--runs", "1",
+         "--msync-workers", "2", *run["args"], "--out", str(out), "--plot", str(tmp_path / "plots")]
     )
-    import json
-
     r = json.loads(out.read_text())
     assert code == 0
+    assert r["dataset"] == DATASET
     s = r["summary"]
     for key in ("insert_overhead_vs_hnsw", "recovery_speedup_vs_snap", "search_qps_ratio_vs_hnsw",
                 "msync_insert_ratio_vs_wal", "hnsw_build_ratio_vs_hnswlib"):
         assert isinstance(s[key], float) and s[key] > 0, key
-    assert set(s["recovery_ms_by_n"]) == {"1500", "3000"}
-    assert s["crash_points_checked"] == 20 and s["violations"] == 0 and s["kill_rounds"] == 4
+    small, big = (str(n) for n in run["sizes"])
+    assert set(s["recovery_ms_by_n"]) == {small, big}
+    assert s["crash_points_checked"] == run["crash_points"] and s["violations"] == 0
+    assert s["kill_rounds"] == 2 * run["kill_rounds"]
     # The SIGKILL rounds run on both media.
-    assert s["kill_rounds_by_mode"] == {"pmem": 2, "msync": 2}
+    assert s["kill_rounds_by_mode"] == {"pmem": run["kill_rounds"], "msync": run["kill_rounds"]}
     assert set(r["build_s"]) == {"hnsw", "p-hnsw", "hnsw-snap", "hnsw-wal", "hnswlib"}
     # Recovery after SIGKILL: every durable engine came back with rows.
     for e in ("p-hnsw", "hnsw-snap", "hnsw-wal"):
-        assert r["recovery"][e]["3000"]["live_after"] > 0
-    bd = r["breakdown"]["3000"]["1"]
+        assert r["recovery"][e][big]["live_after"] > 0
+    bd = r["breakdown"][big]["1"]
     assert abs(bd["search_share"] + bd["update_share"] + bd["logging_share"] - 1) < 1e-9
     assert "emulated" in r["note"]
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [

@@ -85,16 +85,23 @@ def test_inspect_reads_the_manifest_lti_and_log(tmp_path):
     assert "lti_nodes" in out.stdout and "redo_log" in out.stdout and "1 records" in out.stdout
 
 
-def test_bench_freshdiskann_writes_the_summary(tmp_path, data_root, monkeypatch):
+@pytest.mark.parametrize("rows", [
+    # The fast version: the first 4,000 rows (an HDF5 slice); the full 20k set is slow.
+    pytest.param(4000, id="slice"),
+    pytest.param(20_000, id="full", marks=pytest.mark.slow),
+])
+def test_bench_freshdiskann_writes_the_summary(tmp_path, data_root, bench_slice, monkeypatch, rows):
     pytest.importorskip("diskannpy")
     monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    dataset = "clustered-20k-32-angular" if rows == 20_000 else str(bench_slice(rows, 100))
     out = tmp_path / "fd.json"
-    r = subprocess.run([sys.executable, "-m", "vectide.bench", "freshdiskann", "--dataset", "clustered-20k-32-angular",
+    r = subprocess.run([sys.executable, "-m", "vectide.bench", "freshdiskann", "--dataset", dataset,
                         "--l", "16,48", "--threads", "1", "--max-queries", "100", "--single-inserts", "50",
                         "--out", str(out), "--plot", str(tmp_path / "plots")],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())
+    assert doc["dataset"] == dataset and doc["n"] == rows
     s = doc["summary"]
     for key in ("merge_over_rebuild", "rebuild_over_diskann_build", "recall_after_merge_minus_before_points",
                 "disk_qps_ratio_vs_diskann_at_0.95", "sector_reads_ratio_vs_diskann_at_0.95",

@@ -19,7 +19,7 @@ ROWS = 20_000
 pytest.importorskip("vectide._vectide")
 
 
-def _run(data_root, tmp_path, rb, *extra):
+def _run(data_root, tmp_path, rb, *extra, dataset=DATASET):
     from test_cli import _cli
 
     path = tmp_path / "runbook.yaml"
@@ -27,19 +27,27 @@ def _run(data_root, tmp_path, rb, *extra):
     out = tmp_path / "native-runbook.json"
     env = {**os.environ, "VECTIDE_DATA": str(data_root), "VECTIDE_PYTHON": sys.executable}
     r = subprocess.run(
-        [_cli(), "runbook", "--dataset", DATASET, "--runbook", str(path), "--out", str(out), *extra],
+        [_cli(), "runbook", "--dataset", str(dataset), "--runbook", str(path), "--out", str(out), *extra],
         capture_output=True, text=True, env=env, timeout=1800,
     )
     return r, out
 
 
-def test_native_runbook_runs_a_churn_runbook(data_root, tmp_path):
-    rb = rbk.generate("churn:10", ROWS, DATASET, cycles=10)
-    counts = rbk.check(rb, ROWS)
-    r, out = _run(data_root, tmp_path, rb, "--engines", "fresh-vamana,hnsw", "--queries", "100")
+@pytest.mark.parametrize("rows,cycles", [
+    # The fast version: three churn cycles over the first 4,000 rows (an
+    # HDF5 slice, which `--dataset` takes as a path); the slow one ten over 20k.
+    pytest.param(4000, 3, id="slice"),
+    pytest.param(ROWS, 10, id="full", marks=pytest.mark.slow),
+])
+def test_native_runbook_runs_a_churn_runbook(data_root, bench_slice, tmp_path, rows, cycles):
+    dataset = DATASET if rows == ROWS else bench_slice(rows, 100)
+    name = DATASET if rows == ROWS else dataset.stem
+    rb = rbk.generate("churn:10", rows, name, cycles=cycles)
+    counts = rbk.check(rb, rows)
+    r, out = _run(data_root, tmp_path, rb, "--engines", "fresh-vamana,hnsw", "--queries", "100", dataset=dataset)
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
-    assert doc["benchmark"] == "runbook" and doc["dataset"] == DATASET and doc["k"] == 10
+    assert doc["benchmark"] == "runbook" and doc["dataset"] == name and doc["k"] == 10
     assert doc["threads"] == {"updates": 2, "searches": 1}
     assert doc["queries_per_search"] == 100 and doc["metric"] == "cosine"
     assert {k: doc["runbook"][k] for k in counts} == counts

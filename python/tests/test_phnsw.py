@@ -26,11 +26,20 @@ def _exact(X, q, k):
     return np.argsort(d, kind="stable")[:k]
 
 
-@pytest.mark.parametrize("persist", ["pmem", "msync"])
-def test_phnsw_round_trip_and_recovery_report(tmp_path, persist):
+@pytest.mark.parametrize("persist,where", [
+    ("pmem", "disk"),
+    # msync on tmpfs: the same calls, but each msync returns at once (on a
+    # disk the 2,000 durable inserts take a minute: the slow version).
+    ("msync", "tmpfs"),
+    pytest.param("msync", "disk", marks=pytest.mark.slow),
+])
+def test_phnsw_round_trip_and_recovery_report(tmp_path, shm_path, persist, where):
     X = _data()
-    path = tmp_path / "idx"
-    idx = vectide.Index(16, "l2", engine="p-hnsw", path=path, persist=persist, m=8, ef_construction=64)
+    path = (tmp_path if where == "disk" else shm_path) / "idx"
+    # One insert thread: the graph, and so every search result below, is
+    # the same in every run (parallel inserts are checked by the SIGKILL
+    # tests below and the torture rounds).
+    idx = vectide.Index(16, "l2", engine="p-hnsw", path=path, persist=persist, m=8, ef_construction=64, threads=1)
     idx.add(np.arange(len(X)), X)
     assert len(idx) == len(X) and idx.engine == "p-hnsw" and idx.durable_seq == 1
     assert idx.check() == []
@@ -39,10 +48,11 @@ def test_phnsw_round_trip_and_recovery_report(tmp_path, persist):
     ids, dist = idx.search(X[:50], k=10, ef=128)
     hits = sum(len(set(ids[i]) & set(_exact(X, X[i], 10))) for i in range(50))
     assert hits / 500 >= 0.95
-    # Each point finds itself first, all but at most one of the 50: the
-    # graph is built by parallel inserts, and in 1 of 30 builds (session 8)
-    # a search with ef 128 did not reach one of these points.
-    assert (ids[:, 0] == np.arange(50)).sum() >= 49
+    # Each point finds itself first. (With parallel inserts the graph
+    # differed from run to run, and in 1 of 30 builds (session 8) a search
+    # with ef 128 did not reach one of these points; built by one thread it
+    # is always the same graph.)
+    assert (ids[:, 0] == np.arange(50)).all()
     idx.delete([3, 4])
     idx.add([5], X[6:7])  # upsert
     del idx
@@ -153,8 +163,8 @@ for b in range(10**6):
 """
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     acked = -1
-    deadline = time.time() + 60
-    while acked < 20 and time.time() < deadline:
+    deadline = time.monotonic() + 60
+    while acked < 20 and time.monotonic() < deadline:
         line = child.stdout.readline()
         if line:
             acked = int(line)
@@ -170,5 +180,8 @@ for b in range(10**6):
     rng = np.random.default_rng(1)
     first = rng.normal(size=(batch, 16)).astype(np.float32)
     np.testing.assert_array_equal(idx.get(np.arange(batch)), first)
-    ids, _ = idx.search(first, k=1, ef=64)
-    assert (ids[:, 0] == np.arange(batch)).mean() >= 0.95  # approximate search, m=8
+    # ef as large as the index: how many batches got in before the kill
+    # (and so the graph) differs from run to run, and the search then
+    # visits every point reachable in it, so this holds whatever that is.
+    ids, _ = idx.search(first, k=1, ef=max(64, n))
+    assert (ids[:, 0] == np.arange(batch)).mean() >= 0.95

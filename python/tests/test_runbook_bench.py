@@ -67,11 +67,11 @@ def test_clustered_runbook_inserts_clusters_in_order_and_stays_under_max_pts():
     assert rbk.dump(rb) == rbk.dump(rbk.clustered(x, "blobs", clusters=16, max_pts=400, delete_every=4)[0])
 
 
-def _run(tmp_path, engines, runbook="clustered", extra=()):
+def _run(tmp_path, engines, runbook="clustered", extra=(), dataset=DATASET, max_pts=4000, queries=100):
     out = tmp_path / "rb.json"
     code = runbooks.main(
-        ["--dataset", DATASET, "--runbook", runbook, "--engines", ",".join(engines), "--max-pts", "4000",
-         "--queries", "100", "--knob", "64", "--out", str(out), *extra]
+        ["--dataset", str(dataset), "--runbook", runbook, "--engines", ",".join(engines), "--max-pts", str(max_pts),
+         "--queries", str(queries), "--knob", "64", "--out", str(out), *extra]
     )
     return code, out
 
@@ -111,18 +111,8 @@ def test_ground_truth_is_exact_over_the_active_set(data_root, monkeypatch, tmp_p
     assert len(list(tmp_path.glob("gt-*.npz"))) == 2 and not np.array_equal(again, truth[0])
 
 
-def test_a_small_clustered_run_over_every_engine(data_root, monkeypatch, tmp_path):
-    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
-    engines = runbooks.streaming_engines() + ["hnswlib", "faiss-ivf"]
-    for name, module in (("svs", "svs"),):
-        try:
-            __import__(module)
-            engines.append(name)
-        except ImportError:
-            pass
-    if Path(runbooks.peers_python()).exists():
-        engines.append("diskann")
-    code, out = _run(tmp_path, engines)
+def _check_run(code, out, engines, rows):
+    """A runbook result over ``engines`` on a dataset of ``rows`` rows."""
     assert code == 0
     doc = json.loads(out.read_text())
     assert set(doc["summary"]["avg_recall10"]) == set(engines)
@@ -139,7 +129,82 @@ def test_a_small_clustered_run_over_every_engine(data_root, monkeypatch, tmp_pat
         if name != "faiss-ivf":  # graphs: the clustered stream keeps them accurate
             assert e["avg_recall"] >= 0.9, (name, e["avg_recall"])
     assert Path(doc["runbook"]["yaml"]).exists()
-    assert rbk.check(rbk.load(doc["runbook"]["yaml"]), 20_000)["search"] == searches
+    assert rbk.check(rbk.load(doc["runbook"]["yaml"]), rows)["search"] == searches
+    return doc
+
+
+def _optional_peers():
+    """svs when its package is installed, diskann when its interpreter is."""
+    engines = []
+    for name, module in (("svs", "svs"),):
+        try:
+            __import__(module)
+            engines.append(name)
+        except ImportError:
+            pass
+    if Path(runbooks.peers_python()).exists():
+        engines.append("diskann")
+    return engines
+
+
+def _groups():
+    """The engines of the fast clustered runs: Vectide's graphs, its SPANN
+    family (knob nprobe) and the peers but svs; every streaming engine is in
+    one of them."""
+    import vectide
+
+    knob = {f"vectide:{e['name']}": e["primary_knob"] for e in vectide.engines()}
+    mine = runbooks.streaming_engines()
+    groups = {
+        "vectide-graphs": [e for e in mine if knob[e] != "nprobe"],
+        "vectide-spann": [e for e in mine if knob[e] == "nprobe"],
+        "peers": ["hnswlib", "faiss-ivf"] + [e for e in _optional_peers() if e != "svs"],
+    }
+    assert sorted(groups["vectide-graphs"] + groups["vectide-spann"]) == sorted(mine)
+    assert len(groups["vectide-graphs"]) >= 3 and len(groups["vectide-spann"]) >= 3
+    return groups
+
+
+@pytest.mark.parametrize("group", ["vectide-graphs", "vectide-spann", "peers"])
+def test_a_clustered_run_on_a_slice(data_root, bench_slice, monkeypatch, tmp_path, group):
+    # The fast version of the next test: the clustered runbook (k-means into
+    # 64 clusters, inserted in turn) over the first 4,000 rows, at most 1,000
+    # active, 30 queries per search, the engines in three runs. svs runs the
+    # short runbook file of the test after this one instead: its 64 insert
+    # steps here took 4 s on an idle machine but 53 s with another process
+    # busy on one of the two cores.
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    engines = _groups()[group]
+    dataset = bench_slice(4000, 100)
+    code, out = _run(tmp_path, engines, dataset=dataset, max_pts=1000, queries=30)
+    doc = _check_run(code, out, engines, 4000)
+    assert doc["dataset"] == dataset.stem and doc["runbook"]["generator"] == "clustered"
+    assert doc["runbook"]["insert"] == 64 and doc["runbook"]["peak_active"] <= 1000
+
+
+def test_svs_runs_a_runbook_file(data_root, bench_slice, monkeypatch, tmp_path):
+    # svs (and a Vectide engine beside it) on a short runbook file: builds on
+    # the first insert, adds, deletes with consolidate and compact.
+    pytest.importorskip("svs")
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    path = tmp_path / "short.yaml"
+    path.write_text("t:\n  max_pts: 1000\n  1: {operation: insert, start: 0, end: 500}\n  2: {operation: search}\n"
+                    "  3: {operation: insert, start: 500, end: 1000}\n  4: {operation: search}\n"
+                    "  5: {operation: delete, start: 0, end: 300}\n  6: {operation: search}\n"
+                    "  7: {operation: insert, start: 1000, end: 1300}\n  8: {operation: search}\n")
+    engines = ["svs", "vectide:fresh-vamana"]
+    code, out = _run(tmp_path, engines, str(path), dataset=bench_slice(4000, 100), queries=30)
+    doc = _check_run(code, out, engines, 4000)
+    assert doc["runbook"]["file"] == str(path) and doc["runbook"]["search"] == 4
+    assert doc["engines"]["svs"]["params"]["graph_max_degree"] == runbooks.VAMANA["r"]
+
+
+@pytest.mark.slow
+def test_a_small_clustered_run_over_every_engine(data_root, monkeypatch, tmp_path):
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    engines = runbooks.streaming_engines() + ["hnswlib", "faiss-ivf"] + _optional_peers()
+    code, out = _run(tmp_path, engines)
+    _check_run(code, out, engines, 20_000)
 
 
 @pytest.mark.parametrize(
@@ -175,22 +240,36 @@ def test_a_runbook_file_that_deletes_ids_never_inserted_is_refused(data_root, mo
     assert "max_pts 30000 must be in 1..=20000" in capsys.readouterr().err
 
 
-def test_stability_fixes_each_knob_at_the_target_and_reports_drift(data_root, monkeypatch, tmp_path):
+#: The fast versions run on the first 4,000 rows, where a higher recall
+#: target keeps the calibration sweeping past its first value; the slow
+#: ones on the full 20k set at the default target.
+SIZES = [pytest.param(4000, 0.98, id="slice"), pytest.param(20_000, 0.95, id="full", marks=pytest.mark.slow)]
+
+
+def _dataset(bench_slice, rows):
+    return DATASET if rows == 20_000 else str(bench_slice(rows, 100))
+
+
+@pytest.mark.parametrize("rows,target", SIZES)
+def test_stability_fixes_each_knob_at_the_target_and_reports_drift(data_root, bench_slice, monkeypatch, tmp_path,
+                                                                     rows, target):
     monkeypatch.setenv("VECTIDE_DATA", str(data_root))
     from vectide.bench import churn
 
     out = tmp_path / "stability.json"
     code = churn.stability_main(
-        ["--dataset", DATASET, "--cycles", "2", "--rates", "10", "--engines", "vectide:fresh-vamana,hnswlib",
-         "--queries", "100", "--out", str(out)]
+        ["--dataset", _dataset(bench_slice, rows), "--cycles", "2", "--rates", "10", "--engines",
+         "vectide:fresh-vamana,hnswlib", "--queries", "100", "--target", str(target), "--out", str(out)]
     )
     assert code == 0
     doc = json.loads(out.read_text())
+    assert doc["n"] == rows and doc["target_recall_for_knob"] == target
     for name in ("vectide:fresh-vamana", "hnswlib"):
         r = doc["engines"][name]["10"]
         sweep = r["calibration"]["sweep"]
+        assert r["calibration"]["target"] == target
         # The smallest sweep value reaching the target: every earlier one missed it.
-        assert sweep[-1]["recall"] >= 0.95 and all(p["recall"] < 0.95 for p in sweep[:-1])
+        assert sweep[-1]["recall"] >= target and all(p["recall"] < target for p in sweep[:-1])
         assert list(r["knob"].values()) == [r["calibration"]["chosen"]]
         assert len(r["cycles"]) == 3  # cycle 0 and two churn cycles
         assert r["cycle0_recall10"] == r["cycles"][0]["recall10"]
@@ -200,16 +279,18 @@ def test_stability_fixes_each_knob_at_the_target_and_reports_drift(data_root, mo
     assert churn.stability_main(["--rates", "0", "--out", str(tmp_path / "x.json")]) == 2
 
 
-def test_engine_variants_parse_and_run_beside_the_plain_engine(data_root, monkeypatch, tmp_path):
+@pytest.mark.parametrize("rows", [pytest.param(4000, id="slice"), pytest.param(20_000, id="full", marks=pytest.mark.slow)])
+def test_engine_variants_parse_and_run_beside_the_plain_engine(data_root, bench_slice, monkeypatch, tmp_path, rows):
     assert runbooks.split_engine("vectide:hnsw") == ("vectide:hnsw", {})
     assert runbooks.split_engine("vectide:hnsw@repair_alpha=1.2@m=8@x=a") == (
         "vectide:hnsw", {"repair_alpha": 1.2, "m": 8, "x": "a"})
     monkeypatch.setenv("VECTIDE_DATA", str(data_root))
     from vectide.bench import churn
 
+    dataset = _dataset(bench_slice, rows)
     out = tmp_path / "variants.json"
     code = churn.stability_main(
-        ["--dataset", DATASET, "--cycles", "1", "--rates", "10", "--engines",
+        ["--dataset", dataset, "--cycles", "1", "--rates", "10", "--engines",
          "vectide:hnsw,vectide:hnsw@repair_alpha=1.2", "--queries", "50", "--out", str(out)]
     )
     assert code == 0
@@ -220,7 +301,7 @@ def test_engine_variants_parse_and_run_beside_the_plain_engine(data_root, monkey
     assert variant["repair_alpha"] == pytest.approx(1.2)
     # A parameter the engine does not take fails its run with the engine's own message.
     code = churn.stability_main(
-        ["--dataset", DATASET, "--cycles", "1", "--rates", "10", "--engines", "vectide:hnsw@nosuch=1",
+        ["--dataset", dataset, "--cycles", "1", "--rates", "10", "--engines", "vectide:hnsw@nosuch=1",
          "--queries", "50", "--out", str(tmp_path / "bad.json")]
     )
     assert code == 2

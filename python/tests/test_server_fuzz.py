@@ -16,24 +16,32 @@ vectide = pytest.importorskip("vectide._vectide") and __import__("vectide")
 from test_server import Server  # noqa: E402
 
 
-def test_openapi_fuzz_never_crashes_the_server(tmp_path):
+@pytest.mark.parametrize("examples", [
+    # The fast version: a few examples per operation. The full one takes
+    # VECTIDE_FUZZ_EXAMPLES (default 60).
+    pytest.param(8, id="small"),
+    pytest.param(int(os.environ.get("VECTIDE_FUZZ_EXAMPLES", "60")), id="full", marks=pytest.mark.slow),
+])
+def test_openapi_fuzz_never_crashes_the_server(tmp_path, examples):
     s = Server(tmp_path / "db").start()
     try:
         c = vectide.Client(s.url)
         col = c.create_collection("fz", dim=3, metric="cosine")
         col.upsert([1, 2, 3], [[1, 0, 0], [0, 1, 0], [0, 0, 1]], payloads=[{"a": 1}, {"a": "x"}, None])
         schema = schemathesis.openapi.from_url(s.url + "/openapi.json")
-        examples = int(os.environ.get("VECTIDE_FUZZ_EXAMPLES", "60"))
         operations = [op.ok() for op in schema.get_all_operations()]
         assert len(operations) >= 15
         seen = {}
         for op in operations:
             strategy = op.as_strategy()
 
+            # derandomize: the same examples every run (a fixed seed per
+            # operation), so what is generated does not depend on chance.
             @hypothesis.settings(
                 max_examples=examples,
                 deadline=None,
                 database=None,
+                derandomize=True,
                 suppress_health_check=list(hypothesis.HealthCheck),
             )
             @hypothesis.given(case=strategy, keep=hypothesis.strategies.booleans())

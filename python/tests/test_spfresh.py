@@ -46,18 +46,27 @@ def test_the_registry_describes_the_spann_engines():
     assert "vectide:p-hnsw" not in streaming and "vectide:hnsw-wal" not in streaming
 
 
-def test_spfresh_under_concurrent_inserts_deletes_and_searches(tmp_path):
+@pytest.mark.parametrize("initial,rounds,deletes,inserts,reads", [
+    # The fast version: 1,000 points, then three rounds; the slow one 3,000 and six.
+    pytest.param(1000, 3, 200, 300, 100, id="small"),
+    pytest.param(3000, 6, 400, 500, 300, id="full", marks=pytest.mark.slow),
+])
+def test_spfresh_under_concurrent_inserts_deletes_and_searches(tmp_path, initial, rounds, deletes, inserts, reads):
     """Writers and readers at once against a brute-force oracle of what is
     live at the end; then a reopen (snapshot + WAL replay) answers the same."""
-    x = _data(6000)
+    total = initial + rounds * inserts
+    x = _data(total)
+    # Postings of at most 16 vectors (so that splits and reassigns run), a
+    # snapshot every half of the initial points (so that the reopen reads
+    # a snapshot and replays the WAL after it).
     ix = vectide.Index(DIM, metric="l2", engine="spfresh", path=str(tmp_path / "s"), threads=2,
-                       posting_vectors=16, snapshot_rows=1500)
-    ix.add(np.arange(3000), x[:3000])
+                       posting_vectors=16, snapshot_rows=initial // 2)
+    ix.add(np.arange(initial), x[:initial])
     errors = []
 
     def reader():
         try:
-            for i in range(300):
+            for i in range(reads):
                 ids, _ = ix.search(x[i:i + 1], k=5, nprobe=16)
                 assert len(ids[0]) == 5
         except Exception as e:  # noqa: BLE001 - reported below
@@ -65,13 +74,13 @@ def test_spfresh_under_concurrent_inserts_deletes_and_searches(tmp_path):
 
     t = threading.Thread(target=reader)
     t.start()
-    for r in range(6):
-        ix.delete(np.arange(r * 400, (r + 1) * 400))
-        new = np.arange(3000 + r * 500, 3000 + (r + 1) * 500)
+    for r in range(rounds):
+        ix.delete(np.arange(r * deletes, (r + 1) * deletes))
+        new = np.arange(initial + r * inserts, initial + (r + 1) * inserts)
         ix.add(new, x[new])
     t.join()
     assert not errors, errors
-    live = np.concatenate([np.arange(2400, 3000), np.arange(3000, 6000)])
+    live = np.arange(rounds * deletes, total)
     assert len(ix) == len(live)
     ix.maintain()
     st = dict(ix.stats())
@@ -116,12 +125,18 @@ def test_the_stream_replaces_at_least_the_initial_size():
     assert set(deleted[: len(base)].tolist()) <= set(base.tolist())
 
 
-def test_bench_spfresh_writes_the_summary(tmp_path, data_root, monkeypatch):
+@pytest.mark.parametrize("limit,queries,batch", [
+    # The fast version: 3,000 points and 100 queries; the slow one 6,000 and 300.
+    pytest.param(3000, 100, 250, id="small"),
+    pytest.param(6000, 300, 500, id="full", marks=pytest.mark.slow),
+])
+def test_bench_spfresh_writes_the_summary(tmp_path, data_root, monkeypatch, limit, queries, batch):
     monkeypatch.setenv("VECTIDE_DATA", str(data_root))
     out = tmp_path / "s.json"
     r = subprocess.run([sys.executable, "-m", "vectide.bench", "spfresh", "--dataset", "clustered-20k-32-angular",
-                        "--limit", "6000", "--clusters", "16", "--initial", "8", "--phases", "3", "--queries", "300",
-                        "--batch", "500", "--out", str(out), "--plot", str(tmp_path / "plots")],
+                        "--limit", str(limit), "--clusters", "16", "--initial", "8", "--phases", "3",
+                        "--queries", str(queries), "--batch", str(batch), "--out", str(out),
+                        "--plot", str(tmp_path / "plots")],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     s = json.loads(out.read_text())["summary"]

@@ -46,16 +46,20 @@ def test_concurrent_inserts_deletes_and_searches_match_the_oracle(tmp_path):
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    def reader() -> None:
+    def reader(seed: int) -> None:
+        # Its own generator: how many searches a reader makes depends on
+        # timing, and the queries below must not (nor may two threads share
+        # one generator).
+        mine = np.random.default_rng(seed)
         try:
             while not stop.is_set():
-                ids, _ = idx.search(X[rng.integers(0, n, 8)], k=10, ef=48)
+                ids, _ = idx.search(X[mine.integers(0, n, 8)], k=10, ef=48)
                 assert ((ids < n) | (ids == np.iinfo(np.uint64).max)).all()
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
     writers = [threading.Thread(target=writer, args=(p,)) for p in (0, 1)]
-    readers = [threading.Thread(target=reader) for _ in range(2)]
+    readers = [threading.Thread(target=reader, args=(100 + r,)) for r in range(2)]
     for t in writers + readers:
         t.start()
     for t in writers:

@@ -139,7 +139,29 @@ def classify(rel: Path, kind: str, where: str, files: List[Path], want: dict, go
     return "violation"
 
 
-def run(quick: bool, workdir: Path, python: str = sys.executable) -> dict:
+def sample_cases(files: List[Path], damages: List[tuple]) -> List[tuple]:
+    """The smallest matrix that still damages every kind of file with every
+    damage: every engine file of every collection, and one of each other
+    name (catalog, point store, WAL segment: the same format in every
+    collection), each file with one of the damages in turn; ``(file, kind,
+    where)`` triples."""
+    def kind(rel: Path):
+        if rel.parts[0] == "collections" and len(rel.parts) > 2 and rel.parts[2].startswith("index"):
+            return rel.parts[1], rel.name
+        return rel.name
+
+    seen, picked = set(), []
+    for rel in files:
+        if kind(rel) not in seen:
+            seen.add(kind(rel))
+            picked.append(rel)
+    return [(rel, *damages[i % len(damages)]) for i, rel in enumerate(picked)]
+
+
+def run(quick: bool, workdir: Path, python: str = sys.executable, sample: bool = False) -> dict:
+    """The matrix over a fresh template in ``workdir``: every file with every
+    damage (``quick``: three of them), or with ``sample`` only
+    :func:`sample_cases` (the test suite's fast version)."""
     template = workdir / "template"
     build_template(template)
     files = sorted(p.relative_to(template) for p in template.rglob("*") if p.is_file() and p.name != "LOCK")
@@ -152,31 +174,31 @@ def run(quick: bool, workdir: Path, python: str = sys.executable) -> dict:
     damages = DAMAGES
     if quick:
         damages = [("flip", "middle"), ("truncate", "middle"), ("flip", "end")]
+    todo = sample_cases(files, damages) if sample else [(rel, k, w) for rel in files for k, w in damages]
     cases = []
-    for rel in files:
-        for kind, where in damages:
-            case_dir = workdir / "case"
-            shutil.rmtree(case_dir, ignore_errors=True)
-            shutil.copytree(template, case_dir)
-            damage(case_dir / rel, kind, where)
-            t0 = time.perf_counter()
-            try:
-                p = subprocess.run([python, "-m", "vectide.torture", "probe", "--dir", str(case_dir)],
-                                   capture_output=True, text=True, timeout=300)
-                rc, out, err = p.returncode, p.stdout, p.stderr
-            except subprocess.TimeoutExpired:
-                rc, out, err = -999, "", "timed out (hang)"
-            try:
-                got = json.loads(out.strip().splitlines()[-1])
-            except (ValueError, IndexError):
-                got = {"ok": False, "type": "none", "message": ""}
-            outcome = classify(rel, kind, where, files, want, got, rc, err)
-            cases.append({
-                "file": str(rel), "damage": kind, "where": where, "outcome": outcome,
-                "error": None if got.get("ok") else f"{got.get('type')}: {got.get('message')}",
-                "exit": rc, "stderr": err[-400:] if outcome == "violation" else "",
-                "seconds": round(time.perf_counter() - t0, 3),
-            })
+    for rel, kind, where in todo:
+        case_dir = workdir / "case"
+        shutil.rmtree(case_dir, ignore_errors=True)
+        shutil.copytree(template, case_dir)
+        damage(case_dir / rel, kind, where)
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run([python, "-m", "vectide.torture", "probe", "--dir", str(case_dir)],
+                               capture_output=True, text=True, timeout=300)
+            rc, out, err = p.returncode, p.stdout, p.stderr
+        except subprocess.TimeoutExpired:
+            rc, out, err = -999, "", "timed out (hang)"
+        try:
+            got = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            got = {"ok": False, "type": "none", "message": ""}
+        outcome = classify(rel, kind, where, files, want, got, rc, err)
+        cases.append({
+            "file": str(rel), "damage": kind, "where": where, "outcome": outcome,
+            "error": None if got.get("ok") else f"{got.get('type')}: {got.get('message')}",
+            "exit": rc, "stderr": err[-400:] if outcome == "violation" else "",
+            "seconds": round(time.perf_counter() - t0, 3),
+        })
     counts: Dict[str, int] = {}
     for c in cases:
         counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
