@@ -1,6 +1,7 @@
 # Vectide — the two set-up commands are `make demo` and `make test`.
-# Both create the same .venv/ in the repo root, holding the package built in
-# release mode, the `vectide` CLI and the test and benchmark dependencies.
+# Both create the same .venv/ in the repo root, holding the package, the
+# `vectide` CLI and the test and benchmark dependencies: `make demo` installs
+# the release (LTO) build, `make test` the `ci` profile's build.
 
 PYTHON ?= python3
 VENV := .venv
@@ -71,8 +72,9 @@ build-ci: $(VENV)/.built-ci
 
 # The 384-d text dataset (about 30 min on 2 cores: Debian's linux, Python and
 # Rust manuals embedded by all-MiniLM-L6-v2; the embedding stack goes into
-# .venv-embed on first use; needs `apt-get update` once).
+# .venv-embed on first use; the manuals' .debs come through apt-get).
 dataset-text: build
+	apt-get update -qq
 	$(PY) -m vectide.datasets prepare minilm-debian-docs-384-angular
 
 demo: build
