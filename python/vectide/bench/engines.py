@@ -954,19 +954,31 @@ def _rabitq_clusters(rq, data: np.ndarray, k: int, spherical: bool, threads: int
     return km.centroids, km.assignments, cls.__name__
 
 
-class SymqgEngine(_RabitqEngine):
+class _RabitqGraphEngine(_RabitqEngine):
+    """A rabitqlib graph index, searched as ``index.search(q, k, ef)``; the
+    knob is ``ef`` (at least ``k``)."""
+
+    knob = "ef"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ef = 64
+
+    def set_ef(self, ef):
+        self.ef = int(ef)
+
+    def query(self, q, k):
+        return self.index.search(q, k, max(self.ef, k))[0][0]
+
+
+class SymqgEngine(_RabitqGraphEngine):
     """SymphonyQG (``rabitqlib.SymqgIndex``) as the library's docs and
     examples configure it: maximum degree 32, ``ef_construction`` 200, PiPNN
     initialisation, raw vectors (``quantization_bits=0``, the default). The
     knob is the query search window ``ef``."""
 
     name = "symqg"
-    knob = "ef"
     MAX_DEGREE, EF_CONSTRUCTION, QUANTIZATION_BITS, INIT = 32, 200, 0, "pipnn"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ef = 64
 
     def build(self, train, metric, m, ef_construction, threads):
         _check_metric(metric)
@@ -992,14 +1004,8 @@ class SymqgEngine(_RabitqEngine):
         )
         return build_s
 
-    def set_ef(self, ef):
-        self.ef = int(ef)
 
-    def query(self, q, k):
-        return self.index.search(q, k, max(self.ef, k))[0][0]
-
-
-class RabitqHnswEngine(_RabitqEngine):
+class RabitqHnswEngine(_RabitqGraphEngine):
     """HNSW over RaBitQ codes (``rabitqlib.HnswIndex``), built with the
     harness's ``m`` and ``ef_construction`` like the other HNSW peers (the
     defaults, 16 and 200, are also the library's benchmark settings) and
@@ -1010,12 +1016,7 @@ class RabitqHnswEngine(_RabitqEngine):
     bits). The knob is ``ef``. ``build_s`` includes the k-means."""
 
     name = "rabitq-hnsw"
-    knob = "ef"
     NBITS, CLUSTERS, SEED = 9, 16, 42
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ef = 64
 
     def build(self, train, metric, m, ef_construction, threads):
         _check_metric(metric)
@@ -1047,12 +1048,6 @@ class RabitqHnswEngine(_RabitqEngine):
             **self._padding(),
         )
         return build_s
-
-    def set_ef(self, ef):
-        self.ef = int(ef)
-
-    def query(self, q, k):
-        return self.index.search(q, k, max(self.ef, k))[0][0]
 
 
 class RabitqIvfEngine(_RabitqEngine):
