@@ -264,6 +264,7 @@ class VectideEngine(Engine):
         ids = np.arange(n, dtype=np.uint64)
         t0 = time.perf_counter()
         self.index.add(ids, train)
+        self._wait_background()
         build_s = time.perf_counter() - t0
         self._base_params(metric, m, ef_construction, threads, engine=self.engine)
         ignored = [p for p in ("m", "ef_construction") if p not in self._takes]
@@ -281,6 +282,14 @@ class VectideEngine(Engine):
         except Exception:
             pass
         return build_s
+
+    def _wait_background(self, poll_s: float = 0.05) -> None:
+        """Waits until the engine's background work (a merge the inserts
+        started, queued rebuild jobs) is done: the build is not over before
+        it, and it must not run beside the next engine's build or the
+        timed searches."""
+        while int(self.index.stats().get("pending_background", 0)) > 0:
+            time.sleep(poll_s)
 
     def set_ef(self, ef):
         if self.knob == "ef":
