@@ -283,12 +283,16 @@ class VectideEngine(Engine):
             pass
         return build_s
 
-    def _wait_background(self, poll_s: float = 0.05) -> None:
+    def _wait_background(self, poll_s: float = 0.05, timeout_s: float = 3600.0) -> None:
         """Waits until the engine's background work (a merge the inserts
         started, queued rebuild jobs) is done: the build is not over before
         it, and it must not run beside the next engine's build or the
-        timed searches."""
+        timed searches. Work still pending after ``timeout_s`` is an error
+        naming the engine, not a hang."""
+        deadline = time.monotonic() + timeout_s
         while int(self.index.stats().get("pending_background", 0)) > 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: background work still pending after {timeout_s:.0f} s")
             time.sleep(poll_s)
 
     def set_ef(self, ef):
