@@ -97,6 +97,9 @@ pub struct Baseline {
     durable: AtomicU64,
     /// What the last open did: records replayed.
     replayed: usize,
+    /// The largest WAL frame a call's records go in (a larger call spans
+    /// several frames).
+    max_frame: usize,
 }
 
 impl std::fmt::Debug for Baseline {
@@ -174,14 +177,112 @@ pub fn read_manifest(dir: &Path) -> Result<(BaselineKind, usize, Metric, Baselin
     Ok((kind, dim, metric, p))
 }
 
+/// Set on the kind byte of every record of a frame that is not the last
+/// of its call: a call larger than one WAL frame spans several, and only a
+/// call whose last frame survived is replayed.
+const CONTINUES: u8 = 0x80;
+/// A record's sequence number, kind and id.
+const RECORD_HEADER: usize = 17;
+
+/// Appends one record: sequence number, kind, id, vector.
 fn encode_record(out: &mut Vec<u8>, seq: Seq, kind: u8, id: u64, vector: &[f32]) {
-    out.clear();
     out.extend_from_slice(&seq.to_le_bytes());
     out.push(kind);
     out.extend_from_slice(&id.to_le_bytes());
     for x in vector {
         out.extend_from_slice(&x.to_le_bytes());
     }
+}
+
+/// One call's records as WAL frames of at most `max_frame` bytes each (a
+/// frame is written whole or not at all, `docs/format-wal.md`), handed to
+/// `emit` in order. A call is one frame unless it outgrows `max_frame`.
+fn encode_call(
+    seq: Seq,
+    kind: u8,
+    ids: &[u64],
+    vectors: &[f32],
+    dim: usize,
+    max_frame: usize,
+    mut emit: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
+    let vdim = if kind == INSERT { dim } else { 0 };
+    let per_frame = (max_frame / (RECORD_HEADER + 4 * vdim)).max(1);
+    let frames = ids.len().div_ceil(per_frame);
+    let mut buf = Vec::with_capacity(per_frame.min(ids.len()) * (RECORD_HEADER + 4 * vdim));
+    for (f, chunk) in ids.chunks(per_frame).enumerate() {
+        let flag = if f + 1 < frames { CONTINUES } else { 0 };
+        buf.clear();
+        for (j, &id) in chunk.iter().enumerate() {
+            let i = f * per_frame + j;
+            encode_record(
+                &mut buf,
+                seq,
+                kind | flag,
+                id,
+                &vectors[i * vdim..(i + 1) * vdim],
+            );
+        }
+        emit(&buf)?;
+    }
+    Ok(())
+}
+
+/// One logged insert or delete.
+struct Record {
+    seq: Seq,
+    kind: u8,
+    id: u64,
+    vector: Vec<f32>,
+}
+
+/// The records of every complete call in the WAL's frames, in log order,
+/// and whether the log ends in an incomplete one: the records of a call
+/// whose last frame is missing (a crash while it was written) are dropped,
+/// as the call was never acknowledged.
+fn parse_log(frames: &[Vec<u8>], dim: usize) -> Result<(Vec<Record>, bool)> {
+    let mut done = Vec::new();
+    let mut open: Vec<Record> = Vec::new();
+    for frame in frames {
+        let mut r = ByteReader::new(frame);
+        let mut continues = None;
+        while r.remaining() > 0 {
+            if r.remaining() < RECORD_HEADER {
+                return Err(Error::corrupted("WAL record shorter than its header"));
+            }
+            let seq = r.u64()?;
+            let byte = r.u8()?;
+            let id = r.u64()?;
+            let flag = byte & CONTINUES != 0;
+            if *continues.get_or_insert(flag) != flag {
+                return Err(Error::corrupted(
+                    "WAL frame mixes records of a call's last frame and earlier ones",
+                ));
+            }
+            let kind = byte & !CONTINUES;
+            let mut vector = Vec::new();
+            match kind {
+                INSERT => r.f32s(dim, &mut vector)?,
+                DELETE => {}
+                k => return Err(Error::corrupted(format!("WAL record of unknown kind {k}"))),
+            }
+            // Earlier frames of another call whose last frame never made
+            // it (a crash cut it; the log went on after the restart).
+            if open.first().is_some_and(|o| (o.seq, o.kind) != (seq, kind)) {
+                open.clear();
+            }
+            open.push(Record {
+                seq,
+                kind,
+                id,
+                vector,
+            });
+        }
+        if continues == Some(false) {
+            done.append(&mut open);
+        }
+    }
+    Ok((done, !open.is_empty()))
 }
 
 impl Baseline {
@@ -236,25 +337,29 @@ impl Baseline {
         let base = inner.durable_seq();
         let mut replayed = 0;
         let mut durable = base;
+        let mut torn = false;
         let wal = match kind {
             BaselineKind::Snap => None,
             BaselineKind::Wal => {
-                let (wal, records) = Wal::open(&dir.join(WAL_FILE))?;
-                replayed = Self::replay(&inner, dim, base, &records)?;
+                let (wal, frames) = Wal::open(&dir.join(WAL_FILE))?;
+                let (records, cut) = parse_log(&frames, dim)?;
+                torn = cut;
+                replayed = Self::replay(&inner, base, &records)?;
                 // Writers log in lock order, not sequence order: the
-                // watermark is the highest number logged, as it was while
-                // the index ran (`State::appended`).
-                durable = records
-                    .iter()
-                    .filter_map(|r| r.get(..8))
-                    .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
-                    .fold(base, u64::max);
+                // watermark is the highest number of a complete call
+                // logged, as it was while the index ran (`State::appended`).
+                durable = records.iter().map(|r| r.seq).fold(base, u64::max);
                 Some(wal)
             }
         };
-        Ok(Self::assemble(
-            kind, dir, params, inner, wal, durable, replayed,
-        ))
+        let b = Self::assemble(kind, dir, params, inner, wal, durable, replayed);
+        // The first frames of a call cut by a crash stay in the log, and a
+        // retry may reuse its sequence number: a snapshot, which empties
+        // the log, keeps them from joining a later call's frames.
+        if torn {
+            b.snapshot()?;
+        }
+        Ok(b)
     }
 
     fn assemble(
@@ -278,12 +383,13 @@ impl Baseline {
             }),
             durable: AtomicU64::new(durable),
             replayed,
+            max_frame: vectide_storage::wal::MAX_RECORD,
         }
     }
 
     /// Re-applies logged operations newer than `base`; consecutive inserts of
     /// one sequence number go in one parallel batch.
-    fn replay(inner: &Hnsw, dim: usize, base: Seq, records: &[Vec<u8>]) -> Result<usize> {
+    fn replay(inner: &Hnsw, base: Seq, records: &[Record]) -> Result<usize> {
         let mut ids = Vec::new();
         let mut vecs: Vec<f32> = Vec::new();
         let mut batch_seq = 0;
@@ -296,38 +402,18 @@ impl Baseline {
             }
             Ok(())
         };
-        for rec in records {
-            if rec.len() < 17 {
-                return Err(Error::corrupted("WAL record shorter than its header"));
-            }
-            let seq = u64::from_le_bytes(rec[..8].try_into().expect("8"));
-            let kind = rec[8];
-            let id = u64::from_le_bytes(rec[9..17].try_into().expect("8"));
-            if seq <= base {
-                continue;
-            }
+        for rec in records.iter().filter(|r| r.seq > base) {
             applied += 1;
-            match kind {
-                INSERT => {
-                    if rec.len() != 17 + 4 * dim {
-                        return Err(Error::corrupted("WAL insert record of the wrong length"));
-                    }
-                    if seq != batch_seq || ids.contains(&id) {
-                        flush(&mut ids, &mut vecs, batch_seq)?;
-                        batch_seq = seq;
-                    }
-                    ids.push(id);
-                    vecs.extend(
-                        rec[17..]
-                            .chunks_exact(4)
-                            .map(|c| f32::from_le_bytes(c.try_into().expect("4"))),
-                    );
-                }
-                DELETE => {
+            if rec.kind == INSERT {
+                if rec.seq != batch_seq || ids.contains(&rec.id) {
                     flush(&mut ids, &mut vecs, batch_seq)?;
-                    inner.delete(seq, &[id])?;
+                    batch_seq = rec.seq;
                 }
-                k => return Err(Error::corrupted(format!("WAL record of unknown kind {k}"))),
+                ids.push(rec.id);
+                vecs.extend_from_slice(&rec.vector);
+            } else {
+                flush(&mut ids, &mut vecs, batch_seq)?;
+                inner.delete(rec.seq, &[rec.id])?;
             }
         }
         flush(&mut ids, &mut vecs, batch_seq)?;
@@ -384,20 +470,15 @@ impl Baseline {
             return Ok(());
         };
         let dim = self.inner.dim();
-        let mut rec = Vec::with_capacity(17 + 4 * dim);
-        for (i, &id) in ids.iter().enumerate() {
-            let v = if kind == INSERT {
-                &vectors[i * dim..(i + 1) * dim]
-            } else {
-                &[][..]
-            };
-            encode_record(&mut rec, seq, kind, id, v);
-            wal.append(&rec)?;
-            if wal.unsynced() >= self.params.wal_buffer as u64 {
+        let (wal_buffer, durable, appended) = (self.params.wal_buffer, &self.durable, st.appended);
+        encode_call(seq, kind, ids, vectors, dim, self.max_frame, |frame| {
+            wal.append(frame)?;
+            if wal.unsynced() >= wal_buffer as u64 {
                 wal.sync()?;
-                self.durable.fetch_max(st.appended, Ordering::AcqRel);
+                durable.fetch_max(appended, Ordering::AcqRel);
             }
-        }
+            Ok(())
+        })?;
         // Each operation reaches the file (the page cache) before it is
         // applied; fdatasync waits for `wal_buffer` bytes.
         wal.write_out()?;
@@ -693,6 +774,53 @@ mod tests {
         let w = Baseline::open(dir.path(), None).unwrap();
         assert_eq!(w.durable_seq(), 6, "not the last record's 5");
         assert_eq!(w.len(), 2);
+    }
+
+    #[test]
+    fn a_call_is_replayed_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let dim = 2;
+        let p = BaselineParams::defaults(BaselineKind::Wal);
+        let mut w = Baseline::create(dir.path(), BaselineKind::Wal, dim, Metric::L2, p).unwrap();
+        // Three records per frame: a call of 8 inserts spans 3 frames.
+        w.max_frame = 3 * (RECORD_HEADER + 4 * dim);
+        w.insert(1, &[0, 1, 2, 3], &rows(4, dim, 1)).unwrap();
+        w.delete(2, &[0, 1, 2, 3]).unwrap();
+        w.insert(3, &[0, 1], &rows(2, dim, 2)).unwrap();
+        let wal = dir.path().join(WAL_FILE);
+        w.flush().unwrap();
+        let before = std::fs::metadata(&wal).unwrap().len();
+        w.insert(4, &(10..18).collect::<Vec<u64>>(), &rows(8, dim, 3))
+            .unwrap();
+        w.flush().unwrap();
+        assert_eq!(w.durable_seq(), 4);
+        drop(w);
+        // The crash tore the call's last frame: its first two frames are
+        // whole, and none of its records may come back.
+        let after = std::fs::metadata(&wal).unwrap().len();
+        assert!(after > before + 2 * 3 * (RECORD_HEADER + 4 * dim) as u64);
+        let f = std::fs::OpenOptions::new().write(true).open(&wal).unwrap();
+        f.set_len(after - 3).unwrap();
+        drop(f);
+        let w = Baseline::open(dir.path(), None).unwrap();
+        assert_eq!(w.durable_seq(), 3, "call 4 lost its last frame");
+        assert_eq!(w.len(), 2);
+        assert!(!w.contains(10).unwrap());
+        assert_eq!(w.get(1).unwrap().unwrap(), rows(2, dim, 2)[dim..].to_vec());
+        // The retry reuses number 4 with other content: the cut call's
+        // frames must not join it.
+        w.insert(4, &[20], &rows(1, dim, 4)).unwrap();
+        w.flush().unwrap();
+        drop(w);
+        let w = Baseline::open(dir.path(), None).unwrap();
+        assert_eq!((w.durable_seq(), w.len()), (4, 3));
+        assert!(!w.contains(10).unwrap() && w.contains(20).unwrap());
+        // Records of both kinds in one frame are damage, not a torn call.
+        let mut bad = Vec::new();
+        encode_record(&mut bad, 5, INSERT, 1, &[0.0, 0.0]);
+        encode_record(&mut bad, 5, INSERT | CONTINUES, 2, &[0.0, 0.0]);
+        assert!(parse_log(&[bad], dim).is_err());
+        assert!(parse_log(&[vec![0u8; 20]], dim).is_err());
     }
 
     #[test]
