@@ -581,3 +581,28 @@ def test_phnsw_benchmark_small_run(tmp_path, shm_path, data_root, monkeypatch, s
     assert "emulated" in r["note"]
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
         "fig10_breakdown.png", "fig12_recovery.png", "fig8_insert_time.png", "fig9_insert_throughput.png"]
+
+
+def test_write_rates_small_run(data_root, bench_slice, monkeypatch, tmp_path):
+    """``bench db --parts writes``: every engine that keeps a log of its own
+    (found through the registry) runs with one log and with both; the
+    summary holds the medians and the ratios to hnsw at each thread count."""
+    pytest.importorskip("vectide._vectide")
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    out = tmp_path / "w.json"
+    rc = main([
+        "db", "--dataset", str(bench_slice(2000, 10)), "--parts", "writes", "--write-engines", "hnsw,fresh-diskann",
+        "--write-clients", "1,2", "--write-seconds", "0.3", "--write-reps", "2", "--out", str(out),
+    ])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    w = doc["write_rates"]
+    assert set(w["runs"]) == {"hnsw", "fresh-diskann", "fresh-diskann (own log too)"}
+    for label, per in w["runs"].items():
+        assert set(per) == {"1", "2"}
+        for c, rates in per.items():
+            assert len(rates) == 2 and all(r > 0 for r in rates), (label, c, rates)
+            assert w["median_points_per_s"][label][c] == pytest.approx(float(np.median(rates)))
+    assert doc["summary"]["write_ratio_to_hnsw"]["hnsw"] == {"1": 1.0, "2": 1.0}
+    r = doc["summary"]["write_ratio_to_hnsw"]["fresh-diskann"]["2"]
+    assert r == pytest.approx(w["median_points_per_s"]["fresh-diskann"]["2"] / w["median_points_per_s"]["hnsw"]["2"])

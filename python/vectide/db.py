@@ -322,6 +322,21 @@ def connect(path: Union[str, Path], durability: str = "group", threads: Optional
     the fsync waits up to 2 ms for them to join; a lone writer never waits)
     or ``"always"`` (the fsync starts at once); in both, a write returns only
     after an fsync that covers it. ``options``:
-    ``checkpoint_bytes``, ``checkpoint_seconds``.
+    ``checkpoint_bytes``, ``checkpoint_seconds``, and ``one_log`` (default
+    ``True``: engines that keep a redo log of their own, such as
+    ``fresh-diskann`` and ``spfresh``, hand it to the collection's log and
+    persist only their checkpoints; ``False`` keeps both logs, as before
+    there was one, for comparisons).
     """
-    return Database(_native()._Database.open(Path(path), durability, threads, options.get("checkpoint_bytes"), options.get("checkpoint_seconds")))
+    known = ("checkpoint_bytes", "checkpoint_seconds", "one_log")
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"unknown database option(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    one_log = options.get("one_log", True)
+    if not isinstance(one_log, bool):
+        raise TypeError(f"one_log must be True or False, got {one_log!r}")
+    return Database(
+        _native()._Database.open(
+            Path(path), durability, threads, options.get("checkpoint_bytes"), options.get("checkpoint_seconds"), one_log
+        )
+    )

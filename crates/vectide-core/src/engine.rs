@@ -225,6 +225,22 @@ pub const THREADS: ParamSpec = ParamSpec {
     source: "Vectide",
 };
 
+/// The `log` parameter of engines that keep a redo log of their own
+/// (`fresh-diskann`, the SPANN family): who logs each write.
+pub const LOG: ParamSpec = ParamSpec {
+    name: "log",
+    kind: ParamKind::Choice(&["own", "database"]),
+    default: "own",
+    doc: "own: each write is appended to the engine's redo log and synced before the call returns; database: the caller (a Vectide database) logs every write in its commit log and replays that log past durable_seq() after a crash, so the engine writes nothing per call and persists only its checkpoints (frozen temp indexes, snapshots, merges), at its own pace, at flush and at close; set by the database, not stored, given at each open",
+    source: "Vectide (one log under the database)",
+};
+
+/// Whether checked parameters hand the log to the caller (`log=database`).
+pub fn log_is_external(params: &Params) -> bool {
+    use crate::params::ParamsExt;
+    params.string(LOG.name) == Some("database")
+}
+
 /// The `path` parameter of engines that live in a directory.
 pub const PATH: ParamSpec = ParamSpec {
     name: "path",

@@ -25,6 +25,24 @@ fn config(target: &str, params: Params, seed: u64) -> SimConfigKit {
     }
 }
 
+/// Thresholds that make an engine's own checkpoints (freezes and merges,
+/// snapshots and splits) happen within a few dozen operations, for the
+/// parameters it takes (from its schema, not its name).
+fn small(engine: &str) -> Params {
+    let d = vectide_engines::descriptor(engine).unwrap();
+    [
+        ("temp_points", ParamValue::Int(20)),
+        ("merge_points", ParamValue::Int(60)),
+        ("pq_bytes", ParamValue::Int(4)),
+        ("posting_vectors", ParamValue::Int(4)),
+        ("snapshot_rows", ParamValue::Int(16)),
+    ]
+    .into_iter()
+    .filter(|(k, _)| d.param(k).is_some())
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
 fn clean(cfg: &SimConfigKit) -> vectide_crashkit::sim::SimReport {
     let r = run(cfg).unwrap();
     println!("{}: {r:#?}", cfg.target.name());
@@ -43,16 +61,31 @@ fn clean(cfg: &SimConfigKit) -> vectide_crashkit::sim::SimReport {
     r
 }
 
+/// Standalone (each engine in its own directory, its own log): every
+/// durable engine. The fast set runs one of them (the next test); the
+/// database mode below runs all of them.
 #[test]
+#[ignore = "slow: every durable engine standalone (make test-all); the fast set runs spfresh standalone and every engine under the database"]
 fn every_durable_engine_recovers_exactly_from_simulated_crashes() {
     for (i, name) in vectide_engines::durable_names().into_iter().enumerate() {
-        let cfg = config(name, Params::new(), 11 + i as u64);
-        let r = clean(&cfg);
-        assert!(
-            r.tally.max_in_flight >= 2,
-            "{name}: crashes with several operations in flight"
-        );
+        standalone(name, 11 + i as u64);
     }
+}
+
+#[test]
+fn one_durable_engine_standalone_recovers_exactly_from_simulated_crashes() {
+    let names = vectide_engines::durable_names();
+    let i = names.iter().position(|n| *n == "spfresh").expect("spfresh");
+    standalone(names[i], 11 + i as u64);
+}
+
+fn standalone(name: &str, seed: u64) {
+    let cfg = config(name, Params::new(), seed);
+    let r = clean(&cfg);
+    assert!(
+        r.tally.max_in_flight >= 2,
+        "{name}: crashes with several operations in flight"
+    );
 }
 
 #[test]
@@ -96,12 +129,17 @@ fn p_hnsw_crashes_during_recovery_on_a_seeded_schedule() {
     );
 }
 
+/// A database collection of every durable engine (the engines that keep
+/// a log of their own hand it to the collection's WAL there), and of the
+/// in-memory `hnsw` and `flat`, whose snapshots checkpoints save.
 #[test]
 fn database_collections_recover_exactly_from_simulated_crashes() {
-    for engine in ["hnsw", "p-hnsw", "flat"] {
+    let mut engines = vectide_engines::durable_names();
+    engines.extend(["hnsw", "flat"]);
+    for engine in engines {
         let cfg = SimConfigKit {
             rounds: knob("VECTIDE_CRASH_POINTS", 30) / 2,
-            ..config(&format!("db:{engine}"), Params::new(), 21)
+            ..config(&format!("db:{engine}"), small(engine), 21)
         };
         let r = clean(&cfg);
         // Crash points come in proportion to the syncs and fences issued:

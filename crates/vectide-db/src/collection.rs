@@ -23,20 +23,29 @@
 //! saved (`index.vtdx`), a durable one flushed; the store commits with fsync;
 //! then the WAL segments older than both are deleted, so restart time stays
 //! bounded by one snapshot load plus at most `checkpoint_bytes` of replay.
+//!
+//! This file holds the collection's state and its writes; the record codec
+//! is `crate::record`, and the rest sits beside it: `recovery` (open,
+//! replay, repair), `search` (reads) and `checkpoint`.
 
-use crate::commitlog::{record_seq, CommitLog, Durability};
+use crate::commitlog::{CommitLog, Durability};
 use crate::error::{DbError, Result};
 use crate::filter::Filter;
 use crate::ids::ExtId;
-use crate::store::{Change, IndexKind, Point, PointStore};
+use crate::record::{encode_targets, encode_upsert, Op, UpsertRow, OP_DELETE, OP_SET_PAYLOAD};
+use crate::store::{IndexKind, PointStore};
 use parking_lot::{Condvar, Mutex, RwLock};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use vectide_core::{Metric, Neighbor, SearchParams, Seq};
-use vectide_engines::{AnyIndex, ParamValue, Params, Persistence};
+use vectide_core::{Metric, Seq};
+use vectide_engines::{AnyIndex, Params};
+
+mod checkpoint;
+mod recovery;
+mod search;
 
 /// How a collection is built (kept in the catalog).
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +82,10 @@ pub struct Options {
     /// Open for `repair`: an engine and a store that disagree are opened
     /// (to be reconciled) instead of refused.
     pub repair: bool,
+    /// Engines that keep a redo log of their own hand it to the
+    /// collection's WAL (`log=database`; the default). `false` keeps both
+    /// logs, as before there was one: for comparisons only.
+    pub one_log: bool,
 }
 
 impl Default for Options {
@@ -87,6 +100,7 @@ impl Default for Options {
             threads: None,
             exact_max: EXACT_MAX,
             repair: false,
+            one_log: true,
         }
     }
 }
@@ -139,164 +153,9 @@ pub struct Counters {
     pub replayed: AtomicU64,
 }
 
-const OP_UPSERT: u8 = 1;
-const OP_DELETE: u8 = 2;
-const OP_SET_PAYLOAD: u8 = 3;
-
 /// Filters whose matches are at most this many are answered exactly, by
 /// scanning the matches, instead of by a filtered graph search.
 pub const EXACT_MAX: usize = 20_000;
-
-/// A decoded WAL record.
-#[derive(Debug)]
-struct Op {
-    seq: Seq,
-    kind: u8,
-    ids: Vec<u64>,
-    vectors: Vec<f32>,
-    changes: Vec<Change>,
-}
-
-fn put_u32(b: &mut Vec<u8>, v: u32) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let s = self
-            .b
-            .get(self.at..self.at + n)
-            .ok_or_else(|| DbError::corrupted("WAL record truncated"))?;
-        self.at += n;
-        Ok(s)
-    }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
-    }
-    fn ext(&mut self) -> Result<ExtId> {
-        let (id, n) = ExtId::decode(&self.b[self.at..])?;
-        self.at += n;
-        Ok(id)
-    }
-    fn json(&mut self) -> Result<Value> {
-        let n = self.u32()? as usize;
-        if n == 0 {
-            return Ok(Value::Null);
-        }
-        serde_json::from_slice(self.take(n)?)
-            .map_err(|e| DbError::corrupted(format!("WAL payload: {e}")))
-    }
-}
-
-fn put_json(b: &mut Vec<u8>, v: &Value) {
-    if v.is_null() {
-        put_u32(b, 0);
-    } else {
-        let s = v.to_string();
-        put_u32(b, s.len() as u32);
-        b.extend_from_slice(s.as_bytes());
-    }
-}
-
-fn decode(payload: &[u8], dim: usize) -> Result<Op> {
-    let mut r = Reader { b: payload, at: 0 };
-    let seq = r.u64()?;
-    let kind = r.u8()?;
-    let n = r.u32()? as usize;
-    if n > payload.len() {
-        return Err(DbError::corrupted(
-            "WAL record claims more points than it holds",
-        ));
-    }
-    let mut op = Op {
-        seq,
-        kind,
-        ids: Vec::with_capacity(n),
-        vectors: Vec::new(),
-        changes: Vec::with_capacity(n),
-    };
-    for _ in 0..n {
-        let id = r.u64()?;
-        let ext = r.ext()?;
-        op.ids.push(id);
-        match kind {
-            OP_UPSERT => {
-                let raw = r.take(4 * dim)?;
-                op.vectors.extend(
-                    raw.chunks_exact(4)
-                        .map(|c| f32::from_le_bytes(c.try_into().expect("4"))),
-                );
-                let payload = r.json()?;
-                op.changes.push(Change::Upsert { id, ext, payload });
-            }
-            OP_DELETE => op.changes.push(Change::Delete { id, ext }),
-            OP_SET_PAYLOAD => {
-                let payload = r.json()?;
-                op.changes.push(Change::SetPayload { id, ext, payload });
-            }
-            k => {
-                return Err(DbError::corrupted(format!(
-                    "WAL record of unknown kind {k}"
-                )))
-            }
-        }
-    }
-    Ok(op)
-}
-
-/// Consecutive upserts of a WAL tail, replayed into the engine as one batch
-/// (one call instead of one per record, which dominated restart time). A
-/// batch ends at a delete, at an id it already holds, or at 4096 points; it
-/// carries the sequence number of its last record, which is harmless: each
-/// point is applied once, and everything up to that number is applied when
-/// the batch is.
-#[derive(Default)]
-struct ReplayBatch {
-    seq: Seq,
-    ids: Vec<u64>,
-    vectors: Vec<f32>,
-    seen: HashSet<u64>,
-}
-
-impl ReplayBatch {
-    fn add(&mut self, engine: &AnyIndex, op: &Op) -> Result<()> {
-        if op.kind != OP_UPSERT || op.ids.iter().any(|i| self.seen.contains(i)) {
-            self.flush(engine)?;
-        }
-        if op.kind != OP_UPSERT {
-            return Collection::apply_engine(engine, op);
-        }
-        self.seq = op.seq;
-        self.ids.extend_from_slice(&op.ids);
-        self.vectors.extend_from_slice(&op.vectors);
-        self.seen.extend(op.ids.iter().copied());
-        if self.ids.len() >= 4096 {
-            self.flush(engine)?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self, engine: &AnyIndex) -> Result<()> {
-        if !self.ids.is_empty() {
-            engine.insert(self.seq, &self.ids, &self.vectors)?;
-            self.ids.clear();
-            self.vectors.clear();
-            self.seen.clear();
-        }
-        Ok(())
-    }
-}
 
 /// One collection (see the module docs).
 pub struct Collection {
@@ -308,6 +167,10 @@ pub struct Collection {
     store: RwLock<PointStore>,
     /// The next sequence number to apply.
     turn: Mutex<Seq>,
+    /// The newest sequence number applied to the engine (payload-only
+    /// operations do not reach it): a checkpoint may cut the log past an
+    /// engine's `durable_seq()` only when that covers this.
+    engine_seq: AtomicU64,
     turn_cv: Condvar,
     last_checkpoint: Mutex<Instant>,
     opts: Options,
@@ -328,210 +191,7 @@ impl std::fmt::Debug for Collection {
     }
 }
 
-const INDEX_FILE: &str = "index.vtdx";
-const INDEX_DIR: &str = "index";
-
-fn engine_params(config: &CollectionConfig, dir: &Path, threads: Option<usize>) -> Params {
-    let mut p = config.params.clone();
-    // Catalogs written before `threads` was bounded may hold more: clamp
-    // them rather than refuse to open the collection.
-    if let Some(ParamValue::Int(t)) = p.get_mut("threads") {
-        *t = (*t).clamp(1, vectide_core::limits::MAX_THREADS as i64);
-    }
-    // Catalogs written before engines checked their parameters against
-    // their schema may hold one the engine never used (`wal_buffer` for
-    // `hnsw-snap`): drop it rather than refuse to open the collection.
-    if let Ok(d) = vectide_engines::descriptor(&config.engine) {
-        p.retain(|k, _| d.param(k).is_some());
-    }
-    let in_dir =
-        vectide_engines::descriptor(&config.engine).is_ok_and(|d| d.persistence.in_directory());
-    if in_dir {
-        p.insert(
-            "path".into(),
-            ParamValue::Str(dir.join(INDEX_DIR).display().to_string()),
-        );
-    }
-    if let (Some(t), false) = (threads, p.contains_key("threads")) {
-        p.insert("threads".into(), ParamValue::Int(t as i64));
-    }
-    p
-}
-
 impl Collection {
-    /// Checks a configuration by building a throwaway engine (durable
-    /// engines are checked without touching disk: parameters only).
-    pub fn validate_config(config: &CollectionConfig) -> Result<()> {
-        if config.params.contains_key("path") {
-            return Err(DbError::invalid(
-                "collections place their engine themselves: do not pass path",
-            ));
-        }
-        vectide_engines::validate(&config.engine, config.dim, &config.params)?;
-        Ok(())
-    }
-
-    /// Opens (recovering) or creates the collection in `dir`.
-    pub fn open(
-        name: &str,
-        dir: &Path,
-        config: CollectionConfig,
-        opts: Options,
-    ) -> Result<Collection> {
-        let t0 = Instant::now();
-        std::fs::create_dir_all(dir).map_err(|e| DbError::io_at(dir, e))?;
-        let params = engine_params(&config, dir, opts.threads);
-        let snapshot = dir.join(INDEX_FILE);
-        let desc = vectide_engines::descriptor(&config.engine)?;
-        let engine = if desc.persistence == Persistence::Volatile && snapshot.exists() {
-            let e = vectide_engines::load(&snapshot, opts.threads)?;
-            if e.dim() != config.dim || e.metric() != config.metric || e.engine() != config.engine {
-                return Err(DbError::corrupted(format!(
-                    "{}: the engine snapshot does not match the collection",
-                    snapshot.display()
-                )));
-            }
-            e
-        } else {
-            vectide_engines::open_or_create(&config.engine, config.dim, config.metric, &params)?
-        };
-        let store_path = dir.join(crate::STORE_FILE);
-        let mut store = crate::guard::catch_corruption(&store_path.display().to_string(), || {
-            PointStore::open(&store_path)
-        })?;
-        let engine_durable = engine.durable_seq();
-        let wal_dir = dir.join("wal");
-        let held = engine_durable.max(store.applied_seq());
-        let (log, records) = CommitLog::open(
-            &wal_dir,
-            opts.durability,
-            opts.segment_bytes,
-            if opts.repair { held } else { 0 },
-        )?;
-        // Both sides apply an operation only after its record is durable,
-        // so neither can be ahead of the log unless the log lost records.
-        if held > log.last_seq() {
-            return Err(DbError::corrupted(format!(
-                "{}: the log ends at sequence number {} but the engine or the point store holds operations through {held}: acknowledged records were lost from the log; `vectide repair` reconciles what is left",
-                wal_dir.display(),
-                log.last_seq()
-            )));
-        }
-        // The store applies every operation: the log must continue right
-        // after what it holds, or acknowledged operations are missing.
-        let first = records
-            .first()
-            .map(|r| record_seq(r))
-            .transpose()?
-            .unwrap_or(log.first_seq())
-            .min(log.first_seq());
-        if first > store.applied_seq() + 1 {
-            return Err(DbError::corrupted(format!(
-                "{}: the log starts at sequence number {first} but the point store holds only up to {}: records are missing (is {} damaged or replaced?)",
-                wal_dir.display(),
-                store.applied_seq(),
-                store_path.display()
-            )));
-        }
-        if engine_durable < store.engine_checkpoint() {
-            return Err(DbError::corrupted(format!(
-                "{}: the engine holds operations only through sequence number {engine_durable}, but the last checkpoint made it durable through {}: its files lost data the log no longer holds",
-                dir.display(),
-                store.engine_checkpoint()
-            )));
-        }
-        let mut replayed = 0u64;
-        let mut replayed_bytes = 0u64;
-        // The store's share of the tail goes in one transaction per chunk
-        // (a commit per record would dominate restart time).
-        let mut store_ops: Vec<Op> = Vec::new();
-        let mut pending = ReplayBatch::default();
-        for rec in &records {
-            let seq = record_seq(rec)?;
-            if seq <= engine_durable && seq <= store.applied_seq() {
-                continue;
-            }
-            let op = decode(rec, config.dim)?;
-            if op.seq > engine_durable {
-                pending.add(&engine, &op)?;
-            }
-            if op.seq > store.applied_seq() {
-                store_ops.push(op);
-                if store_ops.len() >= 4096 {
-                    store.apply_many(store_ops.iter().map(|o| (o.seq, &o.changes[..])))?;
-                    store_ops.clear();
-                }
-            }
-            replayed += 1;
-            replayed_bytes += rec.len() as u64 + 8;
-        }
-        pending.flush(&engine)?;
-        store.apply_many(store_ops.iter().map(|o| (o.seq, &o.changes[..])))?;
-        drop(store_ops);
-        log.set_bytes_since_checkpoint(replayed_bytes);
-        // After replay, the engine and the store hold the same live points
-        // (each applies every operation, the engine first). A difference
-        // means an engine or store file lost or changed data.
-        if !opts.repair {
-            let mut missing = 0;
-            for (&id, _) in store.iter() {
-                missing += usize::from(!engine.contains(id)?);
-            }
-            let mut stale = 0;
-            for id in store.assigned() {
-                stale += usize::from(store.get(id).is_none() && engine.contains(id)?);
-            }
-            if missing > 0 || stale > 0 {
-                return Err(DbError::corrupted(format!(
-                    "{}: the engine and the point store disagree ({missing} of the store's {} points have no vector, {stale} deleted points still have one): a file of the engine or the store is damaged; `vectide repair` deletes the points that lost their vector",
-                    dir.display(),
-                    store.len()
-                )));
-            }
-        }
-        let next = log.last_seq() + 1;
-        let c = Collection {
-            name: name.to_string(),
-            dir: dir.to_path_buf(),
-            config,
-            engine,
-            log,
-            store: RwLock::new(store),
-            turn: Mutex::new(next),
-            turn_cv: Condvar::new(),
-            last_checkpoint: Mutex::new(Instant::now()),
-            opts,
-            closed: AtomicBool::new(false),
-            counters: Counters::default(),
-            opened_in: Duration::ZERO,
-        };
-        c.counters.replayed.store(replayed, Ordering::Relaxed);
-        // The replayed tail counts towards the next checkpoint, which the
-        // background thread takes as soon as it is due. A process that keeps
-        // dying before that would replay an ever longer tail at each start,
-        // so a replay of twice the threshold checkpoints now, before the open
-        // returns: the tail replayed at open never exceeds about twice the
-        // threshold, however often the process dies.
-        if replayed_bytes >= 2 * c.checkpoint_threshold() {
-            c.checkpoint()?;
-        }
-        Ok(Collection {
-            opened_in: t0.elapsed(),
-            ..c
-        })
-    }
-
-    fn apply_engine(engine: &AnyIndex, op: &Op) -> Result<()> {
-        match op.kind {
-            OP_UPSERT => engine.insert(op.seq, &op.ids, &op.vectors)?,
-            OP_DELETE => {
-                engine.delete(op.seq, &op.ids)?;
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -585,7 +245,10 @@ impl Collection {
             self.turn_cv.wait(&mut turn);
         }
         let result = durable.and_then(|()| {
-            Self::apply_engine(&self.engine, &op)?;
+            op.apply_to(&self.engine)?;
+            if op.touches_engine() {
+                self.engine_seq.store(seq, Ordering::Release);
+            }
             self.store.write().apply(seq, &op.changes)
         });
         *turn = seq + 1;
@@ -642,34 +305,13 @@ impl Collection {
         }
         let dim = self.config.dim;
         let seq = self.commit(|seq, store| {
-            let mut b = Vec::with_capacity(16 + points.len() * (4 * dim + 64));
-            b.extend_from_slice(&seq.to_le_bytes());
-            b.push(OP_UPSERT);
-            put_u32(&mut b, points.len() as u32);
-            let mut op = Op {
-                seq,
-                kind: OP_UPSERT,
-                ids: Vec::with_capacity(points.len()),
-                vectors: Vec::with_capacity(points.len() * dim),
-                changes: Vec::with_capacity(points.len()),
-            };
-            for p in points {
-                let id = store.assign(&p.id);
-                b.extend_from_slice(&id.to_le_bytes());
-                p.id.encode(&mut b);
-                for x in &p.vector {
-                    b.extend_from_slice(&x.to_le_bytes());
-                }
-                put_json(&mut b, &p.payload);
-                op.ids.push(id);
-                op.vectors.extend_from_slice(&p.vector);
-                op.changes.push(Change::Upsert {
-                    id,
-                    ext: p.id.clone(),
-                    payload: p.payload.clone(),
-                });
-            }
-            Ok((b, op))
+            let rows = points.iter().map(|p| UpsertRow {
+                id: store.assign(&p.id),
+                ext: &p.id,
+                vector: &p.vector,
+                payload: &p.payload,
+            });
+            Ok(encode_upsert(seq, dim, points.len(), rows))
         })?;
         self.counters
             .upserted
@@ -677,79 +319,8 @@ impl Collection {
         Ok(seq)
     }
 
-    /// The live internal ids the selector names: explicit ids (unknown ones
-    /// ignored) or every point a filter accepts.
-    fn select(&self, ids: Option<&[ExtId]>, filter: Option<&Filter>) -> Vec<(u64, ExtId)> {
-        let store = self.store.read();
-        match (ids, filter) {
-            (Some(ids), f) => ids
-                .iter()
-                .filter_map(|e| store.internal(e).map(|i| (i, e)))
-                .filter(|(i, _)| {
-                    store
-                        .get(*i)
-                        .is_some_and(|p| f.is_none_or(|f| f.eval(&p.ext, &p.payload)))
-                })
-                .map(|(i, e)| (i, e.clone()))
-                .collect(),
-            (None, Some(f)) => {
-                let cands = store.index_candidates(f);
-                let mut out: Vec<(u64, ExtId)> = match cands {
-                    Some((c, exact)) => c
-                        .into_iter()
-                        .filter_map(|i| {
-                            store
-                                .get(i)
-                                .filter(|p| exact || f.eval(&p.ext, &p.payload))
-                                .map(|p| (i, p.ext.clone()))
-                        })
-                        .collect(),
-                    None => store
-                        .iter()
-                        .filter(|(_, p)| f.eval(&p.ext, &p.payload))
-                        .map(|(&i, p)| (i, p.ext.clone()))
-                        .collect(),
-                };
-                out.sort_unstable_by_key(|x| x.0);
-                out
-            }
-            (None, None) => Vec::new(),
-        }
-    }
-
     fn simple_op(&self, kind: u8, targets: &[(u64, ExtId)], payload: &Value) -> Result<Seq> {
-        self.commit(|seq, _| {
-            let mut b = Vec::with_capacity(16 + targets.len() * 32);
-            b.extend_from_slice(&seq.to_le_bytes());
-            b.push(kind);
-            put_u32(&mut b, targets.len() as u32);
-            let mut op = Op {
-                seq,
-                kind,
-                ids: Vec::with_capacity(targets.len()),
-                vectors: Vec::new(),
-                changes: Vec::with_capacity(targets.len()),
-            };
-            for (id, ext) in targets {
-                b.extend_from_slice(&id.to_le_bytes());
-                ext.encode(&mut b);
-                op.ids.push(*id);
-                op.changes.push(if kind == OP_DELETE {
-                    Change::Delete {
-                        id: *id,
-                        ext: ext.clone(),
-                    }
-                } else {
-                    put_json(&mut b, payload);
-                    Change::SetPayload {
-                        id: *id,
-                        ext: ext.clone(),
-                        payload: payload.clone(),
-                    }
-                });
-            }
-            Ok((b, op))
-        })
+        self.commit(|seq, _| Ok(encode_targets(seq, kind, targets, payload)))
     }
 
     /// Deletes points named by id or matched by a filter; returns how many.
@@ -784,187 +355,6 @@ impl Collection {
         Ok(targets.len())
     }
 
-    /// Points by id, in the order asked; unknown ids give `None`.
-    pub fn get(&self, ids: &[ExtId], with_vector: bool) -> Result<Vec<Option<Record>>> {
-        let store = self.store.read();
-        let mut out = Vec::with_capacity(ids.len());
-        for e in ids {
-            let Some((i, p)) = store.internal(e).and_then(|i| Some((i, store.get(i)?))) else {
-                out.push(None);
-                continue;
-            };
-            out.push(Some(Record {
-                id: p.ext.clone(),
-                payload: p.payload.clone(),
-                vector: self.vector_of(i, with_vector)?,
-            }));
-        }
-        Ok(out)
-    }
-
-    /// The engine's vector of a point when asked for.
-    fn vector_of(&self, i: u64, with_vector: bool) -> Result<Option<Vec<f32>>> {
-        Ok(if with_vector {
-            self.engine.get(i)?
-        } else {
-            None
-        })
-    }
-
-    /// Points matching a filter (all without one).
-    pub fn count(&self, filter: Option<&Filter>) -> usize {
-        match filter {
-            None => self.len(),
-            Some(f) => self.select(None, Some(f)).len(),
-        }
-    }
-
-    /// A page of points ordered by id, starting at `offset` (inclusive);
-    /// returns the page and the id where the next page starts.
-    pub fn scroll(
-        &self,
-        filter: Option<&Filter>,
-        offset: Option<&ExtId>,
-        limit: usize,
-        with_vector: bool,
-    ) -> Result<(Vec<Record>, Option<ExtId>)> {
-        let store = self.store.read();
-        let mut all: Vec<(&ExtId, u64, &Point)> = store
-            .iter()
-            .filter(|(_, p)| filter.is_none_or(|f| f.eval(&p.ext, &p.payload)))
-            .filter(|(_, p)| offset.is_none_or(|o| &p.ext >= o))
-            .map(|(&i, p)| (&p.ext, i, p))
-            .collect();
-        all.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let next = all.get(limit).map(|x| x.0.clone());
-        let page = all
-            .into_iter()
-            .take(limit)
-            .map(|(e, i, p)| {
-                Ok(Record {
-                    id: e.clone(),
-                    payload: p.payload.clone(),
-                    vector: self.vector_of(i, with_vector)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok((page, next))
-    }
-
-    /// The `k` nearest points to `query` that pass `filter`.
-    ///
-    /// Without a filter: the engine's search. With one: the payload indexes
-    /// (or a sample of 512 points, when no index applies) estimate how many
-    /// points match. At most `exact_max` matches are answered exactly by
-    /// computing their distances; more go to the engine's filtered graph
-    /// search (the predicate is evaluated during the traversal) with `ef`
-    /// raised to `k / selectivity` (at most 4096), so that restrictive
-    /// filters keep their recall.
-    pub fn search(
-        &self,
-        query: &[f32],
-        k: usize,
-        params: &SearchParams,
-        filter: Option<&Filter>,
-        with_payload: bool,
-        with_vector: bool,
-    ) -> Result<Vec<Hit>> {
-        self.check_open()?;
-        if k == 0 {
-            return Err(DbError::invalid("k (limit) must be at least 1"));
-        }
-        vectide_core::limits::check_k(k)?;
-        self.check_vector(query)?;
-        self.counters.searches.fetch_add(1, Ordering::Relaxed);
-        let store = self.store.read();
-        let filter = filter.filter(|f| !f.is_trivial());
-        let found: Vec<(u64, f32)> = match filter {
-            None if params.exact => {
-                let all: Vec<u64> = store.iter().map(|(&i, _)| i).collect();
-                self.exact(query, k, &all)?
-            }
-            None => self
-                .engine
-                .search(query, k, params, None)?
-                .into_iter()
-                .map(|n| (n.id, n.distance))
-                .collect(),
-            Some(f) => {
-                let n = store.len().max(1);
-                let estimate = match store.index_estimate(f) {
-                    Some(c) => c,
-                    None => {
-                        let step = (n / 512).max(1);
-                        let hits = store
-                            .iter()
-                            .step_by(step)
-                            .take(512)
-                            .filter(|(_, p)| f.eval(&p.ext, &p.payload))
-                            .count();
-                        let sampled = n.div_ceil(step).clamp(1, 512);
-                        hits * n / sampled
-                    }
-                };
-                if params.exact || estimate <= self.opts.exact_max {
-                    let matches: Vec<u64> = match store.index_candidates(f) {
-                        Some((c, true)) => c,
-                        Some((c, false)) => c
-                            .into_iter()
-                            .filter(|i| store.get(*i).is_some_and(|p| f.eval(&p.ext, &p.payload)))
-                            .collect(),
-                        None => store
-                            .iter()
-                            .filter(|(_, p)| f.eval(&p.ext, &p.payload))
-                            .map(|(&i, _)| i)
-                            .collect(),
-                    };
-                    self.exact(query, k, &matches)?
-                } else {
-                    let sel = (estimate as f64 / n as f64).clamp(1e-6, 1.0);
-                    // Engines with a candidate list widen it by the
-                    // filter's selectivity (others take the knobs as given).
-                    let mut widened = params.clone();
-                    if let Some(base) = params.ef.or(self.engine.search_defaults().ef) {
-                        let ef = (k as f64 / sel).ceil() as usize;
-                        widened.ef = Some(ef.max(base.max(k)).min(4096));
-                    }
-                    let pred = |i: u64| store.get(i).is_some_and(|p| f.eval(&p.ext, &p.payload));
-                    self.engine
-                        .search(query, k, &widened, Some(&pred))?
-                        .into_iter()
-                        .map(|n| (n.id, n.distance))
-                        .collect()
-                }
-            }
-        };
-        let mut hits = Vec::with_capacity(found.len());
-        for (i, d) in found {
-            if let Some(p) = store.get(i) {
-                hits.push(Hit {
-                    id: p.ext.clone(),
-                    distance: d,
-                    payload: with_payload.then(|| p.payload.clone()),
-                    vector: self.vector_of(i, with_vector)?,
-                });
-            }
-        }
-        Ok(hits)
-    }
-
-    /// Exact top-k among `ids` by the engine's distance.
-    fn exact(&self, query: &[f32], k: usize, ids: &[u64]) -> Result<Vec<(u64, f32)>> {
-        let mut all = Vec::with_capacity(ids.len());
-        self.engine.distances(query, ids, &mut all)?;
-        let by =
-            |a: &Neighbor, b: &Neighbor| a.distance.total_cmp(&b.distance).then(a.id.cmp(&b.id));
-        if all.len() > k {
-            all.select_nth_unstable_by(k, by);
-            all.truncate(k);
-        }
-        all.sort_by(by);
-        Ok(all.into_iter().map(|n| (n.id, n.distance)).collect())
-    }
-
     /// Declares a payload index on `field`.
     pub fn create_index(&self, field: &str, kind: IndexKind) -> Result<()> {
         self.check_open()?;
@@ -974,94 +364,6 @@ impl Collection {
     /// Declared payload indexes.
     pub fn indexes(&self) -> Vec<(String, IndexKind)> {
         self.store.read().indexes()
-    }
-
-    /// Whether the checkpoint policy calls for a checkpoint now.
-    pub fn checkpoint_due(&self) -> bool {
-        let bytes = self.log.bytes_since_checkpoint();
-        bytes >= self.checkpoint_threshold()
-            || (bytes > 0 && self.last_checkpoint.lock().elapsed() >= self.opts.checkpoint_interval)
-    }
-
-    /// WAL bytes (counted from what a restart would replay) that make a
-    /// checkpoint due (see [`Options::checkpoint_bytes`]).
-    pub fn checkpoint_threshold(&self) -> u64 {
-        let o = &self.opts;
-        let index = self.engine.stats().map_or(0, |s| s.memory_bytes) as f64 * o.checkpoint_ratio;
-        let cap = o.checkpoint_bytes.max(1);
-        (index as u64).clamp(o.checkpoint_min_bytes.min(cap), cap)
-    }
-
-    /// WAL bytes a restart now would replay (about).
-    pub fn wal_tail_bytes(&self) -> u64 {
-        self.log.bytes_since_checkpoint()
-    }
-
-    /// Saves or flushes the engine, makes the store durable, and deletes the
-    /// WAL segments both cover. Writers wait while it runs.
-    pub fn checkpoint(&self) -> Result<()> {
-        self.checkpoint_and(false)
-    }
-
-    /// The last checkpoint, at the database's close: a durable engine is
-    /// closed (its background work stopped, the rest made durable) rather
-    /// than flushed; a volatile one is saved, which is all its close would
-    /// do again.
-    pub(crate) fn final_checkpoint(&self) -> Result<()> {
-        self.checkpoint_and(true)
-    }
-
-    fn checkpoint_and(&self, close: bool) -> Result<()> {
-        let turn = self.turn.lock();
-        if self.engine.descriptor().persistence == Persistence::Volatile {
-            self.engine.save(&self.dir.join(INDEX_FILE))?;
-        } else if close {
-            self.engine.close()?;
-        } else {
-            self.engine.flush()?;
-        }
-        self.store.write().checkpoint(self.engine.durable_seq())?;
-        // Every operation before the turn is applied, and the engine and the
-        // store now hold all of them durably (operations that do not touch
-        // the engine, such as payload updates, leave its own counter behind).
-        let upto = *turn - 1;
-        drop(turn);
-        self.log.truncate_through(upto)?;
-        *self.last_checkpoint.lock() = Instant::now();
-        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Makes the store and the engine agree after a repair cut the WAL
-    /// (either may hold operations from after the cut): points the store
-    /// holds without a vector in the engine are deleted (returned), and
-    /// vectors the engine holds for points the store deleted are removed
-    /// from the engine (counted). The caller checkpoints afterwards.
-    pub fn remove_orphans(&self) -> Result<(Vec<ExtId>, usize)> {
-        let (orphans, stale): (Vec<ExtId>, Vec<u64>) = {
-            let store = self.store.read();
-            let mut orphans = Vec::new();
-            for (&id, p) in store.iter() {
-                if !self.engine.contains(id)? {
-                    orphans.push(p.ext.clone());
-                }
-            }
-            let mut stale = Vec::new();
-            for id in store.assigned() {
-                if store.get(id).is_none() && self.engine.contains(id)? {
-                    stale.push(id);
-                }
-            }
-            (orphans, stale)
-        };
-        if !orphans.is_empty() {
-            self.delete(Some(&orphans), None)?;
-        }
-        if !stale.is_empty() {
-            let turn = self.turn.lock();
-            self.engine.delete(*turn - 1, &stale)?;
-        }
-        Ok((orphans, stale.len()))
     }
 
     /// `fdatasync`s of the WAL so far (group commit shares them).
@@ -1085,32 +387,5 @@ impl Collection {
     pub fn maintain(&self) -> Result<()> {
         self.check_open()?;
         Ok(self.engine.maintain()?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn catalog_params_an_engine_does_not_take_are_dropped_at_open() {
-        // A catalog written when hnsw-snap still accepted `wal_buffer`.
-        let mut params = Params::new();
-        params.insert("wal_buffer".into(), ParamValue::Int(1024));
-        params.insert("m".into(), ParamValue::Int(8));
-        params.insert("threads".into(), ParamValue::Int(1500));
-        let config = CollectionConfig {
-            dim: 4,
-            metric: Metric::L2,
-            engine: "hnsw-snap".into(),
-            params,
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let p = engine_params(&config, dir.path(), None);
-        assert!(!p.contains_key("wal_buffer"));
-        assert_eq!(p.get("m"), Some(&ParamValue::Int(8)));
-        assert_eq!(p.get("threads"), Some(&ParamValue::Int(256)));
-        assert!(p.contains_key("path"));
-        vectide_engines::open_or_create("hnsw-snap", 4, Metric::L2, &p).unwrap();
     }
 }

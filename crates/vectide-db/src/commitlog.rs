@@ -633,6 +633,29 @@ impl CommitLog {
     pub fn segments(&self) -> usize {
         self.state.lock().segments.len()
     }
+
+    /// Bytes of the segments a reader of every record after `seq` needs
+    /// (whole segments: the one holding `seq + 1` and every later one).
+    pub fn bytes_after(&self, seq: Seq) -> u64 {
+        let st = self.state.lock();
+        let n = st.segments.len();
+        let from = st
+            .segments
+            .iter()
+            .rposition(|s| s.first <= seq.saturating_add(1))
+            .unwrap_or(0);
+        st.segments[from..]
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if from + i + 1 == n {
+                    st.active_len
+                } else {
+                    std::fs::metadata(&s.path).map_or(0, |m| m.len())
+                }
+            })
+            .sum()
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ pub mod error;
 pub mod filter;
 mod guard;
 pub mod ids;
+mod record;
 pub mod store;
 
 /// The file of a collection's point store (redb, written in place).

@@ -182,7 +182,12 @@ pub(crate) struct Inner {
     pub threads: usize,
     pub state: RwLock<State>,
     pub writer: Mutex<Writer>,
+    /// The newest sequence number applied (with `log=own`, logged and
+    /// synced first: durable).
     pub durable: AtomicU64,
+    /// The newest sequence number the manifest covers (`covered_seq` of
+    /// the last freeze): with `log=database`, the durability watermark.
+    pub covered: AtomicU64,
     merge_lock: Mutex<()>,
     background: Mutex<Option<JoinHandle<()>>>,
     status: MergeStatus,
@@ -240,6 +245,7 @@ impl Inner {
             state: RwLock::new(state),
             writer: Mutex::new(writer),
             durable: AtomicU64::new(durable),
+            covered: AtomicU64::new(durable),
             merge_lock: Mutex::new(()),
             background: Mutex::new(None),
             status: MergeStatus::default(),
@@ -351,7 +357,7 @@ impl Inner {
         let mut w = self.writer.lock();
         let rows = self.newer_rows(seq, ids);
         let (ids, vectors) = redo::select_rows(self.dim, ids, vectors, &rows);
-        {
+        if !self.params.external_log {
             let Writer { log, buf, .. } = &mut *w;
             redo::log_insert(log, seq, &ids, &vectors, self.dim, buf)?;
         }
@@ -376,7 +382,7 @@ impl Inner {
                 .filter(|id| st.loc.get(id).is_some_and(|l| l.seq <= seq) && seen.insert(*id))
                 .collect()
         };
-        {
+        if !self.params.external_log {
             let Writer { log, buf, .. } = &mut *w;
             redo::log_delete(log, seq, &targets, buf)?;
         }
@@ -417,9 +423,27 @@ impl Inner {
     }
 
     /// Freezes the RW-TempIndex: snapshot, a new redo log, the manifest
-    /// naming both, then the old log removed.
+    /// naming both, then the old log removed. With `log=database` and an
+    /// empty RW index, only the manifest is rewritten (so that it covers
+    /// the deletes since the last freeze).
     pub(crate) fn freeze(&self, w: &mut Writer) -> Result<()> {
         let rw = self.state.read().rw().clone();
+        if rw.index.is_empty() && self.params.external_log {
+            let applied = self.durable.load(Ordering::Acquire);
+            if applied > w.manifest.covered_seq {
+                let mut m = w.manifest.clone();
+                m.covered_seq = applied;
+                {
+                    let st = self.state.read();
+                    m.lti_dead = st.lti_dead.clone();
+                    m.ro_dead = st.ro_dead.clone();
+                }
+                m.write(&self.dir)?;
+                w.manifest = m;
+                self.covered.fetch_max(applied, Ordering::AcqRel);
+            }
+            return Ok(());
+        }
         if rw.index.is_empty() && w.log.is_empty() {
             return Ok(());
         }
@@ -447,9 +471,11 @@ impl Inner {
             m.ro_dead = st.ro_dead.clone();
         }
         m.write(&self.dir)?;
+        let covered = m.covered_seq;
         let temp = self.new_temp(next)?;
         self.state.write().temps.push(temp);
         w.manifest = m;
+        self.covered.fetch_max(covered, Ordering::AcqRel);
         w.log = log;
         let _ = std::fs::remove_file(manifest::log_file(&self.dir, rw.serial));
         Ok(())
@@ -1202,13 +1228,24 @@ impl VectorIndex for FreshDiskann {
     }
 
     fn flush(&self) -> Result<()> {
+        if self.inner.params.external_log {
+            // The caller's log holds the writes since the last freeze:
+            // freeze now, so that the manifest covers them.
+            let mut w = self.inner.writer.lock();
+            return self.inner.freeze(&mut w);
+        }
         // Every acknowledged call is durable already (its log record was
         // synced before it returned).
         Ok(())
     }
 
     fn durable_seq(&self) -> Seq {
-        self.inner.durable.load(Ordering::Acquire)
+        let i = &self.inner;
+        if i.params.external_log {
+            i.covered.load(Ordering::Acquire)
+        } else {
+            i.durable.load(Ordering::Acquire)
+        }
     }
 
     fn stats(&self) -> Result<IndexStats> {
@@ -1221,6 +1258,9 @@ impl VectorIndex for FreshDiskann {
 
     fn close(&self) -> Result<()> {
         self.inner.join_background();
+        if self.inner.params.external_log {
+            self.flush()?;
+        }
         Ok(())
     }
 

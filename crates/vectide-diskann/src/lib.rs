@@ -60,7 +60,7 @@ pub static DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     persistence: Persistence::DurableOnAck,
     medium: vectide_core::engine::Medium::Ssd,
     params: &PARAMS,
-    open_params: &["threads", "path", "merge", "merge_l", "merge_refill"],
+    open_params: &["threads", "path", "merge", "merge_l", "merge_refill", "log"],
     knobs: &[Knob::Ef, Knob::BeamWidth],
     primary_knob: Some(Knob::Ef),
     create,

@@ -2,7 +2,7 @@
 //! `fresh-vamana`, whose temp indexes use them), the disk search's, and when
 //! temp indexes freeze and merge.
 
-use vectide_core::engine::{PATH, THREADS};
+use vectide_core::engine::{LOG, PATH, THREADS};
 use vectide_core::params::check_params;
 use vectide_core::{limits, Error, ParamKind, ParamSpec, ParamValue, Params, ParamsExt, Result};
 use vectide_vamana::VamanaParams;
@@ -79,7 +79,7 @@ pub const MERGE: ParamSpec = ParamSpec {
 };
 
 /// Every parameter `fresh-diskann` takes.
-pub static PARAMS: [ParamSpec; 15] = [
+pub static PARAMS: [ParamSpec; 16] = [
     vectide_vamana::params::R,
     vectide_vamana::params::L_BUILD,
     vectide_vamana::params::L_SEARCH,
@@ -93,6 +93,7 @@ pub static PARAMS: [ParamSpec; 15] = [
     MERGE_L,
     MERGE_REFILL,
     MERGE,
+    LOG,
     PATH,
     THREADS,
 ];
@@ -115,6 +116,9 @@ pub struct FreshDiskannParams {
     pub merge_refill: usize,
     /// Merges run in the writing call instead of a background thread.
     pub merge_inline: bool,
+    /// `log=database`: the caller logs every write; the engine persists
+    /// only its checkpoints (not stored: given at each open).
+    pub external_log: bool,
 }
 
 impl Default for FreshDiskannParams {
@@ -128,6 +132,7 @@ impl Default for FreshDiskannParams {
             merge_l: 40,
             merge_refill: 16,
             merge_inline: false,
+            external_log: false,
         }
     }
 }
@@ -145,6 +150,7 @@ impl FreshDiskannParams {
             "merge_l",
             "merge_refill",
             "merge",
+            "log",
             "path",
         ] {
             graph_only.remove(k);
@@ -159,6 +165,7 @@ impl FreshDiskannParams {
             merge_l: params.usize("merge_l").unwrap_or(d.merge_l),
             merge_refill: params.usize("merge_refill").unwrap_or(d.merge_refill),
             merge_inline: merge_inline(params),
+            external_log: vectide_core::engine::log_is_external(params),
         };
         p.validate()?;
         Ok(p)
@@ -241,18 +248,22 @@ impl FreshDiskannParams {
             "background"
         };
         out.insert("merge".into(), ParamValue::Str(mode.into()));
+        let log = if self.external_log { "database" } else { "own" };
+        out.insert("log".into(), ParamValue::Str(log.into()));
         out
     }
 }
 
-/// What an open takes besides the manifest: the pool size and the merge
-/// knobs that are not stored (`merge`, `merge_l`, `merge_refill`).
+/// What an open takes besides the manifest: the pool size, the merge
+/// knobs and who logs the writes (`merge`, `merge_l`, `merge_refill`,
+/// `log`: not stored).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OpenKnobs {
     pub threads: Option<usize>,
     pub merge_inline: bool,
     pub merge_l: usize,
     pub merge_refill: usize,
+    pub external_log: bool,
 }
 
 impl Default for OpenKnobs {
@@ -263,6 +274,7 @@ impl Default for OpenKnobs {
             merge_inline: d.merge_inline,
             merge_l: d.merge_l,
             merge_refill: d.merge_refill,
+            external_log: d.external_log,
         }
     }
 }
@@ -277,6 +289,7 @@ impl OpenKnobs {
             merge_inline: p.merge_inline,
             merge_l: p.merge_l,
             merge_refill: p.merge_refill,
+            external_log: p.external_log,
         })
     }
 

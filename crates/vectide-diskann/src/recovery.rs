@@ -72,6 +72,7 @@ impl FreshDiskann {
         params.merge_inline = knobs.merge_inline;
         params.merge_l = knobs.merge_l;
         params.merge_refill = knobs.merge_refill;
+        params.external_log = knobs.external_log;
         params.validate()?;
         let threads_n = threads.unwrap_or_else(rayon::current_num_threads);
         let mut st = State::default();
@@ -167,8 +168,12 @@ impl FreshDiskann {
                 }
             }
         }
+        // What the redo log held was synced: durable, whoever logs from now.
         inner
             .durable
+            .store(durable, std::sync::atomic::Ordering::Release);
+        inner
+            .covered
             .store(durable, std::sync::atomic::Ordering::Release);
         remove_unnamed(dir, &m);
         Ok(FreshDiskann {

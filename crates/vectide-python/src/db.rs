@@ -68,7 +68,7 @@ pub struct PyDatabase {
 #[pymethods]
 impl PyDatabase {
     #[staticmethod]
-    #[pyo3(signature = (path, durability="group", threads=None, checkpoint_bytes=None, checkpoint_seconds=None))]
+    #[pyo3(signature = (path, durability="group", threads=None, checkpoint_bytes=None, checkpoint_seconds=None, one_log=true))]
     fn open(
         py: Python<'_>,
         path: PathBuf,
@@ -76,12 +76,14 @@ impl PyDatabase {
         threads: Option<&Bound<'_, PyAny>>,
         checkpoint_bytes: Option<&Bound<'_, PyAny>>,
         checkpoint_seconds: Option<&Bound<'_, PyAny>>,
+        one_log: bool,
     ) -> PyResult<Self> {
         let threads =
             opt_int_arg(threads, "threads", 1, limits::MAX_THREADS as u64)?.map(|t| t as usize);
         let mut opts = Options {
             durability: Durability::parse(durability).map_err(to_py)?,
             threads,
+            one_log,
             ..Options::default()
         };
         if let Some(b) = opt_int_arg(checkpoint_bytes, "checkpoint_bytes", 0, i64::MAX as u64)? {

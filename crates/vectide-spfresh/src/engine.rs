@@ -158,7 +158,12 @@ pub(crate) struct Inner {
     pub gate: RwLock<()>,
     pub writer: Mutex<Writer>,
     pub snap_lock: Mutex<()>,
+    /// The newest sequence number applied (with `log=own`, logged and
+    /// synced first: durable).
     pub durable: AtomicU64,
+    /// The newest sequence number the last durable snapshot covers: with
+    /// `log=database`, the durability watermark.
+    pub covered: AtomicU64,
     pub jobs: Jobs,
     pub counters: Counters,
     pub scratches: Mutex<Vec<Scratch>>,
@@ -207,6 +212,7 @@ impl Inner {
             writer: Mutex::new(writer),
             snap_lock: Mutex::new(()),
             durable: AtomicU64::new(0),
+            covered: AtomicU64::new(0),
             jobs: Jobs::default(),
             counters: Counters::default(),
             scratches: Mutex::new(Vec::new()),
@@ -309,6 +315,7 @@ impl Inner {
         w.wal = wal;
         w.serial = next;
         w.rows = 0;
+        let covered = self.durable.load(Ordering::Acquire);
         let bytes = {
             let _g = self.gate.write();
             let head = SnapHead {
@@ -317,7 +324,7 @@ impl Inner {
                 dim: self.dim,
                 params: self.params.clone(),
                 serial: next,
-                covered_seq: self.durable.load(Ordering::Acquire),
+                covered_seq: covered,
             };
             let mut map = Vec::new();
             self.store.snapshot(&mut map)?;
@@ -348,6 +355,7 @@ impl Inner {
         }) {
             Ok(()) => {
                 self.store.snapshot_durable();
+                self.covered.fetch_max(covered, Ordering::AcqRel);
                 self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
                 for s in (1..=prev).rev() {
                     let f = wal_file(&self.dir, s);
@@ -497,12 +505,21 @@ impl VectorIndex for Spfresh {
     }
 
     fn flush(&self) -> Result<()> {
+        if self.inner.params.external_log {
+            // The caller's log holds the writes since the last snapshot.
+            return self.inner.snapshot();
+        }
         // Every call is synced before it returns.
         Ok(())
     }
 
     fn durable_seq(&self) -> Seq {
-        self.inner.durable.load(Ordering::Acquire)
+        let i = &self.inner;
+        if i.params.external_log {
+            i.covered.load(Ordering::Acquire)
+        } else {
+            i.durable.load(Ordering::Acquire)
+        }
     }
 
     fn stats(&self) -> Result<IndexStats> {

@@ -5,7 +5,7 @@
 //! public SPANN / SPFresh code) and the SPFresh paper (Xu et al., SOSP 2023,
 //! §5). Where they differ, the source line says which one is followed.
 
-use vectide_core::engine::{PATH, THREADS};
+use vectide_core::engine::{LOG, PATH, THREADS};
 use vectide_core::params::check_params;
 use vectide_core::{limits, Error, ParamKind, ParamSpec, ParamValue, Params, ParamsExt, Result};
 
@@ -187,7 +187,7 @@ pub const SEED: ParamSpec = int(
 );
 
 /// Every parameter the SPANN engines take.
-pub static PARAMS: [ParamSpec; 15] = [
+pub static PARAMS: [ParamSpec; 16] = [
     REPLICAS,
     RNG_FACTOR,
     ROUTE_CANDIDATES,
@@ -201,12 +201,13 @@ pub static PARAMS: [ParamSpec; 15] = [
     SNAPSHOT_ROWS,
     SEED,
     REBUILD,
+    LOG,
     PATH,
     THREADS,
 ];
 
 /// Parameters a store open may override (not stored).
-pub const OPEN_PARAMS: &[&str] = &["threads", "path", "rebuild", "nprobe"];
+pub const OPEN_PARAMS: &[&str] = &["threads", "path", "rebuild", "nprobe", "log"];
 
 /// Parameters of a SPANN-family index.
 #[derive(Debug, Clone, PartialEq)]
@@ -227,6 +228,9 @@ pub struct SpannParams {
     pub rebuild_inline: bool,
     /// Pool size (not stored).
     pub threads: Option<usize>,
+    /// `log=database`: the caller logs every write; the engine persists
+    /// only its snapshots (not stored: given at each open).
+    pub external_log: bool,
 }
 
 impl Default for SpannParams {
@@ -246,6 +250,7 @@ impl Default for SpannParams {
             seed: 0,
             rebuild_inline: false,
             threads: None,
+            external_log: false,
         }
     }
 }
@@ -279,6 +284,7 @@ impl SpannParams {
             seed: params.int("seed").map_or(d.seed, |v| v as u64),
             rebuild_inline: rebuild_inline(params),
             threads: params.usize("threads"),
+            external_log: vectide_core::engine::log_is_external(params),
         };
         p.validate()?;
         Ok(p)
@@ -373,6 +379,8 @@ impl SpannParams {
             "background"
         };
         out.insert("rebuild".into(), ParamValue::Str(mode.into()));
+        let log = if self.external_log { "database" } else { "own" };
+        out.insert("log".into(), ParamValue::Str(log.into()));
         out
     }
 }

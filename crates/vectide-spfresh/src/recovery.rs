@@ -142,6 +142,7 @@ impl Spfresh {
         let mut params = head.params.clone();
         params.threads = overrides.usize("threads");
         params.rebuild_inline = crate::params::rebuild_inline(overrides);
+        params.external_log = vectide_core::engine::log_is_external(overrides);
         if let Some(n) = overrides.usize("nprobe") {
             params.nprobe = n;
         }
@@ -264,7 +265,9 @@ impl Spfresh {
         }
         // Rows logged since the snapshot, as the live path counts them.
         inner.writer.lock().rows = rows;
+        // What the WALs held was synced: durable, whoever logs from now.
         inner.durable.store(durable, Ordering::Release);
+        inner.covered.store(durable, Ordering::Release);
         inner.mark_built();
         if inner.params.rebuild_inline {
             inner.drain_jobs()?;

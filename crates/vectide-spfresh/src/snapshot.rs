@@ -164,6 +164,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
         seed,
         rebuild_inline: false,
         threads: None,
+        external_log: false,
     };
     params
         .validate()

@@ -48,7 +48,9 @@ impl Inner {
         let (ids, vectors) = redo::select_rows(self.dim, ids, vectors, &rows);
         {
             let crate::engine::Writer { wal, buf, rows, .. } = &mut *w;
-            redo::log_insert(wal, seq, &ids, &vectors, self.dim, buf)?;
+            if !self.params.external_log {
+                redo::log_insert(wal, seq, &ids, &vectors, self.dim, buf)?;
+            }
             *rows += ids.len() as u64;
         }
         let applied = self.apply_insert(seq, &ids, &vectors);
@@ -74,7 +76,9 @@ impl Inner {
         };
         {
             let crate::engine::Writer { wal, buf, rows, .. } = &mut *w;
-            redo::log_delete(wal, seq, &targets, buf)?;
+            if !self.params.external_log {
+                redo::log_delete(wal, seq, &targets, buf)?;
+            }
             *rows += targets.len() as u64;
         }
         let n = self.apply_delete(seq, &targets);

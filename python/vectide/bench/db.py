@@ -10,6 +10,16 @@ Method
   engine alone (``vectide.Index.add``, same calls, same threads) in the same
   run. Each configuration runs twice, alternating, best kept. Also batches of
   100 points per call from 1 client (1 engine thread each).
+* **Write rates per engine** (``--parts writes``): single-point upserts of
+  GloVe rows (ids from a shared counter, each point's row ``X[id % N]``)
+  from 1, 4 and 16 client threads for ``--write-seconds`` each, into a fresh
+  collection of each of ``--write-engines`` (``p-hnsw`` with
+  ``persist="msync"``), ``durability="group"``; median of ``--write-reps``
+  runs, the configurations interleaved within each repetition. An engine
+  that keeps a redo log of its own (it takes the ``log`` parameter) runs
+  twice: with one log (the default) and with both logs
+  (``one_log=False``, as before there was one). The summary holds each
+  rate's ratio to ``hnsw``'s at the same thread count.
 * **Filtered recall@10** at 1 %, 10 % and 50 % selectivity (payload field
   ``pct = i % 100``, filter ``pct < s``) against exact brute force over the
   matching points, with and without an integer payload index.
@@ -116,6 +126,76 @@ def upsert_throughput(X: np.ndarray, metric: str, root: Path, args) -> Dict[str,
             cell = out.setdefault(name, {})
             cell["batch100_1_client"] = max(cell.get("batch100_1_client", 0.0), rate)
     return out
+
+
+def _timed_upserts(c, X: np.ndarray, clients: int, seconds: float) -> float:
+    """Single-point upserts from ``clients`` threads for ``seconds``;
+    acknowledged points/s."""
+    lock = threading.Lock()
+    state = {"next": 0, "done": 0}
+    stop = time.perf_counter() + seconds
+    n = len(X)
+
+    def work():
+        done = 0
+        while time.perf_counter() < stop:
+            with lock:
+                i = state["next"]
+                state["next"] = i + 1
+            c.upsert([i], X[i % n][None, :])
+            done += 1
+        with lock:
+            state["done"] += done
+
+    threads = [threading.Thread(target=work) for _ in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return state["done"] / (time.perf_counter() - t0)
+
+
+def _takes_log(engine: str) -> bool:
+    import vectide
+
+    desc = next((e for e in vectide.engines() if e["name"] == engine), None)
+    if desc is None:
+        raise SystemExit(f"unknown engine {engine!r} in --write-engines")
+    return any(p["name"] == "log" for p in desc["params"])
+
+
+def write_rates(X: np.ndarray, metric: str, root: Path, args) -> Dict[str, object]:
+    import vectide
+
+    engines = [e for e in args.write_engines.split(",") if e]
+    configs = []  # (label, engine, one_log, params)
+    for e in engines:
+        params = {"persist": "msync"} if e == "p-hnsw" else {}
+        configs.append((e, e, True, params))
+        if _takes_log(e):
+            configs.append((f"{e} (own log too)", e, False, params))
+    clients_list = [int(c) for c in args.write_clients.split(",")]
+    runs: Dict[str, Dict[str, List[float]]] = {label: {str(c): [] for c in clients_list} for label, *_ in configs}
+    for rep in range(args.write_reps):
+        order = configs if rep % 2 == 0 else list(reversed(configs))
+        for label, engine, one_log, params in order:
+            for clients in clients_list:
+                d = root / f"writes-{rep}-{clients}"
+                shutil.rmtree(d, ignore_errors=True)
+                db = vectide.connect(d, durability="group", one_log=one_log)
+                c = db.create_collection("w", dim=X.shape[1], metric=metric, engine=engine, **params)
+                rate = _timed_upserts(c, X, clients, args.write_seconds)
+                db.close()
+                shutil.rmtree(d, ignore_errors=True)
+                runs[label][str(clients)].append(rate)
+                _log(f"writes rep {rep + 1}/{args.write_reps} {label}, {clients} clients: {rate:.0f} points/s")
+    median = {label: {c: float(np.median(v)) for c, v in per.items()} for label, per in runs.items()}
+    ratio = {
+        label: {c: (median[label][c] / median["hnsw"][c] if "hnsw" in median and median["hnsw"][c] > 0 else None) for c in per}
+        for label, per in median.items()
+    }
+    return {"seconds": args.write_seconds, "reps": args.write_reps, "runs": runs, "median_points_per_s": median, "ratio_to_hnsw": ratio}
 
 
 def filtered_recall(X: np.ndarray, Q: np.ndarray, metric: str, root: Path, args) -> Dict[str, Dict[str, float]]:
@@ -277,12 +357,15 @@ def run(args) -> dict:
         "params": {"m": args.m, "ef_construction": args.ef_construction, "upsert_points": args.upsert_points},
     }
     parts = set(args.parts.split(","))
-    unknown = parts - {"upsert", "filters", "server", "restart"}
+    known = {"upsert", "writes", "filters", "server", "restart"}
+    unknown = parts - known
     if unknown:
-        raise SystemExit(f"unknown --parts {sorted(unknown)} (known: upsert, filters, server, restart)")
+        raise SystemExit(f"unknown --parts {sorted(unknown)} (known: {', '.join(sorted(known))})")
     try:
         if "upsert" in parts:
             result["upsert_points_per_s"] = upsert_throughput(X[: args.upsert_points], metric, root, args)
+        if "writes" in parts:
+            result["write_rates"] = write_rates(X, metric, root, args)
         if "filters" in parts:
             result["filtered_recall_at_10"] = filtered_recall(X, Q, metric, root, args)
         if "server" in parts:
@@ -298,6 +381,10 @@ def run(args) -> dict:
         summary["group_vs_always_8_clients"] = up["group"]["8_clients"] / up["always"]["8_clients"]
         summary["group_vs_engine_8_clients"] = up["group"]["8_clients"] / up["engine"]["8_clients"]
         summary["always_vs_engine_1_client"] = up["always"]["1_client"] / up["engine"]["1_client"]
+    wr = result.get("write_rates")
+    if wr:
+        summary["write_points_per_s"] = wr["median_points_per_s"]
+        summary["write_ratio_to_hnsw"] = wr["ratio_to_hnsw"]
     fr = result.get("filtered_recall_at_10")
     if fr:
         summary["filtered_recall_min"] = min(v for k, d in fr.items() if k in ("indexed", "no_index") for v in d.values())
@@ -321,12 +408,18 @@ def main(argv=None) -> int:
     p.add_argument("--server-queries", type=int, default=2000)
     p.add_argument("--m", type=int, default=16)
     p.add_argument("--ef-construction", type=int, default=200)
-    p.add_argument("--parts", default="upsert,filters,server,restart", help="comma-separated subset of upsert,filters,server,restart")
+    p.add_argument("--parts", default="upsert,filters,server,restart", help="comma-separated subset of upsert,writes,filters,server,restart")
+    p.add_argument("--write-engines", default="hnsw,p-hnsw,fresh-diskann,spfresh", help="engines of --parts writes")
+    p.add_argument("--write-clients", default="1,4,16", help="client thread counts of --parts writes")
+    p.add_argument("--write-seconds", type=float, default=30.0)
+    p.add_argument("--write-reps", type=int, default=3)
     p.add_argument("--out", metavar="FILE.json")
     args = p.parse_args(argv)
     result = run(args)
     print(json.dumps(result["summary"], indent=2))
     print(json.dumps({k: result[k] for k in ("upsert_points_per_s", "filtered_recall_at_10", "server_vs_in_process") if k in result}, indent=1))
+    if "write_rates" in result:
+        print("write rates (median points/s):", json.dumps(result["write_rates"]["median_points_per_s"], indent=1))
     if "restart" in result:
         print("restart:", json.dumps({k: v for k, v in result["restart"].items() if k != "runs"}))
     if args.out:

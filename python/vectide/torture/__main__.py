@@ -26,8 +26,12 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("server", "db", "engines"):
         _kill_args(sub.add_parser(name, help=f"SIGKILL rounds: {name}"), 30)
-    e = sub.choices["engines"]
-    e.add_argument("--targets", default="p-hnsw:pmem,p-hnsw:msync,hnsw-snap,hnsw-wal")
+    sub.choices["engines"].add_argument(
+        "--targets", default="all",
+        help="comma-separated ENGINE[:PERSIST] (default all: every engine in a directory, from the registry)")
+    sub.choices["db"].add_argument(
+        "--targets", default="all",
+        help="comma-separated db or db:ENGINE (default all: the default engine and every engine in a directory)")
     sub.add_parser("corrupt", help="the corruption matrix")
     b = sub.add_parser("badinput", help="bad input over HTTP and Python")
     try:
@@ -83,10 +87,12 @@ def main(argv=None) -> int:
             kw = dict(rounds=rounds, writers=args.writers, n_ids=args.ids, quick=args.quick, seed=args.seed)
             if cmd == "server":
                 results = [kill.run_server(workdir=work, **kw)]
-            elif cmd == "db":
-                results = [kill.run_child_target("db", workdir=work, **kw)]
             else:
-                targets = getattr(args, "targets", "p-hnsw:pmem,p-hnsw:msync,hnsw-snap,hnsw-wal").split(",")
+                from .targets import db_targets, engine_targets
+
+                every = ["db"] + db_targets() if cmd == "db" else engine_targets()
+                chosen = getattr(args, "targets", "all")
+                targets = every if chosen == "all" else [t for t in chosen.split(",") if t]
                 results = [kill.run_child_target(t, workdir=work, **kw) for t in targets]
             report[cmd] = results
             for r in results:
@@ -96,7 +102,7 @@ def main(argv=None) -> int:
                         s[k] = r[k]
                 summary[r["target"]] = s
                 failed |= r["violations"] > 0
-                print(f"{r['target']:>14}: {r['rounds']} rounds, {r['acknowledged_ops_checked']} acknowledged "
+                print(f"{r['target']:>17}: {r['rounds']} rounds, {r['acknowledged_ops_checked']} acknowledged "
                       f"operations checked, {r['violations']} violations"
                       + (f", restart min/median/max {r['restart_s']['min']:.3f}/{r['restart_s']['median']:.3f}/"
                          f"{r['restart_s']['max']:.3f} s" if r.get("restart_s") else ""), flush=True)

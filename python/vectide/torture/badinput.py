@@ -355,6 +355,9 @@ def python_cases(quick: bool) -> List[PyCase]:
     for v, e in [(-1, VE), (2**64, VE), (1.5, TE), ("x", TE)]:
         add(PyCase("connect", f"connect(checkpoint_bytes={r(v)})", lambda fx, v=v: fx.vectide.connect(fx.case_dir, checkpoint_bytes=v).close(), (e,), "checkpoint_bytes"))
     add(PyCase("connect", "connect(durability='sometimes')", lambda fx: fx.vectide.connect(fx.case_dir, durability="sometimes").close(), VE, "durability"))
+    for v in [1, "yes", None]:
+        add(PyCase("connect", f"connect(one_log={r(v)})", lambda fx, v=v: fx.vectide.connect(fx.case_dir, one_log=v).close(), TE, "one_log"))
+    add(PyCase("connect", "connect(chekpoint_bytes=1)", lambda fx: fx.vectide.connect(fx.case_dir, chekpoint_bytes=1).close(), TE, "chekpoint_bytes"))
 
     # create_collection
     for v, e in bad_py_ints(1, L["MAX_DIM"], quick):
@@ -372,6 +375,7 @@ def python_cases(quick: bool) -> List[PyCase]:
         ("unknown engine", {"engine": "faiss"}, VE, "engine"),
         ("unknown param", {"M": 3}, VE, "unknown parameter"),
         ("path param", {"path": "/tmp/x"}, VE, "path"),
+        ("log param", {"engine": "fresh-diskann", "log": "own"}, VE, "log"),
         ("metric", {"metric": "hamming"}, VE, "metric"),
         ("bytes param", {"m": b"8"}, TE, "bytes"),
         ("nan param", {"consolidate_fraction": float("nan")}, VE, "JSON|nan"),
@@ -705,6 +709,7 @@ def http_cases(quick: bool) -> List[HttpCase]:
         ("params not an object", '"vectide": {"params": [1]}', "params"),
         ("param an object", '"vectide": {"params": {"m": {"x": 1}}}', "m"),
         ("path param", '"vectide": {"params": {"path": "/tmp/elsewhere"}}', "path"),
+        ("log param", '"vectide": {"engine": "spfresh", "params": {"log": "own"}}', "log"),
         ("persist disk", '"vectide": {"engine": "p-hnsw", "params": {"persist": "disk"}}', "persist|disk"),
         ("initial_capacity x dim beyond 64 GiB", None, "initial_capacity"),
         ("sparse vectors", '"sparse_vectors": {"s": {}}', "sparse"),

@@ -1,9 +1,10 @@
 """The corruption matrix: every file of a database damaged in turn.
 
-A template database holds one collection per durable kind of engine state:
-``h`` (``hnsw``: snapshot + WAL tail), ``v`` (``fresh-vamana``: snapshot +
-WAL tail), ``p`` (``p-hnsw``, msync), ``s`` (``hnsw-snap``) and ``w``
-(``hnsw-wal``). For every file in it (catalog, WAL
+A template database holds one collection per engine of the registry, named
+after it (``targets.py``: the small parameters that make freezes, merges,
+snapshots and splits happen; ``p-hnsw`` with ``persist=msync``): snapshot +
+WAL tail for the in-memory engines, each durable engine's own files. For
+every file in it (catalog, WAL
 segments, point stores, engine files) and every damage (flip 8 bytes, zero
 512 bytes, truncate) at its start, middle and end, a copy is damaged and
 opened in a fresh process, which reads every point and runs a search. Each
@@ -33,14 +34,16 @@ from typing import Dict, List
 
 import numpy as np
 
+from .targets import collection_kwargs
+
 DIM = 8
-ENGINES = {"h": "hnsw", "v": "fresh-vamana", "p": "p-hnsw", "s": "hnsw-snap", "w": "hnsw-wal", "d": "fresh-diskann"}
-# Small graphs; fresh-diskann freezes every 100 points and merges at 250
-# changes, so its directory holds an LTI, a PQ file, snapshots and a log.
-ENGINE_PARAMS = {
-    "fresh-vamana": {"r": 8, "l_build": 32},
-    "fresh-diskann": {"r": 8, "l_build": 32, "pq_bytes": 4, "temp_points": 100, "merge_points": 250},
-}
+
+
+def engines() -> List[str]:
+    """Every engine of the registry: one collection each, named after it."""
+    import vectide
+
+    return [e["name"] for e in vectide.engines()]
 
 
 def build_template(path: Path) -> None:
@@ -48,11 +51,8 @@ def build_template(path: Path) -> None:
 
     rng = np.random.default_rng(5)
     db = vectide.connect(path)
-    for name, engine in ENGINES.items():
-        kw = dict(ENGINE_PARAMS.get(engine, {"m": 8, "ef_construction": 32}))
-        if engine == "p-hnsw":
-            kw["persist"] = "msync"
-        c = db.create_collection(name, dim=DIM, metric="l2", engine=engine, **kw)
+    for engine in engines():
+        c = db.create_collection(engine, dim=DIM, metric="l2", engine=engine, **collection_kwargs(engine))
         c.upsert(list(range(300)), rng.standard_normal((300, DIM)).astype(np.float32),
                  payloads=[{"i": i, "f": float(rng.standard_normal())} for i in range(300)])
         c.checkpoint()
@@ -134,7 +134,7 @@ def classify(rel: Path, kind: str, where: str, files: List[Path], want: dict, go
     if coll and changed <= {coll}:
         if where == "end" and _is_last_wal_segment(rel, files):
             return "torn-tail"
-        if ENGINES.get(coll) == "p-hnsw" and rel.parts[2] == "index" and rel.name.startswith("nodes"):
+        if coll == "p-hnsw" and rel.parts[2] == "index" and rel.name.startswith("nodes"):
             return "undetected"
     return "violation"
 

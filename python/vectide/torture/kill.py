@@ -31,16 +31,19 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .oracle import DELETE, SET_PAYLOAD, UPSERT, Oracle, identify, payload, vector
+from .targets import collection_kwargs, durable_at_flush, open_kwargs
+
+
+def is_db(target: str) -> bool:
+    """``db`` or ``db:ENGINE``: a database collection, not an engine alone."""
+    return target == "db" or target.startswith("db:")
 
 DIM = 8
-ENGINE_TARGETS = ["p-hnsw:pmem", "p-hnsw:msync", "hnsw-snap", "hnsw-wal", "fresh-diskann", "spfresh", "spann-inplace"]
 GRAPH = {"m": 8, "ef_construction": 32}
-# fresh-diskann: small graphs, frequent freezes and background merges.
-# spfresh / spann-inplace: postings of at most 8 records (so that splits,
-# merges and reassigns run in the background) and a snapshot every 64 rows.
-SPANN_SMALL = {"posting_vectors": 8, "snapshot_rows": 64}
-ENGINE_PARAMS = {"fresh-diskann": {"r": 8, "l_build": 32, "pq_bytes": 4, "temp_points": 50, "merge_points": 300},
-                 "spfresh": SPANN_SMALL, "spann-inplace": SPANN_SMALL}
+# Targets and their parameters come from the registry (targets.py): small
+# graphs, fresh-diskann's frequent freezes and background merges, the
+# SPANN family's postings of at most 8 records (splits, merges and
+# reassigns in the background) and a snapshot every 64 rows.
 
 
 def _cli() -> str:
@@ -53,11 +56,24 @@ def _cli() -> str:
 def _open_engine(target: str, path: str):
     import vectide
 
-    engine, _, persist = target.partition(":")
-    kw = dict(ENGINE_PARAMS.get(engine, GRAPH))
-    if persist:
-        kw["persist"] = persist
-    return vectide.Index(dim=DIM, metric="l2", engine=engine, path=path, **kw)
+    engine = target.partition(":")[0]
+    return vectide.Index(dim=DIM, metric="l2", engine=engine, path=path, **open_kwargs(target))
+
+
+def _db_engine(target: str) -> str:
+    """The engine of a database target: ``db`` (the default engine) or
+    ``db:ENGINE``."""
+    import vectide
+
+    return target.partition(":")[2] or vectide.DEFAULT_ENGINE
+
+
+def _open_collection(db, target: str):
+    try:
+        return db.get_collection("t")
+    except KeyError:
+        engine = _db_engine(target)
+        return db.create_collection("t", dim=DIM, metric="l2", engine=engine, **collection_kwargs(engine))
 
 
 def child(target: str, path: str, seed: int, writers: int, n_ids: int) -> None:
@@ -69,14 +85,11 @@ def child(target: str, path: str, seed: int, writers: int, n_ids: int) -> None:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
 
-    if target == "db":
+    if is_db(target):
         import vectide
 
         db = vectide.connect(path)
-        try:
-            col = db.get_collection("t")
-        except KeyError:
-            col = db.create_collection("t", dim=DIM, metric="l2", engine="hnsw", **GRAPH)
+        col = _open_collection(db, target)
         kinds = [UPSERT] * 5 + [DELETE] * 2 + [SET_PAYLOAD] * 2
 
         def op(kind, id_, s):
@@ -88,7 +101,7 @@ def child(target: str, path: str, seed: int, writers: int, n_ids: int) -> None:
                 col.set_payload(payload(s), ids=[id_])
     else:
         idx = _open_engine(target, path)
-        flush = target.startswith("hnsw-")  # durable at flush: flush acknowledges
+        flush = durable_at_flush(target)  # a flush acknowledges
         kinds = [UPSERT] * 5 + [DELETE] * 2
 
         def op(kind, id_, s):
@@ -166,6 +179,21 @@ def _round_times(quick: bool, rng: random.Random) -> float:
     return rng.uniform(0.1, 0.6) if quick else rng.uniform(0.2, 2.0)
 
 
+# A round's kill comes a drawn time after its first acknowledged write, so
+# that every round checks acknowledged writes whatever the machine's speed
+# (before, a round on a loaded machine could end before any write did).
+FIRST_ACK_TIMEOUT_S = 120.0
+
+
+def _wait_first_ack(acked, what: str) -> None:
+    """Waits for ``acked()`` (polled) up to :data:`FIRST_ACK_TIMEOUT_S`."""
+    deadline = time.monotonic() + FIRST_ACK_TIMEOUT_S
+    while not acked():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: no write was acknowledged within {FIRST_ACK_TIMEOUT_S:.0f} s")
+        time.sleep(0.002)
+
+
 def run_child_target(target: str, rounds: int, writers: int, n_ids: int, quick: bool, seed: int, workdir: Path) -> dict:
     rng = random.Random(seed)
     path = str(workdir / target.replace(":", "-"))
@@ -202,6 +230,11 @@ def run_child_target(target: str, rounds: int, writers: int, n_ids: int, quick: 
             if not ready.wait(120):
                 proc.kill()
                 raise RuntimeError(f"{target}: the child did not start: {proc.stderr.read()}")
+            try:
+                _wait_first_ack(lambda: oracle.acked > before or proc.poll() is not None, f"{target} round {r}")
+            except RuntimeError:
+                proc.kill()
+                raise
             time.sleep(_round_times(quick, rng))
             proc.send_signal(signal.SIGKILL)
             proc.wait()
@@ -212,7 +245,7 @@ def run_child_target(target: str, rounds: int, writers: int, n_ids: int, quick: 
             oracle.crashed()
             acked_per_round.append(oracle.acked - before)
             t0 = time.perf_counter()
-            if target == "db":
+            if is_db(target):
                 import vectide
 
                 db = vectide.connect(path)
@@ -349,6 +382,11 @@ def run_server(rounds: int, writers: int, n_ids: int, quick: bool, seed: int, wo
             threads = [threading.Thread(target=writer, args=(w,), daemon=True) for w in range(writers)]
             for t in threads:
                 t.start()
+            try:
+                _wait_first_ack(lambda: oracle.acked > before, f"server round {r}")
+            except RuntimeError:
+                server.kill()
+                raise
             time.sleep(_round_times(quick, rng))
             server.kill()
             stop.set()

@@ -1,0 +1,237 @@
+//! Reads of a collection: points by id, counts, pages, and the search
+//! (the engine's, its filtered traversal, or exact over a filter's matches).
+
+use super::{Collection, Hit, Record};
+use crate::error::{DbError, Result};
+use crate::filter::Filter;
+use crate::ids::ExtId;
+use crate::store::Point;
+use std::sync::atomic::Ordering;
+use vectide_core::{Neighbor, SearchParams};
+
+impl Collection {
+    /// The live internal ids the selector names: explicit ids (unknown ones
+    /// ignored) or every point a filter accepts.
+    pub(super) fn select(
+        &self,
+        ids: Option<&[ExtId]>,
+        filter: Option<&Filter>,
+    ) -> Vec<(u64, ExtId)> {
+        let store = self.store.read();
+        match (ids, filter) {
+            (Some(ids), f) => ids
+                .iter()
+                .filter_map(|e| store.internal(e).map(|i| (i, e)))
+                .filter(|(i, _)| {
+                    store
+                        .get(*i)
+                        .is_some_and(|p| f.is_none_or(|f| f.eval(&p.ext, &p.payload)))
+                })
+                .map(|(i, e)| (i, e.clone()))
+                .collect(),
+            (None, Some(f)) => {
+                let cands = store.index_candidates(f);
+                let mut out: Vec<(u64, ExtId)> = match cands {
+                    Some((c, exact)) => c
+                        .into_iter()
+                        .filter_map(|i| {
+                            store
+                                .get(i)
+                                .filter(|p| exact || f.eval(&p.ext, &p.payload))
+                                .map(|p| (i, p.ext.clone()))
+                        })
+                        .collect(),
+                    None => store
+                        .iter()
+                        .filter(|(_, p)| f.eval(&p.ext, &p.payload))
+                        .map(|(&i, p)| (i, p.ext.clone()))
+                        .collect(),
+                };
+                out.sort_unstable_by_key(|x| x.0);
+                out
+            }
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// Points by id, in the order asked; unknown ids give `None`.
+    pub fn get(&self, ids: &[ExtId], with_vector: bool) -> Result<Vec<Option<Record>>> {
+        let store = self.store.read();
+        let mut out = Vec::with_capacity(ids.len());
+        for e in ids {
+            let Some((i, p)) = store.internal(e).and_then(|i| Some((i, store.get(i)?))) else {
+                out.push(None);
+                continue;
+            };
+            out.push(Some(Record {
+                id: p.ext.clone(),
+                payload: p.payload.clone(),
+                vector: self.vector_of(i, with_vector)?,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// The engine's vector of a point when asked for.
+    fn vector_of(&self, i: u64, with_vector: bool) -> Result<Option<Vec<f32>>> {
+        Ok(if with_vector {
+            self.engine.get(i)?
+        } else {
+            None
+        })
+    }
+
+    /// Points matching a filter (all without one).
+    pub fn count(&self, filter: Option<&Filter>) -> usize {
+        match filter {
+            None => self.len(),
+            Some(f) => self.select(None, Some(f)).len(),
+        }
+    }
+
+    /// A page of points ordered by id, starting at `offset` (inclusive);
+    /// returns the page and the id where the next page starts.
+    pub fn scroll(
+        &self,
+        filter: Option<&Filter>,
+        offset: Option<&ExtId>,
+        limit: usize,
+        with_vector: bool,
+    ) -> Result<(Vec<Record>, Option<ExtId>)> {
+        let store = self.store.read();
+        let mut all: Vec<(&ExtId, u64, &Point)> = store
+            .iter()
+            .filter(|(_, p)| filter.is_none_or(|f| f.eval(&p.ext, &p.payload)))
+            .filter(|(_, p)| offset.is_none_or(|o| &p.ext >= o))
+            .map(|(&i, p)| (&p.ext, i, p))
+            .collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let next = all.get(limit).map(|x| x.0.clone());
+        let page = all
+            .into_iter()
+            .take(limit)
+            .map(|(e, i, p)| {
+                Ok(Record {
+                    id: e.clone(),
+                    payload: p.payload.clone(),
+                    vector: self.vector_of(i, with_vector)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((page, next))
+    }
+
+    /// The `k` nearest points to `query` that pass `filter`.
+    ///
+    /// Without a filter: the engine's search. With one: the payload indexes
+    /// (or a sample of 512 points, when no index applies) estimate how many
+    /// points match. At most `exact_max` matches are answered exactly by
+    /// computing their distances; more go to the engine's filtered graph
+    /// search (the predicate is evaluated during the traversal) with `ef`
+    /// raised to `k / selectivity` (at most 4096), so that restrictive
+    /// filters keep their recall.
+    pub fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<&Filter>,
+        with_payload: bool,
+        with_vector: bool,
+    ) -> Result<Vec<Hit>> {
+        self.check_open()?;
+        if k == 0 {
+            return Err(DbError::invalid("k (limit) must be at least 1"));
+        }
+        vectide_core::limits::check_k(k)?;
+        self.check_vector(query)?;
+        self.counters.searches.fetch_add(1, Ordering::Relaxed);
+        let store = self.store.read();
+        let filter = filter.filter(|f| !f.is_trivial());
+        let found: Vec<(u64, f32)> = match filter {
+            None if params.exact => {
+                let all: Vec<u64> = store.iter().map(|(&i, _)| i).collect();
+                self.exact(query, k, &all)?
+            }
+            None => self
+                .engine
+                .search(query, k, params, None)?
+                .into_iter()
+                .map(|n| (n.id, n.distance))
+                .collect(),
+            Some(f) => {
+                let n = store.len().max(1);
+                let estimate = match store.index_estimate(f) {
+                    Some(c) => c,
+                    None => {
+                        let step = (n / 512).max(1);
+                        let hits = store
+                            .iter()
+                            .step_by(step)
+                            .take(512)
+                            .filter(|(_, p)| f.eval(&p.ext, &p.payload))
+                            .count();
+                        let sampled = n.div_ceil(step).clamp(1, 512);
+                        hits * n / sampled
+                    }
+                };
+                if params.exact || estimate <= self.opts.exact_max {
+                    let matches: Vec<u64> = match store.index_candidates(f) {
+                        Some((c, true)) => c,
+                        Some((c, false)) => c
+                            .into_iter()
+                            .filter(|i| store.get(*i).is_some_and(|p| f.eval(&p.ext, &p.payload)))
+                            .collect(),
+                        None => store
+                            .iter()
+                            .filter(|(_, p)| f.eval(&p.ext, &p.payload))
+                            .map(|(&i, _)| i)
+                            .collect(),
+                    };
+                    self.exact(query, k, &matches)?
+                } else {
+                    let sel = (estimate as f64 / n as f64).clamp(1e-6, 1.0);
+                    // Engines with a candidate list widen it by the
+                    // filter's selectivity (others take the knobs as given).
+                    let mut widened = params.clone();
+                    if let Some(base) = params.ef.or(self.engine.search_defaults().ef) {
+                        let ef = (k as f64 / sel).ceil() as usize;
+                        widened.ef = Some(ef.max(base.max(k)).min(4096));
+                    }
+                    let pred = |i: u64| store.get(i).is_some_and(|p| f.eval(&p.ext, &p.payload));
+                    self.engine
+                        .search(query, k, &widened, Some(&pred))?
+                        .into_iter()
+                        .map(|n| (n.id, n.distance))
+                        .collect()
+                }
+            }
+        };
+        let mut hits = Vec::with_capacity(found.len());
+        for (i, d) in found {
+            if let Some(p) = store.get(i) {
+                hits.push(Hit {
+                    id: p.ext.clone(),
+                    distance: d,
+                    payload: with_payload.then(|| p.payload.clone()),
+                    vector: self.vector_of(i, with_vector)?,
+                });
+            }
+        }
+        Ok(hits)
+    }
+
+    /// Exact top-k among `ids` by the engine's distance.
+    fn exact(&self, query: &[f32], k: usize, ids: &[u64]) -> Result<Vec<(u64, f32)>> {
+        let mut all = Vec::with_capacity(ids.len());
+        self.engine.distances(query, ids, &mut all)?;
+        let by =
+            |a: &Neighbor, b: &Neighbor| a.distance.total_cmp(&b.distance).then(a.id.cmp(&b.id));
+        if all.len() > k {
+            all.select_nth_unstable_by(k, by);
+            all.truncate(k);
+        }
+        all.sort_by(by);
+        Ok(all.into_iter().map(|n| (n.id, n.distance)).collect())
+    }
+}

@@ -1,0 +1,271 @@
+//! One log under the database. An engine that keeps a redo log of its own
+//! (it takes the `log` parameter: `fresh-diskann` and the SPANN family,
+//! found through the registry) hands it over to the collection: the
+//! collection's WAL is the only log its writes go to, the engine persists
+//! its own checkpoints (frozen temp indexes, snapshots) and nothing per
+//! write, and a restart replays the WAL past the engine's `durable_seq()`.
+//!
+//! The syncs are counted through `vectide_core::sync`, by site, under the
+//! engine's directory: the engine's redo-log append site must never fire
+//! under the database, and must fire once per write when the same engine
+//! runs standalone (so the count can tell the two apart).
+
+use parking_lot::Mutex;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use vectide_core::sync::{install_sync_observer, SyncEvent, SyncObserver, SyncPhase};
+use vectide_core::{Metric, Params, SyncDecision};
+use vectide_db::{CollectionConfig, Database, Durability, ExtId, Options, PointInput};
+use vectide_engines::ParamValue;
+use vectide_storage::wal::SYNC_APPEND;
+
+const DIM: usize = 8;
+
+/// The engines that can hand their log to the database.
+fn log_keepers() -> Vec<&'static str> {
+    let names: Vec<&str> = vectide_engines::REGISTRY
+        .iter()
+        .filter(|d| d.param("log").is_some())
+        .map(|d| d.name)
+        .collect();
+    assert!(
+        names.contains(&"fresh-diskann") && names.contains(&"spfresh"),
+        "{names:?}"
+    );
+    names
+}
+
+/// Syncs under a directory, by site.
+#[derive(Default)]
+struct Counter {
+    by_site: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl SyncObserver for Counter {
+    fn on_sync(&self, e: &SyncEvent<'_>) -> SyncDecision {
+        if e.phase == SyncPhase::Before {
+            *self.by_site.lock().entry(e.site.0).or_default() += 1;
+        }
+        SyncDecision::Proceed
+    }
+}
+
+impl Counter {
+    fn get(&self, site: &str) -> u64 {
+        self.by_site.lock().get(site).copied().unwrap_or(0)
+    }
+    fn total(&self) -> u64 {
+        self.by_site.lock().values().sum()
+    }
+}
+
+/// A distinct pseudo-random vector per id (SplitMix64 of `(i, j)`).
+fn vector(i: u64) -> Vec<f32> {
+    (0..DIM as u64)
+        .map(|j| {
+            let mut z = (i * DIM as u64 + j).wrapping_add(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect()
+}
+
+fn point(i: u64) -> PointInput {
+    PointInput {
+        id: ExtId::Num(i),
+        vector: vector(i),
+        payload: json!({ "i": i }),
+    }
+}
+
+/// Small checkpoint thresholds of each engine (so that a few thousand
+/// writes see several of its own checkpoints), inline background work.
+fn small_params(engine: &str) -> Params {
+    let d = vectide_engines::descriptor(engine).unwrap();
+    let mut p = Params::new();
+    for (k, v) in [
+        ("temp_points", ParamValue::Int(1_000)),
+        ("merge_points", ParamValue::Int(2_500)),
+        ("merge", ParamValue::Str("inline".into())),
+        ("snapshot_rows", ParamValue::Int(1_000)),
+        ("rebuild", ParamValue::Str("inline".into())),
+        ("threads", ParamValue::Int(1)),
+    ] {
+        if d.param(k).is_some() {
+            p.insert(k.into(), v);
+        }
+    }
+    p
+}
+
+fn opts() -> Options {
+    Options {
+        durability: Durability::Always,
+        checkpoint_interval: Duration::from_secs(3600),
+        threads: Some(1),
+        ..Options::default()
+    }
+}
+
+fn config(engine: &str) -> CollectionConfig {
+    CollectionConfig {
+        dim: DIM,
+        metric: Metric::L2,
+        engine: engine.to_string(),
+        params: small_params(engine),
+    }
+}
+
+/// Under the database: `n` single-point upserts; returns the syncs under
+/// the engine's directory, by site.
+fn upserts_in_database(root: &Path, engine: &str, n: u64) -> Arc<Counter> {
+    let db = Database::open(root, opts()).unwrap();
+    let c = db.create_collection("docs", config(engine)).unwrap();
+    let index_dir = root.join("collections").join("docs").join("index");
+    assert!(index_dir.is_dir(), "{engine}: no engine directory");
+    let counter = Arc::new(Counter::default());
+    let guard = install_sync_observer(&index_dir, counter.clone());
+    for i in 0..n {
+        c.upsert(&[point(i)]).unwrap();
+    }
+    drop(guard);
+    assert_eq!(c.count(None), n as usize);
+    db.close().unwrap();
+    counter
+}
+
+#[test]
+fn engines_that_keep_a_log_write_none_of_their_own_under_the_database() {
+    const N: u64 = 10_000;
+    for engine in log_keepers() {
+        let root = tempfile::tempdir().unwrap();
+        let c = upserts_in_database(root.path(), engine, N);
+        let sites = c.by_site.lock().clone();
+        eprintln!("{engine}: engine syncs over {N} single-point upserts: {sites:?}");
+        assert_eq!(
+            c.get(SYNC_APPEND.0),
+            0,
+            "{engine}: its own redo log was synced under the database: {sites:?}"
+        );
+        // What is left are the engine's own checkpoints (freezes,
+        // snapshots, merges), every thousand rows or so: far fewer than
+        // one per write.
+        assert!(
+            c.total() > 0 && c.total() < N / 50,
+            "{engine}: {} engine syncs over {N} writes: {sites:?}",
+            c.total()
+        );
+        // Everything is there after a reopen.
+        let db = Database::open(root.path(), opts()).unwrap();
+        let col = db.collection("docs").unwrap();
+        assert_eq!(col.count(None), N as usize, "{engine}");
+        db.close().unwrap();
+    }
+}
+
+#[test]
+fn the_same_engines_standalone_sync_their_own_log_once_per_write() {
+    const N: u64 = 200;
+    for engine in log_keepers() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("index");
+        let mut p = small_params(engine);
+        p.insert("path".into(), ParamValue::Str(dir.display().to_string()));
+        let index = vectide_engines::create(engine, DIM, Metric::L2, &p).unwrap();
+        let counter = Arc::new(Counter::default());
+        let guard = install_sync_observer(&dir, counter.clone());
+        for i in 0..N {
+            index.insert(i + 1, &[i], &vector(i)).unwrap();
+        }
+        drop(guard);
+        assert_eq!(
+            counter.get(SYNC_APPEND.0),
+            N,
+            "{engine}: {:?}",
+            counter.by_site.lock()
+        );
+        assert_eq!(index.durable_seq(), N, "{engine}");
+        index.close().unwrap();
+    }
+}
+
+#[test]
+fn a_restart_replays_the_database_log_past_the_engines_last_checkpoint() {
+    for engine in log_keepers() {
+        let root = tempfile::tempdir().unwrap();
+        {
+            let db = Database::open(root.path(), opts()).unwrap();
+            let c = db.create_collection("docs", config(engine)).unwrap();
+            // 2,500 points (the engine checkpoints every 1,000 rows), then
+            // deletes and re-embeddings after its last checkpoint.
+            let pts: Vec<PointInput> = (0..2_500).map(point).collect();
+            for chunk in pts.chunks(100) {
+                c.upsert(chunk).unwrap();
+            }
+            let gone: Vec<ExtId> = (0..300).map(|i| ExtId::Num(i * 7)).collect();
+            c.delete(Some(&gone), None).unwrap();
+            let moved: Vec<PointInput> = (2_000..2_100)
+                .map(|i| PointInput {
+                    vector: vector(i + 50_000),
+                    ..point(i)
+                })
+                .collect();
+            c.upsert(&moved).unwrap();
+            let engine_durable = c.engine().durable_seq();
+            assert!(
+                engine_durable < c.last_seq(),
+                "{engine}: the engine covers every write ({engine_durable}): nothing is left to replay"
+            );
+            // Dropped without a close: what the engine did not checkpoint
+            // lives only in the collection's WAL (as after a kill).
+            drop(c);
+            drop(db);
+        }
+        let db = Database::open(root.path(), opts()).unwrap();
+        let c = db.collection("docs").unwrap();
+        assert!(
+            c.counters
+                .replayed
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0,
+            "{engine}: nothing was replayed"
+        );
+        // 300 deleted, 14 of them (multiples of 7 in 2,000..2,100) back.
+        assert_eq!(c.count(None), 2_500 - 300 + 14, "{engine}");
+        let got = c.get(&[ExtId::Num(7), ExtId::Num(2_010)], true).unwrap();
+        assert!(got[0].is_none(), "{engine}: a delete came back");
+        assert_eq!(
+            got[1].as_ref().and_then(|r| r.vector.clone()),
+            Some(vector(2_010 + 50_000)),
+            "{engine}: the re-embedding was lost"
+        );
+        let exact = vectide_core::SearchParams {
+            exact: true,
+            ..Default::default()
+        };
+        for params in [vectide_core::SearchParams::default(), exact] {
+            let hits = c
+                .search(&vector(2_050 + 50_000), 1, &params, None, false, false)
+                .unwrap();
+            assert_eq!(hits[0].id, ExtId::Num(2_050), "{engine}");
+        }
+        db.close().unwrap();
+    }
+}
+
+#[test]
+fn a_collection_refuses_a_log_parameter() {
+    let root = tempfile::tempdir().unwrap();
+    let db = Database::open(root.path(), opts()).unwrap();
+    let mut cfg = config("fresh-diskann");
+    cfg.params
+        .insert("log".into(), ParamValue::Str("own".into()));
+    let e = db.create_collection("docs", cfg).unwrap_err().to_string();
+    assert!(e.contains("log"), "{e}");
+    assert!(db.collection("docs").is_err());
+    db.close().unwrap();
+}
