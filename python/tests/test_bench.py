@@ -606,3 +606,22 @@ def test_write_rates_small_run(data_root, bench_slice, monkeypatch, tmp_path):
     assert doc["summary"]["write_ratio_to_hnsw"]["hnsw"] == {"1": 1.0, "2": 1.0}
     r = doc["summary"]["write_ratio_to_hnsw"]["fresh-diskann"]["2"]
     assert r == pytest.approx(w["median_points_per_s"]["fresh-diskann"]["2"] / w["median_points_per_s"]["hnsw"]["2"])
+
+
+def test_payload_upserts_small_run(data_root, bench_slice, monkeypatch, tmp_path):
+    """``bench db --parts payloads``: batches of 100 points with payloads of
+    about 1 KB; the summary holds the best rate."""
+    pytest.importorskip("vectide._vectide")
+    from vectide.bench.db import payload_of
+
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    out = tmp_path / "p.json"
+    rc = main(["db", "--dataset", str(bench_slice(2000, 10)), "--parts", "payloads", "--payload-points", "300",
+               "--payload-reps", "2", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    p = doc["payload_upserts"]
+    assert p["points"] == 300 and p["batch"] == 100 and len(p["runs_points_per_s"]) == 2
+    assert 900 <= p["payload_bytes_mean"] <= 1200, p
+    assert doc["summary"]["payload_batch100_points_per_s"] == max(p["runs_points_per_s"]) > 0
+    assert payload_of(1) != payload_of(2)

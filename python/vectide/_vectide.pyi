@@ -1,7 +1,7 @@
 """Type stubs of the native extension ``vectide._vectide``."""
 
 from os import PathLike
-from typing import Any, Iterable, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -152,7 +152,7 @@ class _Database:
         checkpoint_bytes: Optional[int] = None,
         checkpoint_seconds: Optional[float] = None,
     ) -> "_Database": ...
-    def create_collection(self, name: str, dim: int, metric: str, engine: str, params_json: str) -> "_Collection": ...
+    def create_collection(self, name: str, dim: int, metric: str, engine: str, params: Dict[str, Any]) -> "_Collection": ...
     def collection(self, name: str) -> "_Collection": ...
     def list_collections(self) -> list[str]: ...
     def delete_collection(self, name: str) -> bool: ...
@@ -162,33 +162,36 @@ class _Database:
 
 class _Collection:
     """Native side of vectide.Collection."""
-    def upsert(self, ids_json: str, vectors: npt.ArrayLike, payloads_json: Optional[str] = None) -> int: ...
+    def upsert(self, ids: Any, vectors: npt.ArrayLike, payloads: Optional[Sequence[Any]] = None) -> int:
+        """``ids``: one id or a list (int 0..2**64-1, str, uuid.UUID, numpy
+        integers); ``payloads``: one JSON-shaped object per id (or None)."""
     def search(
         self,
         queries: npt.ArrayLike,
         k: int = 10,
-        filter_json: Optional[str] = None,
+        filter: Optional[Union[Dict[str, Any], str]] = None,
         ef: Optional[int] = None,
         with_payload: bool = True,
         with_vector: bool = False,
         exact: bool = False,
         **knobs: int,
-    ) -> str:
-        """``k`` 1..=100,000, ``ef`` 1..=100,000 (the engine's primary knob,
-        ignored without one), ``nq * k`` at most 2**24; ``exact`` scans every
-        live point; ``knobs`` are the engine's native search knobs."""
-    def get(self, ids_json: str, with_vector: bool = True) -> str: ...
-    def delete(self, ids_json: Optional[str] = None, filter_json: Optional[str] = None) -> int: ...
-    def count(self, filter_json: Optional[str] = None) -> int: ...
+    ) -> List[List[Tuple[Union[int, str], float, float, Any, Optional[List[float]]]]]:
+        """Per query, hits ``(id, score, distance, payload, vector)``. ``k``
+        1..=100,000, ``ef`` 1..=100,000 (the engine's primary knob, ignored
+        without one), ``nq * k`` at most 2**24; ``exact`` scans every live
+        point; ``knobs`` are the engine's native search knobs."""
+    def get(self, ids: Any, with_vector: bool = True) -> List[Optional[Tuple[Union[int, str], Any, Optional[npt.NDArray[np.float32]]]]]: ...
+    def delete(self, ids: Any = None, filter: Optional[Union[Dict[str, Any], str]] = None) -> int: ...
+    def count(self, filter: Optional[Union[Dict[str, Any], str]] = None) -> int: ...
     def scroll(
         self,
-        filter_json: Optional[str] = None,
-        offset_json: Optional[str] = None,
+        filter: Optional[Union[Dict[str, Any], str]] = None,
+        offset: Any = None,
         limit: int = 10,
         with_vector: bool = False,
-    ) -> str:
+    ) -> Tuple[List[Tuple[Union[int, str], Any, Optional[npt.NDArray[np.float32]]]], Optional[Union[int, str]]]:
         """``limit`` 0..=100,000."""
-    def set_payload(self, payload_json: str, ids_json: Optional[str] = None, filter_json: Optional[str] = None) -> int: ...
+    def set_payload(self, payload: Dict[str, Any], ids: Any = None, filter: Optional[Union[Dict[str, Any], str]] = None) -> int: ...
     def create_index(self, field: str, kind: str) -> None: ...
     def checkpoint(self) -> None: ...
     def info(self) -> str: ...

@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .db import Hit, Point, _check_params, _dumps, _id_value, _id_values, _int, _rows
+from ._convert import _check_params, _dumps, _id_value, _id_values, _int, _rows
+from .db import Hit, Point
 
 _DISTANCE = {"cosine": "Cosine", "ip": "Dot", "l2": "Euclid"}
 _METRIC = {v: k for k, v in _DISTANCE.items()}

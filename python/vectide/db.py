@@ -33,6 +33,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ._convert import _check_params, _id_list, _rows
+
 PointId = Union[int, str, uuid.UUID]
 
 __all__ = ["connect", "Database", "Collection", "Hit", "Point", "DatabaseLockedError"]
@@ -70,93 +72,15 @@ class Point:
     vector: Optional[np.ndarray] = None
 
 
-_MAX_ID = 2**64 - 1
-
-
-def _id_value(i, pos: Optional[int] = None):
-    """One point id as JSON-ready value: an int in 0..2**64-1, a str, or a
-    UUID (as its string); a TypeError names the position and the type of
-    anything else (floats, None, bools, bytes …)."""
-    where = "" if pos is None else f" at position {pos}"
-    if isinstance(i, (bool, np.bool_)):
-        raise TypeError(f"point ids are int, str or uuid.UUID; got bool {i!r}{where}")
-    if isinstance(i, (int, np.integer)):
-        v = int(i)
-        if not 0 <= v <= _MAX_ID:
-            raise ValueError(f"integer point ids must be in 0..2**64-1; got {v}{where}")
-        return v
-    if isinstance(i, str):
-        return i
-    if isinstance(i, uuid.UUID):
-        return str(i)
-    raise TypeError(f"point ids are int, str or uuid.UUID; got {type(i).__name__} {i!r:.60}{where}")
-
-
-def _id_values(ids) -> List[Any]:
-    """A list of ids (or one id) as JSON-ready values (see ``_id_value``)."""
-    if isinstance(ids, (int, np.integer, str, uuid.UUID, bool, np.bool_)):
-        return [_id_value(ids)]
-    if isinstance(ids, (bytes, bytearray, Mapping)) or not hasattr(ids, "__iter__"):
-        raise TypeError(f"ids must be one id or a sequence of ids, got {type(ids).__name__}")
-    return [_id_value(i, pos) for pos, i in enumerate(ids)]
-
-
-def _ids(ids) -> str:
-    return json.dumps(_id_values(ids))
-
-
-def _int(value, name: str) -> int:
-    """An integer argument (numpy integers too; bools and floats are a TypeError)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r:.60}")
-    return int(value)
-
-
-def _json_default(o):
-    # numpy scalars are numbers (and numpy bools are bools).
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
-
-
-def _dumps(value, what: str) -> str:
-    """JSON text of a payload or filter: NaN and infinities are refused
-    (JSON has no such numbers), as are values nested too deeply."""
-    try:
-        return json.dumps(value, allow_nan=False, default=_json_default)
-    except ValueError as e:
-        raise ValueError(f"{what}: {e}") from None
-    except RecursionError:
-        raise ValueError(f"{what}: nested too deeply") from None
-
-
-def _check_params(params: Dict[str, Any]) -> Dict[str, Any]:
-    """Engine parameters: NaN and infinities are named (JSON cannot carry them)."""
-    for k, v in params.items():
-        if isinstance(v, (float, np.floating)) and not np.isfinite(v):
-            raise ValueError(f"parameter {k} must be a finite number, got {v}")
-    return params
-
-
-def _rows(vectors, n: Optional[int] = None) -> np.ndarray:
-    a = np.asarray(vectors, dtype=np.float32)
-    if a.ndim == 1:
-        a = a[None, :]
-    return np.ascontiguousarray(a)
-
-
-def _filter(f) -> Optional[str]:
-    if f is None:
-        return None
-    if isinstance(f, str):
+def _filter(f):
+    """A filter as the native call takes it: a dict, JSON text or None."""
+    if f is None or isinstance(f, (str, Mapping)):
         return f
-    if not isinstance(f, Mapping):
-        raise TypeError(f"filter must be a dict (or JSON text), got {type(f).__name__}")
-    return _dumps(f, "filter")
+    raise TypeError(f"filter must be a dict (or JSON text), got {type(f).__name__}")
+
+
+def _point(r) -> Point:
+    return Point(r[0], r[1], r[2])
 
 
 class Collection:
@@ -181,11 +105,10 @@ class Collection:
         return f"Collection({i['name']!r}, dim={i['dim']}, metric={i['metric']!r}, engine={i['engine']!r}, points={i['points']})"
 
     def upsert(self, ids, vectors, payloads: Optional[Sequence[Optional[Dict[str, Any]]]] = None) -> int:
-        """Inserts or replaces points; returns the operation's sequence number."""
-        ids_json = _ids(ids)
-        rows = _rows(vectors)
-        p = None if payloads is None else _dumps(list(payloads), "payloads")
-        return self._c.upsert(ids_json, rows, p)
+        """Inserts or replaces points; returns the operation's sequence number.
+        Ids, vectors and payloads go to the native layer as they are: it
+        checks them once (errors name the problem) and stores them."""
+        return self._c.upsert(_id_list(ids), _rows(vectors), payloads)
 
     def search(
         self,
@@ -206,7 +129,7 @@ class Collection:
         (``vectide.engines()``), e.g. ``nprobe=32``: one it does not take is
         a ``ValueError`` naming those it does."""
         raw = self._c.search(_rows(vectors), k, _filter(filter), ef, with_payload, with_vector, exact, **knobs)
-        return [[Hit(**h) for h in q] for q in json.loads(raw)]
+        return [[Hit(*h) for h in q] for q in raw]
 
     def search_numpy(
         self, vectors, k: int = 10, filter=None, ef: Optional[int] = None, exact: bool = False, **knobs: int
@@ -215,46 +138,45 @@ class Collection:
         uint64 when every id is an integer (padding ``2**64-1``), else objects
         (padding ``None``); missing scores are NaN. Knobs as in ``search``."""
         # The native call checks k (and nq * k) before anything is allocated here.
-        res = json.loads(self._c.search(_rows(vectors), k, _filter(filter), ef, False, False, exact, **knobs))
-        numeric = all(isinstance(h["id"], int) for q in res for h in q)
+        res = self._c.search(_rows(vectors), k, _filter(filter), ef, False, False, exact, **knobs)
+        numeric = all(isinstance(h[0], int) for q in res for h in q)
         ids = np.full((len(res), k), np.iinfo(np.uint64).max, dtype=np.uint64) if numeric else np.full((len(res), k), None, dtype=object)
         scores = np.full((len(res), k), np.nan, dtype=np.float32)
         for i, q in enumerate(res):
             for j, h in enumerate(q):
-                ids[i, j] = h["id"]
-                scores[i, j] = h["score"]
+                ids[i, j] = h[0]
+                scores[i, j] = h[1]
         return ids, scores
 
     def get(self, ids, with_vector: bool = True) -> List[Point]:
         """Points by id; raises KeyError naming the ids that are absent."""
-        raw = json.loads(self._c.get(_ids(ids), with_vector))
-        want = json.loads(_ids(ids))
-        missing = [i for i, r in zip(want, raw) if r is None]
-        if missing:
+        ids = _id_list(ids)
+        raw = self._c.get(ids, with_vector)
+        if any(r is None for r in raw):
+            want = ids if isinstance(ids, list) else [ids]
+            missing = [
+                int(i) if isinstance(i, np.integer) else str(i) if isinstance(i, uuid.UUID) else i
+                for i, r in zip(want, raw)
+                if r is None
+            ]
             raise KeyError(f"ids not found: {missing}")
-        return [
-            Point(r["id"], r["payload"], np.asarray(r["vector"], dtype=np.float32) if "vector" in r else None)
-            for r in raw
-        ]
+        return [_point(r) for r in raw]
 
     def delete(self, ids=None, filter: Optional[Dict[str, Any]] = None) -> int:
         """Deletes points by id or by filter; returns how many were removed."""
-        return self._c.delete(None if ids is None else _ids(ids), _filter(filter))
+        return self._c.delete(None if ids is None else _id_list(ids), _filter(filter))
 
     def count(self, filter: Optional[Dict[str, Any]] = None) -> int:
         return self._c.count(_filter(filter))
 
     def scroll(self, filter=None, offset: Optional[PointId] = None, limit: int = 10, with_vector: bool = False):
         """A page of points ordered by id: ``(points, next_offset)``."""
-        raw = json.loads(
-            self._c.scroll(_filter(filter), None if offset is None else json.dumps(_id_value(offset)), limit, with_vector)
-        )
-        pts = [Point(r["id"], r["payload"], np.asarray(r["vector"], dtype=np.float32) if "vector" in r else None) for r in raw["points"]]
-        return pts, raw["next"]
+        points, next_offset = self._c.scroll(_filter(filter), offset, limit, with_vector)
+        return [_point(r) for r in points], next_offset
 
     def set_payload(self, payload: Dict[str, Any], ids=None, filter=None) -> int:
         """Merges ``payload``'s keys into the selected points' payloads."""
-        return self._c.set_payload(_dumps(payload, "payload"), None if ids is None else _ids(ids), _filter(filter))
+        return self._c.set_payload(payload, None if ids is None else _id_list(ids), _filter(filter))
 
     def create_index(self, field: str, schema: str = "keyword") -> None:
         """A payload index on ``field``: ``"keyword"`` or ``"integer"``."""
@@ -283,7 +205,7 @@ class Database:
             from . import _vectide
 
             engine = _vectide.DEFAULT_ENGINE
-        return Collection(self._db.create_collection(name, dim, metric, engine, _dumps(_check_params(params), "params")))
+        return Collection(self._db.create_collection(name, dim, metric, engine, _check_params(params)))
 
     def get_collection(self, name: str) -> Collection:
         return Collection(self._db.collection(name))

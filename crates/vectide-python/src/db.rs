@@ -1,21 +1,23 @@
 //! The embedded database for Python: `vectide._vectide.Database` and
-//! `Collection`. Ids, payloads and filters cross as JSON text (the pure-Python
-//! `vectide.db` module turns them into Python objects); vectors as numpy
-//! arrays. Every call releases the GIL. Sizes (`k`, `limit`, `ef`, `dim`,
+//! `Collection`. Ids, payloads and filters cross as Python objects, checked
+//! and converted once here (`convert.rs`; no JSON text on the way); vectors
+//! as numpy arrays; results come back as Python objects. Every call
+//! releases the GIL while the database works. Sizes (`k`, `limit`, `ef`, `dim`,
 //! `threads` …) are checked against [`vectide_core::limits`] first:
 //! `TypeError` for a non-integer, `ValueError` beyond the bound.
 
+use crate::convert::{ext_id, ext_ids, id_to_py, to_value};
 use crate::{as_rows, int_arg, opt_int_arg, set_knobs};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use vectide_core::{limits, Metric, SearchParams};
 use vectide_db::{
-    score, Collection, CollectionConfig, Database, DbError, Durability, ExtId, Filter, IndexKind,
-    Options, PointInput,
+    score, Collection, CollectionConfig, Database, DbError, Durability, Filter, IndexKind, Options,
+    PointInput,
 };
 
 pyo3::create_exception!(
@@ -25,7 +27,7 @@ pyo3::create_exception!(
     "The database directory is open in another process."
 );
 
-fn to_py(e: DbError) -> PyErr {
+pub(crate) fn to_py(e: DbError) -> PyErr {
     let msg = e.to_string();
     match e {
         DbError::Core(e) => crate::to_py(e),
@@ -44,19 +46,39 @@ fn parse_json(text: &str, what: &str) -> PyResult<Value> {
     Ok(v)
 }
 
-fn ids_from(text: &str) -> PyResult<Vec<ExtId>> {
-    let v = parse_json(text, "ids")?;
-    let arr = v
-        .as_array()
-        .ok_or_else(|| PyValueError::new_err("ids must be a list"))?;
-    arr.iter()
-        .map(|x| ExtId::from_json(x).map_err(to_py))
-        .collect()
+/// A filter: a dict in Qdrant's shape (or its JSON text), or `None`.
+fn filter_from(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Filter>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    let v = if let Ok(s) = obj.cast::<PyString>() {
+        parse_json(&s.to_cow()?, "filter")?
+    } else if obj.is_instance_of::<PyDict>() {
+        to_value(obj, "filter")?
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "filter must be a dict (or JSON text), got {}",
+            crate::type_name(obj)
+        )));
+    };
+    Filter::parse(&v).map(Some).map_err(to_py)
 }
 
-fn filter_from(text: Option<&str>) -> PyResult<Option<Filter>> {
-    text.map(|t| Filter::parse(&parse_json(t, "filter")?).map_err(to_py))
-        .transpose()
+/// A stored point as `(id, payload, vector or None)`.
+fn record_to_py<'py>(py: Python<'py>, r: &vectide_db::Record) -> PyResult<Bound<'py, PyAny>> {
+    let vector = match &r.vector {
+        Some(v) => numpy::PyArray1::from_slice(py, v).into_any(),
+        None => py.None().into_bound(py),
+    };
+    Ok(PyTuple::new(
+        py,
+        [
+            id_to_py(py, &r.id)?,
+            crate::convert::to_py(py, &r.payload)?,
+            vector,
+        ],
+    )?
+    .into_any())
 }
 
 /// An open database.
@@ -118,12 +140,17 @@ impl PyDatabase {
         dim: &Bound<'_, PyAny>,
         metric: &str,
         engine: &str,
-        params_json: &str,
+        params: &Bound<'_, PyDict>,
     ) -> PyResult<PyCollection> {
         let dim = int_arg(dim, "dim", 1, limits::MAX_DIM as u64)?;
         let metric = Metric::parse(metric).map_err(crate::to_py)?;
-        let params =
-            vectide_db::params_from_json(&parse_json(params_json, "params")?).map_err(to_py)?;
+        let mut values = serde_json::Map::new();
+        for (k, v) in params.iter() {
+            let k: String = k.extract()?;
+            let v = to_value(&v, &format!("parameter {k}"))?;
+            values.insert(k, v);
+        }
+        let params = vectide_db::params_from_json(&Value::Object(values)).map_err(to_py)?;
         let config = CollectionConfig {
             dim: dim as usize,
             metric,
@@ -197,16 +224,16 @@ impl PyCollection {
 #[pymethods]
 impl PyCollection {
     /// Upserts `len(ids)` points; returns the operation's sequence number.
-    #[pyo3(signature = (ids_json, vectors, payloads_json=None))]
+    #[pyo3(signature = (ids, vectors, payloads=None))]
     fn upsert(
         &self,
         py: Python<'_>,
-        ids_json: &str,
+        ids: &Bound<'_, PyAny>,
         vectors: &Bound<'_, PyAny>,
-        payloads_json: Option<&str>,
+        payloads: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
         let c = self.col()?;
-        let ids = ids_from(ids_json)?;
+        let ids = ext_ids(ids)?;
         let dim = c.config().dim;
         let rows = as_rows(vectors, dim, "vectors")?;
         let flat = rows.as_slice()?;
@@ -217,19 +244,34 @@ impl PyCollection {
                 flat.len() / dim
             )));
         }
-        let payloads: Vec<Value> = match payloads_json {
+        let payloads: Vec<Value> = match payloads.filter(|p| !p.is_none()) {
             None => vec![Value::Null; ids.len()],
-            Some(t) => match parse_json(t, "payloads")? {
-                Value::Array(a) if a.len() == ids.len() => a,
-                Value::Array(a) => {
+            Some(p) => {
+                if p.is_instance_of::<PyDict>() || p.is_instance_of::<PyString>() {
+                    return Err(PyTypeError::new_err(format!(
+                        "payloads must be a sequence (one payload per id), got {}",
+                        crate::type_name(p)
+                    )));
+                }
+                let items: Vec<Value> = p
+                    .try_iter()
+                    .map_err(|_| {
+                        PyTypeError::new_err(format!(
+                            "payloads must be a sequence (one payload per id), got {}",
+                            crate::type_name(p)
+                        ))
+                    })?
+                    .map(|x| to_value(&x?, "payloads"))
+                    .collect::<PyResult<_>>()?;
+                if items.len() != ids.len() {
                     return Err(PyValueError::new_err(format!(
                         "got {} ids but {} payloads",
                         ids.len(),
-                        a.len()
-                    )))
+                        items.len()
+                    )));
                 }
-                _ => return Err(PyValueError::new_err("payloads must be a list")),
-            },
+                items
+            }
         };
         let points: Vec<PointInput> = ids
             .into_iter()
@@ -244,25 +286,25 @@ impl PyCollection {
         py.detach(|| c.upsert(&points)).map_err(to_py)
     }
 
-    /// Searches each query row; returns JSON: a list (per query) of hits
-    /// `{"id", "score", "distance", "payload"?, "vector"?}`. `ef` sets the
-    /// engine's primary knob (ignored by an engine without one, as Qdrant's
-    /// `hnsw_ef` is); `exact` scans every live point; other keyword
+    /// Searches each query row; returns a list (per query) of hits
+    /// `(id, score, distance, payload or None, vector or None)`. `ef` sets
+    /// the engine's primary knob (ignored by an engine without one, as
+    /// Qdrant's `hnsw_ef` is); `exact` scans every live point; other keyword
     /// arguments are the engine's native knobs.
-    #[pyo3(signature = (queries, k=None, filter_json=None, ef=None, with_payload=true, with_vector=false, exact=false, **knobs))]
+    #[pyo3(signature = (queries, k=None, filter=None, ef=None, with_payload=true, with_vector=false, exact=false, **knobs))]
     #[allow(clippy::too_many_arguments)]
-    fn search(
+    fn search<'py>(
         &self,
-        py: Python<'_>,
-        queries: &Bound<'_, PyAny>,
-        k: Option<&Bound<'_, PyAny>>,
-        filter_json: Option<&str>,
-        ef: Option<&Bound<'_, PyAny>>,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        k: Option<&Bound<'py, PyAny>>,
+        filter: Option<&Bound<'py, PyAny>>,
+        ef: Option<&Bound<'py, PyAny>>,
         with_payload: bool,
         with_vector: bool,
         exact: bool,
-        knobs: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<String> {
+        knobs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let c = self.col()?;
         let k = opt_int_arg(k, "k", 1, limits::MAX_K as u64)?.unwrap_or(10) as i64;
         let desc = c.engine().descriptor();
@@ -279,69 +321,90 @@ impl PyCollection {
                 .map_err(crate::to_py)?;
         }
         set_knobs(desc, knobs, &mut params)?;
-        let filter = filter_from(filter_json)?;
+        let filter = filter_from(filter)?;
         let dim = c.config().dim;
         let rows = as_rows(queries, dim, "queries")?;
         let flat = rows.as_slice()?;
         limits::check_batch_results(flat.len() / dim, k as usize)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let metric = c.config().metric;
-        let out: Result<Vec<Value>, DbError> = py.detach(|| {
-            flat.chunks_exact(dim)
-                .map(|q| {
-                    let hits = c.search(q, k as usize, &params, filter.as_ref(), with_payload, with_vector)?;
-                    Ok(Value::Array(
-                        hits.into_iter()
-                            .map(|h| {
-                                let mut o = json!({"id": h.id.to_json(), "score": score(metric, h.distance), "distance": h.distance});
-                                if let Some(p) = h.payload {
-                                    o["payload"] = p;
-                                }
-                                if let Some(v) = h.vector {
-                                    o["vector"] = json!(v);
-                                }
-                                o
-                            })
-                            .collect(),
-                    ))
-                })
-                .collect()
-        });
-        Ok(Value::Array(out.map_err(to_py)?).to_string())
-    }
-
-    /// Points by id (JSON list, `null` for unknown ids).
-    #[pyo3(signature = (ids_json, with_vector=true))]
-    fn get(&self, py: Python<'_>, ids_json: &str, with_vector: bool) -> PyResult<String> {
-        let c = self.col()?;
-        let ids = ids_from(ids_json)?;
-        let recs = py.detach(|| c.get(&ids, with_vector)).map_err(to_py)?;
-        let v: Vec<Value> = recs
-            .into_iter()
-            .map(|r| match r {
-                None => Value::Null,
-                Some(r) => {
-                    let mut o = json!({"id": r.id.to_json(), "payload": r.payload});
-                    if let Some(v) = r.vector {
-                        o["vector"] = json!(v);
-                    }
-                    o
-                }
+        let found: Vec<Vec<vectide_db::Hit>> = py
+            .detach(|| {
+                flat.chunks_exact(dim)
+                    .map(|q| {
+                        c.search(
+                            q,
+                            k as usize,
+                            &params,
+                            filter.as_ref(),
+                            with_payload,
+                            with_vector,
+                        )
+                    })
+                    .collect::<Result<_, DbError>>()
             })
-            .collect();
-        Ok(Value::Array(v).to_string())
+            .map_err(to_py)?;
+        let out = PyList::empty(py);
+        for hits in &found {
+            let row = PyList::empty(py);
+            for h in hits {
+                let payload = match &h.payload {
+                    Some(p) => crate::convert::to_py(py, p)?,
+                    None => py.None().into_bound(py),
+                };
+                let vector = match &h.vector {
+                    Some(v) => PyList::new(py, v)?.into_any(),
+                    None => py.None().into_bound(py),
+                };
+                let score = score(metric, h.distance);
+                row.append(PyTuple::new(
+                    py,
+                    [
+                        id_to_py(py, &h.id)?,
+                        score.into_pyobject(py)?.into_any(),
+                        h.distance.into_pyobject(py)?.into_any(),
+                        payload,
+                        vector,
+                    ],
+                )?)?;
+            }
+            out.append(row)?;
+        }
+        Ok(out)
     }
 
-    #[pyo3(signature = (ids_json=None, filter_json=None))]
+    /// Points by id: a list of `(id, payload, vector or None)`, `None` for
+    /// unknown ids.
+    #[pyo3(signature = (ids, with_vector=true))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+        with_vector: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let c = self.col()?;
+        let ids = ext_ids(ids)?;
+        let recs = py.detach(|| c.get(&ids, with_vector)).map_err(to_py)?;
+        let out = PyList::empty(py);
+        for r in &recs {
+            match r {
+                None => out.append(py.None())?,
+                Some(r) => out.append(record_to_py(py, r)?)?,
+            }
+        }
+        Ok(out)
+    }
+
+    #[pyo3(signature = (ids=None, filter=None))]
     fn delete(
         &self,
         py: Python<'_>,
-        ids_json: Option<&str>,
-        filter_json: Option<&str>,
+        ids: Option<&Bound<'_, PyAny>>,
+        filter: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
         let c = self.col()?;
-        let ids = ids_json.map(ids_from).transpose()?;
-        let filter = filter_from(filter_json)?;
+        let ids = ids.filter(|i| !i.is_none()).map(ext_ids).transpose()?;
+        let filter = filter_from(filter)?;
         if ids.is_none() && filter.is_none() {
             return Err(PyValueError::new_err("delete needs ids or a filter"));
         }
@@ -349,57 +412,56 @@ impl PyCollection {
             .map_err(to_py)
     }
 
-    #[pyo3(signature = (filter_json=None))]
-    fn count(&self, py: Python<'_>, filter_json: Option<&str>) -> PyResult<usize> {
+    #[pyo3(signature = (filter=None))]
+    fn count(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let c = self.col()?;
-        let filter = filter_from(filter_json)?;
+        let filter = filter_from(filter)?;
         Ok(py.detach(|| c.count(filter.as_ref())))
     }
 
-    /// A page ordered by id: JSON `{"points": [...], "next": id|null}`.
-    #[pyo3(signature = (filter_json=None, offset_json=None, limit=None, with_vector=false))]
-    fn scroll(
+    /// A page ordered by id: `([(id, payload, vector or None)], next id or None)`.
+    #[pyo3(signature = (filter=None, offset=None, limit=None, with_vector=false))]
+    fn scroll<'py>(
         &self,
-        py: Python<'_>,
-        filter_json: Option<&str>,
-        offset_json: Option<&str>,
-        limit: Option<&Bound<'_, PyAny>>,
+        py: Python<'py>,
+        filter: Option<&Bound<'py, PyAny>>,
+        offset: Option<&Bound<'py, PyAny>>,
+        limit: Option<&Bound<'py, PyAny>>,
         with_vector: bool,
-    ) -> PyResult<String> {
+    ) -> PyResult<Bound<'py, PyTuple>> {
         let c = self.col()?;
         let limit = opt_int_arg(limit, "limit", 0, limits::MAX_K as u64)?.unwrap_or(10) as usize;
-        let filter = filter_from(filter_json)?;
-        let offset = offset_json
-            .map(|t| parse_json(t, "offset").and_then(|v| ExtId::from_json(&v).map_err(to_py)))
+        let filter = filter_from(filter)?;
+        let offset = offset
+            .filter(|o| !o.is_none())
+            .map(|o| ext_id(o, None))
             .transpose()?;
         let (page, next) = py
             .detach(|| c.scroll(filter.as_ref(), offset.as_ref(), limit, with_vector))
             .map_err(to_py)?;
-        let points: Vec<Value> = page
-            .into_iter()
-            .map(|r| {
-                let mut o = json!({"id": r.id.to_json(), "payload": r.payload});
-                if let Some(v) = r.vector {
-                    o["vector"] = json!(v);
-                }
-                o
-            })
-            .collect();
-        Ok(json!({"points": points, "next": next.map(|n| n.to_json())}).to_string())
+        let points = PyList::empty(py);
+        for r in &page {
+            points.append(record_to_py(py, r)?)?;
+        }
+        let next = match &next {
+            Some(n) => id_to_py(py, n)?,
+            None => py.None().into_bound(py),
+        };
+        PyTuple::new(py, [points.into_any(), next])
     }
 
-    #[pyo3(signature = (payload_json, ids_json=None, filter_json=None))]
+    #[pyo3(signature = (payload, ids=None, filter=None))]
     fn set_payload(
         &self,
         py: Python<'_>,
-        payload_json: &str,
-        ids_json: Option<&str>,
-        filter_json: Option<&str>,
+        payload: &Bound<'_, PyAny>,
+        ids: Option<&Bound<'_, PyAny>>,
+        filter: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
         let c = self.col()?;
-        let payload = parse_json(payload_json, "payload")?;
-        let ids = ids_json.map(ids_from).transpose()?;
-        let filter = filter_from(filter_json)?;
+        let payload = to_value(payload, "payload")?;
+        let ids = ids.filter(|i| !i.is_none()).map(ext_ids).transpose()?;
+        let filter = filter_from(filter)?;
         py.detach(|| c.set_payload(ids.as_deref(), filter.as_ref(), &payload))
             .map_err(to_py)
     }

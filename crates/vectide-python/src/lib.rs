@@ -23,6 +23,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use vectide_core::{limits, Error, Metric, Neighbor, SearchParams, RESERVED_ID};
+mod convert;
 mod db;
 
 use vectide_engines::{AnyIndex, ParamValue, Params};

@@ -20,6 +20,12 @@ Method
   twice: with one log (the default) and with both logs
   (``one_log=False``, as before there was one). The summary holds each
   rate's ratio to ``hnsw``'s at the same thread count.
+* **Payload upserts** (``--parts payloads``): batches of 100 points, each
+  with a JSON payload of about 1 KB (text, tags, numbers, a nested object;
+  different per point), from one Python thread into a fresh collection of
+  ``--payload-engine`` (1 engine thread): points/s over ``--payload-points``
+  points, best of ``--payload-reps`` runs. Run it once per build to compare
+  builds (the JSON text path before, Python objects after).
 * **Filtered recall@10** at 1 %, 10 % and 50 % selectivity (payload field
   ``pct = i % 100``, filter ``pct < s``) against exact brute force over the
   matching points, with and without an integer payload index.
@@ -198,6 +204,50 @@ def write_rates(X: np.ndarray, metric: str, root: Path, args) -> Dict[str, objec
     return {"seconds": args.write_seconds, "reps": args.write_reps, "runs": runs, "median_points_per_s": median, "ratio_to_hnsw": ratio}
 
 
+_WORDS = ("vector", "database", "stream", "graph", "index", "payload", "merge", "recall",
+          "latency", "shard", "embedding", "query", "filter", "segment", "durable", "crash")
+
+
+def payload_of(i: int) -> dict:
+    """A JSON payload of about 1 KB, different per point."""
+    w = [_WORDS[(i * 7 + j * 3) % len(_WORDS)] for j in range(120)]
+    return {
+        "title": " ".join(w[:8]),
+        "body": " ".join(w[8:110]),
+        "tags": w[110:120],
+        "n": i,
+        "score": (i % 997) / 997.0,
+        "public": i % 3 == 0,
+        "meta": {"source": f"doc-{i % 50}", "rev": i % 7, "lang": "en", "pos": [i % 13, i % 17]},
+    }
+
+
+def payload_upserts(X: np.ndarray, metric: str, root: Path, args) -> Dict[str, object]:
+    import vectide
+
+    n = min(args.payload_points, len(X))
+    B = 100
+    payloads = [payload_of(i) for i in range(n)]
+    sizes = [len(json.dumps(p)) for p in payloads[:100]]
+    runs = []
+    for rep in range(args.payload_reps):
+        d = root / f"payloads-{rep}"
+        shutil.rmtree(d, ignore_errors=True)
+        db = vectide.connect(d, threads=1)
+        c = db.create_collection("p", dim=X.shape[1], metric=metric, engine=args.payload_engine)
+        t0 = time.perf_counter()
+        for s in range(0, n, B):
+            e = min(n, s + B)
+            c.upsert(list(range(s, e)), X[s:e], payloads=payloads[s:e])
+        rate = n / (time.perf_counter() - t0)
+        db.close()
+        shutil.rmtree(d, ignore_errors=True)
+        runs.append(rate)
+        _log(f"payload upserts rep {rep + 1}/{args.payload_reps} ({args.payload_engine}): {rate:.0f} points/s")
+    return {"engine": args.payload_engine, "points": n, "batch": B, "payload_bytes_mean": float(np.mean(sizes)),
+            "runs_points_per_s": runs, "best_points_per_s": max(runs)}
+
+
 def filtered_recall(X: np.ndarray, Q: np.ndarray, metric: str, root: Path, args) -> Dict[str, Dict[str, float]]:
     import vectide
 
@@ -357,7 +407,7 @@ def run(args) -> dict:
         "params": {"m": args.m, "ef_construction": args.ef_construction, "upsert_points": args.upsert_points},
     }
     parts = set(args.parts.split(","))
-    known = {"upsert", "writes", "filters", "server", "restart"}
+    known = {"upsert", "writes", "payloads", "filters", "server", "restart"}
     unknown = parts - known
     if unknown:
         raise SystemExit(f"unknown --parts {sorted(unknown)} (known: {', '.join(sorted(known))})")
@@ -366,6 +416,8 @@ def run(args) -> dict:
             result["upsert_points_per_s"] = upsert_throughput(X[: args.upsert_points], metric, root, args)
         if "writes" in parts:
             result["write_rates"] = write_rates(X, metric, root, args)
+        if "payloads" in parts:
+            result["payload_upserts"] = payload_upserts(X, metric, root, args)
         if "filters" in parts:
             result["filtered_recall_at_10"] = filtered_recall(X, Q, metric, root, args)
         if "server" in parts:
@@ -385,6 +437,8 @@ def run(args) -> dict:
     if wr:
         summary["write_points_per_s"] = wr["median_points_per_s"]
         summary["write_ratio_to_hnsw"] = wr["ratio_to_hnsw"]
+    if "payload_upserts" in result:
+        summary["payload_batch100_points_per_s"] = result["payload_upserts"]["best_points_per_s"]
     fr = result.get("filtered_recall_at_10")
     if fr:
         summary["filtered_recall_min"] = min(v for k, d in fr.items() if k in ("indexed", "no_index") for v in d.values())
@@ -408,7 +462,10 @@ def main(argv=None) -> int:
     p.add_argument("--server-queries", type=int, default=2000)
     p.add_argument("--m", type=int, default=16)
     p.add_argument("--ef-construction", type=int, default=200)
-    p.add_argument("--parts", default="upsert,filters,server,restart", help="comma-separated subset of upsert,writes,filters,server,restart")
+    p.add_argument("--parts", default="upsert,filters,server,restart", help="comma-separated subset of upsert,writes,payloads,filters,server,restart")
+    p.add_argument("--payload-engine", default="hnsw", help="engine of --parts payloads")
+    p.add_argument("--payload-points", type=int, default=20_000)
+    p.add_argument("--payload-reps", type=int, default=3)
     p.add_argument("--write-engines", default="hnsw,p-hnsw,fresh-diskann,spfresh", help="engines of --parts writes")
     p.add_argument("--write-clients", default="1,4,16", help="client thread counts of --parts writes")
     p.add_argument("--write-seconds", type=float, default=30.0)

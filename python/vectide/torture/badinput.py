@@ -236,7 +236,8 @@ class PyFixture:
     def state(self) -> str:
         idx = self.index
         ids, dist = idx.search(self.q, k=5)
-        raw = self.col._c.scroll(None, None, 1000, True)
+        points, _ = self.col.scroll(limit=1000, with_vector=True)
+        raw = [(p.id, p.payload, p.vector.tolist()) for p in points]
         parts = [len(idx), idx.get(np.arange(N)).tobytes().hex(), ids.tolist(), dist.tolist(), idx.ef_search,
                  self.db.list_collections(), len(self.col), raw]
         return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()

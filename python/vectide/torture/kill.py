@@ -167,8 +167,8 @@ def _read_points(get, oracle: Oracle) -> Dict[int, object]:
 
 def _db_get(col):
     def get(ids):
-        raw = json.loads(col._c.get(json.dumps(ids), True))
-        return [None if r is None else (r["vector"], r["payload"]) for r in raw]
+        raw = col._c.get(list(ids), True)
+        return [None if r is None else (r[2].tolist(), r[1]) for r in raw]
 
     return get
 
