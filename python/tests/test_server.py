@@ -159,23 +159,6 @@ def test_qdrant_client_end_to_end(server):
     assert not client.collection_exists("docs")
 
 
-def test_vectide_client_matches_the_embedded_api(server):
-    c = vectide.Client(server.url)
-    col = c.create_collection("e", dim=3, metric="l2", m=8)
-    col.upsert([1, 2, "k"], np.array([[0, 0, 0], [1, 0, 0], [0, 3, 4]], dtype=np.float32), payloads=[{"a": 1}, {"a": 2}, None])
-    hits = col.search([0, 0, 0.1], k=2)[0]
-    assert [h.id for h in hits] == [1, 2] and hits[0].score == pytest.approx(0.1, abs=1e-5)
-    assert col.search([0, 3, 4], k=1, filter={"must": [{"is_empty": {"key": "a"}}]})[0][0].id == "k"
-    assert len(col) == 3 and c.list_collections() == ["e"]
-    assert col.get(["k"])[0].vector.tolist() == [0, 3, 4]
-    with pytest.raises(KeyError):
-        col.get([99])
-    assert col.delete([1]) == 1 and col.count() == 2
-    assert c.delete_collection("e")
-    with pytest.raises(KeyError):
-        c.get_collection("e")
-
-
 def test_search_params_map_to_the_engines_knobs(server):
     u = server.url
     assert _http("PUT", u + "/collections/k", {"vectors": {"size": 4, "distance": "Euclid"}})[0] == 200

@@ -89,7 +89,7 @@ def _rows(vectors, n: Optional[int] = None) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def _id_list(ids):
+def _native_ids(ids):
     """Ids as the native calls take them: one id, or a list (a generator or
     other iterable is read once, here); what is neither is passed on for
     the native layer to name."""

@@ -33,7 +33,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._convert import _check_params, _id_list, _rows
+from ._convert import _check_params, _native_ids, _rows
 
 PointId = Union[int, str, uuid.UUID]
 
@@ -108,7 +108,7 @@ class Collection:
         """Inserts or replaces points; returns the operation's sequence number.
         Ids, vectors and payloads go to the native layer as they are: it
         checks them once (errors name the problem) and stores them."""
-        return self._c.upsert(_id_list(ids), _rows(vectors), payloads)
+        return self._c.upsert(_native_ids(ids), _rows(vectors), payloads)
 
     def search(
         self,
@@ -150,7 +150,7 @@ class Collection:
 
     def get(self, ids, with_vector: bool = True) -> List[Point]:
         """Points by id; raises KeyError naming the ids that are absent."""
-        ids = _id_list(ids)
+        ids = _native_ids(ids)
         raw = self._c.get(ids, with_vector)
         if any(r is None for r in raw):
             want = ids if isinstance(ids, list) else [ids]
@@ -164,7 +164,7 @@ class Collection:
 
     def delete(self, ids=None, filter: Optional[Dict[str, Any]] = None) -> int:
         """Deletes points by id or by filter; returns how many were removed."""
-        return self._c.delete(None if ids is None else _id_list(ids), _filter(filter))
+        return self._c.delete(None if ids is None else _native_ids(ids), _filter(filter))
 
     def count(self, filter: Optional[Dict[str, Any]] = None) -> int:
         return self._c.count(_filter(filter))
@@ -176,7 +176,7 @@ class Collection:
 
     def set_payload(self, payload: Dict[str, Any], ids=None, filter=None) -> int:
         """Merges ``payload``'s keys into the selected points' payloads."""
-        return self._c.set_payload(payload, None if ids is None else _id_list(ids), _filter(filter))
+        return self._c.set_payload(payload, None if ids is None else _native_ids(ids), _filter(filter))
 
     def create_index(self, field: str, schema: str = "keyword") -> None:
         """A payload index on ``field``: ``"keyword"`` or ``"integer"``."""
