@@ -360,63 +360,249 @@ pub fn streaming_merge(
     durable_seq: u64,
     progress: Option<MergeProgress<'_>>,
 ) -> Result<MergeOutcome> {
-    let h = *old.header();
-    let dim = h.dim as usize;
-    let n_old = h.nodes;
-    let report = |ph: Phase, done: u64, total: u64| {
-        if let Some(f) = progress {
+    let m = Merge::new(old, dead, inserts, p, progress)?;
+    let mut stats = MergeStats::default();
+    let (free, lists) = m.delete_and_insert(&*intermediate, &mut stats)?;
+    let placed = m.place(free, lists, &mut stats)?;
+    let t = Instant::now();
+    let (header, mut in_edges) = m.patch(intermediate, out, &placed, durable_seq, &mut stats)?;
+    let vector_of = |c: u32, v: &mut [f32]| match placed.new_of(&m, c) {
+        Some(x) => {
+            v.copy_from_slice(x);
+            Ok(())
+        }
+        None => old.pq().decode(old.code(c), v),
+    };
+    let (linked, left) = link_orphans(out, &header, &mut in_edges, m.dist, vector_of)?;
+    if linked > 0 {
+        out.sync()?;
+    }
+    stats.orphans_linked = linked;
+    stats.orphans_left = left;
+    let pq = old.pq();
+    let pm = pq.m();
+    let old_codes = old.codes();
+    PqFile::write_with(pq_path, pq, header.nodes, |i| {
+        match placed.slot_of.get(&(i as u32)) {
+            Some(&j) => &placed.codes[j as usize * pm..(j as usize + 1) * pm],
+            None => &old_codes[i * pm..(i + 1) * pm],
+        }
+    })?;
+    stats.patch_secs = t.elapsed().as_secs_f64();
+    Ok(MergeOutcome {
+        header,
+        slots: placed.slots,
+        codes: placed.codes,
+        free: placed.left_free,
+        stats,
+    })
+}
+
+/// What every phase of one merge reads: the old LTI and its shape, the
+/// change set, the knobs, and the flags the two concurrent phases share.
+struct Merge<'a> {
+    old: &'a Lti,
+    h: Header,
+    dim: usize,
+    dead: &'a [u32],
+    /// One bit per old node (the scans ask for each neighbour of each node).
+    dead_bits: Vec<u64>,
+    inserts: Inserts<'a>,
+    p: &'a MergeParams,
+    dist: DistanceFn,
+    /// New points in sector order over their temp-index links: the order
+    /// of their searches and of their slots.
+    order: Vec<u32>,
+    progress: Option<MergeProgress<'a>>,
+    /// Set when a phase failed: the other one stops.
+    failed: AtomicBool,
+    /// The Delete phase runs (the Insert phase reports progress after it).
+    deleting: AtomicBool,
+}
+
+/// Where the new points go (module docs, Patch phase): their slots, their
+/// PQ codes, their lists, and the Δ each old node receives.
+struct Placement {
+    /// Node number of each new point.
+    slots: Vec<u32>,
+    /// Node number → index of the new point there.
+    slot_of: HashMap<u32, u32>,
+    /// Free records no new point took.
+    left_free: Vec<u32>,
+    n_new: u64,
+    codes: Vec<u8>,
+    new_lists: Vec<Vec<u32>>,
+    /// Node → new points that link to it.
+    delta: HashMap<u32, Vec<u32>>,
+}
+
+impl Placement {
+    /// The vector of the new point at node `c`, if one is there.
+    fn new_of<'m>(&self, m: &Merge<'m>, c: u32) -> Option<&'m [f32]> {
+        self.slot_of.get(&c).map(|&j| m.new_vec(j as usize))
+    }
+}
+
+impl<'a> Merge<'a> {
+    fn new(
+        old: &'a Lti,
+        dead: &'a [u32],
+        inserts: Inserts<'a>,
+        p: &'a MergeParams,
+        progress: Option<MergeProgress<'a>>,
+    ) -> Result<Self> {
+        let h = *old.header();
+        let dim = h.dim as usize;
+        let n_old = h.nodes;
+        if inserts.vectors.len() != inserts.len() * dim || inserts.links.len() != inserts.len() {
+            return Err(Error::invalid(
+                "merge: insert labels, vectors and links disagree",
+            ));
+        }
+        if inserts
+            .links
+            .iter()
+            .any(|l| l.iter().any(|&k| k as usize >= inserts.len()))
+        {
+            return Err(Error::invalid("merge: a link names a point not merged"));
+        }
+        if dead
+            .iter()
+            .any(|&d| d as u64 >= n_old || d as u64 == h.start)
+        {
+            return Err(Error::invalid(
+                "merge: a deleted node is past the LTI or is its start node",
+            ));
+        }
+        if n_old + inserts.len() as u64 > u32::MAX as u64 {
+            return Err(Error::invalid("merge: more than 2^32 - 1 nodes"));
+        }
+        let mut dead_bits = vec![0u64; (n_old as usize).div_ceil(64)];
+        for &d in dead {
+            set_bit(&mut dead_bits, d, true);
+        }
+        Ok(Merge {
+            old,
+            h,
+            dim,
+            dead,
+            dead_bits,
+            inserts,
+            p,
+            dist: h.metric.distance_fn(),
+            order: crate::lti::sector_order(inserts.links, 0, h.nodes_per_sector()),
+            progress,
+            failed: AtomicBool::new(false),
+            deleting: AtomicBool::new(true),
+        })
+    }
+
+    fn is_dead(&self, n: u32) -> bool {
+        bit(&self.dead_bits, n)
+    }
+
+    fn new_vec(&self, j: usize) -> &'a [f32] {
+        let v: &'a [f32] = self.inserts.vectors;
+        &v[j * self.dim..(j + 1) * self.dim]
+    }
+
+    fn report(&self, ph: Phase, done: u64, total: u64) {
+        if let Some(f) = self.progress {
             f(ph, done, total)
         }
-    };
-    if inserts.vectors.len() != inserts.len() * dim || inserts.links.len() != inserts.len() {
-        return Err(Error::invalid(
-            "merge: insert labels, vectors and links disagree",
-        ));
     }
-    if inserts
-        .links
-        .iter()
-        .any(|l| l.iter().any(|&k| k as usize >= inserts.len()))
-    {
-        return Err(Error::invalid("merge: a link names a point not merged"));
-    }
-    // One bit per old node (the scan asks for each neighbour of each node).
-    let mut dead_bits = vec![0u64; (n_old as usize).div_ceil(64)];
-    if dead
-        .iter()
-        .any(|&d| d as u64 >= n_old || d as u64 == h.start)
-    {
-        return Err(Error::invalid(
-            "merge: a deleted node is past the LTI or is its start node",
-        ));
-    }
-    if n_old + inserts.len() as u64 > u32::MAX as u64 {
-        return Err(Error::invalid("merge: more than 2^32 - 1 nodes"));
-    }
-    for &d in dead {
-        set_bit(&mut dead_bits, d, true);
-    }
-    let is_dead = |n: u32| bit(&dead_bits, n);
-    let dist = h.metric.distance_fn();
-    let pq = old.pq();
-    let mut stats = MergeStats::default();
-    let new_vec = |j: usize| &inserts.vectors[j * dim..(j + 1) * dim];
-    // New points in sector order over their temp-index links: the order
-    // of their searches and of their slots.
-    let order = crate::lti::sector_order(inserts.links, 0, h.nodes_per_sector());
 
-    // The Delete phase (CPU: prunes) and the Insert phase (mostly waiting
-    // on reads) run at once; the Insert phase searches the old LTI, where
-    // deleted nodes still route but are never candidates.
-    let deleting = AtomicBool::new(true);
-    let failed = AtomicBool::new(false);
-    let delete_phase = || -> Result<(Vec<u32>, MergeStats)> {
+    /// The Delete phase (CPU: prunes) and the Insert phase (mostly waiting
+    /// on reads) at once, each in a pool of its own; the Insert phase
+    /// searches the old LTI, where deleted nodes still route but are never
+    /// candidates. Returns the free records and each new point's list.
+    fn delete_and_insert(
+        &self,
+        intermediate: &dyn BlockFile,
+        stats: &mut MergeStats,
+    ) -> Result<(Vec<u32>, Vec<NewList>)> {
+        let io_threads = if self.p.io_threads > 0 {
+            self.p.io_threads
+        } else {
+            rayon::current_num_threads()
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(io_threads)
+            .thread_name(|i| format!("vectide-merge-io-{i}"))
+            .build()
+            .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?;
+        // The Delete phase's own threads, at a lower priority: its prunes
+        // keep the cores busy while the Insert phase's searches wait on
+        // their reads, and yield them as each read completes (module docs).
+        let delete_pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(rayon::current_num_threads())
+            .thread_name(|i| format!("vectide-merge-del-{i}"))
+            .start_handler(|_| {
+                let _ = vectide_core::sched::lower_priority(DELETE_NICE);
+            })
+            .build()
+            .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?;
+        // The phase that fails first stops the other; its error is the one
+        // returned (the other's only says it stopped).
+        let first_failure = AtomicU8::new(0);
+        let fail = |phase: u8| {
+            let _ = first_failure.compare_exchange(0, phase, Ordering::AcqRel, Ordering::Acquire);
+            self.failed.store(true, Ordering::Relaxed);
+        };
+        let (deleted, inserted) = std::thread::scope(|s| {
+            let ins = s.spawn(|| {
+                let t = Instant::now();
+                let r = pool.install(|| self.insert_phase(io_threads));
+                if r.is_err() {
+                    fail(2);
+                }
+                (r, t.elapsed().as_secs_f64())
+            });
+            let del = delete_pool.install(|| self.delete_phase(intermediate));
+            if del.is_err() {
+                fail(1);
+            }
+            self.deleting.store(false, Ordering::Relaxed);
+            let ins = ins.join();
+            (del, ins)
+        });
+        let (inserted, insert_secs) =
+            inserted.map_err(|_| Error::invalid("merge: the Insert phase panicked"))?;
+        let (free, dstats, lists) = match (deleted, inserted) {
+            (Ok((free, dstats)), Ok(lists)) => (free, dstats, lists),
+            (Err(e), Ok(_)) | (Ok(_), Err(e)) => return Err(e),
+            (Err(d), Err(i)) => {
+                return Err(if first_failure.load(Ordering::Acquire) == 2 {
+                    i
+                } else {
+                    d
+                })
+            }
+        };
+        let total = self.inserts.len() as u64;
+        self.report(Phase::Insert, total, total);
+        stats.sectors_read += dstats.sectors_read;
+        stats.sectors_written += dstats.sectors_written;
+        stats.repaired = dstats.repaired;
+        stats.delete_secs = dstats.delete_secs;
+        stats.insert_secs = insert_secs;
+        Ok((free, lists))
+    }
+
+    /// Delete phase: every live node that lost a neighbour gets its list
+    /// repaired, a run of the old LTI at a time (the repairs in parallel,
+    /// then the run's records encoded in parallel into the intermediate
+    /// LTI). Returns the free records (deleted nodes, free slots).
+    fn delete_phase(&self, intermediate: &dyn BlockFile) -> Result<(Vec<u32>, MergeStats)> {
+        let (h, dim, p, old) = (self.h, self.dim, self.p, self.old);
+        let n_old = h.nodes;
+        let is_dead = |n: u32| self.is_dead(n);
         let mut stats = MergeStats::default();
         let mut scratch = Scratch::default();
         let t = Instant::now();
         // The deleted nodes' live neighbours, then the scan.
-        let mut dead_lists: HashMap<u32, Vec<u32>> = HashMap::with_capacity(dead.len());
-        let mut sorted_dead: Vec<u32> = dead.to_vec();
+        let mut dead_lists: HashMap<u32, Vec<u32>> = HashMap::with_capacity(self.dead.len());
+        let mut sorted_dead: Vec<u32> = self.dead.to_vec();
         sorted_dead.sort_unstable();
         sorted_dead.dedup();
         let qs = old.read_records(&sorted_dead, &mut scratch, |id, node| {
@@ -426,12 +612,10 @@ pub fn streaming_merge(
         })?;
         stats.sectors_read += qs.sectors_read;
         let mut free: Vec<u32> = Vec::new();
-        let mut w = NodeWriter::new(&*intermediate, h)?;
+        let mut w = NodeWriter::new(intermediate, h)?;
         let mut done = 0u64;
-        // A run at a time: the repairs in parallel, then the run's records
-        // encoded in parallel into the intermediate LTI's sectors.
         old.scan_runs(|run| {
-            if failed.load(Ordering::Relaxed) {
+            if self.failed.load(Ordering::Relaxed) {
                 return Err(Error::invalid("merge: the Insert phase failed"));
             }
             let outs = rewrites(run.len(), dim, |RunScratch { ps, joined, vector }, k| {
@@ -460,7 +644,7 @@ pub fn streaming_merge(
                     return Ok(Rewrite::List(kept));
                 }
                 node.vector_into(vector)?;
-                ps.refill(dim, dist, vector, &kept, &fresh, old, p)
+                ps.refill(dim, self.dist, vector, &kept, &fresh, old, p)
                     .map(Rewrite::List)
             })?;
             for (k, o) in outs.iter().enumerate() {
@@ -475,42 +659,39 @@ pub fn streaming_merge(
                 rewrite_into(slot, &h, &outs[k], run.record(&h, k, &mut joined), None)
             })?;
             done += run.len() as u64;
-            report(Phase::Delete, done, n_old);
+            self.report(Phase::Delete, done, n_old);
             Ok(())
         })?;
-        report(Phase::Delete, n_old, n_old);
+        self.report(Phase::Delete, n_old, n_old);
         stats.sectors_read += h.data_sectors();
         w.finish(h.start, h.durable_seq)?;
         stats.sectors_written += 1 + h.data_sectors();
         stats.delete_secs = t.elapsed().as_secs_f64();
         Ok((free, stats))
-    };
+    }
 
-    // Insert phase: GreedySearch for each new point over the old LTI from
-    // disk. A list names another new point `k` as `tag(k)` until the slots
-    // are known (they depend on the Delete phase's free records).
-    let done = AtomicU64::new(0);
-    let total = inserts.len() as u64;
-    let tag = |k: usize| u32::MAX - k as u32;
-    let first_tag = u32::MAX - (inserts.len() as u32).saturating_sub(1);
-    // Searches run in `order` (temp-index neighbours one after another),
-    // so a thread's consecutive searches end in the same region; each
-    // thread keeps its recent records (`recent` sectors) for the next.
-    let io_threads = if p.io_threads > 0 {
-        p.io_threads
-    } else {
-        rayon::current_num_threads()
-    };
-    let recent = inserts.len().div_ceil(io_threads).clamp(1, RECENT);
-    let insert_phase = || -> Result<Vec<(Vec<u32>, QueryStats)>> {
+    /// Insert phase: GreedySearch for each new point over the old LTI from
+    /// disk, then RobustPrune of what it expanded plus its linked new
+    /// points. A list names another new point `k` as `tag(k)` until the
+    /// slots are known (they depend on the Delete phase's free records).
+    /// Searches run in `order` (temp-index neighbours one after another),
+    /// so a thread's consecutive searches end in the same region; each
+    /// thread keeps its recent records for the next.
+    fn insert_phase(&self, io_threads: usize) -> Result<Vec<NewList>> {
+        let (dim, p, old, inserts) = (self.dim, self.p, self.old, self.inserts);
+        let done = AtomicU64::new(0);
+        let total = inserts.len() as u64;
+        let recent = inserts.len().div_ceil(io_threads).clamp(1, RECENT);
         let near = Arc::new(
             old.sectors_near_start((inserts.len() * NEAR_START_PER_INSERT).min(NEAR_START_MAX))?,
         );
-        let part_len = order
+        let part_len = self
+            .order
             .len()
             .div_ceil(4 * rayon::current_num_threads())
             .max(1);
-        let parts: Vec<Vec<(Vec<u32>, QueryStats)>> = order
+        let parts: Vec<Vec<NewList>> = self
+            .order
             .par_chunks(part_len)
             .map_init(
                 || {
@@ -520,9 +701,8 @@ pub fn streaming_merge(
                     (ls, PruneScratch::default())
                 },
                 |(ls, ps), part| {
-                    let mut out: Vec<Option<(Vec<u32>, QueryStats)>> =
-                        (0..part.len()).map(|_| None).collect();
-                    let query = |i: usize| new_vec(part[i] as usize);
+                    let mut out: Vec<Option<NewList>> = (0..part.len()).map(|_| None).collect();
+                    let query = |i: usize| self.new_vec(part[i] as usize);
                     old.search_expanded_lockstep(
                         0..part.len(),
                         query,
@@ -530,11 +710,11 @@ pub fn streaming_merge(
                         p.w,
                         ls,
                         |i, sc, qs| {
-                            if failed.load(Ordering::Relaxed) {
+                            if self.failed.load(Ordering::Relaxed) {
                                 return Err(Error::invalid("merge: the Delete phase failed"));
                             }
                             let j = part[i] as usize;
-                            let q = new_vec(j);
+                            let q = self.new_vec(j);
                             // Candidates: expanded live nodes, then linked new points.
                             ps.cand_nodes.clear();
                             let mut vecs = std::mem::take(&mut ps.flat);
@@ -544,7 +724,7 @@ pub fn streaming_merge(
                                 .iter()
                                 .zip(sc.expanded_vectors.chunks_exact(dim))
                             {
-                                if !is_dead(e.1) {
+                                if !self.is_dead(e.1) {
                                     ps.cand_nodes.push(e.1);
                                     vecs.extend_from_slice(v);
                                 }
@@ -552,7 +732,7 @@ pub fn streaming_merge(
                             for &k in &inserts.links[j] {
                                 if k as usize != j {
                                     ps.cand_nodes.push(tag(k as usize));
-                                    vecs.extend_from_slice(new_vec(k as usize));
+                                    vecs.extend_from_slice(self.new_vec(k as usize));
                                 }
                             }
                             let list = {
@@ -560,12 +740,12 @@ pub fn streaming_merge(
                                     Vec::with_capacity(ps.cand_nodes.len() + 1);
                                 rows.push(q);
                                 rows.extend(vecs.chunks_exact(dim));
-                                ps.prune_rows(dist, &rows, p)
+                                ps.prune_rows(self.dist, &rows, p)
                             };
                             ps.flat = vecs;
                             let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                            if d.is_multiple_of(1024) && !deleting.load(Ordering::Relaxed) {
-                                report(Phase::Insert, d, total);
+                            if d.is_multiple_of(1024) && !self.deleting.load(Ordering::Relaxed) {
+                                self.report(Phase::Insert, d, total);
                             }
                             out[i] = Some((list, qs));
                             Ok(())
@@ -578,239 +758,198 @@ pub fn streaming_merge(
             )
             .collect::<Result<_>>()?;
         Ok(parts.into_iter().flatten().collect())
-    };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(io_threads)
-        .thread_name(|i| format!("vectide-merge-io-{i}"))
-        .build()
-        .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?;
-    // The Delete phase's own threads, at a lower priority: its prunes keep
-    // the cores busy while the Insert phase's searches wait on their reads,
-    // and yield them as each read completes (module docs).
-    let delete_pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(rayon::current_num_threads())
-        .thread_name(|i| format!("vectide-merge-del-{i}"))
-        .start_handler(|_| {
-            let _ = vectide_core::sched::lower_priority(DELETE_NICE);
-        })
-        .build()
-        .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?;
-    // The phase that fails first stops the other; its error is the one
-    // returned (the other's only says it stopped).
-    let first_failure = AtomicU8::new(0);
-    let fail = |phase: u8| {
-        let _ = first_failure.compare_exchange(0, phase, Ordering::AcqRel, Ordering::Acquire);
-        failed.store(true, Ordering::Relaxed);
-    };
-    let (deleted, inserted) = std::thread::scope(|s| {
-        let ins = s.spawn(|| {
-            let t = Instant::now();
-            let r = pool.install(insert_phase);
-            if r.is_err() {
-                fail(2);
-            }
-            (r, t.elapsed().as_secs_f64())
-        });
-        let del = delete_pool.install(delete_phase);
-        if del.is_err() {
-            fail(1);
-        }
-        deleting.store(false, Ordering::Relaxed);
-        let ins = ins.join();
-        (del, ins)
-    });
-    let (inserted, insert_secs) =
-        inserted.map_err(|_| Error::invalid("merge: the Insert phase panicked"))?;
-    let (free, dstats, lists) = match (deleted, inserted) {
-        (Ok((free, dstats)), Ok(lists)) => (free, dstats, lists),
-        (Err(e), Ok(_)) | (Ok(_), Err(e)) => return Err(e),
-        (Err(d), Err(i)) => {
-            return Err(if first_failure.load(Ordering::Acquire) == 2 {
-                i
+    }
+
+    /// Slots for the new points: free ones first, then past the end, in
+    /// `order`, so that new points that are neighbours share sectors too;
+    /// their PQ codes; their lists with tags turned into slots, and the Δ.
+    fn place(
+        &self,
+        free: Vec<u32>,
+        lists: Vec<NewList>,
+        stats: &mut MergeStats,
+    ) -> Result<Placement> {
+        let n = self.inserts.len();
+        let pq = self.old.pq();
+        let reused = free.len().min(n);
+        let mut slots = vec![0u32; n];
+        for (k, &j) in self.order.iter().enumerate() {
+            slots[j as usize] = if k < reused {
+                free[k]
             } else {
-                d
-            })
+                (self.h.nodes as usize + k - reused) as u32
+            };
         }
-    };
-    report(Phase::Insert, total, total);
-    stats.sectors_read += dstats.sectors_read;
-    stats.sectors_written += dstats.sectors_written;
-    stats.repaired = dstats.repaired;
-    stats.delete_secs = dstats.delete_secs;
-    stats.insert_secs = insert_secs;
-
-    // Slots for the new points: free ones first, then past the end, in
-    // `order`, so that new points that are neighbours share sectors too.
-    let reused = free.len().min(inserts.len());
-    let mut slots = vec![0u32; inserts.len()];
-    for (k, &j) in order.iter().enumerate() {
-        slots[j as usize] = if k < reused {
-            free[k]
-        } else {
-            (n_old as usize + k - reused) as u32
-        };
-    }
-    let left_free = free[reused..].to_vec();
-    drop(free);
-    let n_new = n_old + (inserts.len() - reused) as u64;
-    let slot_of: HashMap<u32, u32> = slots
-        .iter()
-        .enumerate()
-        .map(|(j, &s)| (s, j as u32))
-        .collect();
-    let mut codes = vec![0u8; inserts.len() * pq.m()];
-    codes
-        .par_chunks_mut(pq.m().max(1))
-        .enumerate()
-        .try_for_each(|(j, c)| pq.encode(new_vec(j), c))?;
-    let mut delta: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut new_lists: Vec<Vec<u32>> = vec![Vec::new(); lists.len()];
-    for (&j, (mut list, qs)) in order.iter().zip(lists) {
-        stats.insert_searches += qs;
-        stats.sectors_read += qs.sectors_read;
-        stats.insert_cache_hits += qs.cache_hits;
-        for x in list.iter_mut() {
-            if *x >= first_tag {
-                *x = slots[(u32::MAX - *x) as usize];
-            }
-        }
-        for &t in &list {
-            delta.entry(t).or_default().push(slots[j as usize]);
-        }
-        new_lists[j as usize] = list;
-    }
-    let inter_header = Lti::read_header(&*intermediate)?;
-    let inter = Lti::from_parts(intermediate, inter_header, pq.clone(), old.codes().clone())?;
-
-    // Patch phase: Δ into every list, new points into their slots, a run
-    // at a time (the lists in parallel, then the records encoded in
-    // parallel into the new LTI's sectors).
-    let t = Instant::now();
-    let out_shape = Header { nodes: n_new, ..h };
-    let new_of = |c: u32| slot_of.get(&c).map(|&j| new_vec(j as usize));
-    let news = NewPoints {
-        labels: inserts.labels,
-        vectors: inserts.vectors,
-        lists: &new_lists,
-    };
-    // Node `i`'s list with its Δ (`None`: it has none): pruned to `r`
-    // when over the room.
-    let with_delta = |ps: &mut PruneScratch, i: u32, list: &[u32], vector: &[f32]| {
-        let Some(add) = delta.get(&i) else {
-            return Ok(None);
-        };
-        let mut l = list.to_vec();
-        for &a in add {
-            if a != i && !l.contains(&a) {
-                l.push(a);
-            }
-        }
-        if l.len() <= h.max_degree as usize {
-            return Ok(Some(l));
-        }
-        ps.prune(dim, dist, vector, &l, new_of, old, p).map(Some)
-    };
-    let rewrite_new = |ps: &mut PruneScratch, i: u32| -> Result<Rewrite> {
-        let j = slot_of[&i] as usize;
-        Ok(Rewrite::New(
-            j,
-            with_delta(ps, i, &new_lists[j], new_vec(j))?,
-        ))
-    };
-    let mut w = NodeWriter::new(out, out_shape)?;
-    let mut in_edges = InEdges::new(n_new as usize);
-    // A new point's list counts its in-edges; one the Patch phase changed
-    // counts as patched.
-    let count_new = |o: &Rewrite, in_edges: &mut InEdges, stats: &mut MergeStats| {
-        if let Rewrite::New(j, l) = o {
-            stats.patched += u64::from(l.is_some());
-            in_edges.add_list(l.as_deref().unwrap_or(&new_lists[*j]));
-        }
-    };
-    let mut done = 0u64;
-    inter.scan_runs(|run| {
-        let outs = rewrites(run.len(), dim, |RunScratch { ps, joined, vector }, k| {
-            let i = run.id(k);
-            if slot_of.contains_key(&i) {
-                return rewrite_new(ps, i);
-            }
-            let node = run.node(&inter_header, k, joined)?;
-            if node.label == NO_LABEL {
-                return Ok(Rewrite::Free);
-            }
-            if !delta.contains_key(&i) {
-                return Ok(Rewrite::Keep);
-            }
-            let list: Vec<u32> = node.neighbor_ids().collect();
-            node.vector_into(vector)?;
-            Ok(with_delta(ps, i, &list, vector)?.map_or(Rewrite::Keep, Rewrite::List))
-        })?;
-        let mut joined = Vec::new();
-        for (k, o) in outs.iter().enumerate() {
-            match o {
-                Rewrite::Free => in_edges.mark_free(run.id(k)),
-                Rewrite::Keep => {
-                    for t in run.node(&inter_header, k, &mut joined)?.neighbor_ids() {
-                        in_edges.add(t);
-                    }
+        let left_free = free[reused..].to_vec();
+        let slot_of: HashMap<u32, u32> = slots
+            .iter()
+            .enumerate()
+            .map(|(j, &s)| (s, j as u32))
+            .collect();
+        let mut codes = vec![0u8; n * pq.m()];
+        codes
+            .par_chunks_mut(pq.m().max(1))
+            .enumerate()
+            .try_for_each(|(j, c)| pq.encode(self.new_vec(j), c))?;
+        let first_tag = u32::MAX - (n as u32).saturating_sub(1);
+        let mut delta: HashMap<u32, Vec<u32>> = HashMap::new();
+        let mut new_lists: Vec<Vec<u32>> = vec![Vec::new(); lists.len()];
+        for (&j, (mut list, qs)) in self.order.iter().zip(lists) {
+            stats.insert_searches += qs;
+            stats.sectors_read += qs.sectors_read;
+            stats.insert_cache_hits += qs.cache_hits;
+            for x in list.iter_mut() {
+                if *x >= first_tag {
+                    *x = slots[(u32::MAX - *x) as usize];
                 }
-                Rewrite::List(l) => {
-                    stats.patched += 1;
-                    in_edges.add_list(l);
-                }
-                Rewrite::New(..) => count_new(o, &mut in_edges, &mut stats),
             }
+            for &t in &list {
+                delta.entry(t).or_default().push(slots[j as usize]);
+            }
+            new_lists[j as usize] = list;
         }
-        w.push_records(run.len(), |k, slot| {
+        Ok(Placement {
+            slots,
+            slot_of,
+            left_free,
+            n_new: self.h.nodes + (n - reused) as u64,
+            codes,
+            new_lists,
+            delta,
+        })
+    }
+
+    /// Patch phase: Δ into every list, new points into their slots, a run
+    /// of the intermediate LTI at a time (the lists in parallel, then the
+    /// records encoded in parallel into the new LTI's sectors), then the
+    /// new points past the old end. Returns the new LTI's header and its
+    /// in-edge counts (for the orphan links).
+    fn patch(
+        &self,
+        intermediate: Box<dyn BlockFile>,
+        out: &dyn BlockFile,
+        pl: &Placement,
+        durable_seq: u64,
+        stats: &mut MergeStats,
+    ) -> Result<(Header, InEdges)> {
+        let (h, dim, p, old) = (self.h, self.dim, self.p, self.old);
+        let (n_old, n_new) = (h.nodes, pl.n_new);
+        let inter_header = Lti::read_header(&*intermediate)?;
+        let inter = Lti::from_parts(
+            intermediate,
+            inter_header,
+            old.pq().clone(),
+            old.codes().clone(),
+        )?;
+        let out_shape = Header { nodes: n_new, ..h };
+        let new_of = |c: u32| pl.new_of(self, c);
+        let news = NewPoints {
+            labels: self.inserts.labels,
+            vectors: self.inserts.vectors,
+            lists: &pl.new_lists,
+        };
+        // Node `i`'s list with its Δ (`None`: it has none): pruned to `r`
+        // when over the room.
+        let with_delta = |ps: &mut PruneScratch, i: u32, list: &[u32], vector: &[f32]| {
+            let Some(add) = pl.delta.get(&i) else {
+                return Ok(None);
+            };
+            let mut l = list.to_vec();
+            for &a in add {
+                if a != i && !l.contains(&a) {
+                    l.push(a);
+                }
+            }
+            if l.len() <= h.max_degree as usize {
+                return Ok(Some(l));
+            }
+            ps.prune(dim, self.dist, vector, &l, new_of, old, p)
+                .map(Some)
+        };
+        let rewrite_new = |ps: &mut PruneScratch, i: u32| -> Result<Rewrite> {
+            let j = pl.slot_of[&i] as usize;
+            Ok(Rewrite::New(
+                j,
+                with_delta(ps, i, &pl.new_lists[j], self.new_vec(j))?,
+            ))
+        };
+        let mut w = NodeWriter::new(out, out_shape)?;
+        let mut in_edges = InEdges::new(n_new as usize);
+        // A new point's list counts its in-edges; one the Patch phase changed
+        // counts as patched.
+        let count_new = |o: &Rewrite, in_edges: &mut InEdges, stats: &mut MergeStats| {
+            if let Rewrite::New(j, l) = o {
+                stats.patched += u64::from(l.is_some());
+                in_edges.add_list(l.as_deref().unwrap_or(&pl.new_lists[*j]));
+            }
+        };
+        let mut done = 0u64;
+        inter.scan_runs(|run| {
+            let outs = rewrites(run.len(), dim, |RunScratch { ps, joined, vector }, k| {
+                let i = run.id(k);
+                if pl.slot_of.contains_key(&i) {
+                    return rewrite_new(ps, i);
+                }
+                let node = run.node(&inter_header, k, joined)?;
+                if node.label == NO_LABEL {
+                    return Ok(Rewrite::Free);
+                }
+                if !pl.delta.contains_key(&i) {
+                    return Ok(Rewrite::Keep);
+                }
+                let list: Vec<u32> = node.neighbor_ids().collect();
+                node.vector_into(vector)?;
+                Ok(with_delta(ps, i, &list, vector)?.map_or(Rewrite::Keep, Rewrite::List))
+            })?;
             let mut joined = Vec::new();
-            let record = run.record(&inter_header, k, &mut joined);
-            rewrite_into(slot, &out_shape, &outs[k], record, Some(&news))
-        })?;
-        done += run.len() as u64;
-        report(Phase::Patch, done, n_new);
-        Ok(())
-    })?;
-    stats.sectors_read += inter_header.data_sectors();
-    // New points past the old end.
-    let tail = rewrites((n_new - n_old) as usize, dim, |s, k| {
-        rewrite_new(&mut s.ps, (n_old + k as u64) as u32)
-    })?;
-    for o in &tail {
-        count_new(o, &mut in_edges, &mut stats);
-    }
-    w.push_records(tail.len(), |k, slot| {
-        rewrite_into(slot, &out_shape, &tail[k], &[], Some(&news))
-    })?;
-    report(Phase::Patch, n_new, n_new);
-    let header = w.finish(h.start, durable_seq)?;
-    stats.sectors_written += 1 + header.data_sectors();
-    let vector_of = |c: u32, v: &mut [f32]| match new_of(c) {
-        Some(x) => {
-            v.copy_from_slice(x);
+            for (k, o) in outs.iter().enumerate() {
+                match o {
+                    Rewrite::Free => in_edges.mark_free(run.id(k)),
+                    Rewrite::Keep => {
+                        for t in run.node(&inter_header, k, &mut joined)?.neighbor_ids() {
+                            in_edges.add(t);
+                        }
+                    }
+                    Rewrite::List(l) => {
+                        stats.patched += 1;
+                        in_edges.add_list(l);
+                    }
+                    Rewrite::New(..) => count_new(o, &mut in_edges, stats),
+                }
+            }
+            w.push_records(run.len(), |k, slot| {
+                let mut joined = Vec::new();
+                let record = run.record(&inter_header, k, &mut joined);
+                rewrite_into(slot, &out_shape, &outs[k], record, Some(&news))
+            })?;
+            done += run.len() as u64;
+            self.report(Phase::Patch, done, n_new);
             Ok(())
+        })?;
+        stats.sectors_read += inter_header.data_sectors();
+        // New points past the old end.
+        let tail = rewrites((n_new - n_old) as usize, dim, |s, k| {
+            rewrite_new(&mut s.ps, (n_old + k as u64) as u32)
+        })?;
+        for o in &tail {
+            count_new(o, &mut in_edges, stats);
         }
-        None => pq.decode(old.code(c), v),
-    };
-    let (linked, left) = link_orphans(out, &header, &mut in_edges, dist, vector_of)?;
-    if linked > 0 {
-        out.sync()?;
+        w.push_records(tail.len(), |k, slot| {
+            rewrite_into(slot, &out_shape, &tail[k], &[], Some(&news))
+        })?;
+        self.report(Phase::Patch, n_new, n_new);
+        let header = w.finish(h.start, durable_seq)?;
+        stats.sectors_written += 1 + header.data_sectors();
+        Ok((header, in_edges))
     }
-    stats.orphans_linked = linked;
-    stats.orphans_left = left;
-    let m = pq.m();
-    let old_codes = old.codes();
-    PqFile::write_with(pq_path, pq, n_new, |i| match slot_of.get(&(i as u32)) {
-        Some(&j) => &codes[j as usize * m..(j as usize + 1) * m],
-        None => &old_codes[i * m..(i + 1) * m],
-    })?;
-    stats.patch_secs = t.elapsed().as_secs_f64();
-    Ok(MergeOutcome {
-        header,
-        slots,
-        codes,
-        free: left_free,
-        stats,
-    })
+}
+
+/// A new point's list from the Insert phase, and its search's work.
+type NewList = (Vec<u32>, QueryStats);
+
+/// A new point `k`'s name in an Insert-phase list until slots are known.
+fn tag(k: usize) -> u32 {
+    u32::MAX - k as u32
 }
 
 /// In-edges counted up to two per node, and free records, over the new
