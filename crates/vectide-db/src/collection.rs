@@ -249,7 +249,7 @@ impl Collection {
             if op.touches_engine() {
                 self.engine_seq.store(seq, Ordering::Release);
             }
-            self.store.write().apply(seq, &op.changes)
+            self.store.write().apply_owned(seq, op.changes)
         });
         *turn = seq + 1;
         self.turn_cv.notify_all();
@@ -283,11 +283,17 @@ impl Collection {
     /// Inserts or replaces points (vectors and payloads); durable and visible
     /// when it returns. Returns the operation's sequence number.
     pub fn upsert(&self, points: &[PointInput]) -> Result<Seq> {
+        self.upsert_owned(points.to_vec())
+    }
+
+    /// [`upsert`](Self::upsert), taking the points: their ids and payloads
+    /// move into the record and the point store instead of being copied.
+    pub fn upsert_owned(&self, mut points: Vec<PointInput>) -> Result<Seq> {
         if points.is_empty() {
             return Ok(self.last_seq());
         }
         let mut seen = HashSet::with_capacity(points.len());
-        for p in points {
+        for p in &points {
             self.check_vector(&p.vector)
                 .map_err(|e| DbError::invalid(format!("point {}: {e}", p.id)))?;
             if !(p.payload.is_null() || p.payload.is_object()) {
@@ -303,19 +309,21 @@ impl Collection {
                 )));
             }
         }
+        drop(seen);
         let dim = self.config.dim;
+        let n = points.len();
         let seq = self.commit(|seq, store| {
-            let rows = points.iter().map(|p| UpsertRow {
+            let rows = points.iter_mut().map(|p| UpsertRow {
                 id: store.assign(&p.id),
-                ext: &p.id,
+                ext: std::mem::replace(&mut p.id, ExtId::Num(0)),
                 vector: &p.vector,
-                payload: &p.payload,
+                payload: std::mem::take(&mut p.payload),
             });
-            Ok(encode_upsert(seq, dim, points.len(), rows))
+            Ok(encode_upsert(seq, dim, n, rows))
         })?;
         self.counters
             .upserted
-            .fetch_add(points.len() as u64, Ordering::Relaxed);
+            .fetch_add(n as u64, Ordering::Relaxed);
         Ok(seq)
     }
 

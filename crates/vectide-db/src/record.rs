@@ -51,9 +51,9 @@ impl Op {
 /// payload.
 pub(crate) struct UpsertRow<'a> {
     pub id: u64,
-    pub ext: &'a ExtId,
+    pub ext: ExtId,
     pub vector: &'a [f32],
-    pub payload: &'a Value,
+    pub payload: Value,
 }
 
 fn header(seq: Seq, kind: u8, n: usize, capacity: usize) -> Vec<u8> {
@@ -95,13 +95,13 @@ pub(crate) fn encode_upsert<'a>(
         for x in r.vector {
             b.extend_from_slice(&x.to_le_bytes());
         }
-        put_json(&mut b, r.payload);
+        put_json(&mut b, &r.payload);
         op.ids.push(r.id);
         op.vectors.extend_from_slice(r.vector);
         op.changes.push(Change::Upsert {
             id: r.id,
-            ext: r.ext.clone(),
-            payload: r.payload.clone(),
+            ext: r.ext,
+            payload: r.payload,
         });
     }
     (b, op)
@@ -257,9 +257,9 @@ mod tests {
         let payloads = [json!({"a": 1}), Value::Null];
         let rows = (0..2).map(|i| UpsertRow {
             id: 10 + i as u64,
-            ext: &ext[i],
+            ext: ext[i].clone(),
             vector: &vecs[i],
-            payload: &payloads[i],
+            payload: payloads[i].clone(),
         });
         let (b, op) = encode_upsert(5, 2, 2, rows);
         let back = decode(&b, 2).unwrap();

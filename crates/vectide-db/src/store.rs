@@ -436,15 +436,18 @@ impl PointStore {
     /// Applies one operation's changes in one transaction (no fsync).
     /// Changes older than what a point holds are skipped.
     pub fn apply(&mut self, seq: Seq, changes: &[Change]) -> Result<()> {
+        self.apply_owned(seq, changes.to_vec())
+    }
+
+    /// [`apply`](Self::apply), taking the changes (payloads move into the
+    /// store instead of being copied).
+    pub fn apply_owned(&mut self, seq: Seq, changes: Vec<Change>) -> Result<()> {
         self.apply_many(std::iter::once((seq, changes)))
     }
 
     /// Applies several operations (ascending sequence numbers) in one
     /// transaction: recovery replays a WAL tail this way, one commit for all.
-    pub fn apply_many<'a>(
-        &mut self,
-        ops: impl IntoIterator<Item = (Seq, &'a [Change])>,
-    ) -> Result<()> {
+    pub fn apply_many(&mut self, ops: impl IntoIterator<Item = (Seq, Vec<Change>)>) -> Result<()> {
         let mut w = self.db.begin_write()?;
         w.set_durability(Durability::None)
             .map_err(redb::Error::from)?;
@@ -478,42 +481,35 @@ impl PointStore {
         pts: &mut redb::Table<u64, &[u8]>,
         ids: &mut redb::Table<&[u8], u64>,
         seq: Seq,
-        changes: &[Change],
+        changes: Vec<Change>,
     ) -> Result<()> {
         for c in changes {
             match c {
                 Change::Upsert { id, ext, payload } => {
-                    if self.points.get(id).is_some_and(|p| p.seq > seq) {
+                    if self.points.get(&id).is_some_and(|p| p.seq > seq) {
                         continue;
                     }
                     let payload = if payload.is_null() {
                         Value::Object(Map::new())
                     } else {
-                        payload.clone()
+                        payload
                     };
-                    pts.insert(*id, encode_point(seq, ext, &payload).as_slice())?;
-                    ids.insert(ext.to_bytes().as_slice(), *id)?;
-                    self.ids.insert(ext.clone(), *id);
+                    pts.insert(id, encode_point(seq, &ext, &payload).as_slice())?;
+                    ids.insert(ext.to_bytes().as_slice(), id)?;
+                    self.ids.insert(ext.clone(), id);
                     self.next_internal = self.next_internal.max(id + 1);
-                    let old = self.points.insert(
-                        *id,
-                        Point {
-                            ext: ext.clone(),
-                            payload,
-                            seq,
-                        },
-                    );
-                    self.reindex(*id, old.as_ref().map(|p| &p.payload));
+                    let old = self.points.insert(id, Point { ext, payload, seq });
+                    self.reindex(id, old.as_ref().map(|p| &p.payload));
                 }
                 Change::Delete { id, .. } => {
-                    if self.points.get(id).is_some_and(|p| p.seq <= seq) {
-                        pts.remove(*id)?;
-                        let old = self.points.remove(id);
-                        self.reindex(*id, old.as_ref().map(|p| &p.payload));
+                    if self.points.get(&id).is_some_and(|p| p.seq <= seq) {
+                        pts.remove(id)?;
+                        let old = self.points.remove(&id);
+                        self.reindex(id, old.as_ref().map(|p| &p.payload));
                     }
                 }
                 Change::SetPayload { id, ext, payload } => {
-                    let Some(p) = self.points.get(id) else {
+                    let Some(p) = self.points.get(&id) else {
                         continue;
                     };
                     if p.seq > seq {
@@ -521,20 +517,18 @@ impl PointStore {
                     }
                     let mut merged = p.payload.clone();
                     if let (Value::Object(m), Value::Object(patch)) = (&mut merged, payload) {
-                        for (k, v) in patch {
-                            m.insert(k.clone(), v.clone());
-                        }
+                        m.extend(patch);
                     }
-                    pts.insert(*id, encode_point(seq, ext, &merged).as_slice())?;
+                    pts.insert(id, encode_point(seq, &ext, &merged).as_slice())?;
                     let old = self.points.insert(
-                        *id,
+                        id,
                         Point {
-                            ext: ext.clone(),
+                            ext,
                             payload: merged,
                             seq,
                         },
                     );
-                    self.reindex(*id, old.as_ref().map(|p| &p.payload));
+                    self.reindex(id, old.as_ref().map(|p| &p.payload));
                 }
             }
         }

@@ -283,7 +283,7 @@ impl PyCollection {
                 payload,
             })
             .collect();
-        py.detach(|| c.upsert(&points)).map_err(to_py)
+        py.detach(|| c.upsert_owned(points)).map_err(to_py)
     }
 
     /// Searches each query row; returns a list (per query) of hits

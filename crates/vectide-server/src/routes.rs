@@ -314,7 +314,7 @@ async fn upsert_points(call: OnCollection<Upsert>) -> ApiResult {
     } else {
         return Err(ApiError::bad("expected \"points\" or \"batch\""));
     }
-    update(t0, c, move |c| c.upsert(&points)).await
+    update(t0, c, move |c| c.upsert_owned(points)).await
 }
 
 /// One query, checked against the collection.

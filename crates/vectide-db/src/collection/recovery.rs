@@ -172,7 +172,7 @@ impl Collection {
             if op.seq > store.applied_seq() {
                 store_ops.push(op);
                 if store_ops.len() >= 4096 {
-                    store.apply_many(store_ops.iter().map(|o| (o.seq, &o.changes[..])))?;
+                    store.apply_many(store_ops.drain(..).map(|o| (o.seq, o.changes)))?;
                     store_ops.clear();
                 }
             }
@@ -180,7 +180,7 @@ impl Collection {
             replayed_bytes += rec.len() as u64 + 8;
         }
         pending.flush(&engine)?;
-        store.apply_many(store_ops.iter().map(|o| (o.seq, &o.changes[..])))?;
+        store.apply_many(store_ops.drain(..).map(|o| (o.seq, o.changes)))?;
         drop(store_ops);
         log.set_bytes_since_checkpoint(replayed_bytes);
         // After replay, the engine and the store hold the same live points
