@@ -422,6 +422,17 @@ impl Inner {
         Ok(false)
     }
 
+    /// The current manifest covering `covered`, with the dead lists as
+    /// they stand now.
+    fn manifest_now(&self, w: &Writer, covered: Seq) -> Manifest {
+        let mut m = w.manifest.clone();
+        m.covered_seq = covered;
+        let st = self.state.read();
+        m.lti_dead = st.lti_dead.clone();
+        m.ro_dead = st.ro_dead.clone();
+        m
+    }
+
     /// Freezes the RW-TempIndex: snapshot, a new redo log, the manifest
     /// naming both, then the old log removed. With `log=database` and an
     /// empty RW index, only the manifest is rewritten (so that it covers
@@ -431,13 +442,7 @@ impl Inner {
         if rw.index.is_empty() && self.params.external_log {
             let applied = self.durable.load(Ordering::Acquire);
             if applied > w.manifest.covered_seq {
-                let mut m = w.manifest.clone();
-                m.covered_seq = applied;
-                {
-                    let st = self.state.read();
-                    m.lti_dead = st.lti_dead.clone();
-                    m.ro_dead = st.ro_dead.clone();
-                }
+                let m = self.manifest_now(w, applied);
                 m.write(&self.dir)?;
                 w.manifest = m;
                 self.covered.fetch_max(applied, Ordering::AcqRel);
@@ -461,15 +466,9 @@ impl Inner {
                 manifest::log_file(&self.dir, next).display()
             )));
         }
-        let mut m = w.manifest.clone();
+        let mut m = self.manifest_now(w, self.durable.load(Ordering::Acquire));
         m.ro.push(rw.serial);
         m.rw = next;
-        m.covered_seq = self.durable.load(Ordering::Acquire);
-        {
-            let st = self.state.read();
-            m.lti_dead = st.lti_dead.clone();
-            m.ro_dead = st.ro_dead.clone();
-        }
         m.write(&self.dir)?;
         let covered = m.covered_seq;
         let temp = self.new_temp(next)?;

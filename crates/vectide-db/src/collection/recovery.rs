@@ -173,7 +173,6 @@ impl Collection {
                 store_ops.push(op);
                 if store_ops.len() >= 4096 {
                     store.apply_many(store_ops.drain(..).map(|o| (o.seq, o.changes)))?;
-                    store_ops.clear();
                 }
             }
             replayed += 1;
