@@ -82,7 +82,7 @@ def test_inspect_reads_the_manifest_lti_and_log(tmp_path):
         pytest.skip("the vectide CLI is not beside this Python")
     out = subprocess.run([str(cli), "inspect", str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "lti_nodes" in out.stdout and "redo_log" in out.stdout and "1 records" in out.stdout
+    assert "lti_nodes" in out.stdout and "redo_log" in out.stdout and "1 calls" in out.stdout
 
 
 @pytest.mark.parametrize("rows", [

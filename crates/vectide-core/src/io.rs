@@ -124,6 +124,11 @@ impl<'a> ByteReader<'a> {
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
+    /// The bytes not read yet (the reader does not move): for a section
+    /// whose own parser says how much of it was used.
+    pub fn rest(&self) -> &'a [u8] {
+        &self.buf[self.pos..]
+    }
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self
             .pos

@@ -153,10 +153,8 @@ fn create_segment(dir: &Path, first: Seq) -> Result<(File, PathBuf)> {
 
 /// The sequence number a record payload starts with.
 pub fn record_seq(payload: &[u8]) -> Result<Seq> {
-    payload
-        .get(..8)
-        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        .ok_or_else(|| DbError::corrupted("WAL record shorter than its sequence number"))
+    vectide_storage::durable::record::seq_of(payload)
+        .map_err(|_| DbError::corrupted("WAL record shorter than its sequence number"))
 }
 
 /// The first sequence numbers of the segment files in `dir`, ascending.
@@ -664,7 +662,9 @@ mod tests {
     use std::sync::Arc;
 
     fn rec(seq: Seq, body: &[u8]) -> Vec<u8> {
-        let mut v = seq.to_le_bytes().to_vec();
+        use vectide_storage::durable::record::{encode, Kind};
+        let mut v = Vec::new();
+        encode(&mut v, Kind::Annotate, seq, false, &[], &[]);
         v.extend_from_slice(body);
         v
     }

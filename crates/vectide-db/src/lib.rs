@@ -54,7 +54,9 @@ const CATALOG: &str = "catalog.json";
 const CATALOG_FORMAT: &str = "vectide-catalog";
 /// Version 2: `points.redb` is redb's file format 3 (redb 4.x); version 1
 /// stores (redb 2.x, format 2) are refused by number, not opened.
-const CATALOG_VERSION: u64 = 2;
+/// Version 3: WAL records in the one record codec (kind first, ids and
+/// vectors in columns, external ids and payloads in the tail).
+const CATALOG_VERSION: u64 = 3;
 
 /// A collection name: 1..=64 of `[A-Za-z0-9_.-]`, not starting with a dot.
 pub fn check_name(name: &str) -> Result<()> {

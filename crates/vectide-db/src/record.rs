@@ -1,21 +1,33 @@
 //! The collection's WAL records (`docs/format-database.md`, "Record
-//! payloads"): one codec for the one log. Encoders build a record's bytes
-//! and its decoded form ([`Op`]) together, so that the writer applies
-//! exactly what it logged; [`decode`] reads a record back through the one
-//! bounds-checked reader (`vectide_core::io::ByteReader`).
+//! payloads"): the one record codec of every log
+//! (`vectide_storage::durable::record`: kind, sequence number, internal
+//! ids, vectors), with each point's external id and payload in the
+//! record's tail. Encoders build a record's bytes and its decoded form
+//! ([`Op`]) together, so that the writer applies exactly what it logged;
+//! [`decode`] reads a record back through the one bounds-checked reader
+//! (`vectide_core::io::ByteReader`).
 
 use crate::error::{DbError, Result};
 use crate::ids::ExtId;
 use crate::store::Change;
 use serde_json::Value;
-use std::collections::HashSet;
 use vectide_core::io::ByteReader;
 use vectide_core::Seq;
 use vectide_engines::AnyIndex;
+use vectide_storage::durable::record::{self, Kind};
+use vectide_storage::durable::Batcher;
 
-pub(crate) const OP_UPSERT: u8 = 1;
-pub(crate) const OP_DELETE: u8 = 2;
-pub(crate) const OP_SET_PAYLOAD: u8 = 3;
+pub(crate) const OP_UPSERT: u8 = Kind::Insert as u8;
+pub(crate) const OP_DELETE: u8 = Kind::Delete as u8;
+pub(crate) const OP_SET_PAYLOAD: u8 = Kind::Annotate as u8;
+
+fn kind_of(op: u8) -> Kind {
+    match op {
+        OP_UPSERT => Kind::Insert,
+        OP_DELETE => Kind::Delete,
+        _ => Kind::Annotate,
+    }
+}
 
 /// A decoded WAL record: what the engine (ids, vectors) and the point
 /// store (changes) apply.
@@ -56,14 +68,6 @@ pub(crate) struct UpsertRow<'a> {
     pub payload: Value,
 }
 
-fn header(seq: Seq, kind: u8, n: usize, capacity: usize) -> Vec<u8> {
-    let mut b = Vec::with_capacity(capacity);
-    b.extend_from_slice(&seq.to_le_bytes());
-    b.push(kind);
-    b.extend_from_slice(&(n as u32).to_le_bytes());
-    b
-}
-
 fn put_json(b: &mut Vec<u8>, v: &Value) {
     if v.is_null() {
         b.extend_from_slice(&0u32.to_le_bytes());
@@ -81,7 +85,6 @@ pub(crate) fn encode_upsert<'a>(
     n: usize,
     rows: impl Iterator<Item = UpsertRow<'a>>,
 ) -> (Vec<u8>, Op) {
-    let mut b = header(seq, OP_UPSERT, n, 16 + n * (4 * dim + 64));
     let mut op = Op {
         seq,
         kind: OP_UPSERT,
@@ -89,13 +92,10 @@ pub(crate) fn encode_upsert<'a>(
         vectors: Vec::with_capacity(n * dim),
         changes: Vec::with_capacity(n),
     };
+    let mut tail = Vec::with_capacity(n * 64);
     for r in rows {
-        b.extend_from_slice(&r.id.to_le_bytes());
-        r.ext.encode(&mut b);
-        for x in r.vector {
-            b.extend_from_slice(&x.to_le_bytes());
-        }
-        put_json(&mut b, &r.payload);
+        r.ext.encode(&mut tail);
+        put_json(&mut tail, &r.payload);
         op.ids.push(r.id);
         op.vectors.extend_from_slice(r.vector);
         op.changes.push(Change::Upsert {
@@ -104,6 +104,9 @@ pub(crate) fn encode_upsert<'a>(
             payload: r.payload,
         });
     }
+    let mut b = Vec::with_capacity(record::HEAD + 8 * n + 4 * n * dim + tail.len());
+    record::encode(&mut b, Kind::Insert, seq, false, &op.ids, &op.vectors);
+    b.extend_from_slice(&tail);
     (b, op)
 }
 
@@ -116,7 +119,6 @@ pub(crate) fn encode_targets(
     payload: &Value,
 ) -> (Vec<u8>, Op) {
     debug_assert!(kind == OP_DELETE || kind == OP_SET_PAYLOAD);
-    let mut b = header(seq, kind, targets.len(), 16 + targets.len() * 32);
     let mut op = Op {
         seq,
         kind,
@@ -124,9 +126,9 @@ pub(crate) fn encode_targets(
         vectors: Vec::new(),
         changes: Vec::with_capacity(targets.len()),
     };
+    let mut tail = Vec::with_capacity(targets.len() * 32);
     for (id, ext) in targets {
-        b.extend_from_slice(&id.to_le_bytes());
-        ext.encode(&mut b);
+        ext.encode(&mut tail);
         op.ids.push(*id);
         op.changes.push(if kind == OP_DELETE {
             Change::Delete {
@@ -134,7 +136,7 @@ pub(crate) fn encode_targets(
                 ext: ext.clone(),
             }
         } else {
-            put_json(&mut b, payload);
+            put_json(&mut tail, payload);
             Change::SetPayload {
                 id: *id,
                 ext: ext.clone(),
@@ -142,11 +144,14 @@ pub(crate) fn encode_targets(
             }
         });
     }
+    let mut b = Vec::with_capacity(record::HEAD + 8 * targets.len() + tail.len());
+    record::encode(&mut b, kind_of(kind), seq, false, &op.ids, &[]);
+    b.extend_from_slice(&tail);
     (b, op)
 }
 
-fn ext(r: &mut ByteReader<'_>, payload: &[u8]) -> Result<ExtId> {
-    let (id, n) = ExtId::decode(&payload[r.position()..])?;
+fn ext(r: &mut ByteReader<'_>) -> Result<ExtId> {
+    let (id, n) = ExtId::decode(r.rest())?;
     r.bytes(n)?;
     Ok(id)
 }
@@ -161,87 +166,71 @@ fn json(r: &mut ByteReader<'_>) -> Result<Value> {
 
 /// Reads a record of a collection of dimension `dim`.
 pub(crate) fn decode(payload: &[u8], dim: usize) -> Result<Op> {
-    let mut r = ByteReader::new(payload);
-    let seq = r.u64()?;
-    let kind = r.u8()?;
-    let n = r.u32()? as usize;
-    if n > payload.len() {
+    let rec = record::decode(payload, dim).map_err(|e| DbError::corrupted(e.to_string()))?;
+    if rec.continues {
         return Err(DbError::corrupted(
-            "WAL record claims more points than it holds",
+            "WAL record marked as continued: the database writes each operation in one record",
         ));
     }
-    let mut op = Op {
-        seq,
-        kind,
-        ids: Vec::with_capacity(n),
-        vectors: Vec::new(),
-        changes: Vec::with_capacity(n),
-    };
-    for _ in 0..n {
-        let id = r.u64()?;
-        let ext = ext(&mut r, payload)?;
-        op.ids.push(id);
-        match kind {
-            OP_UPSERT => {
-                r.f32s(dim, &mut op.vectors)?;
-                let payload = json(&mut r)?;
-                op.changes.push(Change::Upsert { id, ext, payload });
-            }
-            OP_DELETE => op.changes.push(Change::Delete { id, ext }),
-            OP_SET_PAYLOAD => {
-                let payload = json(&mut r)?;
-                op.changes.push(Change::SetPayload { id, ext, payload });
-            }
-            k => {
-                return Err(DbError::corrupted(format!(
-                    "WAL record of unknown kind {k}"
-                )))
-            }
+    let kind = match rec.kind {
+        Kind::Insert => OP_UPSERT,
+        Kind::Delete => OP_DELETE,
+        Kind::Annotate => OP_SET_PAYLOAD,
+        Kind::Abandon => {
+            return Err(DbError::corrupted(
+                "WAL record of unknown kind 4 (an engine's, not the database's)",
+            ))
         }
+    };
+    let mut r = ByteReader::new(rec.tail);
+    let mut changes = Vec::with_capacity(rec.ids.len());
+    for &id in &rec.ids {
+        let ext = ext(&mut r)?;
+        changes.push(match kind {
+            OP_UPSERT => Change::Upsert {
+                id,
+                ext,
+                payload: json(&mut r)?,
+            },
+            OP_DELETE => Change::Delete { id, ext },
+            _ => Change::SetPayload {
+                id,
+                ext,
+                payload: json(&mut r)?,
+            },
+        });
     }
-    Ok(op)
+    if r.remaining() != 0 {
+        return Err(DbError::corrupted("WAL record: bytes after the last point"));
+    }
+    Ok(Op {
+        seq: rec.seq,
+        kind,
+        ids: rec.ids,
+        vectors: rec.vectors,
+        changes,
+    })
 }
 
-/// Consecutive upserts of a WAL tail, replayed into the engine as one batch
-/// (one call instead of one per record, which dominated restart time). A
-/// batch ends at a delete, at an id it already holds, or at 4096 points; it
-/// carries the sequence number of its last record, which is harmless: each
-/// point is applied once, and everything up to that number is applied when
-/// the batch is.
+/// Consecutive upserts of a WAL tail, replayed into the engine as one
+/// batch (the kit's [`Batcher`]); a delete applies what is gathered first.
 #[derive(Default)]
-pub(crate) struct ReplayBatch {
-    seq: Seq,
-    ids: Vec<u64>,
-    vectors: Vec<f32>,
-    seen: HashSet<u64>,
-}
+pub(crate) struct ReplayBatch(Batcher);
 
 impl ReplayBatch {
     pub fn add(&mut self, engine: &AnyIndex, op: &Op) -> Result<()> {
-        if op.kind != OP_UPSERT || op.ids.iter().any(|i| self.seen.contains(i)) {
-            self.flush(engine)?;
-        }
+        let mut apply = |seq, ids: &[u64], v: &[f32]| engine.insert(seq, ids, v);
         if op.kind != OP_UPSERT {
+            self.0.flush(&mut apply)?;
             return op.apply_to(engine);
         }
-        self.seq = op.seq;
-        self.ids.extend_from_slice(&op.ids);
-        self.vectors.extend_from_slice(&op.vectors);
-        self.seen.extend(op.ids.iter().copied());
-        if self.ids.len() >= 4096 {
-            self.flush(engine)?;
-        }
-        Ok(())
+        Ok(self.0.insert(op.seq, &op.ids, &op.vectors, &mut apply)?)
     }
 
     pub fn flush(&mut self, engine: &AnyIndex) -> Result<()> {
-        if !self.ids.is_empty() {
-            engine.insert(self.seq, &self.ids, &self.vectors)?;
-            self.ids.clear();
-            self.vectors.clear();
-            self.seen.clear();
-        }
-        Ok(())
+        Ok(self
+            .0
+            .flush(&mut |seq, ids: &[u64], v: &[f32]| engine.insert(seq, ids, v))?)
     }
 }
 
@@ -283,7 +272,7 @@ mod tests {
             assert!(decode(&b[..cut], 2).is_err(), "cut at {cut}");
         }
         let mut bad = b.clone();
-        bad[8] = 9;
+        bad[0] = 9;
         assert!(decode(&bad, 2)
             .unwrap_err()
             .to_string()

@@ -244,22 +244,26 @@ fn damaged_point_stores_and_catalogs_are_typed_errors() {
 }
 
 #[test]
-fn catalogs_of_the_redb_2_stores_are_refused_by_version() {
-    let dir = tempfile::tempdir().unwrap();
-    fill(dir.path());
-    let catalog = dir.path().join("catalog.json");
-    let text = std::fs::read_to_string(&catalog).unwrap();
-    let old = text.replacen("\"version\": 2", "\"version\": 1", 1);
-    assert_ne!(old, text, "{text}");
-    std::fs::write(&catalog, &old).unwrap();
-    match Database::open(dir.path(), opts()) {
-        Err(DbError::Core(vectide_core::Error::Version { found, supported })) => {
-            assert_eq!((found, supported), (1, 2))
+fn catalogs_of_older_formats_are_refused_by_version() {
+    // Version 1: stores written by redb 2; version 2: WAL records before
+    // the one record codec.
+    for v in [1, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        fill(dir.path());
+        let catalog = dir.path().join("catalog.json");
+        let text = std::fs::read_to_string(&catalog).unwrap();
+        let old = text.replacen("\"version\": 3", &format!("\"version\": {v}"), 1);
+        assert_ne!(old, text, "{text}");
+        std::fs::write(&catalog, &old).unwrap();
+        match Database::open(dir.path(), opts()) {
+            Err(DbError::Core(vectide_core::Error::Version { found, supported })) => {
+                assert_eq!((found, supported), (v, 3))
+            }
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("a version {v} catalog opened"),
         }
-        Err(e) => panic!("unexpected error {e}"),
-        Ok(_) => panic!("a version 1 catalog opened"),
+        assert_eq!(std::fs::read_to_string(&catalog).unwrap(), old, "unchanged");
     }
-    assert_eq!(std::fs::read_to_string(&catalog).unwrap(), old, "unchanged");
 }
 
 #[test]

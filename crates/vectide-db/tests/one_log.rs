@@ -151,6 +151,18 @@ fn engines_that_keep_a_log_write_none_of_their_own_under_the_database() {
             0,
             "{engine}: its own redo log was synced under the database: {sites:?}"
         );
+        // Nor is a log of its own ever started at a checkpoint.
+        assert!(
+            sites.keys().all(|k| !k.starts_with("wal.")),
+            "{engine}: a WAL of its own was written under the database: {sites:?}"
+        );
+        assert!(
+            !std::fs::read_dir(root.path().join("collections/docs/index"))
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .any(|e| e.file_name().to_string_lossy().ends_with(".log")),
+            "{engine}: a log file in the engine's directory"
+        );
         // What is left are the engine's own checkpoints (freezes,
         // snapshots, merges), every thousand rows or so: far fewer than
         // one per write.

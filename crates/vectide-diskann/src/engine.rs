@@ -47,8 +47,7 @@ use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Params, Result, SearchParams, Seq, VectorIndex,
 };
 use vectide_storage::block::DirectFile;
-use vectide_storage::redo;
-use vectide_storage::wal::Wal;
+use vectide_storage::durable::{select_rows, RedoLog};
 use vectide_vamana::{FreshVamana, VamanaParams, START_LABEL};
 
 /// Sync site of the LTI files a merge writes.
@@ -136,20 +135,11 @@ impl State {
     }
 }
 
+/// The writer's side: the redo log in use (none when the database's
+/// commit log is the only log) and the manifest in force.
 pub(crate) struct Writer {
-    pub log: Wal,
+    pub log: Option<RedoLog>,
     pub manifest: Manifest,
-    buf: Vec<u8>,
-}
-
-impl Writer {
-    pub(crate) fn new(log: Wal, manifest: Manifest) -> Self {
-        Writer {
-            log,
-            manifest,
-            buf: Vec::new(),
-        }
-    }
 }
 
 /// Merge progress, read by `stats`.
@@ -356,10 +346,9 @@ impl Inner {
         check_batch(self.dim, self.metric, ids, vectors)?;
         let mut w = self.writer.lock();
         let rows = self.newer_rows(seq, ids);
-        let (ids, vectors) = redo::select_rows(self.dim, ids, vectors, &rows);
-        if !self.params.external_log {
-            let Writer { log, buf, .. } = &mut *w;
-            redo::log_insert(log, seq, &ids, &vectors, self.dim, buf)?;
+        let (ids, vectors) = select_rows(self.dim, ids, vectors, &rows);
+        if let Some(log) = &mut w.log {
+            log.log_insert(seq, &ids, &vectors)?;
         }
         if !ids.is_empty() {
             self.apply_insert(seq, &ids, &vectors, progress)?;
@@ -382,9 +371,8 @@ impl Inner {
                 .filter(|id| st.loc.get(id).is_some_and(|l| l.seq <= seq) && seen.insert(*id))
                 .collect()
         };
-        if !self.params.external_log {
-            let Writer { log, buf, .. } = &mut *w;
-            redo::log_delete(log, seq, &targets, buf)?;
+        if let Some(log) = &mut w.log {
+            log.log_delete(seq, &targets)?;
         }
         let n = self.apply_delete(seq, &targets)?;
         self.durable.fetch_max(seq, Ordering::AcqRel);
@@ -449,7 +437,7 @@ impl Inner {
             }
             return Ok(());
         }
-        if rw.index.is_empty() && w.log.is_empty() {
+        if rw.index.is_empty() && w.log.as_ref().is_none_or(|l| l.wal().is_empty()) {
             return Ok(());
         }
         let next = rw.serial + 1;
@@ -459,13 +447,21 @@ impl Inner {
             ));
         }
         rw.index.save(&manifest::temp_file(&self.dir, rw.serial))?;
-        let (log, stale) = Wal::open(&manifest::log_file(&self.dir, next))?;
-        if !stale.is_empty() {
-            return Err(Error::corrupted(format!(
-                "{} holds records of a log the manifest does not name",
-                manifest::log_file(&self.dir, next).display()
-            )));
-        }
+        // Under the database, its commit log holds the writes: no log of
+        // our own is started (nor synced into existence).
+        let log = match self.params.external_log {
+            true => None,
+            false => {
+                let (log, stale) = RedoLog::open(&manifest::log_file(&self.dir, next), self.dim)?;
+                if !stale.ops.is_empty() || stale.torn {
+                    return Err(Error::corrupted(format!(
+                        "{} holds records of a log the manifest does not name",
+                        manifest::log_file(&self.dir, next).display()
+                    )));
+                }
+                Some(log)
+            }
+        };
         let mut m = self.manifest_now(w, self.durable.load(Ordering::Acquire));
         m.ro.push(rw.serial);
         m.rw = next;

@@ -51,7 +51,6 @@ use std::path::Path;
 use vectide_core::{
     EngineDescriptor, Error, Knob, Metric, Params, ParamsExt, Persistence, Result, VectorIndex,
 };
-use vectide_storage::redo;
 
 /// Engine `fresh-diskann`: FreshDiskANN in a directory.
 pub static DESCRIPTOR: EngineDescriptor = EngineDescriptor {
@@ -145,26 +144,20 @@ fn inspect_rows(path: &Path) -> Result<Vec<(String, String)>> {
         ));
     }
     let log = manifest::log_file(path, m.rw);
-    let bytes = std::fs::read(&log).map_err(|e| Error::io_at(&log, e))?;
-    let scan = vectide_storage::wal::scan(&log, &bytes)?;
-    let mut records = 0usize;
-    for (k, rec) in scan.payloads(&bytes).enumerate() {
-        redo::decode_op(rec, m.dim)
-            .map_err(|e| Error::corrupted(format!("redo-{}.log record {k}: {e}", m.rw)))?;
-        records += 1;
-    }
     rows.push((
         "redo_log",
-        format!(
-            "redo-{}.log: {records} records, {} bytes{}",
-            m.rw,
-            bytes.len(),
-            if scan.bad.is_some() {
-                " (damaged or torn tail)"
-            } else {
-                ""
-            }
-        ),
+        if log.exists() {
+            let l = vectide_storage::durable::summarize(&log, m.dim)?;
+            format!(
+                "redo-{}.log: {} calls, {} bytes{}",
+                m.rw,
+                l.calls,
+                l.bytes,
+                if l.torn { " (torn tail)" } else { "" }
+            )
+        } else {
+            "none (the database's commit log holds the writes)".into()
+        },
     ));
     Ok(rows.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }

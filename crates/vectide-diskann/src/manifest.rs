@@ -7,8 +7,9 @@
 
 use crate::params::FreshDiskannParams;
 use std::path::{Path, PathBuf};
-use vectide_core::io::{atomic_write, check_envelope, ByteReader};
+use vectide_core::io::ByteReader;
 use vectide_core::{Error, Metric, Result};
+use vectide_storage::durable::Envelope;
 use vectide_vamana::VamanaParams;
 
 /// First bytes of a manifest.
@@ -17,6 +18,13 @@ pub const MAGIC: &[u8; 8] = b"VTDXFDM\0";
 pub const END: &[u8; 8] = b"VTDXEND\0";
 /// The manifest format version this build reads and writes.
 pub const VERSION: u32 = 1;
+/// The manifest's sealed envelope.
+pub const ENVELOPE: Envelope = Envelope {
+    magic: MAGIC,
+    end: END,
+    version: VERSION,
+    what: "fresh-diskann manifest",
+};
 /// The manifest's file name.
 pub const MANIFEST: &str = "MANIFEST";
 
@@ -69,9 +77,7 @@ fn metric_tag(m: Metric) -> u8 {
 impl Manifest {
     /// The manifest's bytes (envelope included).
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(128 + 4 * self.lti_dead.len() + 16 * self.ro_dead.len());
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&VERSION.to_le_bytes());
+        let mut b = ENVELOPE.begin(128 + 4 * self.lti_dead.len() + 16 * self.ro_dead.len());
         b.extend_from_slice(&(self.dim as u32).to_le_bytes());
         b.push(metric_tag(self.metric));
         let g = &self.params.graph;
@@ -103,25 +109,17 @@ impl Manifest {
             b.extend_from_slice(&s.to_le_bytes());
             b.extend_from_slice(&id.to_le_bytes());
         }
-        let crc = crc32fast::hash(&b);
-        b.extend_from_slice(&crc.to_le_bytes());
-        b.extend_from_slice(END);
-        b
+        ENVELOPE.seal(b)
     }
 
     /// Parses a manifest's bytes: envelope (magic, version, CRC), then every
     /// field through the bounds-checked reader.
     pub fn decode(bytes: &[u8]) -> Result<Manifest> {
-        let body = check_envelope(bytes, MAGIC, END, VERSION, 12, "fresh-diskann manifest")?;
-        let mut r = ByteReader::new(body);
-        r.bytes(8)?;
-        let version = r.u32()?;
-        if version != VERSION {
-            return Err(Error::Version {
-                found: version,
-                supported: VERSION,
-            });
-        }
+        let mut r = ENVELOPE.open(bytes)?;
+        Self::parse(&mut r)
+    }
+
+    fn parse(r: &mut ByteReader<'_>) -> Result<Manifest> {
         let dim = r.u32()? as usize;
         let metric = match r.u8()? {
             0 => Metric::L2,
@@ -165,12 +163,12 @@ impl Manifest {
             }
             Ok(n as usize)
         };
-        let n = count(&mut r, 8)?;
+        let n = count(r, 8)?;
         let ro = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?;
-        let n = count(&mut r, 4)?;
+        let n = count(r, 4)?;
         let mut lti_dead = Vec::with_capacity(n);
         r.u32s(n, &mut lti_dead)?;
-        let n = count(&mut r, 16)?;
+        let n = count(r, 16)?;
         let ro_dead = (0..n)
             .map(|_| Ok((r.u64()?, r.u64()?)))
             .collect::<Result<Vec<_>>>()?;
@@ -200,16 +198,13 @@ impl Manifest {
 
     /// Reads the manifest of a directory.
     pub fn read(dir: &Path) -> Result<Manifest> {
-        let path = dir.join(MANIFEST);
-        let bytes = std::fs::read(&path).map_err(|e| Error::io_at(&path, e))?;
-        Manifest::decode(&bytes).map_err(|e| Error::corrupted(format!("{}: {e}", path.display())))
+        ENVELOPE.read(&dir.join(MANIFEST), Self::parse)
     }
 
     /// Replaces the manifest atomically (temp file, fsync, rename, directory
     /// fsync).
     pub fn write(&self, dir: &Path) -> Result<()> {
-        let bytes = self.encode();
-        atomic_write(&dir.join(MANIFEST), |w| Ok(w.write_all(&bytes)?))
+        ENVELOPE.write(&dir.join(MANIFEST), &self.encode())
     }
 }
 
@@ -257,13 +252,9 @@ mod tests {
         fn parsers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
             let _ = Manifest::decode(&bytes);
             // Resealed random bodies reach the field parser.
-            let mut b = MAGIC.to_vec();
-            b.extend_from_slice(&VERSION.to_le_bytes());
+            let mut b = ENVELOPE.begin(bytes.len());
             b.extend_from_slice(&bytes);
-            let crc = crc32fast::hash(&b);
-            b.extend_from_slice(&crc.to_le_bytes());
-            b.extend_from_slice(END);
-            let _ = Manifest::decode(&b);
+            let _ = Manifest::decode(&ENVELOPE.seal(b));
         }
     }
 }

@@ -13,8 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use vectide_core::{Error, Metric, Result, VectorIndex};
 use vectide_storage::block::DirectFile;
-use vectide_storage::redo::{decode_op, LogOp};
-use vectide_storage::wal::Wal;
+use vectide_storage::durable::{replay, RedoLog};
 use vectide_vamana::{FreshVamana, START_LABEL};
 
 impl FreshDiskann {
@@ -51,9 +50,12 @@ impl FreshDiskann {
             lti_dead: Vec::new(),
             ro_dead: Vec::new(),
         };
-        let (log, _) = Wal::open(&manifest::log_file(dir, 1))?;
+        let log = match params.external_log {
+            true => None,
+            false => Some(RedoLog::open(&manifest::log_file(dir, 1), dim)?.0),
+        };
         m.write(dir)?;
-        let writer = Writer::new(log, m);
+        let writer = Writer { log, manifest: m };
         let inner = Inner::new(dir, dim, metric, params, State::default(), writer, 0)?;
         let rw = inner.new_temp(1)?;
         inner.state.write().temps.push(rw);
@@ -147,27 +149,33 @@ impl FreshDiskann {
         }
         st.lti_dead = m.lti_dead.clone();
         st.ro_dead = m.ro_dead.clone();
-        let (log, records) = Wal::open(&manifest::log_file(dir, m.rw))?;
+        // The redo log of the RW-TempIndex. Under the database (whose
+        // commit log is the only log) there is none, unless a standalone
+        // index left one: its calls are replayed all the same.
+        let path = manifest::log_file(dir, m.rw);
+        let (log, calls) = if params.external_log && !path.exists() {
+            (None, Vec::new())
+        } else {
+            let (log, rec) = RedoLog::open(&path, m.dim)?;
+            (Some(log), rec.ops)
+        };
         let (dim, metric, rw, covered) = (m.dim, m.metric, m.rw, m.covered_seq);
-        let writer = Writer::new(log, m.clone());
+        let log = if params.external_log { None } else { log };
+        let writer = Writer {
+            log,
+            manifest: m.clone(),
+        };
         let inner = Inner::new(dir, dim, metric, params, st, writer, covered)?;
         let temp = inner.new_temp(rw)?;
         inner.state.write().temps.push(temp);
-        let mut durable = covered;
-        for (k, rec) in records.iter().enumerate() {
-            let op = decode_op(rec, dim)
-                .map_err(|e| Error::corrupted(format!("redo-{rw}.log record {k}: {e}")))?;
-            match op {
-                LogOp::Insert { seq, ids, vectors } => {
-                    inner.apply_insert(seq, &ids, &vectors, None)?;
-                    durable = durable.max(seq);
-                }
-                LogOp::Delete { seq, ids } => {
-                    inner.apply_delete(seq, &ids)?;
-                    durable = durable.max(seq);
-                }
-            }
-        }
+        // Every call of the log follows the manifest's checkpoint.
+        let durable = replay(
+            calls,
+            covered,
+            |seq, ids, vectors| inner.apply_insert(seq, ids, vectors, None),
+            |seq, ids| inner.apply_delete(seq, ids).map(drop),
+        )?
+        .watermark;
         // What the redo log held was synced: durable, whoever logs from now.
         inner
             .durable

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::engine::{PATH, THREADS};
-use vectide_core::io::{atomic_write, ByteReader};
+use vectide_core::io::ByteReader;
 use vectide_core::{
     limits, EngineDescriptor, Knob, ParamKind, ParamSpec, ParamValue, Params, ParamsExt,
     Persistence,
@@ -29,11 +29,20 @@ use vectide_core::{
 use vectide_graph::hnsw_params as descriptor;
 use vectide_graph::HnswParams;
 use vectide_hnsw::Hnsw;
-use vectide_storage::Wal;
+use vectide_storage::durable::{replay, Envelope, RedoLog};
 
 pub const MANIFEST_MAGIC: &[u8; 8] = b"VTDXBASE";
 pub const MANIFEST_FILE: &str = "baseline.vtdb";
-const MANIFEST_VERSION: u32 = 1;
+/// Version 2: the sealed envelope, and a log of whole calls in the one
+/// record codec (version 1 logged one record per row).
+const MANIFEST_VERSION: u32 = 2;
+/// The manifest's sealed envelope.
+const MANIFEST: Envelope = Envelope {
+    magic: MANIFEST_MAGIC,
+    end: b"VTDXBEND",
+    version: MANIFEST_VERSION,
+    what: "baseline manifest",
+};
 const SNAPSHOT_FILE: &str = "snapshot.vtdx";
 const WAL_FILE: &str = "wal.log";
 
@@ -81,7 +90,7 @@ impl BaselineParams {
 
 struct State {
     since_snapshot: usize,
-    wal: Option<Wal>,
+    wal: Option<RedoLog>,
     /// Highest sequence number appended to the WAL buffer.
     appended: Seq,
 }
@@ -95,11 +104,8 @@ pub struct Baseline {
     state: Mutex<State>,
     /// Every operation up to here is durable (snapshot or synced log).
     durable: AtomicU64,
-    /// What the last open did: records replayed.
+    /// What the last open did: logged calls replayed.
     replayed: usize,
-    /// The largest WAL frame a call's records go in (a larger call spans
-    /// several frames).
-    max_frame: usize,
 }
 
 impl std::fmt::Debug for Baseline {
@@ -112,13 +118,8 @@ impl std::fmt::Debug for Baseline {
     }
 }
 
-const INSERT: u8 = 1;
-const DELETE: u8 = 2;
-
 fn manifest_bytes(kind: BaselineKind, dim: usize, metric: Metric, p: &BaselineParams) -> Vec<u8> {
-    let mut b = Vec::with_capacity(72);
-    b.extend_from_slice(MANIFEST_MAGIC);
-    b.extend_from_slice(&MANIFEST_VERSION.to_le_bytes());
+    let mut b = MANIFEST.begin(56);
     b.push(match kind {
         BaselineKind::Snap => 1,
         BaselineKind::Wal => 2,
@@ -132,36 +133,19 @@ fn manifest_bytes(kind: BaselineKind, dim: usize, metric: Metric, p: &BaselinePa
     b.extend_from_slice(&p.hnsw.seed.to_le_bytes());
     b.extend_from_slice(&(p.snapshot_every as u64).to_le_bytes());
     b.extend_from_slice(&(p.wal_buffer as u64).to_le_bytes());
-    let crc = crc32fast::hash(&b);
-    b.extend_from_slice(&crc.to_le_bytes());
-    b
+    MANIFEST.seal(b)
 }
 
 /// Reads a manifest: kind, dimension, metric, parameters.
 pub fn read_manifest(dir: &Path) -> Result<(BaselineKind, usize, Metric, BaselineParams)> {
-    let path = dir.join(MANIFEST_FILE);
-    let bytes = std::fs::read(&path).map_err(|e| Error::io_at(&path, e))?;
-    let what = path.display();
-    if bytes.len() < 4 || !bytes.starts_with(MANIFEST_MAGIC) {
-        return Err(Error::corrupted(format!("{what}: not a baseline manifest")));
-    }
-    let (body, crc) = bytes.split_at(bytes.len() - 4);
-    if crc32fast::hash(body).to_le_bytes() != crc {
-        return Err(Error::corrupted(format!("{what}: checksum mismatch")));
-    }
-    let mut r = ByteReader::new(body);
-    r.bytes(8)?;
-    let v = r.u32()?;
-    if v != MANIFEST_VERSION {
-        return Err(Error::Version {
-            found: v,
-            supported: MANIFEST_VERSION,
-        });
-    }
+    MANIFEST.read(&dir.join(MANIFEST_FILE), parse_manifest)
+}
+
+fn parse_manifest(r: &mut ByteReader<'_>) -> Result<(BaselineKind, usize, Metric, BaselineParams)> {
     let kind = match r.u8()? {
         1 => BaselineKind::Snap,
         2 => BaselineKind::Wal,
-        k => return Err(Error::corrupted(format!("{what}: unknown kind {k}"))),
+        k => return Err(Error::corrupted(format!("unknown kind {k}"))),
     };
     let metric = Metric::from_tag(r.u8()?)?;
     r.bytes(2)?;
@@ -175,114 +159,6 @@ pub fn read_manifest(dir: &Path) -> Result<(BaselineKind, usize, Metric, Baselin
     p.wal_buffer = r.u64()? as usize;
     p.hnsw.validate()?;
     Ok((kind, dim, metric, p))
-}
-
-/// Set on the kind byte of every record of a frame that is not the last
-/// of its call: a call larger than one WAL frame spans several, and only a
-/// call whose last frame survived is replayed.
-const CONTINUES: u8 = 0x80;
-/// A record's sequence number, kind and id.
-const RECORD_HEADER: usize = 17;
-
-/// Appends one record: sequence number, kind, id, vector.
-fn encode_record(out: &mut Vec<u8>, seq: Seq, kind: u8, id: u64, vector: &[f32]) {
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.push(kind);
-    out.extend_from_slice(&id.to_le_bytes());
-    for x in vector {
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-}
-
-/// One call's records as WAL frames of at most `max_frame` bytes each (a
-/// frame is written whole or not at all, `docs/format-wal.md`), handed to
-/// `emit` in order. A call is one frame unless it outgrows `max_frame`.
-fn encode_call(
-    seq: Seq,
-    kind: u8,
-    ids: &[u64],
-    vectors: &[f32],
-    dim: usize,
-    max_frame: usize,
-    mut emit: impl FnMut(&[u8]) -> Result<()>,
-) -> Result<()> {
-    let vdim = if kind == INSERT { dim } else { 0 };
-    let per_frame = (max_frame / (RECORD_HEADER + 4 * vdim)).max(1);
-    let frames = ids.len().div_ceil(per_frame);
-    let mut buf = Vec::with_capacity(per_frame.min(ids.len()) * (RECORD_HEADER + 4 * vdim));
-    for (f, chunk) in ids.chunks(per_frame).enumerate() {
-        let flag = if f + 1 < frames { CONTINUES } else { 0 };
-        buf.clear();
-        for (j, &id) in chunk.iter().enumerate() {
-            let i = f * per_frame + j;
-            encode_record(
-                &mut buf,
-                seq,
-                kind | flag,
-                id,
-                &vectors[i * vdim..(i + 1) * vdim],
-            );
-        }
-        emit(&buf)?;
-    }
-    Ok(())
-}
-
-/// One logged insert or delete.
-struct Record {
-    seq: Seq,
-    kind: u8,
-    id: u64,
-    vector: Vec<f32>,
-}
-
-/// The records of every complete call in the WAL's frames, in log order,
-/// and whether the log ends in an incomplete one: the records of a call
-/// whose last frame is missing (a crash while it was written) are dropped,
-/// as the call was never acknowledged.
-fn parse_log(frames: &[Vec<u8>], dim: usize) -> Result<(Vec<Record>, bool)> {
-    let mut done = Vec::new();
-    let mut open: Vec<Record> = Vec::new();
-    for frame in frames {
-        let mut r = ByteReader::new(frame);
-        let mut continues = None;
-        while r.remaining() > 0 {
-            if r.remaining() < RECORD_HEADER {
-                return Err(Error::corrupted("WAL record shorter than its header"));
-            }
-            let seq = r.u64()?;
-            let byte = r.u8()?;
-            let id = r.u64()?;
-            let flag = byte & CONTINUES != 0;
-            if *continues.get_or_insert(flag) != flag {
-                return Err(Error::corrupted(
-                    "WAL frame mixes records of a call's last frame and earlier ones",
-                ));
-            }
-            let kind = byte & !CONTINUES;
-            let mut vector = Vec::new();
-            match kind {
-                INSERT => r.f32s(dim, &mut vector)?,
-                DELETE => {}
-                k => return Err(Error::corrupted(format!("WAL record of unknown kind {k}"))),
-            }
-            // Earlier frames of another call whose last frame never made
-            // it (a crash cut it; the log went on after the restart).
-            if open.first().is_some_and(|o| (o.seq, o.kind) != (seq, kind)) {
-                open.clear();
-            }
-            open.push(Record {
-                seq,
-                kind,
-                id,
-                vector,
-            });
-        }
-        if continues == Some(false) {
-            done.append(&mut open);
-        }
-    }
-    Ok((done, !open.is_empty()))
 }
 
 impl Baseline {
@@ -307,11 +183,9 @@ impl Baseline {
             let _ = std::fs::remove_file(dir.join(f));
         }
         let bytes = manifest_bytes(kind, dim, metric, &params);
-        atomic_write(&dir.join(MANIFEST_FILE), |w| {
-            w.write_all(&bytes).map_err(Error::from)
-        })?;
+        MANIFEST.write(&dir.join(MANIFEST_FILE), &bytes)?;
         let wal = match kind {
-            BaselineKind::Wal => Some(Wal::open(&dir.join(WAL_FILE))?.0),
+            BaselineKind::Wal => Some(RedoLog::open(&dir.join(WAL_FILE), dim)?.0),
             BaselineKind::Snap => None,
         };
         Ok(Self::assemble(kind, dir, params, inner, wal, 0, 0))
@@ -337,29 +211,31 @@ impl Baseline {
         let base = inner.durable_seq();
         let mut replayed = 0;
         let mut durable = base;
-        let mut torn = false;
         let wal = match kind {
             BaselineKind::Snap => None,
             BaselineKind::Wal => {
-                let (wal, frames) = Wal::open(&dir.join(WAL_FILE))?;
-                let (records, cut) = parse_log(&frames, dim)?;
-                torn = cut;
-                replayed = Self::replay(&inner, base, &records)?;
-                // Writers log in lock order, not sequence order: the
-                // watermark is the highest number of a complete call
-                // logged, as it was while the index ran (`State::appended`).
-                durable = records.iter().map(|r| r.seq).fold(base, u64::max);
+                // A call cut by a crash is dropped (and abandoned in the
+                // log, so that a retry of its number is not joined to it).
+                let (wal, rec) = RedoLog::open(&dir.join(WAL_FILE), dim)?;
+                // The log holds the calls after the snapshot (a snapshot
+                // empties it; a crash between the two leaves calls the
+                // snapshot holds, which the graph's per-point sequence
+                // numbers make no-ops). Parallel batches, as the paper's
+                // HNSW_WAL rebuilds.
+                let r = replay(
+                    rec.ops,
+                    base,
+                    |seq, ids, vectors| inner.insert(seq, ids, vectors),
+                    |seq, ids| inner.delete(seq, ids).map(drop),
+                )?;
+                replayed = r.calls;
+                durable = r.watermark;
                 Some(wal)
             }
         };
-        let b = Self::assemble(kind, dir, params, inner, wal, durable, replayed);
-        // The first frames of a call cut by a crash stay in the log, and a
-        // retry may reuse its sequence number: a snapshot, which empties
-        // the log, keeps them from joining a later call's frames.
-        if torn {
-            b.snapshot()?;
-        }
-        Ok(b)
+        Ok(Self::assemble(
+            kind, dir, params, inner, wal, durable, replayed,
+        ))
     }
 
     fn assemble(
@@ -367,7 +243,7 @@ impl Baseline {
         dir: &Path,
         params: BaselineParams,
         inner: Hnsw,
-        wal: Option<Wal>,
+        wal: Option<RedoLog>,
         durable: Seq,
         replayed: usize,
     ) -> Self {
@@ -383,41 +259,7 @@ impl Baseline {
             }),
             durable: AtomicU64::new(durable),
             replayed,
-            max_frame: vectide_storage::wal::MAX_RECORD,
         }
-    }
-
-    /// Re-applies logged operations newer than `base`; consecutive inserts of
-    /// one sequence number go in one parallel batch.
-    fn replay(inner: &Hnsw, base: Seq, records: &[Record]) -> Result<usize> {
-        let mut ids = Vec::new();
-        let mut vecs: Vec<f32> = Vec::new();
-        let mut batch_seq = 0;
-        let mut applied = 0;
-        let flush = |ids: &mut Vec<u64>, vecs: &mut Vec<f32>, seq: Seq| -> Result<()> {
-            if !ids.is_empty() {
-                inner.insert(seq, ids, vecs)?;
-                ids.clear();
-                vecs.clear();
-            }
-            Ok(())
-        };
-        for rec in records.iter().filter(|r| r.seq > base) {
-            applied += 1;
-            if rec.kind == INSERT {
-                if rec.seq != batch_seq || ids.contains(&rec.id) {
-                    flush(&mut ids, &mut vecs, batch_seq)?;
-                    batch_seq = rec.seq;
-                }
-                ids.push(rec.id);
-                vecs.extend_from_slice(&rec.vector);
-            } else {
-                flush(&mut ids, &mut vecs, batch_seq)?;
-                inner.delete(rec.seq, &[rec.id])?;
-            }
-        }
-        flush(&mut ids, &mut vecs, batch_seq)?;
-        Ok(applied)
     }
 
     /// Which baseline this is.
@@ -440,7 +282,7 @@ impl Baseline {
         &self.params
     }
 
-    /// WAL records replayed by the last open.
+    /// Logged calls replayed by the last open.
     pub fn replayed(&self) -> usize {
         self.replayed
     }
@@ -457,7 +299,7 @@ impl Baseline {
         }
         self.inner.save(&self.dir.join(SNAPSHOT_FILE))?;
         if let Some(wal) = st.wal.as_mut() {
-            wal.truncate()?;
+            wal.wal_mut().truncate()?;
         }
         st.since_snapshot = 0;
         self.durable
@@ -465,24 +307,32 @@ impl Baseline {
         Ok(())
     }
 
-    fn log(&self, st: &mut State, seq: Seq, kind: u8, ids: &[u64], vectors: &[f32]) -> Result<()> {
+    /// Logs a call (`vectors` empty: a delete) without waiting for the
+    /// disk: it reaches the file (the page cache) before it is applied, and
+    /// an `fdatasync` follows once `wal_buffer` bytes accumulated.
+    fn log(
+        &self,
+        st: &mut State,
+        seq: Seq,
+        insert: bool,
+        ids: &[u64],
+        vectors: &[f32],
+    ) -> Result<()> {
         let Some(wal) = st.wal.as_mut() else {
             return Ok(());
         };
-        let dim = self.inner.dim();
-        let (wal_buffer, durable, appended) = (self.params.wal_buffer, &self.durable, st.appended);
-        encode_call(seq, kind, ids, vectors, dim, self.max_frame, |frame| {
-            wal.append(frame)?;
-            if wal.unsynced() >= wal_buffer as u64 {
-                wal.sync()?;
-                durable.fetch_max(appended, Ordering::AcqRel);
-            }
-            Ok(())
-        })?;
-        // Each operation reaches the file (the page cache) before it is
-        // applied; fdatasync waits for `wal_buffer` bytes.
-        wal.write_out()?;
+        if insert {
+            wal.append_insert(seq, ids, vectors)?;
+        } else {
+            wal.append_delete(seq, ids)?;
+        }
         st.appended = st.appended.max(seq);
+        if wal.wal().unsynced() >= self.params.wal_buffer as u64 {
+            wal.sync()?;
+            self.durable.fetch_max(st.appended, Ordering::AcqRel);
+        } else {
+            wal.wal_mut().write_out()?;
+        }
         Ok(())
     }
 
@@ -548,14 +398,14 @@ impl VectorIndex for Baseline {
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
         vectide_core::validate::check_batch(self.dim(), self.metric(), ids, vectors)?;
         let mut st = self.state.lock();
-        self.log(&mut st, seq, INSERT, ids, vectors)?;
+        self.log(&mut st, seq, true, ids, vectors)?;
         self.inner.insert(seq, ids, vectors)?;
         self.after_insert(&mut st, ids.len())
     }
 
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
         let mut st = self.state.lock();
-        self.log(&mut st, seq, DELETE, ids, &[])?;
+        self.log(&mut st, seq, false, ids, &[])?;
         self.inner.delete(seq, ids)
     }
 
@@ -753,6 +603,7 @@ fn inspect_dir(dir: &Path) -> Result<Vec<(String, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vectide_storage::durable::record;
 
     fn rows(n: usize, dim: usize, salt: u64) -> Vec<f32> {
         (0..n * dim)
@@ -781,9 +632,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let dim = 2;
         let p = BaselineParams::defaults(BaselineKind::Wal);
-        let mut w = Baseline::create(dir.path(), BaselineKind::Wal, dim, Metric::L2, p).unwrap();
-        // Three records per frame: a call of 8 inserts spans 3 frames.
-        w.max_frame = 3 * (RECORD_HEADER + 4 * dim);
+        let w = Baseline::create(dir.path(), BaselineKind::Wal, dim, Metric::L2, p).unwrap();
+        // Three rows per frame: a call of 8 inserts spans 3 frames.
+        let frame = record::HEAD + 3 * (8 + 4 * dim);
+        {
+            let mut st = w.state.lock();
+            let log = st.wal.take().unwrap();
+            st.wal = Some(log.with_max_frame(frame));
+        }
         w.insert(1, &[0, 1, 2, 3], &rows(4, dim, 1)).unwrap();
         w.delete(2, &[0, 1, 2, 3]).unwrap();
         w.insert(3, &[0, 1], &rows(2, dim, 2)).unwrap();
@@ -798,7 +654,7 @@ mod tests {
         // The crash tore the call's last frame: its first two frames are
         // whole, and none of its records may come back.
         let after = std::fs::metadata(&wal).unwrap().len();
-        assert!(after > before + 2 * 3 * (RECORD_HEADER + 4 * dim) as u64);
+        assert!(after > before + 2 * frame as u64);
         let f = std::fs::OpenOptions::new().write(true).open(&wal).unwrap();
         f.set_len(after - 3).unwrap();
         drop(f);
@@ -815,67 +671,6 @@ mod tests {
         let w = Baseline::open(dir.path(), None).unwrap();
         assert_eq!((w.durable_seq(), w.len()), (4, 3));
         assert!(!w.contains(10).unwrap() && w.contains(20).unwrap());
-        // Records of both kinds in one frame are damage, not a torn call.
-        let mut bad = Vec::new();
-        encode_record(&mut bad, 5, INSERT, 1, &[0.0, 0.0]);
-        encode_record(&mut bad, 5, INSERT | CONTINUES, 2, &[0.0, 0.0]);
-        assert!(parse_log(&[bad], dim).is_err());
-        assert!(parse_log(&[vec![0u8; 20]], dim).is_err());
-    }
-
-    /// Fuzz of the WAL record parser: random frames and mutations of
-    /// valid ones are an error or parse, never a panic, and whatever
-    /// parses holds only whole records of a known kind.
-    #[test]
-    fn mutated_wal_frames_never_panic() {
-        use rand::{Rng, SeedableRng};
-        let dim = 3;
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let mut valid = Vec::new();
-        encode_call(
-            4,
-            INSERT,
-            &[1, 2, 3],
-            &rows(3, dim, 1),
-            dim,
-            2 * (RECORD_HEADER + 4 * dim),
-            |f| {
-                valid.push(f.to_vec());
-                Ok(())
-            },
-        )
-        .unwrap();
-        encode_call(5, DELETE, &[1], &[], dim, 1 << 20, |f| {
-            valid.push(f.to_vec());
-            Ok(())
-        })
-        .unwrap();
-        let (recs, torn) = parse_log(&valid, dim).unwrap();
-        assert_eq!((recs.len(), torn), (4, false));
-        for _ in 0..5000 {
-            let mut frames = valid.clone();
-            let f = rng.gen_range(0..frames.len());
-            match rng.gen_range(0..3) {
-                0 => {
-                    let i = rng.gen_range(0..frames[f].len());
-                    frames[f][i] ^= 1 << rng.gen_range(0..8);
-                }
-                1 => {
-                    let n = rng.gen_range(0..frames[f].len());
-                    frames[f].truncate(n);
-                }
-                _ => {
-                    let n = rng.gen_range(0..64);
-                    frames[f] = (0..n).map(|_| rng.gen::<u8>()).collect();
-                }
-            }
-            if let Ok((recs, _)) = parse_log(&frames, dim) {
-                for r in recs {
-                    assert!(r.kind == INSERT || r.kind == DELETE);
-                    assert_eq!(r.vector.len(), if r.kind == INSERT { dim } else { 0 });
-                }
-            }
-        }
     }
 
     #[test]
@@ -899,8 +694,8 @@ mod tests {
         assert_eq!(w.len(), 498);
         assert_eq!(
             w.replayed(),
-            102,
-            "100 inserts and 2 deletes after the snapshot"
+            2,
+            "the insert of 100 rows and the delete after the snapshot"
         );
         assert_eq!(
             w.get(450).unwrap().unwrap(),

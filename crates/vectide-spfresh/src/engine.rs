@@ -50,7 +50,7 @@ use vectide_core::{
     SearchParams, Seq, VectorIndex,
 };
 use vectide_storage::block::BLOCK;
-use vectide_storage::wal::Wal;
+use vectide_storage::durable::RedoLog;
 
 /// Sync site of the block file (at each snapshot).
 pub const BLOCK_SYNC: SyncSite = SyncSite("spfresh.blocks");
@@ -86,13 +86,13 @@ pub(crate) struct Ids {
     pub seq_of: Vec<u64>,
 }
 
-/// The writer's side: the WAL in use.
+/// The writer's side: the redo log in use (none when the database's
+/// commit log is the only log) and its serial.
 pub(crate) struct Writer {
-    pub wal: Wal,
+    pub wal: Option<RedoLog>,
     pub serial: u64,
-    /// Rows logged since the last snapshot.
+    /// Rows written since the last snapshot.
     pub rows: u64,
-    pub buf: Vec<u8>,
 }
 
 /// Counters the stats report.
@@ -304,13 +304,21 @@ impl Inner {
         let _one = self.snap_lock.lock();
         let mut w = self.writer.lock();
         let next = w.serial + 1;
-        let (wal, old) = Wal::open(&wal_file(&self.dir, next))?;
-        if !old.is_empty() {
-            return Err(Error::corrupted(format!(
-                "wal-{next}.log exists beyond the WAL in use"
-            )));
-        }
-        vectide_core::io::sync_dir(&self.dir)?;
+        // Under the database, its commit log holds the writes: no log of
+        // our own is started (nor synced into existence).
+        let wal = match self.params.external_log {
+            true => None,
+            false => {
+                let (wal, old) = RedoLog::open(&wal_file(&self.dir, next), self.dim)?;
+                if !old.ops.is_empty() || old.torn {
+                    return Err(Error::corrupted(format!(
+                        "wal-{next}.log exists beyond the WAL in use"
+                    )));
+                }
+                vectide_core::io::sync_dir(&self.dir)?;
+                Some(wal)
+            }
+        };
         let prev = w.serial;
         w.wal = wal;
         w.serial = next;

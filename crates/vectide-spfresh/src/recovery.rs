@@ -15,8 +15,7 @@ use std::sync::Arc;
 use vectide_core::{limits, Error, Metric, Params, ParamsExt, Result};
 use vectide_storage::block::DirectFile;
 use vectide_storage::block::BLOCK;
-use vectide_storage::redo::{decode_op, LogOp};
-use vectide_storage::wal::Wal;
+use vectide_storage::durable::{replay, RedoLog};
 
 /// Cuts a partial block off the end of the block file: blocks appended
 /// after the last snapshot's sync may be torn by a crash, and none of them
@@ -103,12 +102,14 @@ impl Spfresh {
         let _ = std::fs::remove_file(dir.join(BLOCKS));
         let file = DirectFile::open(&dir.join(BLOCKS), true, BLOCK_SYNC)?;
         let store = BlockStore::create(Box::new(file), dim)?;
-        let (wal, _) = Wal::open(&wal_file(dir, 1))?;
+        let wal = match params.external_log {
+            true => None,
+            false => Some(RedoLog::open(&wal_file(dir, 1), dim)?.0),
+        };
         let writer = Writer {
             wal,
             serial: 1,
             rows: 0,
-            buf: Vec::new(),
         };
         let inner = Inner::new(
             dir,
@@ -188,22 +189,28 @@ impl Spfresh {
                 head.serial
             )));
         }
-        let mut logs = Vec::new();
+        // Their calls, in log order. Under the database (whose commit log
+        // is the only log) there are none, unless a standalone index left
+        // some: they are replayed all the same.
+        let mut calls = Vec::new();
         let mut last = None;
         for &s in &serials {
-            let (wal, recs) = Wal::open(&wal_file(dir, s))?;
-            logs.push((s, recs));
+            let (wal, rec) = RedoLog::open(&wal_file(dir, s), dim)?;
+            calls.extend(rec.ops);
             last = Some((wal, s));
         }
-        let (wal, serial) = match last {
-            Some(l) => l,
-            None => (Wal::open(&wal_file(dir, head.serial))?.0, head.serial),
+        let (wal, serial) = match (last, params.external_log) {
+            (_, true) => (None, serials.last().copied().unwrap_or(head.serial)),
+            (Some((wal, s)), false) => (Some(wal), s),
+            (None, false) => (
+                Some(RedoLog::open(&wal_file(dir, head.serial), dim)?.0),
+                head.serial,
+            ),
         };
         let writer = Writer {
             wal,
             serial,
             rows: 0,
-            buf: Vec::new(),
         };
         let inner = Inner::new(
             dir,
@@ -246,23 +253,22 @@ impl Spfresh {
         if !pids.is_empty() {
             inner.heads.add(&pids, &data)?;
         }
-        let mut durable = head.covered_seq;
-        let mut rows = 0u64;
-        for (s, recs) in logs {
-            for (k, rec) in recs.iter().enumerate() {
-                let op = decode_op(rec, dim)
-                    .map_err(|e| Error::corrupted(format!("wal-{s}.log record {k}: {e}")))?;
-                let (seq, n) = match op {
-                    LogOp::Insert { seq, ids, vectors } => {
-                        inner.apply_insert(seq, &ids, &vectors)?;
-                        (seq, ids.len())
-                    }
-                    LogOp::Delete { seq, ids } => (seq, inner.apply_delete(seq, &ids)),
-                };
-                durable = durable.max(seq);
-                rows += n as u64;
-            }
-        }
+        // Every call of those logs follows the snapshot.
+        let rows = std::cell::Cell::new(0u64);
+        let durable = replay(
+            calls,
+            head.covered_seq,
+            |seq, ids, vectors| {
+                rows.set(rows.get() + ids.len() as u64);
+                inner.apply_insert(seq, ids, vectors)
+            },
+            |seq, ids| {
+                rows.set(rows.get() + inner.apply_delete(seq, ids) as u64);
+                Ok(())
+            },
+        )?
+        .watermark;
+        let rows = rows.get();
         // Rows logged since the snapshot, as the live path counts them.
         inner.writer.lock().rows = rows;
         // What the WALs held was synced: durable, whoever logs from now.
@@ -370,25 +376,14 @@ pub fn inspect_rows(dir: &Path) -> Result<Vec<(String, String)>> {
         ("nprobe".into(), h.params.nprobe.to_string()),
     ];
     for sv in wal_serials(dir).into_iter().filter(|&x| x >= h.serial) {
-        let p = wal_file(dir, sv);
-        let b = std::fs::read(&p).map_err(|e| Error::io_at(&p, e))?;
-        let scan = vectide_storage::wal::scan(&p, &b)?;
-        let mut n = 0usize;
-        for (k, rec) in scan.payloads(&b).enumerate() {
-            decode_op(rec, h.dim)
-                .map_err(|e| Error::corrupted(format!("wal-{sv}.log record {k}: {e}")))?;
-            n += 1;
-        }
+        let l = vectide_storage::durable::summarize(&wal_file(dir, sv), h.dim)?;
         rows.push((
             "wal".into(),
             format!(
-                "wal-{sv}.log: {n} records, {} bytes{}",
-                b.len(),
-                if scan.bad.is_some() {
-                    " (torn tail)"
-                } else {
-                    ""
-                }
+                "wal-{sv}.log: {} calls, {} bytes{}",
+                l.calls,
+                l.bytes,
+                if l.torn { " (torn tail)" } else { "" }
             ),
         ));
     }

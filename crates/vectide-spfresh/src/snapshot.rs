@@ -20,8 +20,9 @@
 
 use crate::params::{Mode, SpannParams};
 use crate::versions::VersionMap;
-use vectide_core::io::{check_envelope, ByteReader};
+use vectide_core::io::ByteReader;
 use vectide_core::{Error, Metric, Result};
+use vectide_storage::durable::Envelope;
 
 /// First bytes of a snapshot.
 pub const MAGIC: &[u8; 8] = b"VTSPSNP\0";
@@ -29,6 +30,14 @@ pub const MAGIC: &[u8; 8] = b"VTSPSNP\0";
 pub const END: &[u8; 8] = b"VTSPEND\0";
 /// The snapshot format version this build reads and writes.
 pub const VERSION: u32 = 1;
+
+/// The snapshot's sealed envelope.
+pub const ENVELOPE: Envelope = Envelope {
+    magic: MAGIC,
+    end: END,
+    version: VERSION,
+    what: "spfresh snapshot",
+};
 
 /// The fixed fields of a snapshot.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,9 +88,7 @@ pub fn encode(
     let dim = head.dim;
     let present = centroids.iter().flatten().count();
     let mut b =
-        Vec::with_capacity(128 + 21 * ext.len() + centroids.len() + present * 4 * dim + map.len());
-    b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&VERSION.to_le_bytes());
+        ENVELOPE.begin(128 + 21 * ext.len() + centroids.len() + present * 4 * dim + map.len());
     b.push(head.mode.code());
     b.push(head.metric as u8);
     put_u32(&mut b, dim);
@@ -119,18 +126,13 @@ pub fn encode(
         }
     }
     b.extend_from_slice(map);
-    let crc = crc32fast::hash(&b);
-    b.extend_from_slice(&crc.to_le_bytes());
-    b.extend_from_slice(END);
-    b
+    ENVELOPE.seal(b)
 }
 
 /// Parses a snapshot: envelope (magic, version, CRC, end marker), then
 /// every field through the bounds-checked reader.
 pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
-    let body = check_envelope(bytes, MAGIC, END, VERSION, 12, "spfresh snapshot")?;
-    let mut r = ByteReader::new(body);
-    r.magic_version(MAGIC, VERSION, "spfresh snapshot")?;
+    let mut r = ENVELOPE.open(bytes)?;
     let mode = Mode::from_code(r.u8()?)?;
     let metric = Metric::from_tag(r.u8()?)?;
     let dim = r.u32()? as usize;
@@ -179,7 +181,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
     let seqs = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?;
     let mut homes = Vec::with_capacity(n);
     r.u32s(n, &mut homes)?;
-    let (versions, used) = VersionMap::decode(&body[r.position()..])?;
+    let (versions, used) = VersionMap::decode(r.rest())?;
     r.bytes(used)?;
     if versions.len() as usize != n {
         return Err(Error::corrupted(format!(
@@ -205,7 +207,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
             f => return Err(Error::corrupted(format!("snapshot: centroid flag {f}"))),
         }
     }
-    let map = body[r.position()..].to_vec();
+    let map = r.bytes(r.remaining())?.to_vec();
     Ok(Snapshot {
         head: SnapHead {
             mode,

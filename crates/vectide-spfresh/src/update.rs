@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::validate::{check_batch, normalize};
 use vectide_core::{Result, Seq};
-use vectide_storage::redo;
+use vectide_storage::durable::select_rows;
 
 /// Route attempts before a vector gets a posting of its own.
 const MAX_REROUTES: usize = 8;
@@ -45,14 +45,11 @@ impl Inner {
         check_batch(self.dim, self.metric, ids, vectors)?;
         let mut w = self.writer.lock();
         let rows = self.newer_rows(seq, ids);
-        let (ids, vectors) = redo::select_rows(self.dim, ids, vectors, &rows);
-        {
-            let crate::engine::Writer { wal, buf, rows, .. } = &mut *w;
-            if !self.params.external_log {
-                redo::log_insert(wal, seq, &ids, &vectors, self.dim, buf)?;
-            }
-            *rows += ids.len() as u64;
+        let (ids, vectors) = select_rows(self.dim, ids, vectors, &rows);
+        if let Some(wal) = &mut w.wal {
+            wal.log_insert(seq, &ids, &vectors)?;
         }
+        w.rows += ids.len() as u64;
         let applied = self.apply_insert(seq, &ids, &vectors);
         self.durable.fetch_max(seq, Ordering::AcqRel);
         let snap = self.snapshot_due(w.rows);
@@ -74,13 +71,10 @@ impl Inner {
                 })
                 .collect()
         };
-        {
-            let crate::engine::Writer { wal, buf, rows, .. } = &mut *w;
-            if !self.params.external_log {
-                redo::log_delete(wal, seq, &targets, buf)?;
-            }
-            *rows += targets.len() as u64;
+        if let Some(wal) = &mut w.wal {
+            wal.log_delete(seq, &targets)?;
         }
+        w.rows += targets.len() as u64;
         let n = self.apply_delete(seq, &targets);
         self.durable.fetch_max(seq, Ordering::AcqRel);
         let snap = self.snapshot_due(w.rows);

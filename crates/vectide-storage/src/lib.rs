@@ -26,6 +26,8 @@
 //!   directory and, at chosen ones, writes a post-crash image of the whole
 //!   directory (unsynced tails kept, dropped or torn; entries not yet made
 //!   durable by a directory sync drawn). It ships in release builds too.
+//! - [`durable`]: the durable-engine kit: sealed manifest and snapshot
+//!   envelopes, the one log record codec, the redo log, recovery by replay.
 //! - [`block`]: aligned block files for the disk-resident indexes, behind
 //!   the [`BlockFile`] trait: [`DirectFile`] (`O_DIRECT`, batched reads
 //!   through io_uring, `pread` where the kernel refuses it) and
@@ -39,8 +41,8 @@
 
 pub mod block;
 pub mod crashfs;
+pub mod durable;
 pub mod media;
-pub mod redo;
 pub mod region;
 pub mod wal;
 
