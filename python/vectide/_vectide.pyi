@@ -139,6 +139,15 @@ def qps_at_recall(points: list[Tuple[float, float]], target: float) -> Optional[
     exactly ``target``, the lowest frontier point's QPS below it, else log-QPS
     interpolated linearly in recall between the bracketing frontier points."""
 
+def runbook_parse(text: bytes, dataset: Optional[str] = None) -> Tuple[str, int, list[dict[str, Any]]]:
+    """A runbook's steps as the harness core reads them; ``ValueError``
+    names the first problem."""
+def runbook_check(text: bytes, n: int, dataset: Optional[str] = None) -> dict[str, int]:
+    """Counts of a runbook's operations and its largest active set over
+    ``n`` rows; ``ValueError`` names the step of the first problem."""
+def kmeans_labels(x: npt.NDArray[np.float32], k: int, seed: int = 0, iters: int = 25) -> npt.NDArray[np.uint32]:
+    """Cluster labels from the quantization room's k-means."""
+
 class DatabaseLockedError(RuntimeError):
     """The database directory is open in another process."""
 

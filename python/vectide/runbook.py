@@ -48,6 +48,13 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+
+def _core():
+    """The extension (imported on first use, as the package does)."""
+    from . import _vectide
+
+    return _vectide
+
 __all__ = [
     "RunbookError", "Step", "Runbook", "load", "loads", "dump", "check", "generate", "clustered", "kmeans",
     "GENERATORS",
@@ -81,71 +88,21 @@ class Runbook:
     steps: List[Step] = field(default_factory=list)
 
 
-def _int(v: Any, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise RunbookError(f"{what} must be an integer, got {v!r}")
-    return v
-
-
-def loads(text: str, dataset: Optional[str] = None) -> Runbook:
-    """Parses runbook YAML; ``dataset`` picks the top-level key (the only
-    one when omitted)."""
-    import yaml
-
+def loads(text, dataset: Optional[str] = None) -> Runbook:
+    """Parses runbook YAML (``str`` or ``bytes``); ``dataset`` picks the
+    top-level key (the only one when omitted). The harness core parses it
+    (``vectide_harness::runbook``, the CLI's parser): one reading and one
+    set of messages for both front ends."""
+    data = text.encode() if isinstance(text, str) else bytes(text)
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise RunbookError(f"not YAML: {e}") from None
-    if not isinstance(doc, dict) or not doc:
-        raise RunbookError("a runbook is a mapping from a dataset name to its steps")
-    if dataset is None:
-        if len(doc) != 1:
-            raise RunbookError(f"the file holds runbooks for {sorted(map(str, doc))}: name one")
-        dataset = next(iter(doc))
-    if dataset not in doc:
-        raise RunbookError(f"no runbook for dataset {dataset!r}; the file has {sorted(map(str, doc))}")
-    body = doc[dataset]
-    if not isinstance(body, dict) or "max_pts" not in body:
-        raise RunbookError(f"{dataset}: max_pts is missing")
-    max_pts = _int(body["max_pts"], f"{dataset}: max_pts")
-    numbered = {}
-    for k, v in body.items():
-        if k in ("max_pts", "gt_url"):
-            continue
-        if isinstance(k, bool) or not (isinstance(k, int) or (isinstance(k, str) and k.isdigit())):
-            raise RunbookError(f"{dataset}: unknown key {k!r} (steps are numbered 1, 2, …)")
-        num = int(k)
-        if num in numbered:
-            raise RunbookError(f"{dataset}: step {num} appears twice")
-        numbered[num] = v
-    if sorted(numbered) != list(range(1, len(numbered) + 1)):
-        raise RunbookError(f"{dataset}: steps must be numbered 1..{len(numbered)} without gaps")
-    steps = []
-    for num in range(1, len(numbered) + 1):
-        s = numbered[num]
-        if not isinstance(s, dict) or "operation" not in s:
-            raise RunbookError(f"step {num}: no operation")
-        op = s["operation"]
-        if op not in OPERATIONS:
-            raise RunbookError(f"step {num}: unknown operation {op!r} (known: {', '.join(OPERATIONS)})")
-        allowed = {"operation"} | {
-            "insert": {"start", "end"},
-            "delete": {"start", "end"},
-            "search": set(),
-            "replace": {"tags_start", "tags_end", "ids_start", "ids_end"},
-        }[op]
-        extra = set(s) - allowed
-        if extra:
-            raise RunbookError(f"step {num} ({op}): unknown field(s) {sorted(extra)}")
-        missing = allowed - set(s) - {"operation"}
-        if missing:
-            raise RunbookError(f"step {num} ({op}): missing {sorted(missing)}")
-        steps.append(Step(op, **{k: _int(v, f"step {num}: {k}") for k, v in s.items() if k != "operation"}))
-    return Runbook(str(dataset), max_pts, steps)
+        name, max_pts, steps = _core().runbook_parse(data, dataset)
+    except ValueError as e:
+        raise RunbookError(str(e)) from None
+    return Runbook(name, max_pts, [Step(**s) for s in steps])
 
 
 def load(path, dataset: Optional[str] = None) -> Runbook:
-    with open(path) as f:
+    with open(path, "rb") as f:
         return loads(f.read(), dataset)
 
 
@@ -153,58 +110,25 @@ def dump(rb: Runbook) -> str:
     """The runbook as YAML (the big-ann-benchmarks layout)."""
     import yaml
 
-    body: Dict[Any, Any] = {"max_pts": int(rb.max_pts)}
+    body: Dict[Any, Any] = {"max_pts": _plain(rb.max_pts)}
     for i, s in enumerate(rb.steps, 1):
-        body[i] = s.as_dict()
+        body[i] = {k: _plain(v) for k, v in s.as_dict().items()}
     return yaml.safe_dump({rb.dataset: body}, sort_keys=False)
 
 
+def _plain(v: Any) -> Any:
+    """NumPy integers as Python ints (YAML knows only the latter)."""
+    return int(v) if isinstance(v, np.integer) else v
+
+
 def check(rb: Runbook, n: int) -> Dict[str, int]:
-    """Replays the runbook over ``n`` rows (see the module docs); returns
-    counts of its operations and the largest active set."""
-    if rb.max_pts < 1 or rb.max_pts > n:
-        raise RunbookError(f"max_pts {rb.max_pts} must be in 1..={n} (the dataset's rows)")
-    active = np.zeros(n, dtype=bool)
-    counts = {op: 0 for op in OPERATIONS}
-    peak = 0
-
-    def rng(num, op, a, b):
-        if not (0 <= a < b <= n):
-            raise RunbookError(f"step {num} ({op}): range {a}..{b} is empty or outside 0..{n}")
-
-    for num, s in enumerate(rb.steps, 1):
-        if s.operation not in OPERATIONS:
-            raise RunbookError(f"step {num}: unknown operation {s.operation!r} (known: {', '.join(OPERATIONS)})")
-        need = {"insert": ("start", "end"), "delete": ("start", "end"), "search": (),
-                "replace": ("tags_start", "tags_end", "ids_start", "ids_end")}[s.operation]
-        missing = [f for f in need if not isinstance(getattr(s, f), int)]
-        if missing:
-            raise RunbookError(f"step {num} ({s.operation}): missing {missing}")
-        counts[s.operation] += 1
-        if s.operation in ("insert", "delete"):
-            rng(num, s.operation, s.start, s.end)
-            inserting = s.operation == "insert"
-            # An insert needs every id inactive, a delete every id active.
-            wrong = np.flatnonzero(active[s.start : s.end] == inserting)
-            if wrong.size:
-                why = "ids already active from an earlier insert" if inserting else "ids never inserted or deleted already"
-                raise RunbookError(
-                    f"step {num} ({s.operation} {s.start}..{s.end}): {why}, first {s.start + int(wrong[0])}"
-                )
-            active[s.start : s.end] = inserting
-        elif s.operation == "replace":
-            rng(num, "replace tags", s.tags_start, s.tags_end)
-            rng(num, "replace ids", s.ids_start, s.ids_end)
-            if s.tags_end - s.tags_start != s.ids_end - s.ids_start:
-                raise RunbookError(f"step {num} (replace): {s.tags_end - s.tags_start} tags but {s.ids_end - s.ids_start} rows")
-            gone = np.flatnonzero(~active[s.tags_start : s.tags_end])
-            if gone.size:
-                raise RunbookError(f"step {num} (replace): id {s.tags_start + int(gone[0])} is not active")
-        live = int(active.sum())
-        if live > rb.max_pts:
-            raise RunbookError(f"step {num}: {live} points active, more than max_pts {rb.max_pts}")
-        peak = max(peak, live)
-    return {**counts, "peak_active": peak}
+    """Replays the runbook over ``n`` rows (see the module docs) with the
+    harness core's check; returns counts of its operations and the largest
+    active set. A runbook built in Python is checked as its YAML reads."""
+    try:
+        return dict(_core().runbook_check(dump(rb).encode(), int(n), str(rb.dataset)))
+    except ValueError as e:
+        raise RunbookError(str(e)) from None
 
 
 def _sliding_window(n: int, max_pts: int, chunk: int, seed: int) -> List[Step]:
@@ -255,44 +179,19 @@ def _churn(n: int, max_pts: int, percent: float, cycles: int) -> List[Step]:
 GENERATORS = ("sliding-window", "expiration", "churn:P", "clustered")
 
 
-def kmeans(x: np.ndarray, k: int, seed: int = 0, iters: int = 25, sample: int = 100_000) -> np.ndarray:
-    """Cluster labels of the rows of ``x`` (squared L2): k-means++ seeding
-    on a seeded sample of at most ``sample`` rows, then ``iters`` Lloyd
-    iterations over all rows; an emptied cluster takes the point farthest
-    from its centre. Deterministic for a given ``seed``."""
+def kmeans(x: np.ndarray, k: int, seed: int = 0, iters: int = 25) -> np.ndarray:
+    """Cluster labels of the rows of ``x`` (squared L2) from the
+    quantization room's k-means (``vectide_quant::kmeans``, the one every
+    engine trains with: k-means++ seeding on a seeded sample, then Lloyd or
+    mini-batch steps). Deterministic for a given ``seed``."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     n = len(x)
-    if not (1 <= k <= n):
+    if x.ndim != 2 or not (1 <= k <= n):
         raise RunbookError(f"k-means into {k} clusters needs at least {k} rows, got {n}")
-    rng = np.random.default_rng(seed)
-    pool = x[rng.choice(n, size=min(n, sample), replace=False)] if n > sample else x
-    centres = np.empty((k, x.shape[1]), dtype=np.float32)
-    centres[0] = pool[rng.integers(len(pool))]
-    d2 = ((pool - centres[0]) ** 2).sum(1)
-    for c in range(1, k):
-        total = float(d2.sum())
-        pick = rng.choice(len(pool), p=d2 / total) if total > 0 else rng.integers(len(pool))
-        centres[c] = pool[pick]
-        d2 = np.minimum(d2, ((pool - centres[c]) ** 2).sum(1))
-    sq = (x * x).sum(1)
-    labels = np.zeros(n, dtype=np.int64)
-    for _ in range(iters):
-        best = np.empty(n, dtype=np.float32)
-        for a in range(0, n, 65536):
-            d = sq[a : a + 65536, None] - 2 * x[a : a + 65536] @ centres.T + (centres * centres).sum(1)[None, :]
-            labels[a : a + 65536] = d.argmin(1)
-            best[a : a + 65536] = d.min(1)
-        counts = np.bincount(labels, minlength=k)
-        sums = np.zeros((k, x.shape[1]), dtype=np.float64)
-        np.add.at(sums, labels, x)
-        new = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
-        for c in np.flatnonzero(counts == 0):
-            far = int(best.argmax())
-            new[c], best[far] = x[far], -np.inf
-        if np.array_equal(new, centres):
-            break
-        centres = new
-    return labels
+    try:
+        return _core().kmeans_labels(x, int(k), int(seed), int(iters)).astype(np.int64)
+    except ValueError as e:
+        raise RunbookError(f"k-means: {e}") from None
 
 
 def clustered(
