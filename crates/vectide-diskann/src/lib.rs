@@ -40,7 +40,12 @@ pub mod lti;
 pub mod manifest;
 pub mod merge;
 pub mod params;
+mod read;
 mod recovery;
+mod state;
+mod stats;
+mod switch;
+mod write;
 
 pub use engine::FreshDiskann;
 pub use layout::Header;

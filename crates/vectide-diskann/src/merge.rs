@@ -1510,7 +1510,7 @@ mod tests {
         assert_eq!(got[2], vec![1, 0, 3]);
         assert_eq!(got[1], vec![2, 0, 4]);
         let live: Vec<u32> = (1..5).collect();
-        assert!(crate::engine::unreachable(&got, 0, &live).is_empty());
+        assert!(crate::stats::unreachable(&got, 0, &live).is_empty());
         assert!(edges.orphans(h.nodes, h.start).is_empty());
     }
 
@@ -1536,7 +1536,7 @@ mod tests {
         assert_eq!(got[2], vec![1, 3]);
         assert_eq!(got[1], vec![4, 0]);
         let live: Vec<u32> = (1..5).collect();
-        assert!(crate::engine::unreachable(&got, 0, &live).is_empty());
+        assert!(crate::stats::unreachable(&got, 0, &live).is_empty());
         // Lists read back parse (sectors resealed).
         assert!(got.iter().all(|l| l.len() == 2));
     }
@@ -1555,7 +1555,7 @@ mod tests {
         );
         let got = lists_of(&file, &h);
         assert_eq!(got, vec![vec![2], vec![0], vec![1]]);
-        assert!(crate::engine::unreachable(&got, 0, &[1, 2]).is_empty());
+        assert!(crate::stats::unreachable(&got, 0, &[1, 2]).is_empty());
     }
 
     #[test]

@@ -4,10 +4,11 @@
 //! manifest does not name (an interrupted merge's LTI, a snapshot or log of
 //! an interrupted freeze) are removed.
 
-use crate::engine::{is_point, FreshDiskann, Inner, Loc, LtiGen, Place, State, Writer, LTI_SYNC};
+use crate::engine::FreshDiskann;
 use crate::lti::Lti;
 use crate::manifest::{self, Manifest, MANIFEST};
 use crate::params::{FreshDiskannParams, OpenKnobs};
+use crate::state::{is_point, Inner, Loc, LtiGen, Place, State, Writer, LTI_SYNC};
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -137,7 +138,7 @@ impl FreshDiskann {
                     );
                 }
             }
-            st.temps.push(Arc::new(crate::engine::Temp {
+            st.temps.push(Arc::new(crate::state::Temp {
                 serial: s,
                 index: v,
             }));

@@ -1,0 +1,218 @@
+//! The `fresh-diskann` write path (§5.2, §5.6): validated calls, the redo
+//! log (standalone) or none (under the database), the RW-TempIndex and the
+//! location map, and the freeze that snapshots the RW index.
+
+use crate::manifest::{self, Manifest};
+use crate::state::*;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use vectide_core::validate::check_batch;
+use vectide_core::{Error, Result, Seq, VectorIndex};
+use vectide_storage::durable::{select_rows, RedoLog};
+
+impl Inner {
+    // ----- writes -----
+
+    /// Applies an insert (after logging, or in replay): rows whose id holds a
+    /// newer or equal sequence number are skipped.
+    pub(crate) fn apply_insert(
+        &self,
+        seq: u64,
+        ids: &[u64],
+        vectors: &[f32],
+        progress: Option<vectide_core::Progress<'_>>,
+    ) -> Result<()> {
+        let rw = self.state.read().rw().clone();
+        rw.index.insert_with_progress(seq, ids, vectors, progress)?;
+        let mut st = self.state.write();
+        for &id in ids {
+            let new = Loc {
+                place: Place::temp(rw.serial),
+                seq,
+            };
+            if let Some(old) = st.loc.insert(id, new) {
+                st.displace(id, old, rw.serial);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a delete; returns how many points went.
+    pub(crate) fn apply_delete(&self, seq: u64, ids: &[u64]) -> Result<usize> {
+        let mut in_rw = Vec::new();
+        let mut removed = 0;
+        let rw = {
+            let mut st = self.state.write();
+            let rw = st.rw().clone();
+            for &id in ids {
+                let Some(&old) = st.loc.get(&id) else {
+                    continue;
+                };
+                if old.seq > seq {
+                    continue;
+                }
+                st.loc.remove(&id);
+                removed += 1;
+                if st.displace(id, old, rw.serial) {
+                    in_rw.push(id);
+                }
+            }
+            rw
+        };
+        if !in_rw.is_empty() {
+            rw.index.delete(seq, &in_rw)?;
+        }
+        Ok(removed)
+    }
+
+    /// The rows of a batch that are newer than what their ids hold.
+    pub(crate) fn newer_rows(&self, seq: u64, ids: &[u64]) -> Vec<usize> {
+        let st = self.state.read();
+        ids.iter()
+            .enumerate()
+            .filter(|(_, id)| st.loc.get(id).is_none_or(|l| seq > l.seq))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    pub(crate) fn insert(
+        self: &Arc<Self>,
+        seq: Seq,
+        ids: &[u64],
+        vectors: &[f32],
+        progress: Option<vectide_core::Progress<'_>>,
+    ) -> Result<()> {
+        check_batch(self.dim, self.metric, ids, vectors)?;
+        let mut w = self.writer.lock();
+        let rows = self.newer_rows(seq, ids);
+        let (ids, vectors) = select_rows(self.dim, ids, vectors, &rows);
+        if let Some(log) = &mut w.log {
+            log.log_insert(seq, &ids, &vectors)?;
+        }
+        if !ids.is_empty() {
+            self.apply_insert(seq, &ids, &vectors, progress)?;
+        }
+        self.durable.fetch_max(seq, Ordering::AcqRel);
+        if self.after_write(&mut w)? {
+            drop(w);
+            self.merge()?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn delete(self: &Arc<Self>, seq: Seq, ids: &[u64]) -> Result<usize> {
+        let mut w = self.writer.lock();
+        let targets: Vec<u64> = {
+            let st = self.state.read();
+            let mut seen = HashSet::new();
+            ids.iter()
+                .copied()
+                .filter(|id| st.loc.get(id).is_some_and(|l| l.seq <= seq) && seen.insert(*id))
+                .collect()
+        };
+        if let Some(log) = &mut w.log {
+            log.log_delete(seq, &targets)?;
+        }
+        let n = self.apply_delete(seq, &targets)?;
+        self.durable.fetch_max(seq, Ordering::AcqRel);
+        if self.after_write(&mut w)? {
+            drop(w);
+            self.merge()?;
+        }
+        Ok(n)
+    }
+
+    /// Freezes a full RW index and starts a merge that is due; returns
+    /// whether the caller runs one inline (after releasing the writer).
+    pub(crate) fn after_write(self: &Arc<Self>, w: &mut Writer) -> Result<bool> {
+        let (rw_len, changes, can_build) = {
+            let st = self.state.read();
+            (
+                st.rw().index.len(),
+                st.temp_points() + st.lti_dead.len(),
+                // The first LTI needs a point per PQ centroid.
+                st.lti.is_some() || st.loc.len() >= vectide_quant::KSUB,
+            )
+        };
+        if rw_len >= self.params.temp_points {
+            self.freeze(w)?;
+        }
+        if changes >= self.params.merge_points
+            && can_build
+            && !self.status.running.load(Ordering::Acquire)
+        {
+            if self.params.merge_inline {
+                return Ok(true);
+            }
+            self.start_background();
+        }
+        Ok(false)
+    }
+
+    /// The current manifest covering `covered`, with the dead lists as
+    /// they stand now.
+    pub(crate) fn manifest_now(&self, w: &Writer, covered: Seq) -> Manifest {
+        let mut m = w.manifest.clone();
+        m.covered_seq = covered;
+        let st = self.state.read();
+        m.lti_dead = st.lti_dead.clone();
+        m.ro_dead = st.ro_dead.clone();
+        m
+    }
+
+    /// Freezes the RW-TempIndex: snapshot, a new redo log, the manifest
+    /// naming both, then the old log removed. With `log=database` and an
+    /// empty RW index, only the manifest is rewritten (so that it covers
+    /// the deletes since the last freeze).
+    pub(crate) fn freeze(&self, w: &mut Writer) -> Result<()> {
+        let rw = self.state.read().rw().clone();
+        if rw.index.is_empty() && self.params.external_log {
+            let applied = self.durable.load(Ordering::Acquire);
+            if applied > w.manifest.covered_seq {
+                let m = self.manifest_now(w, applied);
+                m.write(&self.dir)?;
+                w.manifest = m;
+                self.covered.fetch_max(applied, Ordering::AcqRel);
+            }
+            return Ok(());
+        }
+        if rw.index.is_empty() && w.log.as_ref().is_none_or(|l| l.wal().is_empty()) {
+            return Ok(());
+        }
+        let next = rw.serial + 1;
+        if next > MAX_SERIAL {
+            return Err(Error::invalid(
+                "fresh-diskann: 2^32 - 1 temp indexes frozen; no serial is left",
+            ));
+        }
+        rw.index.save(&manifest::temp_file(&self.dir, rw.serial))?;
+        // Under the database, its commit log holds the writes: no log of
+        // our own is started (nor synced into existence).
+        let log = match self.params.external_log {
+            true => None,
+            false => {
+                let (log, stale) = RedoLog::open(&manifest::log_file(&self.dir, next), self.dim)?;
+                if !stale.ops.is_empty() || stale.torn {
+                    return Err(Error::corrupted(format!(
+                        "{} holds records of a log the manifest does not name",
+                        manifest::log_file(&self.dir, next).display()
+                    )));
+                }
+                Some(log)
+            }
+        };
+        let mut m = self.manifest_now(w, self.durable.load(Ordering::Acquire));
+        m.ro.push(rw.serial);
+        m.rw = next;
+        m.write(&self.dir)?;
+        let covered = m.covered_seq;
+        let temp = self.new_temp(next)?;
+        self.state.write().temps.push(temp);
+        w.manifest = m;
+        self.covered.fetch_max(covered, Ordering::AcqRel);
+        w.log = log;
+        let _ = std::fs::remove_file(manifest::log_file(&self.dir, rw.serial));
+        Ok(())
+    }
+}
