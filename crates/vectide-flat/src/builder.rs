@@ -9,7 +9,7 @@
 //! place when the batch's sequence number is newer than the one recorded
 //! for it, and skipped otherwise, so that replaying a log is harmless.
 
-use crate::engine::Flat;
+use crate::state::Flat;
 use vectide_core::validate::{check_batch, copy_normalized};
 use vectide_core::{Result, Seq};
 

@@ -18,7 +18,9 @@
 //!   parallel on the engine's rayon pool;
 //! - `update`: deletes, which free their slot for the next insert at once;
 //! - [`persist`]: save/load to one checksummed file (`docs/format-flat.md`);
-//! - `engine`: [`Flat`] and its [`VectorIndex`] implementation.
+//! - `state`: [`Flat`], its locks and its inherent methods (every other
+//!   room imports it; it imports none of them);
+//! - `engine`: the face, [`Flat`]'s [`VectorIndex`] implementation.
 //!
 //! ## Distances
 //! "Smaller is closer": squared L2, `1 − cos` (vectors normalised at
@@ -43,11 +45,12 @@ mod layout;
 pub mod params;
 pub mod persist;
 mod search;
+mod state;
 mod update;
 
-pub use engine::Flat;
 pub use params::{FlatParams, PARAMS};
 pub use persist::{inspect, FileInfo, FORMAT_VERSION, MAGIC};
+pub use state::Flat;
 
 use std::path::Path;
 use vectide_core::{EngineDescriptor, Metric, Params, Persistence, Result, VectorIndex};

@@ -10,9 +10,9 @@
 //! [`Error::Corrupted`] (or [`Error::Version`]), never a panic, and no
 //! allocation is larger than the file implies.
 
-use crate::engine::Flat;
 use crate::layout::{Store, FREE, MAX_SLOTS};
 use crate::params::FlatParams;
+use crate::state::Flat;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use vectide_core::io::{atomic_write, ByteReader, CrcWriter};

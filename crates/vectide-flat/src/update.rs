@@ -2,7 +2,7 @@
 //! its slot goes to the free list, where the next insert takes it: a flat
 //! index has no tombstones and nothing to consolidate.
 
-use crate::engine::Flat;
+use crate::state::Flat;
 use vectide_core::{Result, Seq};
 
 impl Flat {

@@ -2,7 +2,7 @@
 //! HNSW (Malkov & Yashunin, Algorithm 1 with the neighbour-selection
 //! heuristic of Algorithm 4), and the publication of a new node.
 
-use crate::engine::{pack_entry, unpack_entry, Hnsw};
+use crate::state::{pack_entry, unpack_entry, Hnsw};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vectide_core::heap::Candidate;

@@ -16,6 +16,9 @@
 //!   neighbour-selection heuristic, upsert publication;
 //! - `search`: greedy descent and the filtered best-first layer search;
 //! - `update`: deletes and their consolidation;
+//! - `state`: [`Hnsw`], its locks and its inherent methods (every other
+//!   room imports it; it imports none of them); `engine`: the face, its
+//!   [`VectorIndex`](vectide_core::VectorIndex) implementation;
 //! - [`persist`]: save/load (`docs/format-hnsw.md`).
 //!
 //! ## Deletes keep the graph navigable
@@ -51,12 +54,13 @@ mod engine;
 mod graph;
 pub mod persist;
 mod search;
+mod state;
 mod update;
 
 pub use builder::Progress;
 pub use descriptor::HNSW;
-pub use engine::Hnsw;
 pub use persist::{inspect, FileInfo, FORMAT_VERSION};
+pub use state::Hnsw;
 pub use update::GraphCheck;
 pub use vectide_graph::hnsw_params as params;
 pub use vectide_graph::HnswParams;

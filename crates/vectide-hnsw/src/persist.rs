@@ -8,9 +8,9 @@
 //! corrupted file is an [`Error::Corrupted`], never a panic or a huge
 //! allocation.
 
-use crate::engine::{unpack_entry, Alloc, Hnsw, IdEntry};
 use crate::graph::Graph;
 use crate::params::{HnswParams, MAX_LEVEL};
+use crate::state::{unpack_entry, Alloc, Hnsw, IdEntry};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;

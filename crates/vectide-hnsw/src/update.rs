@@ -24,8 +24,8 @@
 //! So the slots in use stay close to the live points (reclaimed space), and
 //! no search keeps walking tombstones forever.
 
-use crate::engine::{pack_entry, unpack_entry, Hnsw, NO_ENTRY};
 use crate::graph::Graph;
+use crate::state::{pack_entry, unpack_entry, Hnsw, NO_ENTRY};
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
 use vectide_core::{Result, Seq};

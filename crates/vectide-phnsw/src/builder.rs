@@ -23,12 +23,12 @@
 //! lists of one insert share their fences (step 4). Recovery is unchanged by
 //! this: every entry is undone on its own.
 
-use super::engine::PHnsw;
 use super::layout::{
     pack_entry, DELETED, INSERTING, LIVE, M_DURABLE_SEQ, M_ENTRY, M_LEVEL_COUNTER, M_NEXT_SLOT,
     M_UPPER_NEXT, PAGE,
 };
 use super::log::{NEntry, KIND_INSERT, KIND_UPSERT, LOGGED, NONE, N_COMPLETE};
+use super::state::PHnsw;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;

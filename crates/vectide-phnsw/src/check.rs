@@ -1,9 +1,9 @@
 //! A full structural check of a P-HNSW index (O(n); for tests, the crash
 //! checker and `vectide inspect`, never for recovery).
 
-use super::engine::PHnsw;
 use super::layout::{unpack_entry, DELETED, LIVE, M_ENTRY};
 use super::log::NONE;
+use super::state::PHnsw;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use vectide_core::VectorIndex;

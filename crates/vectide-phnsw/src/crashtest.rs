@@ -40,7 +40,7 @@
 //! every simulator of the run: the mutation check that proves the checker can
 //! fail.
 
-use super::engine::{PHnsw, PHnswParams};
+use super::state::{PHnsw, PHnswParams};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -12,8 +12,10 @@
 //!
 //! Rooms: `layout` (the byte layout, `docs/format-phnsw.md`), `log` (NLog and
 //! NlistLog), `labels` (persistent label map), `builder` (inserts and
-//! upserts, §4.3), `update` (deletes), `recovery` (§5), `engine` (state,
-//! open, search), `check` (structural checker) and `crashtest` (a single-writer
+//! upserts, §4.3), `update` (deletes), `recovery` (§5), `state` (the
+//! struct the other rooms work on: state, create/open, search; it imports
+//! only the layout, the logs and the label map), `engine` (the face: the
+//! `VectorIndex` implementation), `check` (structural checker) and `crashtest` (a single-writer
 //! harness that crashes at every fence of a small workload, with the
 //! mutation check; test builds only, feature `crash-harness`; the generic
 //! kit behind `vectide crash-test` is `vectide-crashkit`).
@@ -83,11 +85,12 @@ mod labels;
 pub mod layout;
 mod log;
 mod recovery;
+mod state;
 #[cfg(test)]
 mod tests;
 mod update;
 
 pub use descriptor::P_HNSW;
-pub use engine::{Breakdown, PHnsw, PHnswParams};
 pub use recovery::RecoveryReport;
+pub use state::{Breakdown, PHnsw, PHnswParams};
 pub mod baselines;

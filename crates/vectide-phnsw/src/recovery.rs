@@ -18,8 +18,8 @@
 //! The work is proportional to the log entries in flight, never to the
 //! number of nodes: no node or bucket is scanned.
 
-use super::engine::PHnsw;
 use super::log::{NEntry, KIND_DELETE, LOGGED, LOGGING, NONE, N_COMPLETE};
+use super::state::PHnsw;
 use std::time::Instant;
 use vectide_core::{Error, Result};
 use vectide_storage::Site;

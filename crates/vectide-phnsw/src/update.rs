@@ -12,9 +12,9 @@
 //! tombstones (repairing their in-neighbours under NlistLog and reusing the
 //! slots, as the volatile engine does) is not implemented for P-HNSW yet.
 
-use super::engine::PHnsw;
 use super::layout::DELETED;
 use super::log::{NEntry, KIND_DELETE, LOGGED, NONE};
+use super::state::PHnsw;
 use std::sync::atomic::Ordering;
 use vectide_core::{Result, Seq};
 use vectide_storage::Site;
