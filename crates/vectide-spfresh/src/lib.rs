@@ -36,20 +36,24 @@
 pub mod blockstore;
 pub mod builder;
 mod engine;
+mod heads;
+mod jobs;
 pub mod layout;
 pub mod params;
 mod rebuild;
 mod recovery;
 mod search;
 pub mod snapshot;
+mod state;
 mod update;
 pub mod versions;
 
 pub use blockstore::{BlockStore, ReadScratch, StoreStats, Swap};
-pub use engine::{Spfresh, BLOCKS, SNAPSHOT};
+pub use engine::Spfresh;
 pub use layout::{encode_record, Records};
 pub use params::{Mode, SpannParams, PARAMS};
 pub use recovery::inspect_rows;
+pub use state::{BLOCKS, SNAPSHOT};
 pub use versions::VersionMap;
 
 use std::path::Path;

@@ -4,10 +4,11 @@
 //! (SPFresh §4.4). `vectide inspect` reads the same files.
 
 use crate::blockstore::BlockStore;
-use crate::engine::{home_word, wal_file, Inner, Spfresh, Writer, BLOCKS, BLOCK_SYNC, SNAPSHOT};
+use crate::engine::Spfresh;
 use crate::layout::decode_map;
 use crate::params::{Mode, SpannParams};
 use crate::snapshot::{self, Snapshot};
+use crate::state::{home_word, wal_file, Inner, Writer, BLOCKS, BLOCK_SYNC, SNAPSHOT};
 use crate::versions::VersionMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};

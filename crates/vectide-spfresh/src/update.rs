@@ -7,11 +7,11 @@
 //! split or merge removed it) routes the vector again.
 
 use crate::builder::rng_select;
-use crate::engine::{home_word, Inner, Scratch, NO_HOME};
+use crate::jobs::Job;
 use crate::layout::encode_record;
 use crate::params::Mode;
-use crate::rebuild::Job;
-use crate::Swap;
+use crate::state::{home_word, Inner, Scratch, NO_HOME};
+use crate::blockstore::Swap;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::validate::{check_batch, normalize};

@@ -1,0 +1,636 @@
+//! The state of the SPANN-family engines (`spann`, `spann-inplace`,
+//! `spfresh`), their locks and snapshots: [`Inner`], which every other room
+//! works on and which imports none of them (the centroid index and the job
+//! queue are rooms of their own below it). The face, the [`Spfresh`] handle
+//! and its `VectorIndex` implementation, is `engine.rs`.
+//!
+//! ## State (all in RAM but the postings)
+//! - the **centroid index** ([`Heads`]): an `hnsw` graph over the posting
+//!   centroids, and the centroids by posting id;
+//! - the **block store**: postings of `(vid, version, vector)` records in
+//!   4 KiB blocks of `blocks.dat`;
+//! - the **version map**: a byte per vector number (vid);
+//! - the **id maps**: the caller's id of each vid, the sequence number of
+//!   the insert that created it, a posting holding a current copy (`home`,
+//!   what `get` reads), and id → vid of the live vectors.
+//!
+//! ## Locks
+//! - `writer`: one writing call at a time (WAL append and sync, then the
+//!   change applied); a snapshot holds it while it switches the WAL and
+//!   captures the state;
+//! - `gate`: held shared by every change to postings, versions and
+//!   centroids (a call's apply, a Local Rebuilder job), exclusively by a
+//!   snapshot's capture, so a snapshot never sees half a split or half a
+//!   reassign;
+//! - posting locks (striped): an APPEND, a split's or a merge's rewrite of
+//!   a posting holds that posting's stripe. Searches take none of these.
+//!
+//! ## Durability (§4.4)
+//! A writing call is in the WAL and synced before it is applied, and
+//! durable when it returns. Every `snapshot_rows` logged rows, once the
+//! blocks released since the last snapshot outnumber those in use (and
+//! `GARBAGE_FLOOR`), at `close` and after `maintain`, a snapshot: a new WAL is started, the state captured under the
+//! gate, the block file synced, `snapshot.bin` replaced atomically, and the
+//! blocks released since the previous snapshot returned to the free pool.
+
+use crate::blockstore::{BlockStore, ReadScratch};
+use crate::heads::Heads;
+use crate::jobs::Jobs;
+use crate::layout::Records;
+use crate::params::{Mode, SpannParams};
+use crate::snapshot::{self, SnapHead};
+use crate::versions::VersionMap;
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use vectide_core::heap::{Candidate, TopK};
+use vectide_core::sync::SyncSite;
+use vectide_core::{Error, IndexStats, Metric, Neighbor, Result};
+use vectide_storage::block::BLOCK;
+use vectide_storage::durable::RedoLog;
+
+/// Sync site of the block file (at each snapshot).
+pub const BLOCK_SYNC: SyncSite = SyncSite("spfresh.blocks");
+/// The block file's name.
+pub const BLOCKS: &str = "blocks.dat";
+/// The snapshot's file name.
+pub const SNAPSHOT: &str = "snapshot.bin";
+
+/// The WAL of serial `s`.
+pub fn wal_file(dir: &Path, s: u64) -> PathBuf {
+    dir.join(format!("wal-{s}.log"))
+}
+
+/// A home word: the version of the copy and its posting.
+pub(crate) fn home_word(pid: u32, version: u8) -> u64 {
+    (u64::from(version & crate::versions::VERSION_MASK) << 32) | u64::from(pid)
+}
+
+/// A vector's home before it is placed.
+pub(crate) const NO_HOME: u32 = u32::MAX;
+
+/// Posting-lock stripes.
+pub(crate) const STRIPES: usize = 1024;
+/// Passes of `maintain()`'s sweep at most (each goes over every posting;
+/// a pass that changes nothing ends it).
+pub(crate) const SWEEP_ROUNDS: usize = 4;
+
+/// The id maps (module docs).
+#[derive(Default)]
+pub(crate) struct Ids {
+    pub ext: HashMap<u64, u32>,
+    pub of_vid: Vec<u64>,
+    pub seq_of: Vec<u64>,
+}
+
+/// The writer's side: the redo log in use (none when the database's
+/// commit log is the only log) and its serial.
+pub(crate) struct Writer {
+    pub wal: Option<RedoLog>,
+    pub serial: u64,
+    /// Rows written since the last snapshot.
+    pub rows: u64,
+}
+
+/// Counters the stats report.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub inserts: AtomicU64,
+    pub deletes: AtomicU64,
+    /// Foreground inserts whose APPEND took a posting past the limit.
+    pub split_triggers: AtomicU64,
+    pub splits: AtomicU64,
+    /// Splits that garbage collection alone brought under the limit.
+    pub gc_only: AtomicU64,
+    pub merges: AtomicU64,
+    /// Postings the merge job rewrote without their dead records.
+    pub collections: AtomicU64,
+    pub reassign_evaluated: AtomicU64,
+    pub reassign_moved: AtomicU64,
+    pub reroutes: AtomicU64,
+    pub cascade_max: AtomicU64,
+    pub jobs_failed: AtomicU64,
+    pub queries: AtomicU64,
+    /// Searches that met a posting removed under them and started over.
+    pub search_restarts: AtomicU64,
+    pub postings_read: AtomicU64,
+    pub blocks_read: AtomicU64,
+    pub snapshots: AtomicU64,
+}
+
+/// Per-thread buffers of searches, routing and jobs.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    pub read: ReadScratch,
+    pub hits: Vec<Neighbor>,
+    pub pids: Vec<u32>,
+    pub cands: Vec<(f32, u32)>,
+    pub sel: Vec<u32>,
+    /// Vectors a search has scored.
+    pub seen: HashSet<u32>,
+    /// (vector, version) pairs a garbage collection has kept.
+    pub kept: HashSet<(u32, u8)>,
+    pub top: Option<TopK>,
+    pub sorted: Vec<Candidate>,
+    pub recs: Records,
+    pub qbuf: Vec<f32>,
+    pub rec: Vec<u8>,
+}
+
+pub(crate) struct Inner {
+    pub dir: PathBuf,
+    pub dim: usize,
+    pub metric: Metric,
+    pub mode: Mode,
+    pub params: SpannParams,
+    pub limit: usize,
+    pub store: BlockStore,
+    pub versions: VersionMap,
+    pub ids: RwLock<Ids>,
+    /// Per vid: `version << 32 | pid`, a posting holding its copy at that
+    /// version (see [`Inner::set_home`]).
+    pub homes: RwLock<Vec<AtomicU64>>,
+    pub heads: Heads,
+    pub locks: Vec<Mutex<()>>,
+    pub gate: RwLock<()>,
+    pub writer: Mutex<Writer>,
+    pub snap_lock: Mutex<()>,
+    /// The newest sequence number applied (with `log=own`, logged and
+    /// synced first: durable).
+    pub durable: AtomicU64,
+    /// The newest sequence number the last durable snapshot covers: with
+    /// `log=database`, the durability watermark.
+    pub covered: AtomicU64,
+    pub jobs: Jobs,
+    pub counters: Counters,
+    pub scratches: Mutex<Vec<Scratch>>,
+    pub pool: rayon::ThreadPool,
+    pub threads: usize,
+    pub last_error: Mutex<Option<String>>,
+    /// Inserts + deletes applied when a `spann` index was last built.
+    pub built_at: AtomicU64,
+}
+
+impl Inner {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        dir: &Path,
+        dim: usize,
+        metric: Metric,
+        mode: Mode,
+        params: SpannParams,
+        store: BlockStore,
+        versions: VersionMap,
+        writer: Writer,
+    ) -> Result<Inner> {
+        let threads = params
+            .threads
+            .unwrap_or_else(rayon::current_num_threads)
+            .max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("spann-{i}"))
+            .build()
+            .map_err(|e| Error::invalid(format!("thread pool: {e}")))?;
+        Ok(Inner {
+            dir: dir.to_path_buf(),
+            dim,
+            metric,
+            mode,
+            limit: params.posting_limit(dim),
+            heads: Heads::new(dim, threads)?,
+            params,
+            store,
+            versions,
+            ids: RwLock::new(Ids::default()),
+            homes: RwLock::new(Vec::new()),
+            locks: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            gate: RwLock::new(()),
+            writer: Mutex::new(writer),
+            snap_lock: Mutex::new(()),
+            durable: AtomicU64::new(0),
+            covered: AtomicU64::new(0),
+            jobs: Jobs::default(),
+            counters: Counters::default(),
+            scratches: Mutex::new(Vec::new()),
+            pool,
+            threads,
+            last_error: Mutex::new(None),
+            built_at: AtomicU64::new(0),
+        })
+    }
+
+    /// The lock of posting `pid`'s stripe.
+    pub(crate) fn lock(&self, pid: u32) -> parking_lot::MutexGuard<'_, ()> {
+        self.locks[pid as usize % STRIPES].lock()
+    }
+
+    pub(crate) fn stripe(pid: u32) -> usize {
+        pid as usize % STRIPES
+    }
+
+    pub(crate) fn scratch(&self) -> Scratch {
+        self.scratches.lock().pop().unwrap_or_default()
+    }
+
+    pub(crate) fn give_back(&self, sc: Scratch) {
+        let mut s = self.scratches.lock();
+        if s.len() < 4 * self.threads + 4 {
+            s.push(sc);
+        }
+    }
+
+    /// Makes posting `pid`, which holds `vid`'s copy at `version`, its
+    /// home, unless the home already names a copy that stands higher (see
+    /// [`VersionMap::standing`]: a pending copy above a current one, a
+    /// current one above a stale one). A job that copied a vector before a
+    /// reassign moved it cannot point the home back at the old copy: the
+    /// reassign's pending home outranks it, and once the switch is made
+    /// the old version no longer stands at all.
+    pub(crate) fn set_home(&self, vid: u32, pid: u32, version: u8) {
+        let homes = self.homes.read();
+        let Some(h) = homes.get(vid as usize) else {
+            return;
+        };
+        let word = home_word(pid, version);
+        let mut cur = h.load(Ordering::Acquire);
+        loop {
+            let mine = self.versions.standing(vid, version);
+            let theirs = self.versions.standing(vid, (cur >> 32) as u8);
+            let placed = cur as u32 != NO_HOME;
+            if mine == 0 || (placed && theirs > mine) {
+                return;
+            }
+            match h.compare_exchange_weak(cur, word, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// The home posting of `vid` ([`NO_HOME`] before it is placed).
+    pub(crate) fn home(&self, vid: u32) -> Option<u32> {
+        self.homes
+            .read()
+            .get(vid as usize)
+            .map(|h| h.load(Ordering::Acquire) as u32)
+    }
+
+    /// Records that the index is as built (`spann`'s `maintain` rebuilds
+    /// only after updates since).
+    pub(crate) fn mark_built(&self) {
+        let c = &self.counters;
+        self.built_at.store(
+            c.inserts.load(Ordering::Relaxed) + c.deletes.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Squared L2, the routing distance (centroids, replica rule, NPA).
+    pub(crate) fn l2(&self) -> vectide_core::metric::DistanceFn {
+        Metric::L2.distance_fn()
+    }
+
+    pub(crate) fn note_error(&self, e: &Error) {
+        self.counters.jobs_failed.fetch_add(1, Ordering::Relaxed);
+        *self.last_error.lock() = Some(e.to_string());
+    }
+
+    /// Takes a snapshot (module docs). One at a time.
+    pub(crate) fn snapshot(&self) -> Result<()> {
+        let _one = self.snap_lock.lock();
+        let mut w = self.writer.lock();
+        let next = w.serial + 1;
+        // Under the database, its commit log holds the writes: no log of
+        // our own is started (nor synced into existence).
+        let wal = match self.params.external_log {
+            true => None,
+            false => {
+                let (wal, old) = RedoLog::open(&wal_file(&self.dir, next), self.dim)?;
+                if !old.ops.is_empty() || old.torn {
+                    return Err(Error::corrupted(format!(
+                        "wal-{next}.log exists beyond the WAL in use"
+                    )));
+                }
+                vectide_core::io::sync_dir(&self.dir)?;
+                Some(wal)
+            }
+        };
+        let prev = w.serial;
+        w.wal = wal;
+        w.serial = next;
+        w.rows = 0;
+        let covered = self.durable.load(Ordering::Acquire);
+        let bytes = {
+            let _g = self.gate.write();
+            let head = SnapHead {
+                mode: self.mode,
+                metric: self.metric,
+                dim: self.dim,
+                params: self.params.clone(),
+                serial: next,
+                covered_seq: covered,
+            };
+            let mut map = Vec::new();
+            self.store.snapshot(&mut map)?;
+            let ids = self.ids.read();
+            let homes: Vec<u32> = self
+                .homes
+                .read()
+                .iter()
+                .map(|h| h.load(Ordering::Relaxed) as u32)
+                .collect();
+            let cents = self.heads.read();
+            let centroids: Vec<Option<&[f32]>> =
+                (0..cents.len()).map(|p| cents.get(p as u32)).collect();
+            snapshot::encode(
+                &head,
+                &ids.of_vid,
+                &ids.seq_of,
+                &homes,
+                &self.versions,
+                &centroids,
+                &map,
+            )
+        };
+        drop(w);
+        let path = self.dir.join(SNAPSHOT);
+        match vectide_core::io::atomic_write(&path, |f| {
+            f.write_all(&bytes).map_err(|e| Error::io_at(&path, e))
+        }) {
+            Ok(()) => {
+                self.store.snapshot_durable();
+                self.covered.fetch_max(covered, Ordering::AcqRel);
+                self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
+                for s in (1..=prev).rev() {
+                    let f = wal_file(&self.dir, s);
+                    if !f.exists() {
+                        break;
+                    }
+                    let _ = std::fs::remove_file(&f);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.store.snapshot_abandoned();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// What the postings hold, from a full read ([`Spfresh::census`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Census {
+    pub postings: u64,
+    /// Records stored.
+    pub records: u64,
+    /// Current records (copies a search must read).
+    pub current: u64,
+    /// Postings without a current record.
+    pub empty: u64,
+    /// Live vectors.
+    pub live: u64,
+}
+
+impl Census {
+    /// Current copies per live vector (SPANN's replication).
+    pub fn copies_per_vector(&self) -> f64 {
+        self.current as f64 / self.live.max(1) as f64
+    }
+}
+
+impl Inner {
+    pub(crate) fn census(&self) -> Result<Census> {
+        let pids: Vec<u32> = (0..self.store.posting_ids())
+            .filter(|&p| self.store.entry(p).is_some())
+            .collect();
+        let mut c = Census {
+            postings: pids.len() as u64,
+            live: self.ids.read().ext.len() as u64,
+            ..Census::default()
+        };
+        let mut sc = self.scratch();
+        let r = (|| {
+            for chunk in pids.chunks(256) {
+                self.store.parallel_get(chunk, &mut sc.read)?;
+                for recs in &sc.read.records {
+                    let cur = (0..recs.len())
+                        .filter(|&j| self.versions.is_current(recs.vids[j], recs.versions[j]))
+                        .count() as u64;
+                    c.records += recs.len() as u64;
+                    c.current += cur;
+                    c.empty += u64::from(cur == 0);
+                }
+            }
+            Ok(())
+        })();
+        self.give_back(sc);
+        r.map(|()| c)
+    }
+
+    /// The contract's `maintain()`: the queued jobs run out; then a `spann`
+    /// index is rebuilt statically from its live vectors when updates have
+    /// changed it since its build, and `spfresh` sweeps: every posting gets
+    /// the merge job's check (merged when small, its garbage collected
+    /// whenever that saves a block), the jobs that queues run out, again
+    /// while a pass changes anything, and a snapshot returns the blocks
+    /// they released. Searches queue those
+    /// checks lazily as they meet postings (§3.2); after a sweep none is
+    /// left for the next searches to run in the background.
+    pub(crate) fn maintain(&self) -> Result<()> {
+        self.drain_jobs()?;
+        match self.mode {
+            Mode::Static => self.rebuild_static(),
+            Mode::Fresh => {
+                // A merge's reassigns can leave another posting small, so
+                // the sweep goes again while it changes anything.
+                let changes = || {
+                    let c = &self.counters;
+                    c.merges.load(Ordering::Relaxed) + c.collections.load(Ordering::Relaxed)
+                };
+                let mut sc = self.scratch();
+                let swept = (|| {
+                    for _ in 0..SWEEP_ROUNDS {
+                        let before = changes();
+                        for p in 0..self.store.posting_ids() {
+                            if self.store.entry(p).is_some() {
+                                self.merge(p, true, &mut sc)?;
+                            }
+                        }
+                        self.drain_jobs()?;
+                        if changes() == before {
+                            break;
+                        }
+                    }
+                    Ok::<(), Error>(())
+                })();
+                self.give_back(sc);
+                swept?;
+                self.snapshot()
+            }
+            Mode::Inplace => Ok(()),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> Result<IndexStats> {
+        let st = self.store.stats();
+        let c = &self.counters;
+        let live = self.ids.read().ext.len();
+        let vids = self.versions.len() as usize;
+        let queries = c.queries.load(Ordering::Relaxed).max(1) as f64;
+        let inserts = c.inserts.load(Ordering::Relaxed);
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        let mut max_len = 0u32;
+        let mut sum_len = 0u64;
+        for p in 0..self.store.posting_ids() {
+            if let Some(e) = self.store.entry(p) {
+                max_len = max_len.max(e.records);
+                sum_len += u64::from(e.records);
+            }
+        }
+        let extra = vec![
+            ("postings".to_string(), st.postings as f64),
+            ("centroids".into(), self.heads.count() as f64),
+            ("posting_limit".into(), self.limit as f64),
+            ("posting_records_max".into(), f64::from(max_len)),
+            (
+                "posting_records_mean".into(),
+                sum_len as f64 / st.postings.max(1) as f64,
+            ),
+            ("blocks_used".into(), st.blocks_used as f64),
+            ("blocks_free".into(), st.blocks_free as f64),
+            ("blocks_held".into(), st.blocks_held as f64),
+            ("inserts".into(), inserts as f64),
+            ("deletes".into(), load(&c.deletes)),
+            ("split_triggers".into(), load(&c.split_triggers)),
+            (
+                "split_fraction".into(),
+                load(&c.split_triggers) / inserts.max(1) as f64,
+            ),
+            ("splits".into(), load(&c.splits)),
+            ("gc_only_splits".into(), load(&c.gc_only)),
+            ("merges".into(), load(&c.merges)),
+            ("collections".into(), load(&c.collections)),
+            ("reassign_evaluated".into(), load(&c.reassign_evaluated)),
+            ("reassign_moved".into(), load(&c.reassign_moved)),
+            ("reroutes".into(), load(&c.reroutes)),
+            ("cascade_max".into(), load(&c.cascade_max)),
+            ("jobs_failed".into(), load(&c.jobs_failed)),
+            ("snapshots".into(), load(&c.snapshots)),
+            ("queries".into(), load(&c.queries)),
+            ("search_restarts".into(), load(&c.search_restarts)),
+            (
+                "postings_per_query".into(),
+                load(&c.postings_read) / queries,
+            ),
+            ("blocks_per_query".into(), load(&c.blocks_read) / queries),
+            (
+                "bytes_per_query".into(),
+                load(&c.blocks_read) * BLOCK as f64 / queries,
+            ),
+            ("cas_retries".into(), st.cas_retries as f64),
+            ("read_retries".into(), st.read_retries as f64),
+        ];
+        let io = self.store.io_stats();
+        Ok(IndexStats {
+            live,
+            slots_used: vids,
+            capacity: vids,
+            pending_deletes: vids - live,
+            memory_bytes: vids * (1 + 8 + 8 + 4)
+                + live * 24
+                + self.heads.memory_bytes()
+                + self.store.posting_ids() as usize * 48,
+            disk_bytes: st.blocks_end * BLOCK as u64,
+            reads: io.reads,
+            bytes_read: io.blocks_read * BLOCK as u64,
+            round_trips: io.batches,
+            pending_background: self.jobs.pending(),
+            consolidations: c.splits.load(Ordering::Relaxed) + c.merges.load(Ordering::Relaxed),
+            extra,
+        })
+    }
+
+    /// The structural check: every posting has a centroid and every
+    /// centroid a posting; every live vector has a current record in some
+    /// posting, its home among them; no current record names a deleted or
+    /// unknown vector.
+    pub(crate) fn check_structure(&self) -> Result<Vec<String>> {
+        let _g = self.gate.write();
+        let mut problems = Vec::new();
+        let n = self.store.posting_ids();
+        let mut pids = Vec::new();
+        {
+            let cents = self.heads.read();
+            for p in 0..n.max(cents.len() as u32) {
+                let has_post = self.store.entry(p).is_some();
+                let has_cent = cents.get(p).is_some();
+                if has_post != has_cent {
+                    problems.push(format!(
+                        "posting {p}: {} but {}",
+                        if has_post { "stored" } else { "absent" },
+                        if has_cent {
+                            "has a centroid"
+                        } else {
+                            "no centroid"
+                        }
+                    ));
+                }
+                if has_post {
+                    pids.push(p);
+                }
+            }
+        }
+        let ids = self.ids.read();
+        let vids = self.versions.len() as usize;
+        let mut found = vec![false; vids];
+        let mut home_ok = vec![false; vids];
+        let mut sc = self.scratch();
+        for chunk in pids.chunks(256) {
+            self.store.parallel_get(chunk, &mut sc.read)?;
+            for (i, recs) in sc.read.records.iter().enumerate() {
+                for j in 0..recs.len() {
+                    let v = recs.vids[j];
+                    if (v as usize) >= vids {
+                        problems.push(format!(
+                            "posting {}: record of unknown vector {v}",
+                            chunk[i]
+                        ));
+                        continue;
+                    }
+                    if self.versions.is_current(v, recs.versions[j]) {
+                        found[v as usize] = true;
+                        if self.home(v) == Some(chunk[i]) {
+                            home_ok[v as usize] = true;
+                        }
+                    }
+                }
+            }
+        }
+        self.give_back(sc);
+        for (&id, &v) in &ids.ext {
+            if !found[v as usize] {
+                problems.push(format!("id {id} (vector {v}) has no current record"));
+            } else if !home_ok[v as usize] {
+                problems.push(format!(
+                    "id {id} (vector {v}): its home holds no current copy"
+                ));
+            }
+            if self.versions.get(v).is_none_or(|s| s.deleted) {
+                problems.push(format!("id {id} (vector {v}) is live but marked deleted"));
+            }
+        }
+        if ids.of_vid.len() != vids || ids.seq_of.len() != vids {
+            problems.push(format!(
+                "{} vector numbers but {} ids and {} sequence numbers",
+                vids,
+                ids.of_vid.len(),
+                ids.seq_of.len()
+            ));
+        }
+        problems.truncate(100);
+        Ok(problems)
+    }
+}
