@@ -202,15 +202,17 @@ pub fn thread_pool(
     name: &'static str,
     threads: Option<usize>,
 ) -> Result<Option<rayon::ThreadPool>> {
-    threads
-        .map(|n| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .thread_name(move |i| format!("vectide-{name}-{i}"))
-                .build()
-                .map_err(|e| Error::invalid(format!("cannot start {n} threads: {e}")))
-        })
-        .transpose()
+    threads.map(|n| pool_of(name, n)).transpose()
+}
+
+/// A pool of `n` workers named `vectide-{name}-{i}`, for an engine (or
+/// one of its phases) that always runs on a pool of its own.
+pub fn pool_of(name: &'static str, n: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(move |i| format!("vectide-{name}-{i}"))
+        .build()
+        .map_err(|e| Error::invalid(format!("cannot start {n} threads: {e}")))
 }
 
 /// The `threads` parameter every engine takes.

@@ -526,11 +526,7 @@ impl<'a> Merge<'a> {
         } else {
             rayon::current_num_threads()
         };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(io_threads)
-            .thread_name(|i| format!("vectide-merge-io-{i}"))
-            .build()
-            .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?;
+        let pool = vectide_core::engine::pool_of("merge-io", io_threads)?;
         // The Delete phase's own threads, at a lower priority: its prunes
         // keep the cores busy while the Insert phase's searches wait on
         // their reads, and yield them as each read completes (module docs).

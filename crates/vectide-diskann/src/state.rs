@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use vectide_core::sync::SyncSite;
-use vectide_core::{Error, Metric, Result, VectorIndex};
+use vectide_core::{Metric, Result, VectorIndex};
 use vectide_storage::durable::RedoLog;
 use vectide_vamana::{FreshVamana, VamanaParams, START_LABEL};
 
@@ -157,11 +157,7 @@ impl Inner {
             .graph
             .threads
             .unwrap_or_else(rayon::current_num_threads);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("vectide-fdann-{i}"))
-            .build()
-            .map_err(|e| Error::invalid(format!("thread pool: {e}")))?;
+        let pool = vectide_core::engine::pool_of("fdann", threads)?;
         Ok(Inner {
             dir: dir.to_path_buf(),
             dim,

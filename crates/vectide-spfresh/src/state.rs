@@ -188,11 +188,7 @@ impl Inner {
             .threads
             .unwrap_or_else(rayon::current_num_threads)
             .max(1);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("spann-{i}"))
-            .build()
-            .map_err(|e| Error::invalid(format!("thread pool: {e}")))?;
+        let pool = vectide_core::engine::pool_of("spann", threads)?;
         Ok(Inner {
             dir: dir.to_path_buf(),
             dim,
