@@ -17,9 +17,9 @@
 //! `RNGFactor` parameter, default 1.0) rejects candidate `c` when some
 //! chosen `s` has `factor · d(c, s) ≤ d(v, c)`.
 
+use crate::blockstore::Swap;
 use crate::layout::encode_record;
 use crate::state::Inner;
-use crate::blockstore::Swap;
 use rayon::prelude::*;
 use vectide_core::metric::DistanceFn;
 use vectide_core::{Error, Result};

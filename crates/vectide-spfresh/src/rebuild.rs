@@ -36,12 +36,12 @@
 //! job (a concurrent split or merge removed it) ends the job or makes the
 //! vector route again; it is never an error.
 
+use crate::blockstore::Swap;
 use crate::jobs::*;
 use crate::layout::{blocks_for, Records};
 use crate::params::Mode;
 use crate::state::{Inner, Scratch};
 use crate::versions::{VersionMap, VERSION_MASK};
-use crate::blockstore::Swap;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

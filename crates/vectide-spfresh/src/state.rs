@@ -352,9 +352,7 @@ impl Inner {
         };
         drop(w);
         let path = self.dir.join(SNAPSHOT);
-        match vectide_core::io::atomic_write(&path, |f| {
-            f.write_all(&bytes).map_err(|e| Error::io_at(&path, e))
-        }) {
+        match snapshot::ENVELOPE.write(&path, &bytes) {
             Ok(()) => {
                 self.store.snapshot_durable();
                 self.covered.fetch_max(covered, Ordering::AcqRel);

@@ -6,12 +6,12 @@
 //! (`spfresh` only). An APPEND that finds its posting gone (a concurrent
 //! split or merge removed it) routes the vector again.
 
+use crate::blockstore::Swap;
 use crate::builder::rng_select;
 use crate::jobs::Job;
 use crate::layout::encode_record;
 use crate::params::Mode;
 use crate::state::{home_word, Inner, Scratch, NO_HOME};
-use crate::blockstore::Swap;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::validate::{check_batch, normalize};

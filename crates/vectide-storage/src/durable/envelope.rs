@@ -94,7 +94,9 @@ impl Envelope {
     /// Replaces the file at `path` with sealed `bytes`, atomically (temp
     /// file, fsync, rename, directory fsync).
     pub fn write(&self, path: &Path, bytes: &[u8]) -> Result<()> {
-        atomic_write(path, |w| Ok(w.write_all(bytes)?))
+        atomic_write(path, |w| {
+            w.write_all(bytes).map_err(|e| Error::io_at(path, e))
+        })
     }
 }
 
