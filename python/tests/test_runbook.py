@@ -98,3 +98,39 @@ def test_hand_built_runbooks_are_checked_too():
         rbk.check(rbk.Runbook("toy", 10, [rbk.Step("insert", start=0)]), 100)
     with pytest.raises(rbk.RunbookError, match="unknown operation"):
         rbk.check(rbk.Runbook("toy", 10, [rbk.Step("upsert")]), 100)
+
+
+def test_python_and_the_cli_read_with_one_parser():
+    # Python hands the text to the harness core the CLI uses: a hand-built
+    # runbook with NumPy integers is checked as its YAML reads, and the
+    # counts come from the core.
+    import numpy as np
+
+    rb = rbk.Runbook("toy", np.int64(10), [rbk.Step("insert", start=np.int64(0), end=np.int32(5)), rbk.Step("search")])
+    assert rbk.check(rb, 100) == {"insert": 1, "delete": 0, "search": 1, "replace": 0, "peak_active": 5}
+    back = rbk.loads(rbk.dump(rb).encode())
+    assert (back.dataset, back.max_pts, [s.as_dict() for s in back.steps]) == (
+        "toy", 10, [{"operation": "insert", "start": 0, "end": 5}, {"operation": "search"}])
+    with pytest.raises(rbk.RunbookError, match="max_pts 10 must be in 1..=4"):
+        rbk.check(rb, 4)
+    # A file the core refuses (an alias bomb past its node budget) is a
+    # RunbookError here too, not a crash.
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi"))
+    with pytest.raises(rbk.RunbookError):
+        rbk.loads(bomb)
+
+
+def test_kmeans_is_the_quantization_rooms():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    centres = np.array([[0, 0], [10, 10], [0, 10]], dtype=np.float32)
+    x = np.concatenate([c + rng.normal(0, 0.1, size=(50, 2)).astype(np.float32) for c in centres])
+    labels = rbk.kmeans(x, 3, seed=1)
+    assert labels.shape == (150,) and len(set(labels.tolist())) == 3
+    # Each true cluster lands in one label.
+    assert all(len(set(labels[i * 50:(i + 1) * 50].tolist())) == 1 for i in range(3))
+    with pytest.raises(rbk.RunbookError, match="needs at least 4 rows"):
+        rbk.kmeans(x[:3], 4)
