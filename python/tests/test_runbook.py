@@ -113,6 +113,12 @@ def test_python_and_the_cli_read_with_one_parser():
         "toy", 10, [{"operation": "insert", "start": 0, "end": 5}, {"operation": "search"}])
     with pytest.raises(rbk.RunbookError, match="max_pts 10 must be in 1..=4"):
         rbk.check(rb, 4)
+    with pytest.raises(rbk.RunbookError, match="must be a count"):
+        rbk.check(rb, -1)
+    # A name that is not a string, and a value that is not an integer.
+    assert rbk.check(rbk.Runbook(7, 3, [rbk.Step("insert", start=0, end=3)]), 3)["peak_active"] == 3
+    with pytest.raises(rbk.RunbookError, match="must be an integer"):
+        rbk.check(rbk.Runbook("toy", 3, [rbk.Step("insert", start=0, end=2.5)]), 3)
     # A file the core refuses (an alias bomb past its node budget) is a
     # RunbookError here too, not a crash.
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(

@@ -124,9 +124,18 @@ def _plain(v: Any) -> Any:
 def check(rb: Runbook, n: int) -> Dict[str, int]:
     """Replays the runbook over ``n`` rows (see the module docs) with the
     harness core's check; returns counts of its operations and the largest
-    active set. A runbook built in Python is checked as its YAML reads."""
+    active set. A runbook built in Python is checked as its text reads (as
+    JSON, which is YAML: no PyYAML needed)."""
+    import json
+
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise RunbookError(f"the dataset's rows must be a count, got {n!r}")
+    body: Dict[str, Any] = {"max_pts": _plain(rb.max_pts)}
+    for i, s in enumerate(rb.steps, 1):
+        body[str(i)] = {k: _plain(v) for k, v in s.as_dict().items()}
+    text = json.dumps({str(rb.dataset): body}, default=repr)
     try:
-        return dict(_core().runbook_check(dump(rb).encode(), int(n), str(rb.dataset)))
+        return dict(_core().runbook_check(text.encode(), int(n), str(rb.dataset)))
     except ValueError as e:
         raise RunbookError(str(e)) from None
 

@@ -224,7 +224,11 @@ impl ReplayBatch {
             self.0.flush(&mut apply)?;
             return op.apply_to(engine);
         }
-        Ok(self.0.insert(op.seq, &op.ids, &op.vectors, &mut apply)?)
+        // The log is in sequence order: every record is numbered above
+        // those before it and below those after it.
+        Ok(self
+            .0
+            .insert(op.seq, &op.ids, &op.vectors, (0, Seq::MAX), &mut apply)?)
     }
 
     pub fn flush(&mut self, engine: &AnyIndex) -> Result<()> {

@@ -218,12 +218,12 @@ impl Baseline {
                 // log, so that a retry of its number is not joined to it).
                 let (wal, rec) = RedoLog::open(&dir.join(WAL_FILE), dim)?;
                 // The log holds the calls after the snapshot (a snapshot
-                // empties it; a crash between the two leaves calls the
-                // snapshot holds, which the graph's per-point sequence
-                // numbers make no-ops). Parallel batches, as the paper's
-                // HNSW_WAL rebuilds.
+                // empties it). Parallel batches, as the paper's HNSW_WAL
+                // rebuilds.
+                // Calls the snapshot holds (left by a crash between its
+                // rename and the truncation) are skipped, as before.
                 let r = replay(
-                    rec.ops,
+                    rec.ops.into_iter().filter(|op| op.seq() > base),
                     base,
                     |seq, ids, vectors| inner.insert(seq, ids, vectors),
                     |seq, ids| inner.delete(seq, ids).map(drop),

@@ -1,10 +1,14 @@
 //! Recovery by replay: the calls a log holds past an engine's checkpoint,
 //! applied in log order. Consecutive inserts go to the engine as one batch
-//! (one call per logged call dominated restart time); a batch ends at a
-//! delete, at an id it already holds, or at [`BATCH_ROWS`] rows, and
-//! carries the highest sequence number of its calls, which is harmless:
-//! each point is applied once, and nothing is acknowledged until the
-//! replay is over.
+//! (one call per logged call dominated restart time). A batch carries the
+//! highest sequence number of its calls, and engines stamp every row with
+//! it; that is harmless only if no later call in the log has a lower
+//! number (writers log in lock order, not sequence order: a later delete
+//! numbered below the stamp would be taken for stale and skipped). So a
+//! batch ends at a delete, at an id it already holds, at [`BATCH_ROWS`]
+//! rows, and before a call whose joining would raise the stamp to the
+//! lowest number of any call after it; a call alone is stamped with its
+//! own number.
 
 use std::collections::HashSet;
 use vectide_core::{Result, Seq};
@@ -15,26 +19,51 @@ pub const BATCH_ROWS: usize = 4096;
 /// Gathers replayed inserts into batches (see the module docs).
 #[derive(Debug, Default)]
 pub struct Batcher {
+    /// The stamp: the highest number of the batch's calls.
     seq: Seq,
+    /// The lowest number of the batch's calls.
+    lo: Seq,
+    /// The highest number of any call before the batch in the log.
+    floor: Seq,
     ids: Vec<u64>,
     vectors: Vec<f32>,
     seen: HashSet<u64>,
 }
 
 impl Batcher {
-    /// Adds an insert call; `apply` receives the batch when it is full or
-    /// when this call repeats one of its ids (then the call starts the next
-    /// batch).
+    /// Adds an insert call. `around` is the highest sequence number of
+    /// any call before it in the log and the lowest of any call after it
+    /// (`(0, Seq::MAX)` when the log is in sequence order, as the
+    /// database's is). The call joins the batch only if every number in
+    /// the batch stays above everything logged before the batch and below
+    /// everything logged after the call, and it repeats none of the batch's
+    /// ids: then stamping its rows with the batch's highest number changes
+    /// no engine's "newer than what the id holds" decision. Otherwise
+    /// `apply` receives the batch first and the call starts the next one
+    /// (a call alone is stamped with its own number). A full batch is
+    /// applied at once.
     pub fn insert(
         &mut self,
         seq: Seq,
         ids: &[u64],
         vectors: &[f32],
+        around: (Seq, Seq),
         apply: &mut impl FnMut(Seq, &[u64], &[f32]) -> Result<()>,
     ) -> Result<()> {
-        if ids.iter().any(|i| self.seen.contains(i)) {
+        let (before, after) = around;
+        if !self.ids.is_empty()
+            && (self.lo.min(seq) <= self.floor
+                || self.seq.max(seq) >= after
+                || ids.iter().any(|i| self.seen.contains(i)))
+        {
             self.flush(apply)?;
         }
+        if self.ids.is_empty() {
+            self.floor = before;
+            self.lo = seq;
+            self.seq = seq;
+        }
+        self.lo = self.lo.min(seq);
         self.seq = self.seq.max(seq);
         self.ids.extend_from_slice(ids);
         self.vectors.extend_from_slice(vectors);
@@ -57,6 +86,8 @@ impl Batcher {
             self.seen.clear();
         }
         self.seq = 0;
+        self.lo = 0;
+        self.floor = 0;
         Ok(())
     }
 }
@@ -85,14 +116,23 @@ pub fn replay(
         calls: 0,
         watermark: covered,
     };
+    let ops: Vec<super::LogOp> = ops.into_iter().collect();
+    // The lowest sequence number of the calls after each one.
+    let mut later = vec![Seq::MAX; ops.len() + 1];
+    for (i, op) in ops.iter().enumerate().rev() {
+        later[i] = later[i + 1].min(op.seq());
+    }
+    // The highest number of the calls before each one.
+    let mut before = 0;
     let mut batch = Batcher::default();
-    for op in ops {
+    for (i, op) in ops.into_iter().enumerate() {
         out.calls += 1;
         out.watermark = out.watermark.max(op.seq());
+        let seq_i = op.seq();
         match op {
             super::LogOp::Insert { seq, ids, vectors } => {
                 if !ids.is_empty() {
-                    batch.insert(seq, &ids, &vectors, &mut insert)?;
+                    batch.insert(seq, &ids, &vectors, (before, later[i + 1]), &mut insert)?;
                 }
             }
             super::LogOp::Delete { seq, ids } => {
@@ -102,6 +142,7 @@ pub fn replay(
                 }
             }
         }
+        before = before.max(seq_i);
     }
     batch.flush(&mut insert)?;
     Ok(out)
@@ -173,7 +214,117 @@ mod tests {
         );
     }
 
+    /// An engine's per-id rule: an insert or delete applies only if it is
+    /// newer than what the id holds (a delete leaves its number behind).
+    #[derive(Default, Debug, PartialEq)]
+    struct SeqModel(BTreeMap<u64, (Seq, Option<f32>)>);
+
+    impl SeqModel {
+        /// What a search or `get` sees: the live points' values (a batch
+        /// may stamp rows with a higher number than their own; what the
+        /// rule decides must not change).
+        fn live(&self) -> BTreeMap<u64, f32> {
+            self.0
+                .iter()
+                .filter_map(|(&id, &(_, v))| Some((id, v?)))
+                .collect()
+        }
+        fn insert(&mut self, seq: Seq, ids: &[u64], v: &[f32]) {
+            for (i, &id) in ids.iter().enumerate() {
+                if self.0.get(&id).is_none_or(|e| seq > e.0) {
+                    self.0.insert(id, (seq, Some(v[i])));
+                }
+            }
+        }
+        fn delete(&mut self, seq: Seq, ids: &[u64]) {
+            for &id in ids {
+                if self.0.get(&id).is_some_and(|e| seq >= e.0) {
+                    self.0.insert(id, (seq, None));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_later_call_numbered_below_a_batch_is_not_shadowed() {
+        // Logged in lock order: 3 (A), 7 (B), then the delete of A numbered 5.
+        let ops = vec![
+            LogOp::Insert {
+                seq: 3,
+                ids: vec![1],
+                vectors: vec![1.0],
+            },
+            LogOp::Insert {
+                seq: 7,
+                ids: vec![2],
+                vectors: vec![2.0],
+            },
+            LogOp::Delete {
+                seq: 5,
+                ids: vec![1],
+            },
+        ];
+        let m = std::cell::RefCell::new(SeqModel::default());
+        replay(
+            ops,
+            0,
+            |s, i, v| {
+                m.borrow_mut().insert(s, i, v);
+                Ok(())
+            },
+            |s, i| {
+                m.borrow_mut().delete(s, i);
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            m.borrow().0.get(&1),
+            Some(&(5, None)),
+            "the delete was skipped"
+        );
+    }
+
     proptest::proptest! {
+        /// Calls logged out of sequence order: batched replay leaves what
+        /// applying them one by one leaves, under the engines' rule.
+        #[test]
+        fn batching_respects_the_engines_sequence_rule(
+            calls in proptest::collection::vec((proptest::bool::ANY, proptest::collection::vec(0u64..8, 0..4)), 1..30),
+            order in proptest::collection::vec(proptest::num::u64::ANY, 30),
+        ) {
+            // Distinct sequence numbers in a drawn order.
+            let mut seqs: Vec<Seq> = (1..=calls.len() as Seq).collect();
+            seqs.sort_by_key(|s| order[*s as usize - 1]);
+            let mut ops = Vec::new();
+            for ((ins, ids), &seq) in calls.into_iter().zip(&seqs) {
+                let mut ids = ids;
+                ids.sort_unstable();
+                ids.dedup();
+                ops.push(if ins {
+                    LogOp::Insert { seq, vectors: vec![seq as f32; ids.len()], ids }
+                } else {
+                    LogOp::Delete { seq, ids }
+                });
+            }
+            let mut want = SeqModel::default();
+            for op in &ops {
+                match op {
+                    LogOp::Insert { seq, ids, vectors } => want.insert(*seq, ids, vectors),
+                    LogOp::Delete { seq, ids } => want.delete(*seq, ids),
+                }
+            }
+            let got = std::cell::RefCell::new(SeqModel::default());
+            replay(ops, 0, |s, i, v| {
+                got.borrow_mut().insert(s, i, v);
+                Ok(())
+            }, |s, i| {
+                got.borrow_mut().delete(s, i);
+                Ok(())
+            }).unwrap();
+            proptest::prop_assert_eq!(got.into_inner().live(), want.live());
+        }
+
         /// Batched or not, the state a replay leaves is that of applying
         /// the calls one by one.
         #[test]
