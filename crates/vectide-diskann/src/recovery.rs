@@ -154,14 +154,15 @@ impl FreshDiskann {
         // commit log is the only log) there is none, unless a standalone
         // index left one: its calls are replayed all the same.
         let path = manifest::log_file(dir, m.rw);
-        let (log, calls) = if params.external_log && !path.exists() {
-            (None, Vec::new())
-        } else {
-            let (log, rec) = RedoLog::open(&path, m.dim)?;
-            (Some(log), rec.ops)
+        let (log, calls) = match (params.external_log, path.exists()) {
+            (true, false) => (None, Vec::new()),
+            (true, true) => (None, RedoLog::open(&path, m.dim)?.1.ops),
+            (false, _) => {
+                let (log, rec) = RedoLog::open(&path, m.dim)?;
+                (Some(log), rec.ops)
+            }
         };
         let (dim, metric, rw, covered) = (m.dim, m.metric, m.rw, m.covered_seq);
-        let log = if params.external_log { None } else { log };
         let writer = Writer {
             log,
             manifest: m.clone(),

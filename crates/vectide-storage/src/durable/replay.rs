@@ -243,6 +243,24 @@ mod tests {
                 }
             }
         }
+        /// The model after a (batched) replay of `ops`.
+        fn replayed(ops: Vec<LogOp>) -> SeqModel {
+            let m = std::cell::RefCell::new(SeqModel::default());
+            replay(
+                ops,
+                0,
+                |s, i, v| {
+                    m.borrow_mut().insert(s, i, v);
+                    Ok(())
+                },
+                |s, i| {
+                    m.borrow_mut().delete(s, i);
+                    Ok(())
+                },
+            )
+            .unwrap();
+            m.into_inner()
+        }
     }
 
     #[test]
@@ -264,22 +282,8 @@ mod tests {
                 ids: vec![1],
             },
         ];
-        let m = std::cell::RefCell::new(SeqModel::default());
-        replay(
-            ops,
-            0,
-            |s, i, v| {
-                m.borrow_mut().insert(s, i, v);
-                Ok(())
-            },
-            |s, i| {
-                m.borrow_mut().delete(s, i);
-                Ok(())
-            },
-        )
-        .unwrap();
         assert_eq!(
-            m.borrow().0.get(&1),
+            SeqModel::replayed(ops).0.get(&1),
             Some(&(5, None)),
             "the delete was skipped"
         );
@@ -314,15 +318,7 @@ mod tests {
                     LogOp::Delete { seq, ids } => want.delete(*seq, ids),
                 }
             }
-            let got = std::cell::RefCell::new(SeqModel::default());
-            replay(ops, 0, |s, i, v| {
-                got.borrow_mut().insert(s, i, v);
-                Ok(())
-            }, |s, i| {
-                got.borrow_mut().delete(s, i);
-                Ok(())
-            }).unwrap();
-            proptest::prop_assert_eq!(got.into_inner().live(), want.live());
+            proptest::prop_assert_eq!(SeqModel::replayed(ops).live(), want.live());
         }
 
         /// Batched or not, the state a replay leaves is that of applying
