@@ -145,6 +145,24 @@ def runbook_parse(text: bytes, dataset: Optional[str] = None) -> Tuple[str, int,
 def runbook_check(text: bytes, n: int, dataset: Optional[str] = None) -> dict[str, int]:
     """Counts of a runbook's operations and its largest active set over
     ``n`` rows; ``ValueError`` names the step of the first problem."""
+def runbook_default_engines() -> list[str]:
+    """The engines a runbook runs when none are named (``vectide:NAME``)."""
+def runbook_truth(
+    text: bytes, rows: npt.NDArray[np.float32], queries: npt.NDArray[np.float32], metric: str, k: int,
+    threads: int = 2,
+) -> list[Optional[npt.NDArray[np.uint64]]]:
+    """Exact neighbours of every search step of a runbook (``None`` where
+    the active set is empty), from the harness core."""
+def runbook_run(
+    engine: str, text: bytes, rows: npt.NDArray[np.float32], queries: npt.NDArray[np.float32], metric: str,
+    truth: list[Optional[npt.NDArray[np.uint64]]], k: int, knob: int, update_threads: int,
+    settle_after_deletes: bool = False, calibrate: list[int] = ..., target: float = 0.95,
+    isolated: bool = True, workdir: Optional[str] = None,
+) -> str:
+    """One native engine through a runbook with the harness core's timed
+    loop; its result document as JSON text."""
+def runbook_report(head: str, results: str, isolated: bool = True) -> str:
+    """The result document of a runbook run, as JSON text."""
 def kmeans_labels(x: npt.NDArray[np.float32], k: int, seed: int = 0, iters: int = 25) -> npt.NDArray[np.uint32]:
     """Cluster labels from the quantization room's k-means."""
 

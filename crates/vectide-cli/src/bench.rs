@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use vectide_core::eval::{qps_at_recall, recall_at_k, RECALL_TARGETS};
 use vectide_core::{EngineDescriptor, Knob, Neighbor, SearchParams, RESERVED_ID};
 use vectide_engines::{AnyIndex, ParamValue, Params};
+use vectide_harness::machine::{machine_info, param_json, rss_bytes, utc_now};
 
 const DEFAULT_EFS: &str = "10,16,24,32,48,64,96,128,192,256,384,512";
 const MEMORY_METHOD: &str = "RSS delta across the build: VmRSS from /proc/self/status before \
@@ -89,16 +90,8 @@ struct Measured {
     sweep: Vec<Point>,
 }
 
-pub(crate) fn engine_name(spec: &str) -> String {
+fn engine_name(spec: &str) -> String {
     spec.strip_prefix("vectide:").unwrap_or(spec).to_string()
-}
-
-/// The resident set of this process (`VmRSS`), when the system tells it.
-pub(crate) fn rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }
 
 /// The build parameters of an engine from the registry: `threads`, and
@@ -190,58 +183,6 @@ fn search_params_json(knob: Option<Knob>, asked: Option<usize>, k: usize) -> Val
         (Some(knob), Some(v)) => json!({knob.name(): v.max(k)}),
         _ => json!({}),
     }
-}
-
-pub(crate) fn param_json(v: ParamValue) -> Value {
-    match v {
-        ParamValue::Int(i) => json!(i),
-        ParamValue::Float(f) => json!(f),
-        ParamValue::Bool(b) => json!(b),
-        ParamValue::Str(s) => json!(s),
-    }
-}
-
-/// What the result says of the machine (the Python harness's keys that
-/// apply to a native run, and the SIMD level).
-pub(crate) fn machine_info() -> Value {
-    let cpu_model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| {
-        c.lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, m)| m.trim().to_string())
-    });
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    json!({
-        "cpu_model": cpu_model,
-        "cores": cores,
-        "usable_cores": cores,
-        "platform": format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH),
-        "simd": vectide_core::distance::active_isa(),
-    })
-}
-
-/// The current UTC time as ISO 8601 (`2025-01-31T12:00:00+00:00`).
-pub(crate) fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}+00:00",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 fn check_args(args: &BenchArgs) -> Result<(), String> {

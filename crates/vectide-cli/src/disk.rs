@@ -240,7 +240,7 @@ pub fn run(args: &DiskSearchArgs) -> Result<(), String> {
         "n_queries": nq,
         "dimension": dim,
         "simd": isa,
-        "machine": crate::bench::machine_info(),
+        "machine": vectide_harness::machine::machine_info(),
         "o_direct": direct,
         "read_path": read_path,
         "build": {"engine": vectide_vamana::DESCRIPTOR.name, "r": r, "l_build": l_build, "alpha": alpha,

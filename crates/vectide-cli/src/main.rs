@@ -160,17 +160,7 @@ fn inspect(path: &std::path::Path, json: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
-pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(len);
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{msg:>12} [{bar:30}] {pos}/{len} {elapsed_precise}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_message(what.to_string());
-    bar
-}
+pub(crate) use vectide_harness::machine::progress;
 
 /// `vectide engines`: the registry, engine by engine.
 fn engines(json: bool) -> Result<(), String> {

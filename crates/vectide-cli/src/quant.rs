@@ -168,7 +168,7 @@ pub fn run(args: &PqEvalArgs) -> Result<(), String> {
         "metric": format!("{metric:?}"),
         "ksub": KSUB,
         "simd": isa,
-        "machine": crate::bench::machine_info(),
+        "machine": vectide_harness::machine::machine_info(),
         "method": "train on a seeded sample of at most 65,536 rows (centred, k-means per subspace, 25 iterations), \
                    encode every row; per query an ADC table and a full scan of the codes",
         "results": per_m,

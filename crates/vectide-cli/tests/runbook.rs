@@ -149,9 +149,13 @@ fn runs_every_operation_on_the_default_engines() {
     assert_eq!(rb["peak_active"], 1500);
     let engines = doc["engines"].as_object().unwrap();
     let names: Vec<&str> = engines.keys().map(String::as_str).collect();
-    // The default: every in-memory engine with a search knob.
+    // The default: the harness core's, every approximate engine in memory
+    // or on SSD (the latter in a temporary directory).
+    let mut want = vectide_harness::runbook::default_engines();
+    want.sort();
+    assert_eq!(names, want.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(
-        names.contains(&"vectide:hnsw") && names.contains(&"vectide:fresh-vamana"),
+        names.contains(&"vectide:hnsw") && names.contains(&"vectide:fresh-diskann"),
         "{names:?}"
     );
     for (name, e) in engines {
@@ -190,7 +194,15 @@ fn runs_every_operation_on_the_default_engines() {
         assert!(avg >= 0.9, "{name}: avg recall {avg}");
         assert!(e["min_recall"].as_f64().unwrap() <= avg);
         assert_eq!(doc["summary"]["avg_recall10"][name], e["avg_recall"]);
-        assert_eq!(e["search_knob"], serde_json::json!({"ef": 100}), "{name}");
+        let knob = vectide_engines::descriptor(e["params"]["engine"].as_str().unwrap())
+            .unwrap()
+            .primary_knob
+            .unwrap();
+        assert_eq!(
+            e["search_knob"],
+            serde_json::json!({knob.name(): 100}),
+            "{name}"
+        );
         assert_eq!(e["params"]["threads"], 2, "{name}");
         assert!(e["params"]["engine"].is_string());
     }
@@ -221,6 +233,41 @@ fn an_exact_engine_is_searched_without_a_knob_and_k_names_the_summary() {
     assert_eq!(e["search_knob"], serde_json::json!({}));
     assert_eq!(e["min_recall"], 1.0);
     assert_eq!(doc["summary"]["avg_recall5"]["vectide:flat"], 1.0);
+}
+
+#[test]
+fn a_directory_engine_runs_in_a_temporary_directory_and_a_variant_under_its_name() {
+    let s = setup();
+    let out = s.root.join("variants.json");
+    let tmp = s.root.join("work");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let path = s.root.join("runbook.yaml");
+    std::fs::write(&path, RUNBOOK).unwrap();
+    let r = Command::new(env!("CARGO_BIN_EXE_vectide"))
+        .args(["runbook", "--dataset"])
+        .arg(&s.data)
+        .arg("--runbook")
+        .arg(&path)
+        .args([
+            "--engines",
+            "vectide:p-hnsw,hnsw@m=8",
+            "--queries",
+            "50",
+            "--out",
+        ])
+        .arg(&out)
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let p = &doc["engines"]["vectide:p-hnsw"];
+    assert!(p["avg_recall"].as_f64().unwrap() >= 0.9, "{p}");
+    let v = &doc["engines"]["vectide:hnsw@m=8"];
+    assert_eq!(v["params"]["m"], 8, "{v}");
+    assert_eq!(v["params"]["ef_construction"], 200, "{v}");
+    // The temporary directory went with the engine.
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
 }
 
 #[test]
@@ -275,8 +322,9 @@ fn a_runbook_that_cannot_run_exits_2_naming_the_step_and_writes_nothing() {
     }
     // Engines that cannot run a runbook are refused the same way.
     for (engines, message) in [
-        ("p-hnsw", "lives in a directory"),
         ("nope", "unknown engine"),
+        ("hnsw@nope=1", "has no parameter \"nope\""),
+        ("hnsw@m=many", "m=many is not an integer"),
         ("hnsw,vectide:hnsw", "listed twice"),
     ] {
         let r = runbook(&s, RUNBOOK, &out, &["--engines", engines]);

@@ -7,6 +7,10 @@
 //!
 //! - [`runbook`]: streaming runbooks in the big-ann-benchmarks format:
 //!   YAML parsing with hostile-input limits, the check of a runbook against
-//!   a dataset, and the plan that runs.
+//!   a dataset, the plan that runs, its ground truth, the timed loop of a
+//!   native engine and the result document.
+//! - [`machine`]: what a result says of the machine and the run (CPU, SIMD
+//!   level, resident set, time), and the progress bar.
 
+pub mod machine;
 pub mod runbook;

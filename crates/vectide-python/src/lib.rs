@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use vectide_core::{limits, Error, Metric, Neighbor, SearchParams, RESERVED_ID};
 mod convert;
 mod db;
+mod harness;
 
 use vectide_engines::{AnyIndex, ParamValue, Params};
 
@@ -776,102 +777,6 @@ fn qps_at_recall(points: Vec<(f64, f64)>, target: f64) -> Option<f64> {
     vectide_core::eval::qps_at_recall(&points, target)
 }
 
-/// A runbook's steps as the harness core reads them: `(dataset, max_pts,
-/// steps)`, each step a dict of its operation and integer fields.
-/// `ValueError` (`vectide.runbook.RunbookError`) names the first problem.
-#[pyfunction]
-#[pyo3(signature = (text, dataset=None))]
-fn runbook_parse<'py>(
-    py: Python<'py>,
-    text: &[u8],
-    dataset: Option<&str>,
-) -> PyResult<(String, i128, Vec<Bound<'py, PyDict>>)> {
-    use vectide_harness::runbook::{parse, Step};
-    let rb = parse(text, dataset).map_err(|e| PyValueError::new_err(e.0))?;
-    let steps = rb
-        .steps
-        .iter()
-        .map(|s| {
-            let d = PyDict::new(py);
-            let (op, fields): (&str, Vec<(&str, i128)>) = match *s {
-                Step::Insert { start, end } => ("insert", vec![("start", start), ("end", end)]),
-                Step::Delete { start, end } => ("delete", vec![("start", start), ("end", end)]),
-                Step::Search => ("search", vec![]),
-                Step::Replace {
-                    tags_start,
-                    tags_end,
-                    ids_start,
-                    ids_end,
-                } => (
-                    "replace",
-                    vec![
-                        ("tags_start", tags_start),
-                        ("tags_end", tags_end),
-                        ("ids_start", ids_start),
-                        ("ids_end", ids_end),
-                    ],
-                ),
-            };
-            d.set_item("operation", op)?;
-            for (k, v) in fields {
-                d.set_item(k, v)?;
-            }
-            Ok(d)
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    Ok((rb.dataset, rb.max_pts, steps))
-}
-
-/// Checks a runbook (its YAML) against a dataset of `n` rows with the
-/// harness core's check: counts of its operations and its largest active
-/// set, or `ValueError` naming the step of the first problem.
-#[pyfunction]
-#[pyo3(signature = (text, n, dataset=None))]
-fn runbook_check<'py>(
-    py: Python<'py>,
-    text: &[u8],
-    n: usize,
-    dataset: Option<&str>,
-) -> PyResult<Bound<'py, PyDict>> {
-    use vectide_harness::runbook::{check, parse};
-    let plan = parse(text, dataset)
-        .and_then(|rb| check(&rb, n))
-        .map_err(|e| PyValueError::new_err(e.0))?;
-    let c = &plan.counts;
-    let d = PyDict::new(py);
-    d.set_item("insert", c.insert)?;
-    d.set_item("delete", c.delete)?;
-    d.set_item("search", c.search)?;
-    d.set_item("replace", c.replace)?;
-    d.set_item("peak_active", c.peak_active)?;
-    Ok(d)
-}
-
-/// Cluster labels of the rows of `x` (squared L2) from the quantization
-/// room's k-means (`vectide_quant::kmeans`: k-means++ seeding, Lloyd or
-/// mini-batch past its sample size, seeded), with the GIL released.
-#[pyfunction]
-#[pyo3(signature = (x, k, seed=0, iters=25))]
-fn kmeans_labels<'py>(
-    py: Python<'py>,
-    x: PyReadonlyArray2<'py, f32>,
-    k: usize,
-    seed: u64,
-    iters: usize,
-) -> PyResult<Bound<'py, numpy::PyArray1<u32>>> {
-    let dim = x.as_array().ncols();
-    let data = x
-        .as_slice()
-        .map_err(|_| PyValueError::new_err("expected a C-ordered float32 array"))?;
-    let params = vectide_quant::KMeansParams::new(k)
-        .seed(seed)
-        .max_iters(iters);
-    let labels = py
-        .detach(|| vectide_quant::kmeans(data, dim, &params).and_then(|c| c.assign(data)))
-        .map_err(to_py)?;
-    Ok(numpy::PyArray1::from_vec(py, labels))
-}
-
 #[pyfunction]
 fn simd_isa() -> &'static str {
     vectide_core::distance::active_isa()
@@ -886,9 +791,7 @@ fn _vectide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recall_at_k, m)?)?;
     m.add_function(wrap_pyfunction!(pareto_frontier, m)?)?;
     m.add_function(wrap_pyfunction!(qps_at_recall, m)?)?;
-    m.add_function(wrap_pyfunction!(runbook_parse, m)?)?;
-    m.add_function(wrap_pyfunction!(runbook_check, m)?)?;
-    m.add_function(wrap_pyfunction!(kmeans_labels, m)?)?;
+    harness::register(m)?;
     m.add(
         "RECALL_TARGETS",
         vectide_core::eval::RECALL_TARGETS.to_vec(),

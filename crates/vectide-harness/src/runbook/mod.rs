@@ -15,15 +15,33 @@
 //! values as Python does (`'name'`, `['a', 'b']`): the Python package
 //! raises them as they are.
 //!
+//! Then the run: [`ground_truth`] of every search step, [`run_engine`] (the
+//! timed loop of one native engine), and [`document`] (the result file).
+//!
 //! Files: `yaml.rs` (the node tree, its budget, `repr`), `parse.rs` (the
-//! runbook as written), `plan.rs` (the check and the plan).
+//! runbook as written), `plan.rs` (the check and the plan), `data.rs` (the
+//! rows and queries a run borrows), `truth.rs` (ground truth), `engine.rs`
+//! (which engines run, built how), `run.rs` (the timed loop), `report.rs`
+//! (the result document).
 
+mod data;
+mod engine;
 mod parse;
 mod plan;
+mod report;
+mod run;
+mod truth;
 mod yaml;
 
+pub use data::Data;
+pub use engine::{
+    build_params, default_engines, is_native, policy, EngineRun, HNSW_FAMILY, VAMANA_FAMILY,
+};
 pub use parse::{parse, Runbook, Step};
 pub use plan::{check, Counts, Op, Plan};
+pub use report::{build_params_json, document, memory_method, SECONDS_DEFINITION};
+pub use run::{quantile, run_engine, RunOptions};
+pub use truth::{exact_engine, ground_truth, GroundTruth, Truth};
 
 use std::fmt;
 use std::path::Path;
