@@ -147,6 +147,11 @@ def runbook_check(text: bytes, n: int, dataset: Optional[str] = None) -> dict[st
     ``n`` rows; ``ValueError`` names the step of the first problem."""
 def runbook_default_engines() -> list[str]:
     """The engines a runbook runs when none are named (``vectide:NAME``)."""
+def runbook_engine(spec: str, update_threads: int = 2, knob: int = 100, nprobe: int = 32) -> str:
+    """An engine of a run resolved as the run will (its result key);
+    ``ValueError`` names the problem."""
+def runbook_build_params() -> str:
+    """The build parameters of every run, by family, as JSON text."""
 def runbook_truth(
     text: bytes, rows: npt.NDArray[np.float32], queries: npt.NDArray[np.float32], metric: str, k: int,
     threads: int = 2,
@@ -155,7 +160,7 @@ def runbook_truth(
     the active set is empty), from the harness core."""
 def runbook_run(
     engine: str, text: bytes, rows: npt.NDArray[np.float32], queries: npt.NDArray[np.float32], metric: str,
-    truth: list[Optional[npt.NDArray[np.uint64]]], k: int, knob: int, update_threads: int,
+    truth: list[Optional[npt.NDArray[np.uint64]]], k: int, knob: int, nprobe: int, update_threads: int,
     settle_after_deletes: bool = False, calibrate: list[int] = ..., target: float = 0.95,
     isolated: bool = True, workdir: Optional[str] = None,
 ) -> str:

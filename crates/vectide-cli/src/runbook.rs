@@ -40,10 +40,14 @@ pub struct RunbookArgs {
     /// Neighbours per query.
     #[arg(long, default_value_t = 10)]
     k: usize,
-    /// The value of each engine's primary search knob (ef, L), fixed for
-    /// the run; an engine without a knob is searched without one.
+    /// The value of each graph engine's primary search knob (ef, L), fixed
+    /// for the run; an engine without a knob is searched without one.
     #[arg(long, default_value_t = 100)]
     knob: usize,
+    /// Postings probed by the engines whose knob is nprobe (the SPANN
+    /// family), fixed for the run.
+    #[arg(long, default_value_t = 32)]
+    nprobe: usize,
     /// Threads of inserts, deletes and replaces (searches use one thread).
     #[arg(long = "update-threads", default_value_t = 2)]
     update_threads: usize,
@@ -85,6 +89,7 @@ fn check_args(args: &RunbookArgs) -> Result<(), String> {
     (|| -> vectide_core::Result<()> {
         check_range("--k", args.k, 1, limits::MAX_K)?;
         check_range("--knob", args.knob, 1, limits::MAX_EF)?;
+        check_range("--nprobe", args.nprobe, 1, limits::MAX_EF)?;
         check_range(
             "--update-threads",
             args.update_threads,
@@ -111,7 +116,7 @@ fn engines(args: &RunbookArgs) -> Result<Vec<EngineRun>, String> {
     }
     let mut out: Vec<EngineRun> = Vec::new();
     for spec in &specs {
-        let e = EngineRun::new(spec, args.update_threads, args.knob)?;
+        let e = EngineRun::new(spec, args.update_threads, args.knob, args.nprobe)?;
         if out.iter().any(|o| o.key == e.key) {
             return Err(format!("engine {} is listed twice", e.key));
         }
@@ -231,7 +236,7 @@ pub fn run(args: &RunbookArgs) -> Result<(), Failure> {
         "k": args.k,
         "queries_per_search": nq,
         "threads": {"updates": args.update_threads, "searches": 1},
-        "search_knob": {"L_or_ef": args.knob},
+        "search_knob": {"L_or_ef": args.knob, "nprobe": args.nprobe},
         "ground_truth": format!("exact ({}), batched, once per distinct active set", truth.engine),
     });
     let doc: Value = document(head, results, false).map_err(Run)?;

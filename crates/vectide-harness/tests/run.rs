@@ -189,7 +189,7 @@ fn an_exact_engine_finds_everything_and_the_report_sums_it() {
     let data = Data::new(8, Metric::L2, &f.rows, &f.queries).unwrap();
     let truth = ground_truth(&data, &f.plan, 10, 2).unwrap();
     assert_eq!(truth.distinct, 2);
-    let mut e = EngineRun::new("flat", 2, 100).unwrap();
+    let mut e = EngineRun::new("flat", 2, 100, 32).unwrap();
     let opts = RunOptions {
         k: 10,
         settle_after_deletes: true,
@@ -222,7 +222,7 @@ fn calibration_keeps_the_first_knob_that_reaches_the_target() {
     let f = fixture();
     let data = Data::new(8, Metric::L2, &f.rows, &f.queries).unwrap();
     let truth = ground_truth(&data, &f.plan, 10, 2).unwrap();
-    let mut e = EngineRun::new("vectide:hnsw@m=4", 2, 10).unwrap();
+    let mut e = EngineRun::new("vectide:hnsw@m=4", 2, 10, 32).unwrap();
     assert_eq!(e.key, "vectide:hnsw@m=4");
     let opts = RunOptions {
         k: 10,
@@ -252,7 +252,7 @@ fn bad_engines_and_data_are_errors() {
         ("hnsw@path=/x", "no parameter"),
         ("hnsw@m=1.5", "not an integer"),
     ] {
-        let e = EngineRun::new(spec, 2, 10).unwrap_err();
+        let e = EngineRun::new(spec, 2, 10, 32).unwrap_err();
         assert!(e.contains(msg), "{spec}: {e}");
     }
     let x = [0.0f32; 10];

@@ -150,6 +150,31 @@ fn runbook_default_engines() -> Vec<String> {
     runbook::default_engines()
 }
 
+/// Resolves an engine of a run (`NAME`, `vectide:NAME`, or a variant
+/// `vectide:NAME@key=value`) as the run will: its result key, or
+/// `ValueError` naming the problem (unknown engine or parameter, a value
+/// not of the parameter's kind, a key set twice).
+#[pyfunction]
+#[pyo3(signature = (spec, update_threads=2, knob=100, nprobe=32))]
+fn runbook_engine(
+    spec: &str,
+    update_threads: usize,
+    knob: usize,
+    nprobe: usize,
+) -> PyResult<String> {
+    runbook::EngineRun::new(spec, update_threads, knob, nprobe)
+        .map(|e| e.key)
+        .map_err(PyValueError::new_err)
+}
+
+/// The build parameters every run gives the engines that take them, as
+/// JSON text: `{"vamana_family": {...}, "hnsw_family": {...}}` (the peers
+/// of each family get the same).
+#[pyfunction]
+fn runbook_build_params() -> String {
+    runbook::build_params_json().to_string()
+}
+
 /// Ground truth of every search step of a runbook (its YAML) over `rows`
 /// (ids are row numbers): a list with, per search step, an `(nq, k')`
 /// uint64 array of exact neighbours (`k'` = min(k, active set)), or `None`
@@ -192,7 +217,7 @@ fn check_k(k: usize) -> PyResult<()> {
 /// document as JSON text. `isolated`: this process is the engine's own (a
 /// benchmark worker), so memory is the resident set's growth.
 #[pyfunction]
-#[pyo3(signature = (engine, text, rows, queries, metric, truth, k, knob, update_threads,
+#[pyo3(signature = (engine, text, rows, queries, metric, truth, k, knob, nprobe, update_threads,
                     settle_after_deletes=false, calibrate=Vec::new(), target=0.95,
                     isolated=true, workdir=None))]
 #[allow(clippy::too_many_arguments)]
@@ -206,6 +231,7 @@ fn runbook_run<'py>(
     truth: Vec<Option<PyReadonlyArray2<'py, u64>>>,
     k: usize,
     knob: usize,
+    nprobe: usize,
     update_threads: usize,
     settle_after_deletes: bool,
     calibrate: Vec<usize>,
@@ -251,8 +277,8 @@ fn runbook_run<'py>(
         distinct: 0,
         engine: "given",
     };
-    let mut e =
-        runbook::EngineRun::new(engine, update_threads, knob).map_err(PyValueError::new_err)?;
+    let mut e = runbook::EngineRun::new(engine, update_threads, knob, nprobe)
+        .map_err(PyValueError::new_err)?;
     let opts = runbook::RunOptions {
         k,
         settle_after_deletes,
@@ -290,6 +316,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runbook_parse, m)?)?;
     m.add_function(wrap_pyfunction!(runbook_check, m)?)?;
     m.add_function(wrap_pyfunction!(runbook_default_engines, m)?)?;
+    m.add_function(wrap_pyfunction!(runbook_engine, m)?)?;
+    m.add_function(wrap_pyfunction!(runbook_build_params, m)?)?;
     m.add_function(wrap_pyfunction!(runbook_truth, m)?)?;
     m.add_function(wrap_pyfunction!(runbook_run, m)?)?;
     m.add_function(wrap_pyfunction!(runbook_report, m)?)?;

@@ -12,22 +12,31 @@ Method
   clusters, seed 0), kept with its YAML in
   ``$VECTIDE_DATA/runbooks/<dataset>/clustered-<max_pts>-s<seed>.npz``: its
   ranges name rows of that order, not of the dataset's own.
+* The harness core (``vectide_harness``, through the extension; the CLI's
+  ``vectide runbook`` runs the same code) checks the runbook, computes the
+  ground truth and runs Vectide's engines; this file prepares the data,
+  drives the peers by the same plan and writes the result with the core's
+  report.
 * Ground truth of every search step is exact over the active set (ids and
-  the rows they hold after replaces), computed with Vectide's ``flat``
-  engine, and cached under ``$VECTIDE_DATA/runbooks/`` keyed by the dataset
-  file, the row order and the runbook's text.
+  the rows they hold after replaces), computed by the core with the
+  registry's exact engine, and cached under ``$VECTIDE_DATA/runbooks/``
+  keyed by the runbook's text, the row order and the query count.
 * Every engine runs in a worker process of its own (``streaming.py``),
   alone on the machine, with the same threads: ``--update-threads`` (2) for
   inserts, deletes and consolidation, one query per call from one loop for
-  searches. The worker times each operation itself; ``seconds`` is the sum
-  of an engine's operation times (inserts, deletes, consolidations,
-  searches), excluding ground truth, process start and data loading.
+  searches. A Vectide engine's worker runs the core's timed loop (one
+  native ``search_into`` per query); a peer's worker times its library's
+  calls from Python. ``seconds`` is the sum of an engine's operation times
+  (inserts, deletes, consolidations, searches), excluding ground truth,
+  process start and data loading.
 * Per step: seconds, update throughput (points / s, consolidation included),
   and for searches recall@k, QPS, mean and P99 latency; memory is the
   worker's resident set above its size before the engine was created.
 * The search knob of every engine is fixed for the whole run (``--knob``: L
-  for the Vamana family, ef for HNSW, one value for all; ``--nprobe`` for
-  IVF), and the Vamana family is built with the same R, L and alpha.
+  for the Vamana family, ef for HNSW, nprobe for Vectide's SPANN family, one
+  value for all; ``--nprobe`` for faiss's IVF), and each family is built
+  with the same parameters (the core's: R, L and alpha; M and
+  efConstruction).
 """
 
 from __future__ import annotations
@@ -44,31 +53,28 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import _vectide as core
 from .. import datasets
 from .. import runbook as rbmod
 from .ann import machine_info, simd_isa, write_json
 from .metrics import recall_at_k
-from .streaming import POLICIES, StreamError, Worker
+from .streaming import PEERS, StreamError, Worker
 
-PEER_ENGINES = ("hnswlib", "diskann", "svs", "faiss-ivf")
-#: The Vamana family's shared build parameters (FreshDiskANN §6.2).
-VAMANA = {"r": 64, "l_build": 75, "alpha": 1.2}
-HNSW = {"m": 16, "ef_construction": 200}
+PEER_ENGINES = tuple(PEERS)
+#: The build parameters of each family, the core's (FreshDiskANN §6.2 for
+#: the Vamana family); the peers of a family get the same.
+FAMILIES = json.loads(core.runbook_build_params())
+VAMANA = FAMILIES["vamana_family"]
+HNSW = FAMILIES["hnsw_family"]
 
 
 def streaming_engines() -> List[str]:
-    """Every registered approximate Vectide engine (one with a search knob)
-    that runs in memory or is an SSD index (``medium`` ``ssd``: its
-    directory is a temporary one), as ``vectide:NAME``. The
+    """The harness core's default set, as ``vectide:NAME``: every registered
+    approximate Vectide engine (one with a search knob) that runs in memory
+    or is an SSD index (its directory is a temporary one). The
     persistent-memory engine and the durable in-RAM baselines of its paper
     (P-HNSW, hnsw-snap, hnsw-wal) join on request through ``--engines``."""
-    import vectide
-
-    return [
-        f"vectide:{e['name']}"
-        for e in vectide.engines()
-        if e["primary_knob"] and (not e["in_directory"] or e["medium"] == "ssd")
-    ]
+    return list(core.runbook_default_engines())
 
 
 def default_engines() -> List[str]:
@@ -85,44 +91,20 @@ def python_for(engine: str) -> str:
     return peers_python() if engine == "diskann" else sys.executable
 
 
-def split_engine(engine: str) -> Tuple[str, Dict[str, object]]:
-    """``vectide:NAME@key=value@key=value`` → (``vectide:NAME``, overrides):
-    a variant of a Vectide engine with some build parameters changed (say
-    ``vectide:hnsw@repair_alpha=1.2``), run and reported under its full
-    name beside the plain engine. Values parse as int, then float, else
-    stay strings; the engine checks the names (an unknown one is an error)."""
-    base, *pairs = engine.split("@")
-    overrides: Dict[str, object] = {}
-    for pair in pairs:
-        key, eq, raw = pair.partition("=")
-        if not eq or not key or not raw:
-            raise ValueError(f"engine variant {engine!r}: expected NAME@key=value, got {pair!r}")
-        if key in overrides:
-            raise ValueError(f"engine variant {engine!r} sets {key!r} twice")
-        value: object = raw
-        for conv in (int, float):
-            try:
-                value = conv(raw)
-                break
-            except ValueError:
-                pass
-        overrides[key] = value
-    if overrides and not base.startswith("vectide:"):
-        raise ValueError(f"engine variant {engine!r}: only vectide:ENGINE takes @key=value")
-    return base, overrides
-
-
 def check_engines(engines: Sequence[str]) -> None:
-    """Every name must be a registered streaming engine (or a variant of
-    one) or a peer, and none listed twice; raises ``ValueError``."""
+    """Every name must be a Vectide engine as the core resolves it
+    (``vectide:NAME`` or a variant ``vectide:NAME@key=value``) or a peer,
+    and none listed twice; raises ``ValueError`` naming the problem."""
     if len(set(engines)) != len(engines):
         raise ValueError("an engine is listed twice")
-    known = streaming_engines()
     for e in engines:
-        base, _ = split_engine(e)
-        if base not in known and base not in PEER_ENGINES:
-            raise ValueError(f"unknown streaming engine {e!r}; known: {', '.join(known + list(PEER_ENGINES))} "
-                             "(a Vectide engine also as vectide:NAME@param=value)")
+        if e.startswith("vectide:"):
+            core.runbook_engine(e)  # the core's own message
+        elif "@" in e:
+            raise ValueError(f"engine variant {e!r}: only vectide:ENGINE takes @key=value")
+        elif e not in PEER_ENGINES:
+            raise ValueError(f"unknown streaming engine {e!r}; known: vectide:ENGINE (vectide engines), "
+                             f"{', '.join(PEER_ENGINES)}")
     if "diskann" in engines and not Path(peers_python()).exists():
         raise ValueError(f"diskann runs under {peers_python()} (diskannpy 0.7.0 pins numpy 1.25), which does "
                          "not exist: run `make venv`, or set VECTIDE_PEERS_VENV")
@@ -177,43 +159,38 @@ def _digest(order: Optional[np.ndarray]) -> Optional[str]:
     return None if order is None else hashlib.sha256(np.ascontiguousarray(order).tobytes()).hexdigest()[:16]
 
 
-def ground_truth(prep: Prepared, rb: rbmod.Runbook, k: int, cache: Path) -> List[np.ndarray]:
-    """Exact top-``k`` over the active set at every search step (cached)."""
+def ground_truth(prep: Prepared, rb: rbmod.Runbook, k: int, cache: Path) -> List[Optional[np.ndarray]]:
+    """Exact top-``k`` over the active set at every search step, from the
+    harness core (cached): per search step an ``(nq, k')`` uint64 array
+    (``k'`` = min(k, active)), or ``None`` where nothing is active."""
     # The row order is part of the key: the same ranges over another order
     # (stability's random one, clustered's) are other points.
+    text = rbmod.dump(rb)
     key = hashlib.sha256(
-        (rbmod.dump(rb) + f"|k={k}|nq={len(prep.queries)}|rows={prep.directory.name}").encode()
+        (text + f"|k={k}|nq={len(prep.queries)}|rows={prep.directory.name}").encode()
     ).hexdigest()[:16]
-    path = cache / f"gt-{key}.npz"
+    path = cache / f"gt2-{key}.npz"
     if path.exists():
-        with np.load(path) as z:
-            return [z[f"s{i}"] for i in range(len(z.files))]
-    n = len(prep.data)
-    row_of = np.full(n, -1, dtype=np.int64)  # id -> row it holds (-1: inactive)
-    out: List[np.ndarray] = []
+        return load_truth(path)
     searches = sum(s.operation == "search" for s in rb.steps)
-    seen: Dict[str, np.ndarray] = {}
-    distance = {"cosine": "angular", "l2": "euclidean", "ip": "dot"}[prep.metric]
-    _log(f"ground truth for {searches} search steps (flat, cached in {path})")
-    for s in rb.steps:
-        if s.operation == "insert":
-            row_of[s.start : s.end] = np.arange(s.start, s.end)
-        elif s.operation == "delete":
-            row_of[s.start : s.end] = -1
-        elif s.operation == "replace":
-            row_of[s.tags_start : s.tags_end] = np.arange(s.ids_start, s.ids_end)
-        else:
-            ids = np.flatnonzero(row_of >= 0)
-            state = hashlib.sha256(ids.tobytes() + row_of[ids].tobytes()).hexdigest()
-            if state not in seen:
-                rows = np.asarray(prep.data[row_of[ids]])
-                nb, _ = datasets.ground_truth(rows, prep.queries, k=min(k, len(ids)), distance=distance, progress=False)
-                seen[state] = ids[nb]
-            out.append(seen[state])
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **{f"s{i}": a for i, a in enumerate(out)})
-    os.replace(tmp, path)
+    _log(f"ground truth for {searches} search steps (the harness core, cached in {path})")
+    out = core.runbook_truth(text.encode(), np.asarray(prep.data), prep.queries, prep.metric, k)
+    save_truth(path, out, len(prep.queries))
     return out
+
+
+def save_truth(path: Path, truth: List[Optional[np.ndarray]], nq: int) -> None:
+    """An empty active set is stored as an ``(nq, 0)`` array."""
+    tmp = path.with_name(path.name + ".tmp.npz")
+    empty = np.zeros((nq, 0), dtype=np.uint64)
+    np.savez(tmp, **{f"s{i}": empty if a is None else a for i, a in enumerate(truth)})
+    os.replace(tmp, path)
+
+
+def load_truth(path: Path) -> List[Optional[np.ndarray]]:
+    with np.load(path) as z:
+        arrays = [z[f"s{i}"] for i in range(len(z.files))]
+    return [a if a.shape[1] else None for a in arrays]
 
 
 def run_engine(
@@ -236,14 +213,16 @@ def run_engine(
     delete step (the stability benchmark). ``calibrate``: at the first search
     step, try these knob values in order and keep the first whose recall@k
     reaches ``target`` (the largest when none does) for the rest of the run."""
+    if engine.startswith("vectide:"):
+        return _run_native(engine, prep, rb, truth, k, knob, nprobe, update_threads, workdir,
+                           settle_after_deletes, calibrate, target)
     name = engine
-    engine, overrides = split_engine(name)
-    params = dict(VAMANA) if engine in ("diskann", "svs", "vectide:fresh-vamana") else dict(HNSW)
+    params = dict(VAMANA) if engine in ("diskann", "svs") else dict(HNSW)
     params["l_search"] = knob if not calibrate else int(calibrate[0])
     if engine == "faiss-ivf":
         params = {"nlist": _nlist(rb.max_pts)}
     spec = {"dim": int(prep.data.shape[1]), "metric": prep.metric, "capacity": int(rb.max_pts),
-            "update_threads": update_threads, "params": params, "overrides": overrides}
+            "update_threads": update_threads, "params": params}
     sample = None
     if engine == "faiss-ivf":  # the quantiser's training sample (untimed)
         rng = np.random.default_rng(0)
@@ -275,8 +254,8 @@ def run_engine(
                     sweep = []
                     for v in calibrate:  # untimed: choosing the knob is set-up
                         w.call(op="search", knob=int(v), k=k, result=str(res))
-                        sweep.append({"knob": int(v), "recall": recall_at_k(np.load(res), truth[si], k)})
-                        if sweep[-1]["recall"] >= target:
+                        sweep.append({"knob": int(v), "recall": _recall(np.load(res), truth[si], k)})
+                        if sweep[-1]["recall"] is not None and sweep[-1]["recall"] >= target:
                             break
                     knob_value = sweep[-1]["knob"]
                     calibration = {"target": target, "sweep": sweep, "chosen": knob_value}
@@ -285,9 +264,10 @@ def run_engine(
                 lat = np.asarray(ans.pop("latencies"))
                 total = float(lat.sum())
                 totals["search"] += total
+                t = truth[si]
                 row.update(
-                    recall=recall_at_k(found, truth[si], k),
-                    recall5at5=recall_at_k(found[:, :5], truth[si][:, :5], 5) if k >= 5 else None,
+                    recall=_recall(found, t, k),
+                    recall5at5=_recall(found[:, :5], None if t is None else t[:, :5], 5) if k >= 5 else None,
                     qps=len(lat) / total if total > 0 else None,
                     mean_latency_us=1e6 * float(lat.mean()),
                     p99_latency_us=1e6 * float(np.percentile(lat, 99)),
@@ -313,7 +293,7 @@ def run_engine(
                      f"{row['qps']:.0f} qps, memory {row['memory_bytes'] / 1e6:.0f} MB")
         if bar is not None:
             bar.close()
-        recalls = [r["recall"] for r in steps if r["operation"] == "search"]
+        recalls = [r["recall"] for r in steps if r["operation"] == "search" and r["recall"] is not None]
         return {
             "params": opened["params"],
             "consolidation_policy": opened["policy"],
@@ -328,6 +308,33 @@ def run_engine(
         }
     finally:
         w.close()
+
+
+def _recall(found: np.ndarray, truth: Optional[np.ndarray], k: int) -> Optional[float]:
+    """recall@k, ``None`` where the active set was empty."""
+    return None if truth is None else recall_at_k(found, truth.astype(np.int64), k)
+
+
+def _run_native(engine, prep, rb, truth, k, knob, nprobe, update_threads, workdir, settle_after_deletes,
+                calibrate, target) -> Dict[str, object]:
+    """A Vectide engine in a worker of its own running the harness core's
+    timed loop (the CLI's): the worker reads the data, the runbook and the
+    ground truth from files and returns the engine's result document."""
+    stem = engine.replace(":", "_")
+    rb_path, truth_path = workdir / f"{stem}.runbook.yaml", workdir / f"{stem}.truth.npz"
+    rb_path.write_text(rbmod.dump(rb))
+    save_truth(truth_path, truth, len(prep.queries))
+    w = Worker(engine, sys.executable, str(workdir / f"{stem}.log"), show_stderr=True)
+    try:
+        return w.call(op="native", engine=engine, runbook=str(rb_path), data=str(prep.data_path),
+                      queries=str(prep.queries_path), metric=prep.metric, truth=str(truth_path), k=k,
+                      knob=int(calibrate[0]) if calibrate else knob, nprobe=nprobe, update_threads=update_threads,
+                      settle=settle_after_deletes, calibrate=[int(v) for v in calibrate], target=target,
+                      workdir=os.environ.get("VECTIDE_BENCH_DIR"))["result"]
+    finally:
+        w.close()
+        rb_path.unlink(missing_ok=True)
+        truth_path.unlink(missing_ok=True)
 
 
 def _nlist(max_pts: int) -> int:
@@ -390,7 +397,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         _log(f"{e}: avg recall@{args.k} {r['avg_recall']:.4f} (min {r['min_recall']:.4f}), "
              f"{r['seconds']:.1f} s of operations ({time.perf_counter() - t0:.0f} s wall), "
              f"peak memory {r['peak_memory_bytes'] / 1e6:.0f} MB")
-    doc = {
+    head = {
         "benchmark": "runbook",
         "dataset": ds.name,
         "dataset_path": str(ds.path),
@@ -400,22 +407,13 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         "k": args.k,
         "queries_per_search": nq,
         "threads": {"updates": args.update_threads, "searches": 1},
-        "build_params": {"vamana_family": VAMANA, "hnsw_family": HNSW},
-        "search_knob": {"L_or_ef": args.knob, "nprobe": args.nprobe},
-        "policies": {e: results[e]["consolidation_policy"] for e in engines},
-        "seconds_definition": "sum of the engine's operation times (inserts, deletes, replaces, consolidations, "
-        "searches) measured inside its worker; ground truth, process start and data loading excluded",
-        "memory_method": "worker process RSS (/proc/self/statm) minus its RSS before the engine was created",
+        "search_knob": {"L_or_ef_or_nprobe": args.knob, "faiss_nprobe": args.nprobe},
+        "query_loop": "Vectide engines: the harness core's native loop (one search_into per query); "
+        "peers: one library call per query from a Python loop",
+        "ground_truth": "exact (the harness core, the registry's exact engine), once per distinct active set",
         "machine": machine_info(),
-        "simd": simd_isa(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "engines": results,
-        "summary": {
-            f"avg_recall{args.k}": {e: results[e]["avg_recall"] for e in engines},
-            "seconds": {e: results[e]["seconds"] for e in engines},
-            "peak_memory_bytes": {e: results[e]["peak_memory_bytes"] for e in engines},
-        },
     }
+    doc = json.loads(core.runbook_report(json.dumps(head), json.dumps(results)))
     write_json(doc, out_path)
     _log(f"wrote {out_path}")
     if args.plot:

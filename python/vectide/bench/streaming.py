@@ -1,13 +1,18 @@
-"""Streaming engines driven the same way, each in a worker process of its own.
+"""Streaming engines driven by one plan, each in a worker process of its own.
 
-The runbook and stability benchmarks drive every engine, Vectide's and the
-peers', through one small interface (:class:`Stream`): ``insert(ids, X)``,
-``delete(ids)``, ``replace(ids, X)``, ``after_deletes()`` (the engine's
-consolidation policy, stated in ``policy``), ``set_knob(v)`` and
-``query(q, k)``. Every engine runs in a worker process started by
-:class:`Worker`, so that its memory is its own process's resident set and a
-peer with pinned dependencies (``diskannpy`` 0.7.0 needs numpy 1.25) runs in
-its own virtualenv: the timed loops are this file's, run inside the worker.
+The runbook and stability benchmarks run every engine in a worker process
+started by :class:`Worker`, so that its memory is its own process's resident
+set and a peer with pinned dependencies (``diskannpy`` 0.7.0 needs numpy
+1.25) runs in its own virtualenv.
+
+- A Vectide engine's worker runs the harness core's timed loop over the
+  whole runbook in one command (``native``): the loop the CLI's
+  ``vectide runbook`` runs.
+- A peer is driven step by step through one small interface
+  (:class:`Stream`): ``insert(ids, X)``, ``delete(ids)``, ``replace(ids,
+  X)``, ``after_deletes()`` (the engine's consolidation policy, stated in
+  ``policy``), ``set_knob(v)`` and ``query(q, k)``; the timed loops are
+  this file's, run inside the worker.
 
 This file is also the worker's program (``python streaming.py --serve``) and
 imports nothing but numpy and the standard library at the top, so that it
@@ -36,8 +41,6 @@ import numpy as np
 
 #: How each engine keeps its graph clean after deletes, as written into results.
 POLICIES = {
-    "vectide": "the engine's own: deletes are lazy and consolidation runs inside the delete "
-    "or insert call once the deleted fraction reaches consolidate_fraction (engine parameter)",
     "hnswlib": "mark_deleted on delete; inserts of new ids reuse deleted slots "
     "(allow_replace_deleted, add_items(replace_deleted=True)); a deleted id inserted again "
     "is unmarked and updated; no consolidation exists in hnswlib",
@@ -108,74 +111,6 @@ class Stream:
 
     def info(self) -> Dict[str, object]:
         return {}
-
-
-class VectideStream(Stream):
-    """``vectide:ENGINE``: ``vectide.Index`` with ``threads=update_threads``;
-    Index.add replaces an existing id (the engine's upsert)."""
-
-    policy = POLICIES["vectide"]
-
-    def __init__(self, spec: Dict, engine: str) -> None:
-        super().__init__(spec)
-        vectide = _import("vectide", "vectide")
-        from vectide.bench.engines import vectide_descriptor  # this worker runs in Vectide's venv
-
-        desc = vectide_descriptor(engine)
-        self.knob = desc["primary_knob"]
-        takes = {p["name"] for p in desc["params"]}
-        given = {k: v for k, v in spec.get("params", {}).items() if k in takes}
-        overrides = spec.get("overrides") or {}
-        unknown = sorted(set(overrides) - takes)
-        if unknown:
-            raise StreamError(f"vectide:{engine} has no parameter {', '.join(unknown)}; it takes {', '.join(sorted(takes))}")
-        given.update(overrides)
-        self.name = "@".join([f"vectide:{engine}"] + [f"{k}={v}" for k, v in overrides.items()])
-        if "merge_points" in takes:  # a temp-index + long-term-index engine (fresh-diskann)
-            self.policy = ("the engine's own: deletes go to a DeleteList; the in-memory RW-TempIndex "
-                           "freezes at temp_points and a StreamingMerge folds the temp indexes and the "
-                           "deletes into the SSD index in the background at merge_points (engine "
-                           "parameters); searches and writes go on during a merge")
-        self._dir = None
-        if desc["in_directory"]:  # a disk or durable engine: a directory of its own, removed at the end
-            import tempfile
-
-            self._dir = tempfile.mkdtemp(prefix="vectide-runbook-", dir=os.environ.get("VECTIDE_BENCH_DIR"))
-            given["path"] = os.path.join(self._dir, "index")
-        self.index = vectide.Index(self.dim, metric=self.metric, engine=engine, threads=self.threads, **given)
-        self.params = {"engine": engine, "version": vectide.__version__, "simd": vectide.simd_isa(),
-                       **dict(self.index.params())}
-        self._knob: Dict[str, int] = {}
-
-    def insert(self, ids, X):
-        self.index.add(ids, X)
-
-    def delete(self, ids):
-        self.index.delete(ids)
-
-    def replace(self, ids, X):
-        self.index.add(ids, X)
-
-    def settle(self):
-        self.index.maintain()
-
-    def set_knob(self, value):
-        self._knob = {} if self.knob is None else {self.knob: int(value)}
-
-    def query(self, q, k):
-        return self.index.search(q, k=k, **self._knob)[0][0]
-
-    def info(self):
-        s = dict(self.index.stats())
-        return {"engine_stats": s}
-
-    def close(self):
-        if self._dir is not None:
-            import shutil
-
-            self.index = None  # dropping the index stops its background work
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
 
 
 class HnswlibStream(Stream):
@@ -376,11 +311,9 @@ PEERS = {"hnswlib": HnswlibStream, "diskann": DiskannStream, "svs": SvsStream, "
 
 
 def make_stream(name: str, spec: Dict) -> Stream:
-    if name.startswith("vectide:"):
-        return VectideStream(spec, name[len("vectide:"):])
     if name in PEERS:
         return PEERS[name](spec)
-    raise StreamError(f"unknown streaming engine {name!r}; known: vectide:ENGINE, {', '.join(PEERS)}")
+    raise StreamError(f"unknown peer {name!r}; known: {', '.join(PEERS)} (Vectide's engines run natively)")
 
 
 # --------------------------------------------------------------------------
@@ -404,6 +337,26 @@ def timed_search(eng: Stream, queries: np.ndarray, k: int):
         n = min(k, len(row))
         out[i, :n] = np.asarray(row[:n]).astype(np.int64, copy=False)
     return out, lat
+
+
+def run_native(cmd: Dict) -> Dict:
+    """A Vectide engine through the whole runbook with the harness core's
+    timed loop (in this worker, which is the engine's own process)."""
+    from vectide import _vectide as core  # only a Vectide engine's worker gets here
+
+    with np.load(cmd["truth"]) as z:
+        truth = [z[f"s{i}"] for i in range(len(z.files))]
+    with open(cmd["runbook"], "rb") as f:
+        text = f.read()
+    doc = core.runbook_run(
+        cmd["engine"], text, np.load(cmd["data"], mmap_mode="r"),
+        np.ascontiguousarray(np.load(cmd["queries"]), dtype=np.float32), cmd["metric"],
+        [t if t.shape[1] else None for t in truth], int(cmd["k"]), int(cmd["knob"]), int(cmd["nprobe"]),
+        int(cmd["update_threads"]), settle_after_deletes=bool(cmd["settle"]),
+        calibrate=[int(v) for v in cmd["calibrate"]], target=float(cmd["target"]), isolated=True,
+        workdir=cmd.get("workdir"),
+    )
+    return json.loads(doc)
 
 
 def serve(answer_fd: int) -> int:
@@ -445,6 +398,8 @@ def serve(answer_fd: int) -> int:
                     (eng.settle if cmd.get("settle") else eng.after_deletes)()
                 t2 = time.perf_counter()
                 ans.update(op_s=t1 - t0, consolidate_s=t2 - t1)
+            elif op == "native":
+                ans.update(result=run_native(cmd))
             elif op == "settle":
                 t0 = time.perf_counter()
                 eng.settle()
@@ -469,7 +424,9 @@ def serve(answer_fd: int) -> int:
 class Worker:
     """The parent's handle on one engine's worker process."""
 
-    def __init__(self, engine: str, python: str, log_path: str) -> None:
+    def __init__(self, engine: str, python: str, log_path: str, show_stderr: bool = False) -> None:
+        """``show_stderr``: the worker's stderr stays the parent's (the core's
+        progress bars); its stdout still goes to the log."""
         import subprocess
 
         self.engine = engine
@@ -479,7 +436,8 @@ class Worker:
         env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
         self.proc = subprocess.Popen(
             [python, os.path.abspath(__file__), "--serve", str(w)],
-            stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(w,), text=True, env=env,
+            stdin=subprocess.PIPE, stdout=self._log, stderr=None if show_stderr else subprocess.STDOUT,
+            pass_fds=(w,), text=True, env=env,
         )
         os.close(w)
         self._answers = os.fdopen(r, "r")

@@ -8,6 +8,9 @@
 //! - Build parameters, by each engine's schema: `threads` = the update
 //!   threads, the Vamana family's R / L / alpha (FreshDiskANN §6.2), the
 //!   HNSW family's M / efConstruction, and `l_search` = the knob.
+//! - The search knob, fixed for the run: `nprobe` for an engine whose
+//!   primary knob is the postings probed (the SPANN family), else `knob`
+//!   (a graph's L or ef).
 //! - A variant `vectide:NAME@key=value@…` changes some of them; it runs and
 //!   reports under its full name. Values are read as the schema's kind.
 
@@ -51,7 +54,12 @@ pub fn is_native(spec: &str) -> bool {
 
 impl EngineRun {
     /// Resolves `NAME`, `vectide:NAME` or `vectide:NAME@key=value@…`.
-    pub fn new(spec: &str, update_threads: usize, knob: usize) -> Result<Self, String> {
+    pub fn new(
+        spec: &str,
+        update_threads: usize,
+        knob: usize,
+        nprobe: usize,
+    ) -> Result<Self, String> {
         let (base, changes) = match spec.split_once('@') {
             Some((b, rest)) => (b, rest.split('@').collect::<Vec<_>>()),
             None => (spec, Vec::new()),
@@ -91,9 +99,10 @@ impl EngineRun {
         };
         let mut search = SearchParams::default();
         if let Some(kn) = desc.primary_knob {
+            let value = if kn == Knob::Nprobe { nprobe } else { knob };
             search
-                .set(kn, knob)
-                .map_err(|e| format!("{key}: knob: {e}"))?;
+                .set(kn, value)
+                .map_err(|e| format!("{key}: {}: {e}", kn.name()))?;
         }
         Ok(Self {
             key,
