@@ -271,7 +271,7 @@ def stability(args: argparse.Namespace) -> dict:
     from vectide import runbook as rbmod
 
     from . import runbooks
-    from .ann import machine_info, write_json
+    from .ann import machine_info, simd_isa, write_json
 
     engines = [e for e in args.engines.split(",") if e]
     runbooks.check_engines(engines)
@@ -306,7 +306,7 @@ def stability(args: argparse.Namespace) -> dict:
             "against the original ground truth; 5-recall@5 from the first 5 results of the k-search",
             "build_params": {"vamana_family": runbooks.VAMANA, "hnsw_family": runbooks.HNSW},
             "machine": machine_info(),
-            "simd": runbooks.simd_isa(),
+            "simd": simd_isa(),
             "engines": out,
             "summary": {
                 "recall_drift_points": {e: {r: v["drift_points"] for r, v in per.items()} for e, per in out.items()},

@@ -42,21 +42,20 @@ Method
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 from .. import _vectide as core
 from .. import datasets
 from .. import runbook as rbmod
-from .ann import machine_info, simd_isa, write_json
+from .ann import machine_info, write_json
 from .metrics import recall_at_k
 from .streaming import PEERS, StreamError, Worker
 

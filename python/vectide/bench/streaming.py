@@ -14,9 +14,11 @@ set and a peer with pinned dependencies (``diskannpy`` 0.7.0 needs numpy
   ``policy``), ``set_knob(v)`` and ``query(q, k)``; the timed loops are
   this file's, run inside the worker.
 
-This file is also the worker's program (``python streaming.py --serve``) and
-imports nothing but numpy and the standard library at the top, so that it
-runs under a virtualenv that has neither Vectide nor the other peers.
+This file is also the worker's program (``python -m vectide.bench.streaming
+--serve``; another interpreter finds this package through ``PYTHONPATH``) and imports nothing but numpy,
+the standard library and :mod:`vectide.bench.peers` (which imports each
+library only when its adapter is made), so that it runs under a virtualenv
+that has neither Vectide's extension nor the other peers.
 
 Protocol: the parent writes one JSON command per line to the worker's stdin
 and reads one JSON answer per line from a pipe of its own (libraries may
@@ -35,279 +37,13 @@ import json
 import os
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import numpy as np
 
-#: How each engine keeps its graph clean after deletes, as written into results.
-POLICIES = {
-    "hnswlib": "mark_deleted on delete; inserts of new ids reuse deleted slots "
-    "(allow_replace_deleted, add_items(replace_deleted=True)); a deleted id inserted again "
-    "is unmarked and updated; no consolidation exists in hnswlib",
-    "diskann": "mark_deleted on delete, consolidate_delete() after every delete step "
-    "(as the big-ann-benchmarks streaming baseline does)",
-    "svs": "delete() on delete, consolidate() then compact() after every delete step",
-    "faiss-ivf": "remove_ids() removes at once; no consolidation needed",
-}
-
-
-class StreamError(RuntimeError):
-    """An engine operation failed; the message names the engine and the step."""
-
-
-def _import(module: str, pip_name: str):
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise StreamError(f"needs the Python package {pip_name!r} (import {module!r} failed: {e})") from None
-
-
-class Stream:
-    """One engine under a runbook. ``spec``: ``dim``, ``metric`` (``cosine``
-    vectors arrive unit-normalised), ``capacity`` (the most points active at
-    once), ``update_threads``, ``params`` (R / L / alpha for the Vamana
-    family, M / efConstruction for HNSW, nlist for IVF)."""
-
-    name = "stream"
-    policy = ""
-    knob = "ef"
-
-    def __init__(self, spec: Dict) -> None:
-        self.spec = spec
-        self.dim = int(spec["dim"])
-        self.metric = spec["metric"]
-        self.threads = int(spec.get("update_threads", 2))
-        self.params: Dict[str, object] = {}
-
-    def insert(self, ids: np.ndarray, X: np.ndarray) -> None:
-        raise NotImplementedError
-
-    def delete(self, ids: np.ndarray) -> None:
-        raise NotImplementedError
-
-    def replace(self, ids: np.ndarray, X: np.ndarray) -> None:
-        """Active ``ids`` take new vectors; the default is delete + insert."""
-        self.delete(ids)
-        self.after_deletes()
-        self.insert(ids, X)
-
-    def after_deletes(self) -> None:
-        """The consolidation policy, run (and timed) after every delete step."""
-
-    def settle(self) -> None:
-        """Finishes pending consolidation (the stability benchmark waits for it)."""
-        self.after_deletes()
-
-    def set_knob(self, value: int) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Releases what the engine holds (files of a disk engine)."""
-
-    def query(self, q: np.ndarray, k: int) -> np.ndarray:
-        raise NotImplementedError
-
-    def info(self) -> Dict[str, object]:
-        return {}
-
-
-class HnswlibStream(Stream):
-    name = "hnswlib"
-    policy = POLICIES["hnswlib"]
-
-    def __init__(self, spec):
-        super().__init__(spec)
-        hnswlib = _import("hnswlib", "hnswlib")
-        p = spec.get("params", {})
-        m, efc = int(p.get("m", 16)), int(p.get("ef_construction", 200))
-        self.capacity = int(spec["capacity"])
-        self.index = hnswlib.Index(space={"cosine": "cosine", "l2": "l2", "ip": "ip"}[self.metric], dim=self.dim)
-        self.index.init_index(max_elements=self.capacity, M=m, ef_construction=efc, random_seed=100,
-                              allow_replace_deleted=True)
-        self.index.set_num_threads(1)
-        self.deleted: set = set()
-        self.params = {"m": m, "ef_construction": efc, "max_elements": self.capacity,
-                       "allow_replace_deleted": True, "version": getattr(hnswlib, "__version__", None)}
-
-    def insert(self, ids, X):
-        fresh = np.ones(len(ids), dtype=bool)
-        again = [i for i, x in enumerate(ids.tolist()) if x in self.deleted]
-        for i in again:
-            label = int(ids[i])
-            self.deleted.discard(label)
-            try:
-                self.index.unmark_deleted(label)
-            except RuntimeError:
-                continue  # its slot went to another id: insert it as new
-            fresh[i] = False
-        if not fresh.all():  # unmarked labels: hnswlib's update path
-            self.index.add_items(X[~fresh], ids[~fresh], num_threads=self.threads)
-        if fresh.any():
-            X, ids = X[fresh], ids[fresh]
-            free = self.capacity - self.index.get_current_count() + len(self.deleted)
-            if len(ids) > free:  # more live points than planned: grow
-                self.capacity = self.index.get_current_count() + len(ids)
-                self.index.resize_index(self.capacity)
-            self.index.add_items(X, ids, num_threads=self.threads, replace_deleted=True)
-
-    def delete(self, ids):
-        for label in ids.tolist():
-            self.index.mark_deleted(label)
-            self.deleted.add(label)
-
-    def replace(self, ids, X):
-        self.index.add_items(X, ids, num_threads=self.threads)  # in-place update
-
-    def set_knob(self, value):
-        self.index.set_ef(int(value))
-
-    def query(self, q, k):
-        return self.index.knn_query(q, k=k)[0][0]
-
-
-class DiskannStream(Stream):
-    """``diskannpy.DynamicMemoryIndex`` (0.7.0). Cosine data arrives unit
-    length and is indexed with ``l2`` (the same order, and the distance
-    Vamana's α-rule is defined on). Tags are ids + 1: tag 0 is reserved."""
-
-    name = "diskann"
-    policy = POLICIES["diskann"]
-    knob = "L"
-
-    def __init__(self, spec):
-        super().__init__(spec)
-        dap = _import("diskannpy", "diskannpy==0.7.0")
-        p = spec.get("params", {})
-        r, l_build, alpha = int(p.get("r", 64)), int(p.get("l_build", 75)), float(p.get("alpha", 1.2))
-        metric = {"cosine": "l2", "l2": "l2", "ip": "mips"}[self.metric]
-        cap = int(spec["capacity"]) + 1
-        self.index = dap.DynamicMemoryIndex(
-            distance_metric=metric, vector_dtype=np.float32, dimensions=self.dim, max_vectors=cap,
-            complexity=l_build, graph_degree=r, alpha=alpha, num_threads=self.threads,
-            initial_search_complexity=int(p.get("l_search", 64)), search_threads=1,
-        )
-        self.L = 64
-        self.params = {"graph_degree": r, "complexity": l_build, "alpha": alpha, "distance_metric": metric,
-                       "max_vectors": cap, "num_threads": self.threads, "version": "0.7.0"}
-
-    def insert(self, ids, X):
-        self.index.batch_insert(np.ascontiguousarray(X), (ids + 1).astype(np.uint32), num_threads=self.threads)
-
-    def delete(self, ids):
-        for tag in (ids + 1).astype(np.uint32):
-            self.index.mark_deleted(tag)
-
-    def after_deletes(self):
-        self.index.consolidate_delete()
-
-    def set_knob(self, value):
-        self.L = int(value)
-
-    def query(self, q, k):
-        return self.index.search(q, k_neighbors=k, complexity=max(self.L, k)).identifiers.astype(np.int64) - 1
-
-
-class SvsStream(Stream):
-    """Intel SVS ``DynamicVamana`` (PyPI ``scalable-vs``), built on the
-    first insert; cosine as squared L2 over unit vectors, so α means what it
-    means in FreshVamana."""
-
-    name = "svs"
-    policy = POLICIES["svs"]
-    knob = "L"
-
-    def __init__(self, spec):
-        super().__init__(spec)
-        self.svs = _import("svs", "scalable-vs")
-        p = spec.get("params", {})
-        self.r, self.l_build, self.alpha = int(p.get("r", 64)), int(p.get("l_build", 75)), float(p.get("alpha", 1.2))
-        self.dist = self.svs.DistanceType.MIP if self.metric == "ip" else self.svs.DistanceType.L2
-        self.index = None
-        self.L = 64
-        self.params = {"graph_max_degree": self.r, "window_size": self.l_build, "alpha": self.alpha,
-                       "max_candidate_pool_size": 750, "prune_to": self.r, "distance": str(self.dist),
-                       "version": getattr(self.svs, "library_version", lambda: None)()}
-
-    def insert(self, ids, X):
-        X = np.ascontiguousarray(X, dtype=np.float32)
-        ids = ids.astype(np.uint64)
-        if self.index is None:
-            bp = self.svs.VamanaBuildParameters(
-                alpha=self.alpha, graph_max_degree=self.r, window_size=self.l_build,
-                max_candidate_pool_size=750, prune_to=self.r,
-            )
-            self.index = self.svs.DynamicVamana.build(bp, X, ids, self.dist, self.threads)
-        else:
-            self.index.num_threads = self.threads
-            self.index.add(X, ids)
-
-    def delete(self, ids):
-        self.index.delete(ids.astype(np.uint64))
-
-    def after_deletes(self):
-        self.index.num_threads = self.threads
-        self.index.consolidate()
-        self.index.compact(1000)
-
-    def set_knob(self, value):
-        self.L = int(value)
-        if self.index is not None:
-            self.index.search_window_size = self.L
-            self.index.num_threads = 1
-
-    def query(self, q, k):
-        self.index.search_window_size = max(self.L, k)
-        return self.index.search(q, k)[0][0]
-
-
-class FaissIvfStream(Stream):
-    """faiss ``IndexIVFFlat`` with ids (``add_with_ids`` / ``remove_ids``),
-    its quantiser trained before the first step (untimed) on a seeded sample
-    of the whole dataset; cosine as inner product over unit vectors. The
-    issue asked for ``IndexIDMap(IndexIVFFlat)``, but IndexIDMap's
-    ``remove_ids`` aborts the process on an IVF index (faiss 1.15 asserts
-    that the sub-index renumbers like a flat one, which IVF does not); IVF
-    keeps the ids itself, so the map adds nothing."""
-
-    name = "faiss-ivf"
-    policy = POLICIES["faiss-ivf"]
-    knob = "nprobe"
-
-    def __init__(self, spec):
-        super().__init__(spec)
-        self.faiss = _import("faiss", "faiss-cpu")
-        nlist = int(spec.get("params", {}).get("nlist", 1024))
-        metric = self.faiss.METRIC_L2 if self.metric == "l2" else self.faiss.METRIC_INNER_PRODUCT
-        self.quantizer = self.faiss.IndexFlat(self.dim, metric)
-        self.ivf = self.faiss.IndexIVFFlat(self.quantizer, self.dim, nlist, metric)
-        self.index = self.ivf
-        self.params = {"index": "IndexIVFFlat", "nlist": nlist, "metric": "L2" if self.metric == "l2" else "INNER_PRODUCT",
-                       "version": self.faiss.__version__}
-
-    def train(self, sample: np.ndarray) -> None:
-        self.faiss.omp_set_num_threads(self.threads)
-        self.ivf.train(np.ascontiguousarray(sample, dtype=np.float32))
-        self.params["train_rows"] = int(len(sample))
-
-    def insert(self, ids, X):
-        self.faiss.omp_set_num_threads(self.threads)
-        self.index.add_with_ids(np.ascontiguousarray(X), ids.astype(np.int64))
-
-    def delete(self, ids):
-        self.faiss.omp_set_num_threads(self.threads)
-        self.index.remove_ids(self.faiss.IDSelectorBatch(ids.astype(np.int64)))
-
-    def set_knob(self, value):
-        self.faiss.omp_set_num_threads(1)
-        self.ivf.nprobe = int(value)
-
-    def query(self, q, k):
-        return self.index.search(q.reshape(1, -1), k)[1][0]
-
-
-PEERS = {"hnswlib": HnswlibStream, "diskann": DiskannStream, "svs": SvsStream, "faiss-ivf": FaissIvfStream}
+from .peers import STREAMING as PEERS
+from .peers.base import PeerError as StreamError
+from .peers.base import Stream
 
 
 def make_stream(name: str, spec: Dict) -> Stream:
@@ -434,8 +170,18 @@ class Worker:
         r, w = os.pipe()
         self._log = open(log_path, "w")
         env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+        # The worker imports this package, also under another venv
+        # (.venv-peers, where Vectide is not installed): through a directory
+        # holding only a link to it, so that none of this venv's other
+        # packages shadow the worker venv's own.
+        import tempfile
+
+        self._path_dir: Optional[str] = tempfile.mkdtemp(prefix="vectide-worker-path-")
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        os.symlink(package, os.path.join(self._path_dir, "vectide"))
+        env["PYTHONPATH"] = self._path_dir
         self.proc = subprocess.Popen(
-            [python, os.path.abspath(__file__), "--serve", str(w)],
+            [python, "-m", "vectide.bench.streaming", "--serve", str(w)],
             stdin=subprocess.PIPE, stdout=self._log, stderr=None if show_stderr else subprocess.STDOUT,
             pass_fds=(w,), text=True, env=env,
         )
@@ -477,10 +223,16 @@ class Worker:
             self.proc.kill()
         self._answers.close()
         self._log.close()
+        if self._path_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._path_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--serve":
         sys.exit(serve(int(sys.argv[2])))
-    print("usage: streaming.py --serve ANSWER_FD (started by vectide.bench runbook)", file=sys.stderr)
+    print("usage: python -m vectide.bench.streaming --serve ANSWER_FD (started by vectide.bench runbook)",
+          file=sys.stderr)
     sys.exit(2)
+
