@@ -151,6 +151,12 @@ pub trait VectorIndex: Send + Sync {
     /// Inserts a batch (row-major `ids.len() x dim`); an existing id is replaced
     /// (upsert). The batch is validated first: on error nothing changes.
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()>;
+    /// [`VectorIndex::insert`] of a batch validated where it entered (the
+    /// database's edge): the engine does not check it again. The default
+    /// validates anyway, for engines that have no unchecked path.
+    fn insert_checked(&self, seq: Seq, batch: crate::validate::Checked<'_>) -> Result<()> {
+        self.insert(seq, batch.ids(), batch.vectors())
+    }
     /// [`VectorIndex::insert`], reporting rows done to `progress`.
     fn insert_with_progress(
         &self,

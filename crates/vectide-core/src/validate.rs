@@ -4,12 +4,74 @@ use crate::distance;
 use crate::error::{Error, Result};
 use crate::metric::Metric;
 use crate::RESERVED_ID;
+use std::cell::Cell;
 use std::collections::HashSet;
+
+thread_local! {
+    /// How many batches [`check_batch`] has validated on this thread.
+    static BATCH_CHECKS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The number of [`check_batch`] calls so far on this thread (a test counts
+/// them to show that a write path validates a batch once).
+pub fn batch_checks() -> u64 {
+    BATCH_CHECKS.with(Cell::get)
+}
+
+/// A batch that has been validated: whole rows, one per id, no id reserved
+/// or repeated, every value finite and, under cosine, no zero vector.
+/// Engines take it in [`crate::VectorIndex::insert_checked`] without
+/// checking again, so a batch is validated once, where it enters.
+#[derive(Clone, Copy, Debug)]
+pub struct Checked<'a> {
+    ids: &'a [u64],
+    vectors: &'a [f32],
+}
+
+impl<'a> Checked<'a> {
+    /// Validates the batch ([`check_batch`]).
+    pub fn new(dim: usize, metric: Metric, ids: &'a [u64], vectors: &'a [f32]) -> Result<Self> {
+        check_batch(dim, metric, ids, vectors)?;
+        Ok(Self { ids, vectors })
+    }
+
+    /// A batch its caller has already validated at its own edge by the same
+    /// rules: the database checks every point's vector with
+    /// [`check_vector`] and gives each point an id of its own, so the rows
+    /// of a record it commits need no second check. Debug builds check
+    /// again, and panic on a caller that did not.
+    pub fn validated_by_caller(
+        dim: usize,
+        metric: Metric,
+        ids: &'a [u64],
+        vectors: &'a [f32],
+    ) -> Self {
+        debug_assert!(
+            check_rows(dim, metric, ids, vectors).is_ok(),
+            "a batch said to be validated is not"
+        );
+        Self { ids, vectors }
+    }
+
+    pub fn ids(&self) -> &'a [u64] {
+        self.ids
+    }
+
+    pub fn vectors(&self) -> &'a [f32] {
+        self.vectors
+    }
+}
 
 /// Validates a row-major batch of `ids.len()` vectors of dimension `dim`:
 /// lengths agree, ids are not reserved and not repeated, values are finite and,
 /// under cosine, no vector is zero.
 pub fn check_batch(dim: usize, metric: Metric, ids: &[u64], vectors: &[f32]) -> Result<()> {
+    BATCH_CHECKS.with(|c| c.set(c.get() + 1));
+    check_rows(dim, metric, ids, vectors)
+}
+
+/// [`check_batch`] without counting.
+fn check_rows(dim: usize, metric: Metric, ids: &[u64], vectors: &[f32]) -> Result<()> {
     if dim == 0 {
         return Err(Error::invalid("dimension must be at least 1"));
     }

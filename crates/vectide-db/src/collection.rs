@@ -245,7 +245,7 @@ impl Collection {
             self.turn_cv.wait(&mut turn);
         }
         let result = durable.and_then(|()| {
-            op.apply_to(&self.engine)?;
+            op.apply_committed(&self.engine)?;
             if op.touches_engine() {
                 self.engine_seq.store(seq, Ordering::Release);
             }

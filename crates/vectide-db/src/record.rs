@@ -12,6 +12,7 @@ use crate::ids::ExtId;
 use crate::store::Change;
 use serde_json::Value;
 use vectide_core::io::ByteReader;
+use vectide_core::validate::Checked;
 use vectide_core::Seq;
 use vectide_engines::AnyIndex;
 use vectide_storage::durable::record::{self, Kind};
@@ -46,7 +47,21 @@ impl Op {
         self.kind == OP_UPSERT || self.kind == OP_DELETE
     }
 
-    /// Applies it to the engine.
+    /// Applies a record this process just committed: its points were
+    /// validated at the collection's edge (`upsert_owned`: every vector by
+    /// `check_vector`, every point an id of its own), so the engine takes
+    /// them without checking again.
+    pub fn apply_committed(&self, engine: &AnyIndex) -> Result<()> {
+        if self.kind != OP_UPSERT {
+            return self.apply_to(engine);
+        }
+        let (dim, metric) = (engine.dim(), engine.metric());
+        let batch = Checked::validated_by_caller(dim, metric, &self.ids, &self.vectors);
+        Ok(engine.insert_checked(self.seq, batch)?)
+    }
+
+    /// Applies a record read back from the log (its rows are validated as
+    /// they enter the engine again).
     pub fn apply_to(&self, engine: &AnyIndex) -> Result<()> {
         match self.kind {
             OP_UPSERT => engine.insert(self.seq, &self.ids, &self.vectors)?,

@@ -281,3 +281,56 @@ fn a_collection_refuses_a_log_parameter() {
     assert!(db.collection("docs").is_err());
     db.close().unwrap();
 }
+
+/// A database write is validated once, at the collection's edge: no
+/// engine checks the written batch again. Counted through
+/// `vectide_core::validate::batch_checks` (this thread's checks; the commit
+/// applies a write on the thread that made it), against the same writes
+/// given to the engine directly, which checks each one: the difference is
+/// one check per write. (An engine's own batches, such as the SPANN
+/// family's new centroids, are checked on both paths alike.)
+#[test]
+fn every_engine_validates_a_database_write_once_at_the_edge() {
+    use vectide_core::validate::batch_checks;
+    const N: u64 = 300;
+    for engine in vectide_engines::names() {
+        let root = tempfile::tempdir().unwrap();
+        let db = Database::open(root.path(), opts()).unwrap();
+        let c = db.create_collection("docs", config(engine)).unwrap();
+        let before = batch_checks();
+        for i in 0..N {
+            c.upsert(&[point(i)]).unwrap();
+        }
+        let in_db = batch_checks() - before;
+        // Bad input is still refused at the edge, and changes nothing.
+        let mut bad = point(N);
+        bad.vector[0] = f32::NAN;
+        assert!(c.upsert(&[bad]).is_err(), "{engine}");
+        assert_eq!(c.count(None), N as usize, "{engine}");
+        db.close().unwrap();
+        let mut p = small_params(engine);
+        let dir = root.path().join("standalone");
+        if vectide_engines::descriptor(engine)
+            .unwrap()
+            .persistence
+            .in_directory()
+        {
+            p.insert("path".into(), ParamValue::Str(dir.display().to_string()));
+        }
+        let index = vectide_engines::create(engine, DIM, Metric::L2, &p).unwrap();
+        let before = batch_checks();
+        for i in 0..N {
+            index.insert(i + 1, &[i], &vector(i)).unwrap();
+        }
+        let direct = batch_checks() - before;
+        index.close().unwrap();
+        eprintln!(
+            "{engine}: batch checks over {N} writes: {in_db} in the database, {direct} direct"
+        );
+        assert_eq!(
+            direct - in_db,
+            N,
+            "{engine}: {in_db} in the database, {direct} direct"
+        );
+    }
+}

@@ -43,6 +43,7 @@ use crate::state::*;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use vectide_core::validate::Checked;
 use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Params, Result, SearchParams, Seq, VectorIndex,
 };
@@ -162,7 +163,11 @@ impl VectorIndex for FreshDiskann {
     }
 
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
-        self.inner.insert(seq, ids, vectors, None)
+        self.insert_with_progress(seq, ids, vectors, None)
+    }
+
+    fn insert_checked(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        self.inner.insert(seq, batch, None)
     }
 
     fn insert_with_progress(
@@ -172,7 +177,8 @@ impl VectorIndex for FreshDiskann {
         vectors: &[f32],
         progress: Option<vectide_core::Progress<'_>>,
     ) -> Result<()> {
-        self.inner.insert(seq, ids, vectors, progress)
+        let batch = Checked::new(self.inner.dim, self.inner.metric, ids, vectors)?;
+        self.inner.insert(seq, batch, progress)
     }
 
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {

@@ -12,6 +12,7 @@ use crate::state::{is_point, Inner, Loc, LtiGen, Place, State, Writer, LTI_SYNC}
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
+use vectide_core::validate::Checked;
 use vectide_core::{Error, Metric, Result, VectorIndex};
 use vectide_storage::block::DirectFile;
 use vectide_storage::durable::{replay, RedoLog};
@@ -174,7 +175,10 @@ impl FreshDiskann {
         let durable = replay(
             calls,
             covered,
-            |seq, ids, vectors| inner.apply_insert(seq, ids, vectors, None),
+            // Rows read back from the log are checked as they enter again.
+            |seq, ids, vectors| {
+                inner.apply_insert(seq, Checked::new(dim, metric, ids, vectors)?, None)
+            },
             |seq, ids| inner.apply_delete(seq, ids).map(drop),
         )?
         .watermark;

@@ -7,7 +7,7 @@ use crate::state::*;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use vectide_core::validate::check_batch;
+use vectide_core::validate::Checked;
 use vectide_core::{Error, Result, Seq, VectorIndex};
 use vectide_storage::durable::{select_rows, RedoLog};
 
@@ -19,12 +19,12 @@ impl Inner {
     pub(crate) fn apply_insert(
         &self,
         seq: u64,
-        ids: &[u64],
-        vectors: &[f32],
+        batch: Checked<'_>,
         progress: Option<vectide_core::Progress<'_>>,
     ) -> Result<()> {
+        let ids = batch.ids();
         let rw = self.state.read().rw().clone();
-        rw.index.insert_with_progress(seq, ids, vectors, progress)?;
+        rw.index.insert_checked_rows(seq, batch, progress)?;
         let mut st = self.state.write();
         for &id in ids {
             let new = Loc {
@@ -79,11 +79,10 @@ impl Inner {
     pub(crate) fn insert(
         self: &Arc<Self>,
         seq: Seq,
-        ids: &[u64],
-        vectors: &[f32],
+        batch: Checked<'_>,
         progress: Option<vectide_core::Progress<'_>>,
     ) -> Result<()> {
-        check_batch(self.dim, self.metric, ids, vectors)?;
+        let (ids, vectors) = (batch.ids(), batch.vectors());
         let mut w = self.writer.lock();
         let rows = self.newer_rows(seq, ids);
         let (ids, vectors) = select_rows(self.dim, ids, vectors, &rows);
@@ -91,7 +90,9 @@ impl Inner {
             log.log_insert(seq, &ids, &vectors)?;
         }
         if !ids.is_empty() {
-            self.apply_insert(seq, &ids, &vectors, progress)?;
+            // Rows of a checked batch are a checked batch.
+            let rows = Checked::validated_by_caller(self.dim, self.metric, &ids, &vectors);
+            self.apply_insert(seq, rows, progress)?;
         }
         self.durable.fetch_max(seq, Ordering::AcqRel);
         if self.after_write(&mut w)? {

@@ -10,14 +10,14 @@
 //! for it, and skipped otherwise, so that replaying a log is harmless.
 
 use crate::state::Flat;
-use vectide_core::validate::{check_batch, copy_normalized};
+use vectide_core::validate::{copy_normalized, Checked};
 use vectide_core::{Result, Seq};
 
 impl Flat {
     /// Inserts (or replaces) `ids` with the row-major `vectors`.
-    pub(crate) fn insert_batch(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
+    pub(crate) fn insert_batch(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        let (ids, vectors) = (batch.ids(), batch.vectors());
         let _op = self.seqs.begin(seq);
-        check_batch(self.dim, self.metric, ids, vectors)?;
         let mut store = self.store.write();
         let new_ids = ids
             .iter()

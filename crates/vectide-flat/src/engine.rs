@@ -5,6 +5,7 @@ use crate::search::{search_one, TILES};
 use crate::state::*;
 use std::path::Path;
 use std::sync::atomic::Ordering;
+use vectide_core::validate::Checked;
 use vectide_core::{
     limits, EngineDescriptor, Filter, IndexStats, Metric, Neighbor, Params, Result, SearchParams,
     Seq, VectorIndex,
@@ -32,7 +33,11 @@ impl VectorIndex for Flat {
     }
 
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
-        self.insert_batch(seq, ids, vectors)
+        self.insert_batch(seq, Checked::new(self.dim, self.metric, ids, vectors)?)
+    }
+
+    fn insert_checked(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        self.insert_batch(seq, batch)
     }
 
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {

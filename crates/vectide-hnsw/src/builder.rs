@@ -6,7 +6,7 @@ use crate::state::{pack_entry, unpack_entry, Hnsw};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vectide_core::heap::Candidate;
-use vectide_core::validate::{check_batch, copy_normalized};
+use vectide_core::validate::{copy_normalized, Checked};
 use vectide_core::{Result, Seq};
 use vectide_graph::mem::Store;
 use vectide_graph::prune::{
@@ -26,20 +26,15 @@ impl Hnsw {
         draw_level(self.params.seed, n, self.params.m)
     }
 
-    /// Inserts a batch (upsert semantics), in parallel on the index's pool.
-    pub(crate) fn insert_batch(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
-        self.insert_with_progress(seq, ids, vectors, None)
-    }
-
-    /// [`Hnsw::insert_batch`] reporting progress.
-    pub fn insert_with_progress(
+    /// Inserts a validated batch (upsert semantics), in parallel on the
+    /// index's pool, reporting rows done to `progress`.
+    pub fn insert_checked_rows(
         &self,
         seq: Seq,
-        ids: &[u64],
-        vectors: &[f32],
+        batch: Checked<'_>,
         progress: Option<Progress<'_>>,
     ) -> Result<()> {
-        check_batch(self.core.dim, self.core.metric, ids, vectors)?;
+        let (ids, vectors) = (batch.ids(), batch.vectors());
         let _op = self.core.seqs.begin(seq);
         let _shared = self.core.mutate.read();
         let rows = newer_rows(&self.core.ids, ids, seq);

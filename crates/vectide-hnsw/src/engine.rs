@@ -2,6 +2,7 @@
 //! state (`state.rs`) and the parts.
 
 use crate::state::*;
+use vectide_core::validate::Checked;
 use vectide_core::{Filter, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex};
 
 impl VectorIndex for Hnsw {
@@ -49,7 +50,11 @@ impl VectorIndex for Hnsw {
     }
 
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
-        self.insert_batch(seq, ids, vectors)
+        self.insert_with_progress(seq, ids, vectors, None)
+    }
+
+    fn insert_checked(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        self.insert_checked_rows(seq, batch, None)
     }
 
     fn insert_with_progress(
@@ -59,7 +64,8 @@ impl VectorIndex for Hnsw {
         vectors: &[f32],
         progress: Option<vectide_core::Progress<'_>>,
     ) -> Result<()> {
-        Hnsw::insert_with_progress(self, seq, ids, vectors, progress)
+        let batch = Checked::new(self.dim(), self.metric(), ids, vectors)?;
+        self.insert_checked_rows(seq, batch, progress)
     }
 
     fn save(&self, path: &std::path::Path) -> Result<()> {

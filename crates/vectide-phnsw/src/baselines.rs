@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::engine::{PATH, THREADS};
 use vectide_core::io::ByteReader;
+use vectide_core::validate::Checked;
 use vectide_core::{
     limits, EngineDescriptor, Knob, ParamKind, ParamSpec, ParamValue, Params, ParamsExt,
     Persistence,
@@ -396,10 +397,15 @@ impl VectorIndex for Baseline {
     }
 
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
-        vectide_core::validate::check_batch(self.dim(), self.metric(), ids, vectors)?;
+        let batch = Checked::new(self.dim(), self.metric(), ids, vectors)?;
+        self.insert_checked(seq, batch)
+    }
+
+    fn insert_checked(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        let (ids, vectors) = (batch.ids(), batch.vectors());
         let mut st = self.state.lock();
         self.log(&mut st, seq, true, ids, vectors)?;
-        self.inner.insert(seq, ids, vectors)?;
+        self.inner.insert_checked(seq, batch)?;
         self.after_insert(&mut st, ids.len())
     }
 

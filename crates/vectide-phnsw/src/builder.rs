@@ -32,7 +32,7 @@ use super::state::PHnsw;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
-use vectide_core::validate::{check_batch, copy_normalized};
+use vectide_core::validate::{copy_normalized, Checked};
 use vectide_core::Progress;
 use vectide_core::{Error, Result, Seq};
 use vectide_graph::prune::{backlink, draw_level, plan_links, Backlink};
@@ -92,16 +92,15 @@ fn ns(t: Instant) -> u64 {
 }
 
 impl PHnsw {
-    /// Inserts a batch (upsert semantics), in parallel on the index's pool;
+    /// Inserts a validated batch (upsert semantics), in parallel on the index's pool;
     /// every row is durable when the call returns.
-    pub fn insert_with_progress(
+    pub fn insert_checked_rows(
         &self,
         seq: Seq,
-        ids: &[u64],
-        vectors: &[f32],
+        batch: Checked<'_>,
         progress: Option<Progress<'_>>,
     ) -> Result<()> {
-        check_batch(self.g.dim, self.g.metric, ids, vectors)?;
+        let (ids, vectors) = (batch.ids(), batch.vectors());
         let guard = parking_lot::Mutex::new(Some(self.seqs.begin(seq)));
         let remaining = AtomicUsize::new(ids.len());
         // Called once per row when it is done: the last one ends the batch's

@@ -5,6 +5,7 @@ use super::layout::{LIVE, M_DURABLE_SEQ};
 use super::state::*;
 use std::sync::atomic::Ordering;
 use vectide_core::validate::prepare_query;
+use vectide_core::validate::Checked;
 use vectide_core::{
     Error, Filter, IndexStats, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex,
 };
@@ -38,7 +39,8 @@ impl VectorIndex for PHnsw {
         vectors: &[f32],
         progress: Option<vectide_core::Progress<'_>>,
     ) -> Result<()> {
-        PHnsw::insert_with_progress(self, seq, ids, vectors, progress)
+        let batch = Checked::new(self.dim(), self.metric(), ids, vectors)?;
+        self.insert_checked_rows(seq, batch, progress)
     }
 
     fn dim(&self) -> usize {
@@ -51,6 +53,10 @@ impl VectorIndex for PHnsw {
 
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
         self.insert_with_progress(seq, ids, vectors, None)
+    }
+
+    fn insert_checked(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        self.insert_checked_rows(seq, batch, None)
     }
 
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {

@@ -5,6 +5,7 @@ use crate::params::Mode;
 use crate::state::*;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use vectide_core::validate::Checked;
 use vectide_core::{
     EngineDescriptor, Filter, IndexStats, Metric, Neighbor, ParamValue, Params, Result,
     SearchParams, Seq, VectorIndex,
@@ -106,7 +107,14 @@ impl VectorIndex for Spfresh {
     }
 
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
-        self.inner.insert(seq, ids, vectors)
+        self.inner.insert(
+            seq,
+            Checked::new(self.inner.dim, self.inner.metric, ids, vectors)?,
+        )
+    }
+
+    fn insert_checked(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        self.inner.insert(seq, batch)
     }
 
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {

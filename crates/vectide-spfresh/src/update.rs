@@ -14,7 +14,7 @@ use crate::params::Mode;
 use crate::state::{home_word, Inner, Scratch, NO_HOME};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
-use vectide_core::validate::{check_batch, normalize};
+use vectide_core::validate::{normalize, Checked};
 use vectide_core::{Result, Seq};
 use vectide_storage::durable::select_rows;
 
@@ -41,8 +41,8 @@ impl Inner {
     }
 
     /// The contract's insert: validated, logged and synced, applied.
-    pub(crate) fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
-        check_batch(self.dim, self.metric, ids, vectors)?;
+    pub(crate) fn insert(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        let (ids, vectors) = (batch.ids(), batch.vectors());
         let mut w = self.writer.lock();
         let rows = self.newer_rows(seq, ids);
         let (ids, vectors) = select_rows(self.dim, ids, vectors, &rows);

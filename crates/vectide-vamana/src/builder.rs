@@ -22,7 +22,7 @@ use crate::engine::FreshVamana;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vectide_core::heap::Candidate;
-use vectide_core::validate::{check_batch, copy_normalized};
+use vectide_core::validate::{copy_normalized, Checked};
 use vectide_core::{Result, Seq, RESERVED_ID};
 use vectide_graph::mem::{Store, DELETED, FREE, FROZEN};
 use vectide_graph::prune::{robust_prune, splitmix64};
@@ -42,15 +42,14 @@ pub(crate) fn linkable(store: &Store, x: u32) -> bool {
 }
 
 impl FreshVamana {
-    /// Inserts a batch (upsert semantics), in parallel on the index's pool.
-    pub fn insert_with_progress(
+    /// Inserts a validated batch (upsert semantics), in parallel on the index's pool.
+    pub fn insert_checked_rows(
         &self,
         seq: Seq,
-        ids: &[u64],
-        vectors: &[f32],
+        batch: Checked<'_>,
         progress: Option<Progress<'_>>,
     ) -> Result<()> {
-        check_batch(self.core.dim, self.core.metric, ids, vectors)?;
+        let (ids, vectors) = (batch.ids(), batch.vectors());
         let _op = self.core.seqs.begin(seq);
         let _shared = self.core.mutate.read();
         let rows = newer_rows(&self.core.ids, ids, seq);

@@ -5,6 +5,7 @@ use crate::params::VamanaParams;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::heap::Candidate;
+use vectide_core::validate::Checked;
 use vectide_core::{Filter, Metric, Neighbor, Result, SearchParams, Seq, VectorIndex};
 use vectide_graph::core::GraphCore;
 use vectide_graph::mem::Store;
@@ -168,6 +169,10 @@ impl VectorIndex for FreshVamana {
         self.insert_with_progress(seq, ids, vectors, None)
     }
 
+    fn insert_checked(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        self.insert_checked_rows(seq, batch, None)
+    }
+
     fn insert_with_progress(
         &self,
         seq: Seq,
@@ -175,7 +180,8 @@ impl VectorIndex for FreshVamana {
         vectors: &[f32],
         progress: Option<vectide_core::Progress<'_>>,
     ) -> Result<()> {
-        FreshVamana::insert_with_progress(self, seq, ids, vectors, progress)
+        let batch = Checked::new(self.dim(), self.metric(), ids, vectors)?;
+        self.insert_checked_rows(seq, batch, progress)
     }
 
     fn save(&self, path: &std::path::Path) -> Result<()> {
