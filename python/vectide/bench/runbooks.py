@@ -10,7 +10,7 @@ Method
   anything runs. A generated one is written next to the results as YAML;
   ``clustered`` also fixes the row order its ranges refer to (k-means into 64
   clusters, seed 0), kept with its YAML in
-  ``$VECTIDE_DATA/runbooks/<dataset>/clustered-<max_pts>-s<seed>.npz``: its
+  ``$VECTIDE_DATA/runbooks/<dataset>/clustered-<max_pts>-s<seed>-q.npz``: its
   ranges name rows of that order, not of the dataset's own.
 * The harness core (``vectide_harness``, through the extension; the CLI's
   ``vectide runbook`` runs the same code) checks the runbook, computes the
@@ -349,7 +349,9 @@ def load_runbook(spec: str, ds, max_pts: int, seed: int, cache: Path):
         rbmod.check(rb, n)
         return rb, None, {"file": os.path.abspath(spec)}
     if spec == "clustered":
-        path = cache / f"clustered-{min(max_pts, n)}-s{seed}.npz"
+        # "-q": rows ordered by the quantization room's k-means (files
+        # without it came from an earlier k-means and order other rows).
+        path = cache / f"clustered-{min(max_pts, n)}-s{seed}-q.npz"
         if path.exists():
             with np.load(path) as z:
                 order, text = z["order"], str(z["yaml"])
