@@ -33,10 +33,10 @@ Method
   and for searches recall@k, QPS, mean and P99 latency; memory is the
   worker's resident set above its size before the engine was created.
 * The search knob of every engine is fixed for the whole run (``--knob``: L
-  for the Vamana family, ef for HNSW, nprobe for Vectide's SPANN family, one
-  value for all; ``--nprobe`` for faiss's IVF), and each family is built
-  with the same parameters (the core's: R, L and alpha; M and
-  efConstruction).
+  for the Vamana family, ef for HNSW, one value for all; ``--nprobe`` for
+  the engines that probe lists: Vectide's SPANN family and faiss's IVF), and
+  each family is built with the same parameters (the core's: R, L and alpha;
+  M and efConstruction).
 """
 
 from __future__ import annotations
@@ -408,7 +408,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         "k": args.k,
         "queries_per_search": nq,
         "threads": {"updates": args.update_threads, "searches": 1},
-        "search_knob": {"L_or_ef_or_nprobe": args.knob, "faiss_nprobe": args.nprobe},
+        "search_knob": {"L_or_ef": args.knob, "nprobe": args.nprobe},
         "query_loop": "Vectide engines: the harness core's native loop (one search_into per query); "
         "peers: one library call per query from a Python loop",
         "ground_truth": "exact (the harness core, the registry's exact engine), once per distinct active set",
@@ -456,7 +456,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--queries", type=int, default=1000, help="queries per search step")
     p.add_argument("--knob", type=int, default=100, help="L (Vamana family) or ef (HNSW) for every search")
-    p.add_argument("--nprobe", type=int, default=32, help="IVF lists probed (faiss-ivf)")
+    p.add_argument("--nprobe", type=int, default=32, help="lists / postings probed (faiss-ivf, Vectide's SPANN family)")
     p.add_argument("--update-threads", type=int, default=2)
     p.add_argument("--max-pts", type=int, default=200_000, help="for generators")
     p.add_argument("--seed", type=int, default=0, help="for generators")
