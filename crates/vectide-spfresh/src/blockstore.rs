@@ -8,7 +8,8 @@
 //!
 //! - **GET** reads a posting's blocks in one batch and checks each (CRC,
 //!   posting, gen); **ParallelGET** reads many postings in one batch.
-//! - **APPEND** reads only the last block when it has room, writes its
+//! - **APPEND** reads only the last block when it has room (and not even
+//!   that when the tail cache holds it, see `crate::tails`), writes its
 //!   payload and the new records into fresh blocks, and swaps the entry by
 //!   **compare-and-swap**. The old last block is released. A lost race (a
 //!   concurrent APPEND or PUT swapped first) frees the fresh blocks and
@@ -35,6 +36,7 @@ use crate::layout::{
     blocks_for, decode_map, encode_map, open_block, record_bytes, seal_block, BlockHead, BlockRef,
     MapImage, Posting, Records, StoreHeader, PAYLOAD,
 };
+use crate::tails::{Tails, TAIL_CACHE_POSTINGS};
 use arc_swap::ArcSwapOption;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -83,6 +85,11 @@ pub struct StoreStats {
     pub cas_retries: u64,
     /// Reads that met a reused block and went again.
     pub read_retries: u64,
+    /// APPENDs that found their tail in the tail cache / had to read it.
+    pub tail_hits: u64,
+    pub tail_misses: u64,
+    /// Bytes of payload the tail cache holds.
+    pub tail_bytes: u64,
 }
 
 #[derive(Default)]
@@ -166,6 +173,7 @@ pub struct BlockStore {
     gate: RwLock<()>,
     gen: AtomicU32,
     counters: Counters,
+    tails: Tails,
 }
 
 impl std::fmt::Debug for BlockStore {
@@ -267,6 +275,7 @@ impl BlockStore {
             gen: AtomicU32::new(image.gen),
             shrinks: AtomicU64::new(0),
             counters: Counters::default(),
+            tails: Tails::new(TAIL_CACHE_POSTINGS),
         }
     }
 
@@ -331,6 +340,7 @@ impl BlockStore {
         };
         let pool = self.pool.lock();
         let c = &self.counters;
+        let (tail_hits, tail_misses) = self.tails.hits_misses();
         StoreStats {
             postings,
             blocks_used,
@@ -342,6 +352,9 @@ impl BlockStore {
             blocks_written: c.blocks_written.load(Ordering::Relaxed),
             cas_retries: c.cas_retries.load(Ordering::Relaxed),
             read_retries: c.read_retries.load(Ordering::Relaxed),
+            tail_hits,
+            tail_misses,
+            tail_bytes: self.tails.bytes(),
         }
     }
 
@@ -571,6 +584,15 @@ impl BlockStore {
         Ok(refs)
     }
 
+    /// Puts the last of the blocks `fresh` that now end posting `pid`
+    /// (written from `payload`) in the tail cache.
+    fn remember_tail(&self, pid: u32, fresh: &[BlockRef], payload: &[u8]) {
+        if let Some(&last) = fresh.last() {
+            let start = (blocks_for(payload.len()) - 1) * PAYLOAD;
+            self.tails.put(pid, last, &payload[start..]);
+        }
+    }
+
     /// Swaps posting `pid`'s entry from `expected` to `new` and releases
     /// `released`; `Changed`/`Gone` (nothing released) when the entry is no
     /// longer `expected`.
@@ -617,8 +639,8 @@ impl BlockStore {
 
     /// APPEND: adds whole records `recs` (encoded as
     /// [`crate::layout::encode_record`]) to posting `pid`. Reads only the
-    /// last block, and only when it has room; the old last block is
-    /// released. Retries a lost swap. `Gone` when the posting does not
+    /// last block, and only when it has room and the tail cache does not
+    /// hold it (`crate::tails`); the old last block is released. Retries a lost swap. `Gone` when the posting does not
     /// exist (removed by a split or a merge): the caller re-routes.
     pub fn append(&self, pid: u32, recs: &[u8], sc: &mut ReadScratch) -> Result<Swap> {
         let n = self.check_records(recs)?;
@@ -641,15 +663,14 @@ impl BlockStore {
             let mut keep = e.blocks.len();
             let mut released: Vec<BlockRef> = Vec::new();
             if let Some(&tail) = e.blocks.last().filter(|_| tail_used < PAYLOAD) {
-                let mut buf = sc.take_buf(1);
-                self.file.read(tail.block as u64, &mut buf[..BLOCK])?;
-                self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
-                let tail_ok = check_block(pid, tail, tail_used, &buf[..BLOCK])
-                    .map(|p| payload.extend_from_slice(p));
-                sc.buf = Some(buf);
-                match tail_ok {
-                    Ok(()) => {}
-                    Err(why) => {
+                if !self.tails.get_into(pid, tail, tail_used, &mut payload) {
+                    let mut buf = sc.take_buf(1);
+                    self.file.read(tail.block as u64, &mut buf[..BLOCK])?;
+                    self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
+                    let tail_ok = check_block(pid, tail, tail_used, &buf[..BLOCK])
+                        .map(|p| payload.extend_from_slice(p));
+                    sc.buf = Some(buf);
+                    if let Err(why) = tail_ok {
                         self.stale_or_corrupt(pid, &e, why)?;
                         self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
                         continue;
@@ -664,7 +685,10 @@ impl BlockStore {
             blocks.extend_from_slice(&fresh);
             let new = Arc::new(Posting { records, blocks });
             match self.swap(pid, &Some(e), Some(new), &released, false) {
-                Swap::Done(r) => return Ok(Swap::Done(r)),
+                Swap::Done(r) => {
+                    self.remember_tail(pid, &fresh, &payload);
+                    return Ok(Swap::Done(r));
+                }
                 lost => {
                     self.discard(fresh.iter().map(|r| r.block));
                     if lost == Swap::Gone {
@@ -697,7 +721,9 @@ impl BlockStore {
             blocks: fresh.clone(),
         });
         let s = self.swap(pid, expected, Some(new), &released, true);
-        if s != Swap::Done(records) {
+        if s == Swap::Done(records) {
+            self.remember_tail(pid, &fresh, recs);
+        } else {
             self.discard(fresh.iter().map(|r| r.block));
         }
         Ok(s)
@@ -717,7 +743,10 @@ impl BlockStore {
             blocks: fresh.clone(),
         });
         match self.swap(pid, &None, Some(new), &[], false) {
-            Swap::Done(_) => Ok(pid),
+            Swap::Done(_) => {
+                self.remember_tail(pid, &fresh, recs);
+                Ok(pid)
+            }
             _ => {
                 // Unreachable while only this call may fill a new id.
                 self.discard(fresh.iter().map(|r| r.block));

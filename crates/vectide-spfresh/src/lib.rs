@@ -20,7 +20,9 @@
 //! - [`blockstore`]: the Block Controller (§4.3): GET, ParallelGET (one
 //!   io_uring batch), APPEND (read-modify-write of the last block into a
 //!   fresh block, the mapping entry swapped by CAS), PUT, and released
-//!   blocks held back until the next snapshot is durable (§4.4);
+//!   blocks held back until the next snapshot is durable (§4.4); `tails`
+//!   keeps the partly filled last block of recently appended postings in
+//!   RAM so that an APPEND writes without reading;
 //! - [`versions`]: the version map (§4.2.1), a byte per vector;
 //! - [`builder`]: the static build and SPANN's replica rule;
 //! - `search`: the centroid index and the search (ParallelGET, stale and
@@ -45,6 +47,7 @@ mod recovery;
 mod search;
 pub mod snapshot;
 mod state;
+mod tails;
 mod update;
 pub mod versions;
 

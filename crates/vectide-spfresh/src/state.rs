@@ -526,6 +526,8 @@ impl Inner {
             ),
             ("cas_retries".into(), st.cas_retries as f64),
             ("read_retries".into(), st.read_retries as f64),
+            ("tail_cache_hits".into(), st.tail_hits as f64),
+            ("tail_cache_misses".into(), st.tail_misses as f64),
         ];
         let io = self.store.io_stats();
         Ok(IndexStats {
@@ -536,7 +538,8 @@ impl Inner {
             memory_bytes: vids * (1 + 8 + 8 + 4)
                 + live * 24
                 + self.heads.memory_bytes()
-                + self.store.posting_ids() as usize * 48,
+                + self.store.posting_ids() as usize * 48
+                + st.tail_bytes as usize,
             disk_bytes: st.blocks_end * BLOCK as u64,
             reads: io.reads,
             bytes_read: io.blocks_read * BLOCK as u64,

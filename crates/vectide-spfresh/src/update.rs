@@ -21,6 +21,9 @@ use vectide_storage::durable::select_rows;
 /// Route attempts before a vector gets a posting of its own.
 const MAX_REROUTES: usize = 8;
 
+/// Batches of fewer rows are placed on the caller's thread.
+const INLINE_ROWS: usize = 4;
+
 /// Released blocks below which no snapshot is taken for the garbage
 /// alone (16 MiB of 4 KiB blocks).
 pub(crate) const GARBAGE_FLOOR: u64 = 4096;
@@ -246,58 +249,71 @@ impl Inner {
         len - added <= self.limit
     }
 
-    /// Places the vectors `first..first + n` (rows of `data`): routed in
-    /// parallel, then one APPEND per posting; vectors whose posting went
-    /// away are placed again one by one.
+    /// Places the vectors `first..first + n` (rows of `data`): routed, then
+    /// one APPEND per posting (both in parallel on the engine's pool for a
+    /// batch of [`INLINE_ROWS`] or more, on the caller's thread below it:
+    /// waking the pool costs a single-point upsert more than its routing);
+    /// vectors whose posting went away are placed again one by one.
     fn place_batch(&self, first: u32, data: &[f32]) -> Result<()> {
         let dim = self.dim;
         let n = data.len() / dim;
-        let mut pairs: Vec<(u32, u32)> = self.pool.install(|| {
-            (0..n)
-                .into_par_iter()
-                .map_init(
-                    || self.scratch(),
-                    |sc, r| -> Result<Vec<(u32, u32)>> {
-                        self.route(&data[r * dim..(r + 1) * dim], sc)?;
-                        Ok(sc.sel.iter().map(|&p| (p, r as u32)).collect())
-                    },
-                )
-                .collect::<Result<Vec<_>>>()
-                .map(|v| v.into_iter().flatten().collect())
-        })?;
+        let route_row = |sc: &mut Scratch, r: usize| -> Result<Vec<(u32, u32)>> {
+            self.route(&data[r * dim..(r + 1) * dim], sc)?;
+            Ok(sc.sel.iter().map(|&p| (p, r as u32)).collect())
+        };
+        let append_group = |sc: &mut Scratch, g: &[(u32, u32)]| -> Result<()> {
+            let pid = g[0].0;
+            let mut rec = std::mem::take(&mut sc.rec);
+            rec.clear();
+            let vids: Vec<u32> = g.iter().map(|&(_, r)| first + r).collect();
+            for &(_, r) in g {
+                let r = r as usize;
+                encode_record(&mut rec, first + r as u32, 0, &data[r * dim..(r + 1) * dim]);
+            }
+            let got = self.append_locked(pid, &rec, &vids, 0, sc);
+            sc.rec = rec;
+            if let Some(len) = got? {
+                if self.maybe_split(pid, len, g.len(), 0) {
+                    self.counters.split_triggers.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok(())
+        };
+        let inline = n < INLINE_ROWS;
+        let mut pairs: Vec<(u32, u32)> = if inline {
+            let mut sc = self.scratch();
+            let mut pairs = Vec::new();
+            let routed = (0..n).try_for_each(|r| -> Result<()> {
+                pairs.extend(route_row(&mut sc, r)?);
+                Ok(())
+            });
+            self.give_back(sc);
+            routed?;
+            pairs
+        } else {
+            self.pool.install(|| {
+                (0..n)
+                    .into_par_iter()
+                    .map_init(|| self.scratch(), route_row)
+                    .collect::<Result<Vec<_>>>()
+                    .map(|v| v.into_iter().flatten().collect())
+            })?
+        };
         pairs.sort_unstable();
         let groups: Vec<&[(u32, u32)]> = pairs.chunk_by(|a, b| a.0 == b.0).collect();
-        self.pool.install(|| {
-            groups
-                .par_iter()
-                .map_init(
-                    || self.scratch(),
-                    |sc, g| -> Result<()> {
-                        let pid = g[0].0;
-                        let mut rec = std::mem::take(&mut sc.rec);
-                        rec.clear();
-                        let vids: Vec<u32> = g.iter().map(|&(_, r)| first + r).collect();
-                        for &(_, r) in *g {
-                            let r = r as usize;
-                            encode_record(
-                                &mut rec,
-                                first + r as u32,
-                                0,
-                                &data[r * dim..(r + 1) * dim],
-                            );
-                        }
-                        let got = self.append_locked(pid, &rec, &vids, 0, sc);
-                        sc.rec = rec;
-                        if let Some(len) = got? {
-                            if self.maybe_split(pid, len, g.len(), 0) {
-                                self.counters.split_triggers.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        Ok(())
-                    },
-                )
-                .collect::<Result<()>>()
-        })?;
+        if inline {
+            let mut sc = self.scratch();
+            let appended = groups.iter().try_for_each(|g| append_group(&mut sc, g));
+            self.give_back(sc);
+            appended?;
+        } else {
+            self.pool.install(|| {
+                groups
+                    .par_iter()
+                    .map_init(|| self.scratch(), |sc, g| append_group(sc, g))
+                    .collect::<Result<()>>()
+            })?;
+        }
         // A vector none of whose postings took it (they vanished under a
         // split or a merge) still has no home: placed again on its own.
         let mut sc = self.scratch();

@@ -481,6 +481,54 @@ fn a_real_o_direct_file_round_trips_through_a_snapshot() {
     assert!(store.io_stats().blocks_read > 0);
 }
 
+/// APPENDs after the first to a posting write their fresh block from the
+/// tail cache, reading nothing back; after a reopen (an empty cache) the
+/// first APPEND to a posting reads its tail once; PUTs and new postings
+/// leave their tail cached too. The oracle holds throughout.
+#[test]
+fn appends_write_from_the_tail_cache_without_reading_the_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("postings.blk");
+    let site = SyncSite("test.blockstore");
+    let store =
+        BlockStore::create(Box::new(DirectFile::open(&path, true, site).unwrap()), DIM).unwrap();
+    let mut oracle = Oracle::new();
+    let mut snap = Vec::new();
+    let mut ops = vec![Op::Create(3), Op::Create(1)];
+    ops.extend((0..60).map(|i| Op::Append(i % 2, 1 + i % 3)));
+    ops.extend([Op::Put(0, 7), Op::Append(0, 2), Op::Snapshot]);
+    run(&store, &ops, &mut oracle, |b, _| snap = b.to_vec());
+    let st = store.stats();
+    assert_eq!(
+        (st.tail_hits, st.tail_misses, st.blocks_read),
+        (61, 0, 0),
+        "{st:?}"
+    );
+    assert!(st.tail_bytes > 0 && st.tail_bytes < 2 * BLOCK as u64);
+    check(&store, &oracle).unwrap();
+    drop(store);
+
+    let file = DirectFile::open(&path, false, site).unwrap();
+    let (store, _) = BlockStore::open_encoded(Box::new(file), &snap).unwrap();
+    let mut sc = ReadScratch::default();
+    for (i, pid) in [0u32, 1, 0, 1, 0].into_iter().enumerate() {
+        let vid = 10_000 + i as u32;
+        let len = oracle[&pid].len() as u32 + 1;
+        assert_eq!(
+            store.append(pid, &recs([vid]), &mut sc).unwrap(),
+            Swap::Done(len)
+        );
+        oracle.get_mut(&pid).unwrap().push(vid);
+    }
+    let st = store.stats();
+    assert_eq!(
+        (st.tail_hits, st.tail_misses, st.blocks_read),
+        (3, 2, 2),
+        "{st:?}"
+    );
+    check(&store, &oracle).unwrap();
+}
+
 #[test]
 fn bad_input_is_an_error_and_changes_nothing() {
     let store = BlockStore::create(Box::new(SimBlockFile::new(1)), DIM).unwrap();
