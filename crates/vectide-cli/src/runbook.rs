@@ -197,7 +197,7 @@ pub fn run(args: &RunbookArgs) -> Result<(), Failure> {
     );
     for e in &mut engines {
         let t0 = Instant::now();
-        let r = run_engine(e, &data, &plan, &truth, &opts).map_err(Run)?;
+        let r = run_engine(e, &data, &plan, &truth.steps, &opts).map_err(Run)?;
         let fmt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));
         println!(
             "{:<22} {:>10} {:>10} {:>10.2} {:>12.1}",

@@ -195,7 +195,7 @@ fn an_exact_engine_finds_everything_and_the_report_sums_it() {
         settle_after_deletes: true,
         ..RunOptions::default()
     };
-    let r = run_engine(&mut e, &data, &f.plan, &truth, &opts).unwrap();
+    let r = run_engine(&mut e, &data, &f.plan, &truth.steps, &opts).unwrap();
     assert_eq!(r["avg_recall"], 1.0);
     let steps = r["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 5);
@@ -230,7 +230,7 @@ fn calibration_keeps_the_first_knob_that_reaches_the_target() {
         target: 0.99,
         ..RunOptions::default()
     };
-    let r = run_engine(&mut e, &data, &f.plan, &truth, &opts).unwrap();
+    let r = run_engine(&mut e, &data, &f.plan, &truth.steps, &opts).unwrap();
     let cal = &r["calibration"];
     let sweep = cal["sweep"].as_array().unwrap();
     let last = sweep.last().unwrap();

@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::Arc;
 use vectide_core::Metric;
-use vectide_harness::runbook::{self, Data, GroundTruth, Truth};
+use vectide_harness::runbook::{self, Data, Truth};
 
 /// A runbook's steps as the harness core reads them: `(dataset, max_pts,
 /// steps)`, each step a dict of its operation and integer fields.
@@ -272,11 +272,6 @@ fn runbook_run<'py>(
             plan.counts.search
         )));
     }
-    let gt = GroundTruth {
-        steps,
-        distinct: 0,
-        engine: "given",
-    };
     let mut e = runbook::EngineRun::new(engine, update_threads, knob, nprobe)
         .map_err(PyValueError::new_err)?;
     let opts = runbook::RunOptions {
@@ -288,7 +283,7 @@ fn runbook_run<'py>(
         workdir,
     };
     let doc = py
-        .detach(|| runbook::run_engine(&mut e, &d, &plan, &gt, &opts))
+        .detach(|| runbook::run_engine(&mut e, &d, &plan, &steps, &opts))
         .map_err(PyValueError::new_err)?;
     Ok(doc.to_string())
 }

@@ -158,7 +158,17 @@ def _digest(order: Optional[np.ndarray]) -> Optional[str]:
     return None if order is None else hashlib.sha256(np.ascontiguousarray(order).tobytes()).hexdigest()[:16]
 
 
-def ground_truth(prep: Prepared, rb: rbmod.Runbook, k: int, cache: Path) -> List[Optional[np.ndarray]]:
+class Truth(list):
+    """Per search step an ``(nq, k')`` uint64 array, or ``None``; ``path``
+    is the cache file that holds the same arrays (handed to the native
+    runner's worker as it is)."""
+
+    def __init__(self, arrays, path: Path):
+        super().__init__(arrays)
+        self.path = path
+
+
+def ground_truth(prep: Prepared, rb: rbmod.Runbook, k: int, cache: Path) -> Truth:
     """Exact top-``k`` over the active set at every search step, from the
     harness core (cached): per search step an ``(nq, k')`` uint64 array
     (``k'`` = min(k, active)), or ``None`` where nothing is active."""
@@ -170,12 +180,12 @@ def ground_truth(prep: Prepared, rb: rbmod.Runbook, k: int, cache: Path) -> List
     ).hexdigest()[:16]
     path = cache / f"gt2-{key}.npz"
     if path.exists():
-        return load_truth(path)
+        return Truth(load_truth(path), path)
     searches = sum(s.operation == "search" for s in rb.steps)
     _log(f"ground truth for {searches} search steps (the harness core, cached in {path})")
     out = core.runbook_truth(text.encode(), np.asarray(prep.data), prep.queries, prep.metric, k)
     save_truth(path, out, len(prep.queries))
-    return out
+    return Truth(out, path)
 
 
 def save_truth(path: Path, truth: List[Optional[np.ndarray]], nq: int) -> None:
@@ -320,9 +330,14 @@ def _run_native(engine, prep, rb, truth, k, knob, nprobe, update_threads, workdi
     timed loop (the CLI's): the worker reads the data, the runbook and the
     ground truth from files and returns the engine's result document."""
     stem = engine.replace(":", "_")
-    rb_path, truth_path = workdir / f"{stem}.runbook.yaml", workdir / f"{stem}.truth.npz"
+    rb_path = workdir / f"{stem}.runbook.yaml"
     rb_path.write_text(rbmod.dump(rb))
-    save_truth(truth_path, truth, len(prep.queries))
+    # The cache file when the truth came from one; else a file of our own.
+    cached = getattr(truth, "path", None)
+    own = cached is None or not Path(cached).exists()
+    truth_path = workdir / f"{stem}.truth.npz" if own else Path(cached)
+    if own:
+        save_truth(truth_path, truth, len(prep.queries))
     w = Worker(engine, sys.executable, str(workdir / f"{stem}.log"), show_stderr=True)
     try:
         return w.call(op="native", engine=engine, runbook=str(rb_path), data=str(prep.data_path),
@@ -333,7 +348,8 @@ def _run_native(engine, prep, rb, truth, k, knob, nprobe, update_threads, workdi
     finally:
         w.close()
         rb_path.unlink(missing_ok=True)
-        truth_path.unlink(missing_ok=True)
+        if own:
+            truth_path.unlink(missing_ok=True)
 
 
 def _nlist(max_pts: int) -> int:

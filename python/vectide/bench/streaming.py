@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from typing import Dict, Optional
@@ -180,11 +181,19 @@ class Worker:
         package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         os.symlink(package, os.path.join(self._path_dir, "vectide"))
         env["PYTHONPATH"] = self._path_dir
-        self.proc = subprocess.Popen(
-            [python, "-m", "vectide.bench.streaming", "--serve", str(w)],
-            stdin=subprocess.PIPE, stdout=self._log, stderr=None if show_stderr else subprocess.STDOUT,
-            pass_fds=(w,), text=True, env=env,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-m", "vectide.bench.streaming", "--serve", str(w)],
+                stdin=subprocess.PIPE, stdout=self._log, stderr=None if show_stderr else subprocess.STDOUT,
+                pass_fds=(w,), text=True, env=env,
+            )
+        except BaseException:
+            # Nothing started: nothing will call close(), so undo here.
+            os.close(r)
+            os.close(w)
+            self._log.close()
+            shutil.rmtree(self._path_dir, ignore_errors=True)
+            raise
         os.close(w)
         self._answers = os.fdopen(r, "r")
 
@@ -224,8 +233,6 @@ class Worker:
         self._answers.close()
         self._log.close()
         if self._path_dir is not None:
-            import shutil
-
             shutil.rmtree(self._path_dir, ignore_errors=True)
 
 

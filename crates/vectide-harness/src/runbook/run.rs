@@ -10,12 +10,13 @@
 
 use super::data::{ids, Data};
 use super::engine::{policy, EngineRun};
-use super::truth::GroundTruth;
+use super::truth::Truth;
 use super::{Op, Plan};
 use crate::machine::{param_json, progress, rss_bytes};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 use vectide_core::eval::recall_at_k;
 use vectide_core::{Neighbor, RESERVED_ID};
@@ -108,13 +109,14 @@ impl Runner<'_> {
     }
 }
 
-/// Runs `plan` on one engine; returns its result document (the keys of
+/// Runs `plan` on one engine against `truth` (the exact answers per search
+/// step, `None` where nothing is active); returns its result document (the keys of
 /// `python -m vectide.bench runbook`'s per-engine results).
 pub fn run_engine(
     e: &mut EngineRun,
     data: &Data<'_>,
     plan: &Plan,
-    truth: &GroundTruth,
+    truth: &[Option<Arc<Truth>>],
     opts: &RunOptions,
 ) -> Result<Value, String> {
     let k = opts.k;
@@ -160,7 +162,7 @@ pub fn run_engine(
 fn steps(
     r: &mut Runner<'_>,
     plan: &Plan,
-    truth: &GroundTruth,
+    truth: &[Option<Arc<Truth>>],
     opts: &RunOptions,
     rss0: Option<u64>,
 ) -> Result<Value, String> {
@@ -224,7 +226,6 @@ fn steps(
             );
         } else {
             let t = truth
-                .steps
                 .get(search_no)
                 .ok_or_else(|| {
                     format!("{key}: step {num}: the ground truth has no such search step")
