@@ -6,6 +6,7 @@ from ._vectide import LIMITS as LIMITS
 
 MISSING_ID: int
 from ._vectide import DatabaseLockedError as DatabaseLockedError
+from ._vectide import PoisonedError as PoisonedError
 from .db import Collection as Collection
 from .db import Database as Database
 from .db import connect as connect

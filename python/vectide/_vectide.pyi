@@ -171,6 +171,10 @@ def runbook_report(head: str, results: str, isolated: bool = True) -> str:
 def kmeans_labels(x: npt.NDArray[np.float32], k: int, seed: int = 0, iters: int = 25) -> npt.NDArray[np.uint32]:
     """Cluster labels from the quantization room's k-means."""
 
+class PoisonedError(RuntimeError):
+    """A write already in the log failed to apply: reads go on, writes are
+    refused until the index or database is reopened (which replays the log)."""
+
 class DatabaseLockedError(RuntimeError):
     """The database directory is open in another process."""
 

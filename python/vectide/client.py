@@ -111,6 +111,11 @@ class Client:
                 raise KeyError(msg) from None
             if r.status in (400, 409, 413):
                 raise ValueError(msg) from None
+            if r.status == 503 and msg.startswith("poisoned:"):
+                # The embedded collection's exception, as the protocol wants.
+                from ._vectide import PoisonedError
+
+                raise PoisonedError(msg) from None
             raise ServerError(r.status, msg) from None
         doc = json.loads(raw or b"null")
         return doc.get("result") if isinstance(doc, dict) and "result" in doc else doc

@@ -32,6 +32,12 @@ pub enum Error {
     /// Ids that are not in the index.
     #[error("ids not found: {0:?}")]
     NotFound(Vec<u64>),
+    /// A write that was already in the log failed to apply, so the state in
+    /// memory differs from the log: reads go on, writes are refused until
+    /// the index or collection is reopened (which replays the log).
+    /// Retrying cannot help before that. The text names the first failure.
+    #[error("poisoned: {0}; writes are refused until it is reopened, which replays the log")]
+    Poisoned(String),
 }
 
 impl Error {

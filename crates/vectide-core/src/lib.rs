@@ -4,7 +4,8 @@
 //! kernels (runtime CPU dispatch), the top-k heap, the reusable visited set,
 //! the operation-sequence watermark, input validation, atomic file writes,
 //! the named [`sync`] points every `fsync` goes through (observable by a
-//! crash kit, scoped by directory with [`scope`]),
+//! crash kit, scoped by directory with [`scope`]), the injected [`fault`]
+//! points of error-path tests, the [`poison`] flag of a failed apply,
 //! the [`VectorIndex`] trait that every engine implements, the one
 //! [`Error`] type, the documented bounds of every outside input
 //! ([`limits`]) and how benchmarks judge results ([`eval`]: recall@k, the
@@ -18,6 +19,7 @@ pub mod distance;
 pub mod engine;
 pub mod error;
 pub mod eval;
+pub mod fault;
 pub mod heap;
 pub mod hugemem;
 pub mod index;
@@ -25,6 +27,7 @@ pub mod io;
 pub mod limits;
 pub mod metric;
 pub mod params;
+pub mod poison;
 pub mod sched;
 pub mod scope;
 pub mod seq;

@@ -40,6 +40,8 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use vectide_core::fault::FaultSite;
+use vectide_core::poison::Poison;
 use vectide_core::{Metric, Seq};
 use vectide_engines::{AnyIndex, Params};
 
@@ -157,6 +159,10 @@ pub struct Counters {
 /// scanning the matches, instead of by a filtered graph search.
 pub const EXACT_MAX: usize = 20_000;
 
+/// The fault point between a record's commit and its apply (tests of the
+/// poisoned state).
+pub const APPLY_FAULT: FaultSite = FaultSite("db.apply");
+
 /// One collection (see the module docs).
 pub struct Collection {
     name: String,
@@ -177,6 +183,10 @@ pub struct Collection {
     /// Set when the database closes or the collection is deleted: writes
     /// and searches through a remaining handle then fail with `Closed`.
     closed: AtomicBool,
+    /// Set when a committed record failed to sync or to apply (see
+    /// [`vectide_core::poison`]): reads go on, writes are refused until
+    /// the database is reopened, which replays the log.
+    poison: Poison,
     pub counters: Counters,
     /// What the last open did: records replayed and seconds taken.
     pub opened_in: Duration,
@@ -235,6 +245,7 @@ impl Collection {
         make: impl FnOnce(Seq, &mut PointStore) -> Result<(Vec<u8>, Op)>,
     ) -> Result<Seq> {
         self.check_open()?;
+        self.poison.check()?;
         let (seq, op) = self.log.append(|seq| {
             let mut store = self.store.write();
             make(seq, &mut store)
@@ -244,13 +255,22 @@ impl Collection {
         while *turn != seq {
             self.turn_cv.wait(&mut turn);
         }
-        let result = durable.and_then(|()| {
-            op.apply_committed(&self.engine)?;
-            if op.touches_engine() {
-                self.engine_seq.store(seq, Ordering::Release);
-            }
-            self.store.write().apply_owned(seq, op.changes)
-        });
+        // A record after a poisoning one is in the log but not applied
+        // either: the reopen applies it in order.
+        let result = self
+            .poison
+            .check()
+            .map_err(DbError::from)
+            .and(durable)
+            .and_then(|()| {
+                vectide_core::fault::hit(&self.dir, APPLY_FAULT)?;
+                op.apply_committed(&self.engine)?;
+                if op.touches_engine() {
+                    self.engine_seq.store(seq, Ordering::Release);
+                }
+                self.store.write().apply_owned(seq, op.changes)
+            })
+            .map_err(|e| self.poison.poison(&format!("record {seq}"), &e).into());
         *turn = seq + 1;
         self.turn_cv.notify_all();
         drop(turn);
@@ -266,6 +286,12 @@ impl Collection {
     /// Whether [`Collection::close`] ran.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// The first failure that poisoned the collection, if one did (see
+    /// [`DbError::is_poisoned`]).
+    pub fn poisoned(&self) -> Option<&str> {
+        self.poison.cause()
     }
 
     fn check_open(&self) -> Result<()> {

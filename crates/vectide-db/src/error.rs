@@ -63,6 +63,12 @@ impl DbError {
             )
         )
     }
+    /// Whether the collection is poisoned ([`vectide_core::Error::Poisoned`]):
+    /// a committed write failed to apply; writes are refused until the
+    /// database is reopened.
+    pub fn is_poisoned(&self) -> bool {
+        matches!(self.core(), Some(vectide_core::Error::Poisoned(_)))
+    }
     /// Whether this reports damaged bytes.
     pub fn is_corrupted(&self) -> bool {
         matches!(self.core(), Some(vectide_core::Error::Corrupted(_)))

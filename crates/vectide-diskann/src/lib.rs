@@ -51,6 +51,7 @@ pub use engine::FreshDiskann;
 pub use layout::Header;
 pub use lti::{GraphSource, Lti, QueryStats, Scratch};
 pub use params::{FreshDiskannParams, OpenKnobs, PARAMS};
+pub use write::APPLY_FAULT;
 
 use std::path::Path;
 use vectide_core::{

@@ -141,6 +141,9 @@ pub(crate) struct Inner {
     pub(crate) scratches: Mutex<Vec<Scratch>>,
     pub(crate) io: IoCounters,
     pub(crate) pool: rayon::ThreadPool,
+    /// Set when a logged write failed to apply (see
+    /// [`vectide_core::poison`]).
+    pub(crate) poison: vectide_core::poison::Poison,
 }
 
 impl Inner {
@@ -174,6 +177,7 @@ impl Inner {
             scratches: Mutex::new(Vec::new()),
             io: IoCounters::default(),
             pool,
+            poison: Default::default(),
         })
     }
 

@@ -59,7 +59,9 @@ impl Inner {
     }
 
     /// Runs StreamingMerge now (module docs). Returns whether it merged.
+    /// Refused once poisoned (see [`Inner::freeze`]).
     pub(crate) fn merge(self: &Arc<Self>) -> Result<bool> {
+        self.poison.check()?;
         let _one = self.merge_lock.lock();
         let r = self.merge_locked();
         self.status.phase.store(0, Ordering::Release);

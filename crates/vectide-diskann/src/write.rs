@@ -7,9 +7,14 @@ use crate::state::*;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use vectide_core::fault::{self, FaultSite};
 use vectide_core::validate::Checked;
 use vectide_core::{Error, Result, Seq, VectorIndex};
 use vectide_storage::durable::{select_rows, RedoLog};
+
+/// The fault point between a write's log and its apply (tests of the
+/// poisoned state).
+pub const APPLY_FAULT: FaultSite = FaultSite("fresh-diskann.apply");
 
 impl Inner {
     // ----- writes -----
@@ -76,23 +81,31 @@ impl Inner {
             .collect()
     }
 
+    /// The contract's insert: logged (standalone), then applied. A failure
+    /// of the log or of the apply poisons the index (its state may then
+    /// differ from its log).
     pub(crate) fn insert(
         self: &Arc<Self>,
         seq: Seq,
         batch: Checked<'_>,
         progress: Option<vectide_core::Progress<'_>>,
     ) -> Result<()> {
+        self.poison.check()?;
         let (ids, vectors) = (batch.ids(), batch.vectors());
         let mut w = self.writer.lock();
+        self.poison.check()?;
         let rows = self.newer_rows(seq, ids);
         let (ids, vectors) = select_rows(self.dim, ids, vectors, &rows);
         if let Some(log) = &mut w.log {
-            log.log_insert(seq, &ids, &vectors)?;
+            log.log_insert(seq, &ids, &vectors)
+                .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
         }
         if !ids.is_empty() {
             // Rows of a checked batch are a checked batch.
             let rows = Checked::validated_by_caller(self.dim, self.metric, &ids, &vectors);
-            self.apply_insert(seq, rows, progress)?;
+            fault::hit(&self.dir, APPLY_FAULT)
+                .and_then(|()| self.apply_insert(seq, rows, progress))
+                .map_err(|e| self.poison.poison(&format!("the apply of write {seq}"), &e))?;
         }
         self.durable.fetch_max(seq, Ordering::AcqRel);
         if self.after_write(&mut w)? {
@@ -102,8 +115,12 @@ impl Inner {
         Ok(())
     }
 
+    /// The contract's delete: logged (standalone), then applied; poisons
+    /// like [`Inner::insert`].
     pub(crate) fn delete(self: &Arc<Self>, seq: Seq, ids: &[u64]) -> Result<usize> {
+        self.poison.check()?;
         let mut w = self.writer.lock();
+        self.poison.check()?;
         let targets: Vec<u64> = {
             let st = self.state.read();
             let mut seen = HashSet::new();
@@ -113,9 +130,12 @@ impl Inner {
                 .collect()
         };
         if let Some(log) = &mut w.log {
-            log.log_delete(seq, &targets)?;
+            log.log_delete(seq, &targets)
+                .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
         }
-        let n = self.apply_delete(seq, &targets)?;
+        let n = fault::hit(&self.dir, APPLY_FAULT)
+            .and_then(|()| self.apply_delete(seq, &targets))
+            .map_err(|e| self.poison.poison(&format!("the apply of write {seq}"), &e))?;
         self.durable.fetch_max(seq, Ordering::AcqRel);
         if self.after_write(&mut w)? {
             drop(w);
@@ -165,8 +185,11 @@ impl Inner {
     /// Freezes the RW-TempIndex: snapshot, a new redo log, the manifest
     /// naming both, then the old log removed. With `log=database` and an
     /// empty RW index, only the manifest is rewritten (so that it covers
-    /// the deletes since the last freeze).
+    /// the deletes since the last freeze). Refused once poisoned: the
+    /// state in memory lacks a logged write, and the freeze would drop the
+    /// log that holds it.
     pub(crate) fn freeze(&self, w: &mut Writer) -> Result<()> {
+        self.poison.check()?;
         let rw = self.state.read().rw().clone();
         if rw.index.is_empty() && self.params.external_log {
             let applied = self.durable.load(Ordering::Acquire);

@@ -5,6 +5,8 @@
 
 #[path = "../../test-support/oracle.rs"]
 mod oracle;
+#[path = "../../test-support/poison.rs"]
+mod poison;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -284,5 +286,24 @@ fn damaged_files_are_errors(path: &Path) {
     assert!(
         FreshDiskann::open(path, OpenKnobs::threads(1)).is_err(),
         "a bad record before a good one"
+    );
+}
+
+/// A write whose apply fails after it is logged poisons the index until a
+/// reopen replays it (`vectide_core::poison`); freezes and merges are
+/// refused meanwhile (a freeze would drop the log that holds the write).
+#[test]
+fn a_failed_apply_poisons_the_index_until_the_reopen_replays_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ix");
+    let data = oracle::clustered(600, DIM, 8, 3);
+    poison::a_failed_apply_poisons_until_the_reopen(
+        dir.path(),
+        vectide_diskann::APPLY_FAULT,
+        DIM,
+        &data,
+        450,
+        || Box::new(FreshDiskann::create(&path, DIM, Metric::L2, params(100, 400)).unwrap()),
+        || Box::new(FreshDiskann::open(&path, OpenKnobs::threads(2)).unwrap()),
     );
 }

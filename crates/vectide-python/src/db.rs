@@ -508,6 +508,7 @@ impl PyCollection {
             "durability": c.durability().name(), "last_seq": c.last_seq(),
             "opened_seconds": c.opened_in.as_secs_f64(),
             "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
+            "poisoned": c.poisoned(),
         })
         .to_string())
     }

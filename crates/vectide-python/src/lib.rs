@@ -8,7 +8,9 @@
 //! argument of the wrong type, `ValueError` for bad input (a size beyond its
 //! documented bound in [`vectide_core::limits`], exported as
 //! `vectide.LIMITS`), `KeyError` for missing ids, `OSError` for I/O and
-//! `vectide.CorruptIndexError` (a `ValueError`) for damaged files.
+//! `vectide.CorruptIndexError` (a `ValueError`) for damaged files,
+//! `vectide.PoisonedError` (a `RuntimeError`) for writes to an index or
+//! collection whose logged write failed to apply.
 
 use numpy::ndarray::Array2;
 use numpy::{
@@ -36,6 +38,13 @@ create_exception!(
     "An index file failed its magic, version, bounds or checksum checks."
 );
 
+create_exception!(
+    vectide,
+    PoisonedError,
+    pyo3::exceptions::PyRuntimeError,
+    "A write already in the log failed to apply: reads go on, writes are refused until the index or database is reopened (which replays the log); retrying cannot help before that."
+);
+
 /// Maps the core error type onto Python exceptions.
 fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
@@ -47,6 +56,7 @@ fn to_py(e: Error) -> PyErr {
             PyFileNotFoundError::new_err(msg)
         }
         Error::Io { .. } => PyOSError::new_err(msg),
+        Error::Poisoned(_) => PoisonedError::new_err(msg),
     }
 }
 
@@ -777,6 +787,36 @@ fn qps_at_recall(points: Vec<(f64, f64)>, target: f64) -> Option<f64> {
     vectide_core::eval::qps_at_recall(&points, target)
 }
 
+/// Fault plans armed from Python, kept until [`_clear_faults`].
+static FAULT_GUARDS: std::sync::Mutex<Vec<vectide_core::fault::FaultGuard>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Tests only: makes the next `n` hits of the fault point `site` (e.g.
+/// `"db.apply"`) under directory `root` fail with an I/O error (see
+/// `vectide_core::fault`). Returns nothing; `_clear_faults` removes every
+/// plan armed this way.
+#[pyfunction]
+fn _arm_fault(root: PathBuf, site: String, n: u64) {
+    // The site names a fault point for the life of the process (a test's
+    // handful of names).
+    let site = vectide_core::fault::FaultSite(Box::leak(site.into_boxed_str()));
+    let plan = vectide_core::fault::Faults::new();
+    plan.arm(site, n);
+    FAULT_GUARDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(vectide_core::fault::install_faults(&root, plan));
+}
+
+/// Tests only: removes every plan [`_arm_fault`] installed.
+#[pyfunction]
+fn _clear_faults() {
+    FAULT_GUARDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
+}
+
 #[pyfunction]
 fn simd_isa() -> &'static str {
     vectide_core::distance::active_isa()
@@ -787,6 +827,8 @@ fn _vectide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyIndex>()?;
     db::register(m)?;
     m.add_function(wrap_pyfunction!(simd_isa, m)?)?;
+    m.add_function(wrap_pyfunction!(_arm_fault, m)?)?;
+    m.add_function(wrap_pyfunction!(_clear_faults, m)?)?;
     m.add_function(wrap_pyfunction!(engines, m)?)?;
     m.add_function(wrap_pyfunction!(recall_at_k, m)?)?;
     m.add_function(wrap_pyfunction!(pareto_frontier, m)?)?;
@@ -798,6 +840,7 @@ fn _vectide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("DEFAULT_ENGINE", vectide_engines::DEFAULT_ENGINE)?;
     m.add("CorruptIndexError", m.py().get_type::<CorruptIndexError>())?;
+    m.add("PoisonedError", m.py().get_type::<PoisonedError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MISSING_ID", RESERVED_ID)?;
     let l = PyDict::new(m.py());

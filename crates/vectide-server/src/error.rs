@@ -26,10 +26,12 @@ impl ApiError {
 }
 
 /// The status of a core error: caller mistakes are 400, missing ids 404,
-/// damage, versions and I/O 500.
+/// a poisoned collection 503 (writes are unavailable until a restart
+/// reopens it), damage, versions and I/O 500.
 fn core_status(e: &vectide_core::Error) -> StatusCode {
     use vectide_core::Error as E;
     match e {
+        E::Poisoned(_) => StatusCode::SERVICE_UNAVAILABLE,
         E::InvalidInput(_) | E::DimensionMismatch { .. } => StatusCode::BAD_REQUEST,
         E::NotFound(_) => StatusCode::NOT_FOUND,
         E::Corrupted(_) | E::Version { .. } | E::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -115,6 +117,10 @@ mod tests {
                 500,
             ),
             (vectide_core::Error::invalid("k").into(), 400),
+            (
+                DbError::Core(vectide_core::Error::Poisoned("record 3".into())).into(),
+                503,
+            ),
             (
                 vectide_core::Error::Version {
                     found: 9,

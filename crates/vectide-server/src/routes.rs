@@ -255,6 +255,7 @@ async fn get_collection(State(app): State<Arc<App>>, Path(name): Path<String>) -
                 "opened_seconds": c.opened_in.as_secs_f64(),
                 "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
                 "wal_tail_bytes": c.wal_tail_bytes(),
+                "poisoned": c.poisoned(),
             },
         }),
         t0,

@@ -788,6 +788,15 @@ impl BlockStore {
     /// second one before the first is resolved is an error (it would let
     /// the first's resolution free blocks the first still names).
     pub fn snapshot(&self, out: &mut Vec<u8>) -> Result<()> {
+        self.capture(out)?;
+        self.sync_capture()
+    }
+
+    /// The first half of [`BlockStore::snapshot`]: captures and encodes,
+    /// syncing nothing, so that a caller holding its own locks for the
+    /// capture can release them before [`BlockStore::sync_capture`] (no
+    /// writer waits behind the fsync).
+    pub fn capture(&self, out: &mut Vec<u8>) -> Result<()> {
         let (postings, end, gen) = {
             let _gate = self.gate.write();
             let map = self.map.read();
@@ -817,10 +826,6 @@ impl BlockStore {
             }
         }
         let free = (0..end).filter(|&b| !named[b as usize]).collect();
-        if let Err(e) = self.file.sync() {
-            self.snapshot_abandoned();
-            return Err(e);
-        }
         encode_map(
             &MapImage {
                 dim: self.dim as u32,
@@ -832,6 +837,15 @@ impl BlockStore {
             out,
         );
         Ok(())
+    }
+
+    /// The second half of [`BlockStore::snapshot`]: syncs the file, so that
+    /// every block the capture names is durable (and later writes, which is
+    /// harmless: the capture's blocks are not reused before
+    /// [`BlockStore::snapshot_durable`]). On failure the capture is
+    /// abandoned.
+    pub fn sync_capture(&self) -> Result<()> {
+        self.file.sync().inspect_err(|_| self.snapshot_abandoned())
     }
 
     /// The last snapshot is durable: the blocks released before its

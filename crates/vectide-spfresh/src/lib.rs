@@ -56,7 +56,8 @@ pub use engine::Spfresh;
 pub use layout::{encode_record, Records};
 pub use params::{Mode, SpannParams, PARAMS};
 pub use recovery::inspect_rows;
-pub use state::{BLOCKS, SNAPSHOT};
+pub use state::{BLOCKS, BLOCK_SYNC, SNAPSHOT};
+pub use update::APPLY_FAULT;
 pub use versions::VersionMap;
 
 use std::path::Path;

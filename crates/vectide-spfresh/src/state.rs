@@ -45,6 +45,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::heap::{Candidate, TopK};
+use vectide_core::poison::Poison;
 use vectide_core::sync::SyncSite;
 use vectide_core::{Error, IndexStats, Metric, Neighbor, Result};
 use vectide_storage::block::BLOCK;
@@ -168,6 +169,9 @@ pub(crate) struct Inner {
     pub pool: rayon::ThreadPool,
     pub threads: usize,
     pub last_error: Mutex<Option<String>>,
+    /// Set when a logged write failed to apply (see
+    /// [`vectide_core::poison`]).
+    pub poison: Poison,
     /// Inserts + deletes applied when a `spann` index was last built.
     pub built_at: AtomicU64,
 }
@@ -213,6 +217,7 @@ impl Inner {
             pool,
             threads,
             last_error: Mutex::new(None),
+            poison: Poison::default(),
             built_at: AtomicU64::new(0),
         })
     }
@@ -293,11 +298,18 @@ impl Inner {
         *self.last_error.lock() = Some(e.to_string());
     }
 
-    /// Takes a snapshot (module docs). One at a time.
+    /// Takes a snapshot (module docs). One at a time. Refused once
+    /// poisoned: the state in memory lacks a logged write, and the
+    /// snapshot would cover it and drop the log that holds it.
+    ///
+    /// Writers wait only for the capture (the mapping, the id and version
+    /// maps, the centroids, encoded in memory): the next log is created
+    /// before it and the block file and the snapshot are synced after it.
     pub(crate) fn snapshot(&self) -> Result<()> {
+        self.poison.check()?;
         let _one = self.snap_lock.lock();
-        let mut w = self.writer.lock();
-        let next = w.serial + 1;
+        // Only a snapshot moves the serial, and this one holds `snap_lock`.
+        let next = self.writer.lock().serial + 1;
         // Under the database, its commit log holds the writes: no log of
         // our own is started (nor synced into existence).
         let wal = match self.params.external_log {
@@ -313,6 +325,7 @@ impl Inner {
                 Some(wal)
             }
         };
+        let mut w = self.writer.lock();
         let prev = w.serial;
         w.wal = wal;
         w.serial = next;
@@ -329,7 +342,7 @@ impl Inner {
                 covered_seq: covered,
             };
             let mut map = Vec::new();
-            self.store.snapshot(&mut map)?;
+            self.store.capture(&mut map)?;
             let ids = self.ids.read();
             let homes: Vec<u32> = self
                 .homes
@@ -351,6 +364,7 @@ impl Inner {
             )
         };
         drop(w);
+        self.store.sync_capture()?;
         let path = self.dir.join(SNAPSHOT);
         match snapshot::ENVELOPE.write(&path, &bytes) {
             Ok(()) => {

@@ -14,6 +14,7 @@ use crate::params::Mode;
 use crate::state::{home_word, Inner, Scratch, NO_HOME};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
+use vectide_core::fault::{self, FaultSite};
 use vectide_core::validate::{normalize, Checked};
 use vectide_core::{Result, Seq};
 use vectide_storage::durable::select_rows;
@@ -23,6 +24,10 @@ const MAX_REROUTES: usize = 8;
 
 /// Batches of fewer rows are placed on the caller's thread.
 const INLINE_ROWS: usize = 4;
+
+/// The fault point between an insert's log and its apply (tests of the
+/// poisoned state).
+pub const APPLY_FAULT: FaultSite = FaultSite("spfresh.apply");
 
 /// Released blocks below which no snapshot is taken for the garbage
 /// alone (16 MiB of 4 KiB blocks).
@@ -43,17 +48,24 @@ impl Inner {
             .collect()
     }
 
-    /// The contract's insert: validated, logged and synced, applied.
+    /// The contract's insert: validated, logged and synced, applied. A
+    /// failure of the log or of the apply poisons the index (its state may
+    /// then differ from its log).
     pub(crate) fn insert(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        self.poison.check()?;
         let (ids, vectors) = (batch.ids(), batch.vectors());
         let mut w = self.writer.lock();
+        self.poison.check()?;
         let rows = self.newer_rows(seq, ids);
         let (ids, vectors) = select_rows(self.dim, ids, vectors, &rows);
         if let Some(wal) = &mut w.wal {
-            wal.log_insert(seq, &ids, &vectors)?;
+            wal.log_insert(seq, &ids, &vectors)
+                .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
         }
         w.rows += ids.len() as u64;
-        let applied = self.apply_insert(seq, &ids, &vectors);
+        let applied = fault::hit(&self.dir, APPLY_FAULT)
+            .and_then(|()| self.apply_insert(seq, &ids, &vectors))
+            .map_err(|e| self.poison.poison(&format!("the apply of write {seq}"), &e));
         self.durable.fetch_max(seq, Ordering::AcqRel);
         let snap = self.snapshot_due(w.rows);
         drop(w);
@@ -61,9 +73,12 @@ impl Inner {
         self.after_write(snap)
     }
 
-    /// The contract's delete: logged and synced, then tombstones.
+    /// The contract's delete: logged and synced, then tombstones (which
+    /// cannot fail).
     pub(crate) fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
+        self.poison.check()?;
         let mut w = self.writer.lock();
+        self.poison.check()?;
         let targets: Vec<u64> = {
             let m = self.ids.read();
             let mut seen = std::collections::HashSet::new();
@@ -75,7 +90,8 @@ impl Inner {
                 .collect()
         };
         if let Some(wal) = &mut w.wal {
-            wal.log_delete(seq, &targets)?;
+            wal.log_delete(seq, &targets)
+                .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
         }
         w.rows += targets.len() as u64;
         let n = self.apply_delete(seq, &targets);

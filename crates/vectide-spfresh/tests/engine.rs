@@ -3,6 +3,8 @@
 
 #[path = "../../test-support/oracle.rs"]
 mod oracle;
+#[path = "../../test-support/poison.rs"]
+mod poison;
 
 use oracle::{brute_force, clustered, recall};
 use std::collections::BTreeMap;
@@ -659,4 +661,96 @@ fn maintain_sweeps_small_and_stale_postings_so_searches_queue_nothing() {
     );
     assert_eq!(idx.stats().unwrap().pending_background, 0);
     assert_sound(&idx);
+}
+
+/// A write whose apply fails after it is logged poisons the index until a
+/// reopen replays it (`vectide_core::poison`).
+#[test]
+fn a_failed_apply_poisons_the_index_until_the_reopen_replays_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = clustered(600, DIM, 8, 3);
+    poison::a_failed_apply_poisons_until_the_reopen(
+        dir.path(),
+        vectide_spfresh::APPLY_FAULT,
+        DIM,
+        &data,
+        500,
+        || {
+            Box::new(
+                Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, params(true)).unwrap(),
+            )
+        },
+        || Box::new(Spfresh::open(dir.path(), &open_params(true)).unwrap()),
+    );
+}
+
+/// A snapshot keeps writers waiting only for its capture: while its block
+/// file sync is held up, an insert and a delete go through (before, the
+/// snapshot held the writer lock through the fsync, and this test's
+/// observer timed out waiting for them).
+#[test]
+fn writers_do_not_wait_for_a_snapshot_fsync() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Condvar, Mutex};
+    use std::time::Duration;
+    use vectide_core::sync::{
+        install_sync_observer, SyncDecision, SyncEvent, SyncObserver, SyncPhase,
+    };
+
+    /// Holds the block file's sync until the writer is done (at most 10 s).
+    struct Hold {
+        syncing: AtomicBool,
+        done: Mutex<bool>,
+        cv: Condvar,
+        writer_finished_during_sync: AtomicBool,
+    }
+    impl SyncObserver for Hold {
+        fn on_sync(&self, e: &SyncEvent<'_>) -> SyncDecision {
+            if e.phase == SyncPhase::Before && e.site == vectide_spfresh::BLOCK_SYNC {
+                self.syncing.store(true, Ordering::SeqCst);
+                let done = self.done.lock().unwrap();
+                let (done, _) = self
+                    .cv
+                    .wait_timeout_while(done, Duration::from_secs(10), |d| !*d)
+                    .unwrap();
+                if *done {
+                    self.writer_finished_during_sync
+                        .store(true, Ordering::SeqCst);
+                }
+            }
+            SyncDecision::Proceed
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let idx =
+        Arc::new(Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, params(true)).unwrap());
+    let data = clustered(700, DIM, 8, 5);
+    let ids: Vec<u64> = (0..600).collect();
+    idx.insert(1, &ids, &data[..600 * DIM]).unwrap();
+    let hold = Arc::new(Hold {
+        syncing: AtomicBool::new(false),
+        done: Mutex::new(false),
+        cv: Condvar::new(),
+        writer_finished_during_sync: AtomicBool::new(false),
+    });
+    let _g = install_sync_observer(dir.path(), hold.clone());
+    let snap = {
+        let idx = idx.clone();
+        std::thread::spawn(move || idx.snapshot())
+    };
+    while !hold.syncing.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The snapshot is inside its block file sync now.
+    idx.insert(2, &[600], &data[600 * DIM..601 * DIM]).unwrap();
+    assert_eq!(idx.delete(3, &[0]).unwrap(), 1);
+    *hold.done.lock().unwrap() = true;
+    hold.cv.notify_all();
+    snap.join().unwrap().unwrap();
+    assert!(
+        hold.writer_finished_during_sync.load(Ordering::SeqCst),
+        "the writes waited for the snapshot's fsync"
+    );
+    assert_eq!(idx.len(), 600);
 }

@@ -12,6 +12,9 @@ use vectide_engines::Persistence;
 impl Collection {
     /// Whether the checkpoint policy calls for a checkpoint now.
     pub fn checkpoint_due(&self) -> bool {
+        if self.poison.cause().is_some() {
+            return false;
+        }
         let bytes = self.log.bytes_since_checkpoint();
         bytes >= self.checkpoint_threshold()
             || (bytes > 0 && self.last_checkpoint.lock().elapsed() >= self.opts.checkpoint_interval)
@@ -32,8 +35,11 @@ impl Collection {
     }
 
     /// Saves or flushes the engine, makes the store durable, and deletes the
-    /// WAL segments both cover. Writers wait while it runs.
+    /// WAL segments both cover. Writers wait while it runs. Refused once
+    /// the collection is poisoned: its state lacks a logged record, which
+    /// only the log can still give back at the reopen.
     pub fn checkpoint(&self) -> Result<()> {
+        self.poison.check()?;
         self.checkpoint_and(false)
     }
 
@@ -41,7 +47,12 @@ impl Collection {
     /// closed (its background work stopped, the rest made durable) rather
     /// than flushed; a volatile one is saved, which is all its close would
     /// do again.
+    /// A poisoned collection takes none: its log stays whole for the
+    /// reopen.
     pub(crate) fn final_checkpoint(&self) -> Result<()> {
+        if self.poison.check().is_err() {
+            return Ok(());
+        }
         self.checkpoint_and(true)
     }
 

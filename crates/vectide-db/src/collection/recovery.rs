@@ -216,6 +216,7 @@ impl Collection {
             last_checkpoint: Mutex::new(Instant::now()),
             opts,
             closed: AtomicBool::new(false),
+            poison: Default::default(),
             counters: Counters::default(),
             opened_in: Duration::ZERO,
         };
