@@ -18,6 +18,7 @@
 //! chosen `s` has `factor · d(c, s) ≤ d(v, c)`.
 
 use crate::blockstore::Swap;
+use crate::heads::Heads;
 use crate::layout::encode_record;
 use crate::state::Inner;
 use rayon::prelude::*;
@@ -55,9 +56,11 @@ const BRANCH: usize = 16;
 
 impl Inner {
     /// The static build of vectors `vids` (rows of `data`, normalised) into
-    /// new postings (module docs). The caller holds the writer and the
+    /// new postings, their centroids added to `heads` (the index in use,
+    /// or a fresh one that a rebuild swaps in afterwards) and vectors
+    /// routed by it (module docs). The caller holds the writer and the
     /// gate shared, and no posting is being created by anyone else.
-    pub(crate) fn build(&self, vids: &[u32], data: &[f32]) -> Result<()> {
+    pub(crate) fn build(&self, heads: &Heads, vids: &[u32], data: &[f32]) -> Result<()> {
         let dim = self.dim;
         let n = vids.len();
         if n == 0 {
@@ -78,7 +81,7 @@ impl Inner {
             }
             pids.push(pid);
         }
-        self.heads.add(&pids, cents.as_slice())?;
+        heads.add(&pids, cents.as_slice())?;
         let l2 = self.l2();
         // (posting, distance, row) of every replica.
         let mut pairs: Vec<(u32, f32, u32)> = self.pool.install(|| {
@@ -88,13 +91,13 @@ impl Inner {
                     || self.scratch(),
                     |sc, r| -> Result<Vec<(u32, f32, u32)>> {
                         let v = &data[r * dim..(r + 1) * dim];
-                        self.route(v, sc)?;
+                        self.route_in(heads, v, sc)?;
                         if sc.sel.is_empty() {
                             // Only when the centroid search found nothing.
                             let (c, _) = cents.nearest(v);
                             sc.sel.push(base + c);
                         }
-                        let heads = self.heads.read();
+                        let heads = heads.read();
                         Ok(sc
                             .sel
                             .iter()

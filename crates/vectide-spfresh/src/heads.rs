@@ -63,18 +63,23 @@ impl Heads {
         })
     }
 
-    /// Drops every centroid (a static rebuild starts over).
-    pub fn clear(&self) -> Result<()> {
+    /// A new, empty centroid index of the same shape (a static rebuild
+    /// builds into one beside the index in use).
+    pub fn fresh(&self) -> Result<Heads> {
+        Heads::new(self.vecs.read().dim, self.threads)
+    }
+
+    /// Puts `new`'s centroids and graph in place of these, in one step
+    /// for a reader of the centroids (the graph is swapped while the
+    /// centroids are locked).
+    pub fn replace(&self, new: Heads) {
+        let Heads {
+            index, vecs, seq, ..
+        } = new;
         let mut v = self.vecs.write();
-        let dim = v.dim;
-        self.index.store(std::sync::Arc::new(Hnsw::new(
-            dim,
-            Metric::L2,
-            Self::graph_params(self.threads),
-        )?));
-        v.alive.iter_mut().for_each(|a| *a = false);
-        v.count = 0;
-        Ok(())
+        self.index.store(index.load_full());
+        *v = vecs.into_inner();
+        self.seq.store(seq.into_inner(), Ordering::Release);
     }
 
     pub fn read(&self) -> RwLockReadGuard<'_, HeadVecs> {

@@ -482,14 +482,19 @@ impl Inner {
                 }
             }
             self.give_back(sc);
+            // The new postings and centroids are built beside the ones in
+            // use, which searches keep reading until the new centroid
+            // index is swapped in; only then do the old postings go (a
+            // search that read one of them goes again on the new index).
+            let heads = self.heads.fresh()?;
+            self.build(&heads, &vids, &data)?;
+            self.heads.replace(heads);
             for &p in &pids {
                 let _l = self.lock(p);
                 if let Some(e) = self.store.entry(p) {
                     self.store.remove(p, &e);
                 }
             }
-            self.heads.clear()?;
-            self.build(&vids, &data)?;
             self.built_at.store(changes, Ordering::Relaxed);
         }
         self.snapshot()

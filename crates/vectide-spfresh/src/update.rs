@@ -8,6 +8,7 @@
 
 use crate::blockstore::Swap;
 use crate::builder::rng_select;
+use crate::heads::Heads;
 use crate::jobs::Job;
 use crate::layout::encode_record;
 use crate::params::Mode;
@@ -158,7 +159,7 @@ impl Inner {
         self.counters.inserts.fetch_add(n as u64, Ordering::Relaxed);
         if self.heads.count() == 0 {
             let vids: Vec<u32> = (first..first + n as u32).collect();
-            self.build(&vids, &data)?;
+            self.build(&self.heads, &vids, &data)?;
             self.mark_built();
             Ok(())
         } else {
@@ -202,10 +203,14 @@ impl Inner {
     /// The postings vector `v` goes to (SPANN's replica rule over its
     /// `route_candidates` nearest centroids) into `sc.sel`.
     pub(crate) fn route(&self, v: &[f32], sc: &mut Scratch) -> Result<()> {
+        self.route_in(&self.heads, v, sc)
+    }
+
+    /// [`Inner::route`] by the centroid index `heads`.
+    pub(crate) fn route_in(&self, heads: &Heads, v: &[f32], sc: &mut Scratch) -> Result<()> {
         let k = self.params.route_candidates;
-        self.heads
-            .nearest(v, k, self.params.head_ef.max(k), &mut sc.hits)?;
-        let cents = self.heads.read();
+        heads.nearest(v, k, self.params.head_ef.max(k), &mut sc.hits)?;
+        let cents = heads.read();
         sc.cands.clear();
         sc.cands.extend(
             sc.hits

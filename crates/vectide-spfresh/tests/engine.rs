@@ -754,3 +754,77 @@ fn writers_do_not_wait_for_a_snapshot_fsync() {
     );
     assert_eq!(idx.len(), 600);
 }
+
+/// A `spann` rebuild shows readers the old index until the new one is
+/// whole: every search that runs while `maintain()` rebuilds returns `k`
+/// live ids (before, the old postings were removed and the centroids
+/// cleared first, and the searches in between found nothing).
+#[test]
+fn a_static_rebuild_never_shows_readers_a_partial_index() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let idx =
+        Arc::new(Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Static, params(true)).unwrap());
+    let data = clustered(4000, DIM, 16, 9);
+    let ids: Vec<u64> = (0..3000).collect();
+    idx.insert(1, &ids, &data[..3000 * DIM]).unwrap();
+    // A quarter replaced, so that the rebuild has work to do.
+    let gone: Vec<u64> = (0..750).collect();
+    assert_eq!(idx.delete(2, &gone).unwrap(), 750);
+    let new: Vec<u64> = (3000..3750).collect();
+    idx.insert(3, &new, &data[3000 * DIM..3750 * DIM]).unwrap();
+
+    let rebuilding = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let during = Arc::new(AtomicUsize::new(0));
+    let searcher = {
+        let (idx, rebuilding, stop, during) = (
+            idx.clone(),
+            rebuilding.clone(),
+            stop.clone(),
+            during.clone(),
+        );
+        let queries = data[3750 * DIM..].to_vec();
+        std::thread::spawn(move || {
+            let sp = SearchParams {
+                nprobe: Some(8),
+                ..SearchParams::default()
+            };
+            let mut bad = Vec::new();
+            while !stop.load(Ordering::Acquire) {
+                for q in queries.chunks(DIM) {
+                    let was = rebuilding.load(Ordering::Acquire);
+                    let hits = idx.search(q, 10, &sp, None).unwrap();
+                    let live = hits.iter().all(|h| (750..3750).contains(&h.id));
+                    if hits.len() < 10 || !live {
+                        bad.push((hits.len(), live));
+                    }
+                    if was && rebuilding.load(Ordering::Acquire) {
+                        during.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            bad
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    rebuilding.store(true, Ordering::Release);
+    idx.maintain().unwrap();
+    rebuilding.store(false, Ordering::Release);
+    stop.store(true, Ordering::Release);
+    let bad = searcher.join().unwrap();
+    assert!(
+        during.load(Ordering::Relaxed) > 0,
+        "no search ran during the rebuild"
+    );
+    assert!(
+        bad.is_empty(),
+        "{} searches short or with dead ids, e.g. {:?}",
+        bad.len(),
+        &bad[..bad.len().min(5)]
+    );
+    assert!(stat(&idx, "postings") > 0.0);
+    assert_eq!(idx.len(), 3000);
+}
