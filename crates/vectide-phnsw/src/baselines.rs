@@ -18,7 +18,9 @@ use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::engine::{PATH, THREADS};
+use vectide_core::fault::{self, FaultSite};
 use vectide_core::io::ByteReader;
+use vectide_core::poison::Poison;
 use vectide_core::validate::Checked;
 use vectide_core::{
     limits, EngineDescriptor, Knob, ParamKind, ParamSpec, ParamValue, Params, ParamsExt,
@@ -107,7 +109,15 @@ pub struct Baseline {
     durable: AtomicU64,
     /// What the last open did: logged calls replayed.
     replayed: usize,
+    /// Set when a logged call failed to apply (see
+    /// [`vectide_core::poison`]): writes and snapshots are refused until
+    /// the index is reopened.
+    poison: Poison,
 }
+
+/// The fault point between a baseline's log and its apply (tests of the
+/// poisoned state).
+pub const APPLY_FAULT: FaultSite = FaultSite("baseline.apply");
 
 impl std::fmt::Debug for Baseline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -260,6 +270,7 @@ impl Baseline {
             }),
             durable: AtomicU64::new(durable),
             replayed,
+            poison: Poison::default(),
         }
     }
 
@@ -295,6 +306,9 @@ impl Baseline {
     }
 
     fn snapshot_locked(&self, st: &mut State) -> Result<()> {
+        // A poisoned index lacks a logged call: a snapshot would cover it
+        // and truncate the log that holds it.
+        self.poison.check()?;
         if let Some(wal) = st.wal.as_mut() {
             wal.sync()?;
         }
@@ -404,15 +418,23 @@ impl VectorIndex for Baseline {
     fn insert_checked(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
         let (ids, vectors) = (batch.ids(), batch.vectors());
         let mut st = self.state.lock();
-        self.log(&mut st, seq, true, ids, vectors)?;
-        self.inner.insert_checked(seq, batch)?;
+        self.poison.check()?;
+        self.log(&mut st, seq, true, ids, vectors)
+            .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
+        fault::hit(&self.dir, APPLY_FAULT)
+            .and_then(|()| self.inner.insert_checked(seq, batch))
+            .map_err(|e| self.poison.poison(&format!("the apply of write {seq}"), &e))?;
         self.after_insert(&mut st, ids.len())
     }
 
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
         let mut st = self.state.lock();
-        self.log(&mut st, seq, false, ids, &[])?;
-        self.inner.delete(seq, ids)
+        self.poison.check()?;
+        self.log(&mut st, seq, false, ids, &[])
+            .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
+        fault::hit(&self.dir, APPLY_FAULT)
+            .and_then(|()| self.inner.delete(seq, ids))
+            .map_err(|e| self.poison.poison(&format!("the apply of write {seq}"), &e))
     }
 
     fn search_into(
