@@ -32,6 +32,7 @@ use super::state::PHnsw;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
+use vectide_core::fault::{self, FaultSite};
 use vectide_core::validate::{copy_normalized, Checked};
 use vectide_core::Progress;
 use vectide_core::{Error, Result, Seq};
@@ -39,6 +40,10 @@ use vectide_graph::prune::{backlink, draw_level, plan_links, Backlink};
 use vectide_graph::Graph;
 use vectide_graph::Scratch;
 use vectide_storage::Site;
+
+/// The fault point before an insert's publication, the one step after its
+/// NLog entry that can fail (tests of the poisoned state).
+pub const APPLY_FAULT: FaultSite = FaultSite("p-hnsw.publish");
 
 pub(crate) const S_NODE: Site = Site("insert.node");
 pub(crate) const S_ALLOC: Site = Site("insert.alloc");
@@ -100,6 +105,7 @@ impl PHnsw {
         batch: Checked<'_>,
         progress: Option<Progress<'_>>,
     ) -> Result<()> {
+        self.poison.check()?;
         let (ids, vectors) = (batch.ids(), batch.vectors());
         let guard = parking_lot::Mutex::new(Some(self.seqs.begin(seq)));
         let remaining = AtomicUsize::new(ids.len());
@@ -404,7 +410,15 @@ impl PHnsw {
             self.meta.fence(F_NCOMPLETE);
         }
         let t5 = Instant::now();
-        let published = self.publish(i, &e);
+        // The only step after the log that can fail (the label map's
+        // growth): its entry stays logged for recovery to redo, so the
+        // state in memory now lags the index on the media.
+        let published = fault::hit(&self.dir, APPLY_FAULT)
+            .and_then(|()| self.publish(i, &e))
+            .map_err(|err| {
+                self.poison
+                    .poison(&format!("the publication of write {seq}"), &err)
+            });
         let t6 = Instant::now();
         self.timing.update_ns.fetch_add(ns(t5), Ordering::Relaxed);
         if published.is_ok() {

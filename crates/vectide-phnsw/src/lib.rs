@@ -90,6 +90,7 @@ mod state;
 mod tests;
 mod update;
 
+pub use builder::APPLY_FAULT;
 pub use descriptor::P_HNSW;
 pub use recovery::RecoveryReport;
 pub use state::{Breakdown, PHnsw, PHnswParams};

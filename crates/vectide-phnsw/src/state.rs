@@ -98,6 +98,10 @@ pub struct PHnsw {
     /// The highest durable sequence word value a completed fence is known to
     /// have made durable (see [`PHnsw::store_durable_seq`]).
     pub(crate) durable_fenced: AtomicU64,
+    /// Set when a logged insert failed to publish (see
+    /// [`vectide_core::poison`]): the NLog entry stays for recovery to
+    /// redo, and writes are refused until the index is reopened.
+    pub(crate) poison: vectide_core::poison::Poison,
 }
 
 impl std::fmt::Debug for PHnsw {
@@ -319,6 +323,7 @@ impl PHnsw {
             opened_slot: 0,
             opened_durable: durable,
             durable_fenced: AtomicU64::new(0),
+            poison: Default::default(),
         };
         idx.recovery = idx.recover()?;
         // Recovery allocates nothing: every slot below this one holds a node

@@ -33,6 +33,7 @@ impl PHnsw {
     /// Deletes labels; absent ones are ignored. Each is durable when the
     /// call returns. Returns how many were removed.
     pub(crate) fn delete_batch(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
+        self.poison.check()?;
         let mut removed = 0;
         let mut guard = Some(self.seqs.begin(seq));
         for (k, &label) in ids.iter().enumerate() {

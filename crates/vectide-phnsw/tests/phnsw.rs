@@ -2,6 +2,8 @@
 
 #[path = "../../test-support/oracle.rs"]
 mod common;
+#[path = "../../test-support/poison.rs"]
+mod poison;
 
 use common::{brute_force, clustered, recall};
 use std::sync::Arc;
@@ -288,4 +290,22 @@ fn persists_and_fences_per_insert_are_counted() {
     // in-edges (one batch here), publication, NONE + durable sequence number.
     assert!((8.0..=12.0).contains(&fences), "{fences} fences per insert");
     assert!(persists > fences);
+}
+
+/// An insert whose NLog entry is written but whose publication fails
+/// poisons the index; the reopen's recovery redoes it from the NLog.
+#[test]
+fn a_failed_publication_poisons_until_recovery_redoes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ix");
+    let data = clustered(300, 8, 4, 2);
+    poison::a_failed_apply_poisons_until_the_reopen(
+        dir.path(),
+        vectide_phnsw::APPLY_FAULT,
+        8,
+        &data,
+        200,
+        || Box::new(PHnsw::create(&path, 8, Metric::L2, params(8), PersistMode::Pmem).unwrap()),
+        || Box::new(PHnsw::open(&path, PersistMode::Pmem, Some(1)).unwrap()),
+    );
 }
