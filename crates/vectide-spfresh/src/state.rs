@@ -326,6 +326,9 @@ impl Inner {
             }
         };
         let mut w = self.writer.lock();
+        // Writes poison under the writer lock: checked again here, a write
+        // that failed since the first check is not covered.
+        self.poison.check()?;
         let prev = w.serial;
         w.wal = wal;
         w.serial = next;

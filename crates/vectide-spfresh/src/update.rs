@@ -67,7 +67,10 @@ impl Inner {
         let applied = fault::hit(&self.dir, APPLY_FAULT)
             .and_then(|()| self.apply_insert(seq, &ids, &vectors))
             .map_err(|e| self.poison.poison(&format!("the apply of write {seq}"), &e));
-        self.durable.fetch_max(seq, Ordering::AcqRel);
+        if applied.is_ok() {
+            // Only an applied write may be covered by a snapshot.
+            self.durable.fetch_max(seq, Ordering::AcqRel);
+        }
         let snap = self.snapshot_due(w.rows);
         drop(w);
         applied?;

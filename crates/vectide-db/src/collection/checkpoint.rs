@@ -58,6 +58,11 @@ impl Collection {
 
     fn checkpoint_and(&self, close: bool) -> Result<()> {
         let turn = self.turn.lock();
+        // Poison is set only under the turn: checked here, a record that
+        // failed while this checkpoint waited cannot be cut from the log.
+        if let Err(e) = self.poison.check() {
+            return if close { Ok(()) } else { Err(e.into()) };
+        }
         let upto = *turn - 1;
         let engine_seq = self.engine_seq.load(Ordering::Acquire);
         if self.engine.descriptor().persistence == Persistence::Volatile {
