@@ -90,7 +90,6 @@ impl Inner {
         batch: Checked<'_>,
         progress: Option<vectide_core::Progress<'_>>,
     ) -> Result<()> {
-        self.poison.check()?;
         let (ids, vectors) = (batch.ids(), batch.vectors());
         let mut w = self.writer.lock();
         self.poison.check()?;
@@ -118,7 +117,6 @@ impl Inner {
     /// The contract's delete: logged (standalone), then applied; poisons
     /// like [`Inner::insert`].
     pub(crate) fn delete(self: &Arc<Self>, seq: Seq, ids: &[u64]) -> Result<usize> {
-        self.poison.check()?;
         let mut w = self.writer.lock();
         self.poison.check()?;
         let targets: Vec<u64> = {

@@ -143,6 +143,14 @@ impl PHnsw {
                     .try_for_each_init(|| self.scratch.get(), |s, r| work(s, r))
             })
         };
+        if result.is_err() && self.poison.cause().is_some() {
+            // Rows after the one that failed to publish never ran and have
+            // no NLog entry: the batch's number stays in flight, so that no
+            // durable word covers it and a database replays it after the
+            // reopen.
+            std::mem::forget(guard.lock().take());
+            return result;
+        }
         // After an error some rows never finished: end the batch here.
         drop(guard.lock().take());
         self.persist_durable_seq();

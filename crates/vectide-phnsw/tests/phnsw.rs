@@ -309,3 +309,36 @@ fn a_failed_publication_poisons_until_recovery_redoes_it() {
         || Box::new(PHnsw::open(&path, PersistMode::Pmem, Some(1)).unwrap()),
     );
 }
+
+/// A batch whose first row fails to publish leaves its later rows unlogged:
+/// the batch's number must not become durable, so that a database replays
+/// the whole batch after the reopen.
+#[test]
+fn a_poisoned_batch_keeps_its_number_out_of_the_durable_word() {
+    use vectide_core::fault::{install_faults, Faults};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ix");
+    let data = clustered(40, 8, 4, 3);
+    let idx = PHnsw::create(&path, 8, Metric::L2, params(8), PersistMode::Pmem).unwrap();
+    let ids: Vec<u64> = (0..30).collect();
+    idx.insert(1, &ids, &data[..30 * 8]).unwrap();
+    assert_eq!(idx.durable_seq(), 1);
+    let plan = Faults::new();
+    let _g = install_faults(dir.path(), plan.clone());
+    plan.arm(vectide_phnsw::APPLY_FAULT, 1);
+    let e = idx
+        .insert(2, &[30, 31, 32], &data[30 * 8..33 * 8])
+        .unwrap_err();
+    assert!(matches!(e, Error::Poisoned(_)), "{e}");
+    assert_eq!(
+        idx.durable_seq(),
+        1,
+        "a partly applied batch became durable"
+    );
+    drop(idx);
+    let idx = PHnsw::open(&path, PersistMode::Pmem, Some(1)).unwrap();
+    assert!(idx.durable_seq() < 2);
+    // Recovery redid the logged row; a replay of the batch adds the rest.
+    idx.insert(2, &[30, 31, 32], &data[30 * 8..33 * 8]).unwrap();
+    assert_eq!(idx.len(), 33);
+}

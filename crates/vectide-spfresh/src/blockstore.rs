@@ -640,8 +640,9 @@ impl BlockStore {
     /// APPEND: adds whole records `recs` (encoded as
     /// [`crate::layout::encode_record`]) to posting `pid`. Reads only the
     /// last block, and only when it has room and the tail cache does not
-    /// hold it (`crate::tails`); the old last block is released. Retries a lost swap. `Gone` when the posting does not
-    /// exist (removed by a split or a merge): the caller re-routes.
+    /// hold it (`crate::tails`); the old last block is released. Retries a
+    /// lost swap. `Gone` when the posting does not exist (removed by a
+    /// split or a merge): the caller re-routes.
     pub fn append(&self, pid: u32, recs: &[u8], sc: &mut ReadScratch) -> Result<Swap> {
         let n = self.check_records(recs)?;
         if n == 0 {

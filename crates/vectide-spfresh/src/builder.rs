@@ -51,6 +51,11 @@ pub fn rng_select<'a>(
     }
 }
 
+/// The fault point of a static build, after its postings exist (tests of
+/// a failed rebuild).
+pub const BUILD_FAULT: vectide_core::fault::FaultSite =
+    vectide_core::fault::FaultSite("spann.build");
+
 /// Branching factor of the hierarchical k-means.
 const BRANCH: usize = 16;
 
@@ -82,6 +87,7 @@ impl Inner {
             pids.push(pid);
         }
         heads.add(&pids, cents.as_slice())?;
+        vectide_core::fault::hit(&self.dir, BUILD_FAULT)?;
         let l2 = self.l2();
         // (posting, distance, row) of every replica.
         let mut pairs: Vec<(u32, f32, u32)> = self.pool.install(|| {

@@ -52,6 +52,7 @@ mod update;
 pub mod versions;
 
 pub use blockstore::{BlockStore, ReadScratch, StoreStats, Swap};
+pub use builder::BUILD_FAULT;
 pub use engine::Spfresh;
 pub use layout::{encode_record, Records};
 pub use params::{Mode, SpannParams, PARAMS};

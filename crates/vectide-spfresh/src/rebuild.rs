@@ -487,7 +487,17 @@ impl Inner {
             // index is swapped in; only then do the old postings go (a
             // search that read one of them goes again on the new index).
             let heads = self.heads.fresh()?;
-            self.build(&heads, &vids, &data)?;
+            let base = self.store.posting_ids();
+            if let Err(e) = self.build(&heads, &vids, &data) {
+                // Its postings have no centroid in the index in use: gone
+                // again, so that no snapshot records them.
+                for p in base..self.store.posting_ids() {
+                    if let Some(entry) = self.store.entry(p) {
+                        self.store.remove(p, &entry);
+                    }
+                }
+                return Err(e);
+            }
             self.heads.replace(heads);
             for &p in &pids {
                 let _l = self.lock(p);

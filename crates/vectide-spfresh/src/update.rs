@@ -53,7 +53,6 @@ impl Inner {
     /// failure of the log or of the apply poisons the index (its state may
     /// then differ from its log).
     pub(crate) fn insert(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
-        self.poison.check()?;
         let (ids, vectors) = (batch.ids(), batch.vectors());
         let mut w = self.writer.lock();
         self.poison.check()?;
@@ -80,7 +79,6 @@ impl Inner {
     /// The contract's delete: logged and synced, then tombstones (which
     /// cannot fail).
     pub(crate) fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
-        self.poison.check()?;
         let mut w = self.writer.lock();
         self.poison.check()?;
         let targets: Vec<u64> = {

@@ -828,3 +828,32 @@ fn a_static_rebuild_never_shows_readers_a_partial_index() {
     assert!(stat(&idx, "postings") > 0.0);
     assert_eq!(idx.len(), 3000);
 }
+
+/// A `spann` rebuild that fails leaves the index in use whole: its new
+/// postings go again, so a snapshot taken after it reopens (before, they
+/// stayed without a centroid and the reopen refused the snapshot).
+#[test]
+fn a_failed_static_rebuild_leaves_the_index_in_use_whole() {
+    use vectide_core::fault::{install_faults, Faults};
+    let dir = tempfile::tempdir().unwrap();
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Static, params(true)).unwrap();
+    let data = clustered(1200, DIM, 8, 4);
+    let ids: Vec<u64> = (0..1000).collect();
+    idx.insert(1, &ids, &data[..1000 * DIM]).unwrap();
+    idx.insert(2, &[1000, 1001], &data[1000 * DIM..1002 * DIM])
+        .unwrap();
+    let postings = stat(&idx, "postings");
+    let plan = Faults::new();
+    let guard = install_faults(dir.path(), plan.clone());
+    plan.arm(vectide_spfresh::BUILD_FAULT, 1);
+    assert!(idx.maintain().is_err());
+    assert_eq!(plan.fired(vectide_spfresh::BUILD_FAULT), 1);
+    drop(guard);
+    assert_eq!(stat(&idx, "postings"), postings);
+    assert_eq!(idx.len(), 1002);
+    idx.snapshot().unwrap();
+    drop(idx);
+    let idx = Spfresh::open(dir.path(), &open_params(true)).unwrap();
+    assert_eq!(idx.len(), 1002);
+    assert_sound(&idx);
+}

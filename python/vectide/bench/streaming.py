@@ -168,20 +168,22 @@ class Worker:
 
         self.engine = engine
         self.log_path = log_path
-        r, w = os.pipe()
-        self._log = open(log_path, "w")
-        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
         # The worker imports this package, also under another venv
         # (.venv-peers, where Vectide is not installed): through a directory
         # holding only a link to it, so that none of this venv's other
         # packages shadow the worker venv's own.
         import tempfile
 
-        self._path_dir: Optional[str] = tempfile.mkdtemp(prefix="vectide-worker-path-")
+        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
         package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        os.symlink(package, os.path.join(self._path_dir, "vectide"))
-        env["PYTHONPATH"] = self._path_dir
+        r, w = os.pipe()
+        self._log = None
+        self._path_dir: Optional[str] = None
         try:
+            self._log = open(log_path, "w")
+            self._path_dir = tempfile.mkdtemp(prefix="vectide-worker-path-")
+            os.symlink(package, os.path.join(self._path_dir, "vectide"))
+            env["PYTHONPATH"] = self._path_dir
             self.proc = subprocess.Popen(
                 [python, "-m", "vectide.bench.streaming", "--serve", str(w)],
                 stdin=subprocess.PIPE, stdout=self._log, stderr=None if show_stderr else subprocess.STDOUT,
@@ -191,8 +193,10 @@ class Worker:
             # Nothing started: nothing will call close(), so undo here.
             os.close(r)
             os.close(w)
-            self._log.close()
-            shutil.rmtree(self._path_dir, ignore_errors=True)
+            if self._log is not None:
+                self._log.close()
+            if self._path_dir is not None:
+                shutil.rmtree(self._path_dir, ignore_errors=True)
             raise
         os.close(w)
         self._answers = os.fdopen(r, "r")
