@@ -185,7 +185,9 @@ class RemoteCollection:
         return self._c._call("PUT", self._path("/points?wait=true"), {"points": pts})["operation_id"]
 
     def search(self, vectors, k: int = 10, filter=None, with_payload: bool = True, with_vector: bool = False,
-               ef: Optional[int] = None) -> List[List[Hit]]:
+               ef: Optional[int] = None, exact: bool = False) -> List[List[Hit]]:
+        """As the embedded ``Collection.search``; ``exact=True`` asks the
+        server for an exact scan (Qdrant's ``params.exact``)."""
         k = _int(k, "k")
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
@@ -198,8 +200,13 @@ class RemoteCollection:
             s: Dict[str, Any] = {"query": q.tolist(), "limit": k, "with_payload": with_payload, "with_vector": with_vector}
             if filter is not None:
                 s["filter"] = filter
+            params: Dict[str, Any] = {}
             if ef is not None:
-                s["params"] = {"hnsw_ef": ef}
+                params["hnsw_ef"] = ef
+            if exact:
+                params["exact"] = True
+            if params:
+                s["params"] = params
             searches.append(s)
         res = self._c._call("POST", self._path("/points/query/batch"), {"searches": searches})
         m = self.metric

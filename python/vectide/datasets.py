@@ -107,6 +107,7 @@ __all__ = [
     "prepare",
     "resolve",
     "split_passages",
+    "vectors",
     "write_text_sample",
 ]
 
@@ -947,6 +948,21 @@ def prepare(name: str, force: bool = False, verbose: bool = True) -> Path:
             flush=True,
         )
     return path
+
+
+def vectors(name: str) -> Tuple[np.ndarray, np.ndarray]:
+    """``(train, test)`` of a known dataset, without its ground truth: read
+    from the prepared file when there is one, else built from the source
+    (the soak needs only the rows, not the hour-long exact neighbours of a
+    big set)."""
+    if name not in DATASETS:
+        raise _unknown(name)
+    path = data_dir() / f"{name}.hdf5"
+    if path.is_file():
+        ds = _read_hdf5(path, name)
+        return np.asarray(ds.train), np.asarray(ds.test)
+    arrays = DATASETS[name].build(name, False)
+    return arrays["train"], arrays["test"]
 
 
 def load(name_or_path) -> Dataset:

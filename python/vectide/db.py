@@ -185,6 +185,11 @@ class Collection:
     def checkpoint(self) -> None:
         self._c.checkpoint()
 
+    def maintain(self) -> None:
+        """Runs the engine's pending maintenance now (a delete
+        consolidation, a merge, a rebuild); writes and searches go on."""
+        self._c.maintain()
+
 
 class Database:
     """A database directory opened by this process (locked against others)."""

@@ -96,6 +96,10 @@ pub struct IndexStats {
     pub pending_background: usize,
     /// Delete consolidations run so far.
     pub consolidations: u64,
+    /// Maintenance jobs running at the call (see [`crate::activity`]).
+    pub maintenance: Vec<&'static str>,
+    /// Maintenance jobs begun since the index was opened.
+    pub maintenance_started: u64,
     /// Engine-specific figures, by name.
     pub extra: Vec<(String, f64)>,
 }

@@ -5,7 +5,8 @@
 //! the operation-sequence watermark, input validation, atomic file writes,
 //! the named [`sync`] points every `fsync` goes through (observable by a
 //! crash kit, scoped by directory with [`scope`]), the injected [`fault`]
-//! points of error-path tests, the [`poison`] flag of a failed apply,
+//! points of error-path tests, the [`poison`] flag of a failed apply, the
+//! maintenance [`activity`] an engine reports,
 //! the [`VectorIndex`] trait that every engine implements, the one
 //! [`Error`] type, the documented bounds of every outside input
 //! ([`limits`]) and how benchmarks judge results ([`eval`]: recall@k, the
@@ -15,6 +16,7 @@
 //! [`Metric::L2`], `1 - cos` for [`Metric::Cosine`] (vectors are normalised at
 //! insert and searched by inner product) and `-dot` for [`Metric::Ip`].
 
+pub mod activity;
 pub mod distance;
 pub mod engine;
 pub mod error;

@@ -187,6 +187,9 @@ pub struct Collection {
     /// [`vectide_core::poison`]): reads go on, writes are refused until
     /// the database is reopened, which replays the log.
     poison: Poison,
+    /// The collection's own maintenance job (checkpoints); the engine
+    /// reports its own beside it in [`Collection::stats`].
+    activity: vectide_core::activity::Activity,
     pub counters: Counters,
     /// What the last open did: records replayed and seconds taken.
     pub opened_in: Duration,
@@ -410,9 +413,12 @@ impl Collection {
         self.log.segments()
     }
 
-    /// The engine's size counters.
+    /// The engine's size counters, with the collection's checkpoints
+    /// among the maintenance jobs.
     pub fn stats(&self) -> Result<vectide_core::IndexStats> {
-        Ok(self.engine.stats()?)
+        let mut s = self.engine.stats()?;
+        self.activity.fill(&mut s);
+        Ok(s)
     }
 
     /// Runs the engine's pending maintenance (delete consolidation, a

@@ -196,6 +196,10 @@ impl VectorIndex for FreshDiskann {
         self.inner.search_into(query, k, params, filter, out)
     }
 
+    fn distances(&self, query: &[f32], ids: &[u64], out: &mut Vec<Neighbor>) -> Result<()> {
+        self.inner.distances(query, ids, out)
+    }
+
     fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
         self.inner.get(id)
     }

@@ -95,4 +95,56 @@ impl Inner {
             }
         }
     }
+
+    /// The distances from `query` to the live points of `ids` (absent ones
+    /// skipped): the LTI's nodes read in batches of 64 sectors (not one
+    /// read per id), the temp indexes' points from memory. The state's
+    /// lock is held only to locate the ids: the parts are kept alive by
+    /// their `Arc`s while they are read, so writers and a merge's switch
+    /// go on (a point moved meanwhile is answered from where it was).
+    pub(crate) fn distances(
+        &self,
+        query: &[f32],
+        ids: &[u64],
+        out: &mut Vec<Neighbor>,
+    ) -> Result<()> {
+        let mut qbuf = Vec::new();
+        let q = prepare_query(self.dim, self.metric, query, &mut qbuf)?;
+        let dist = self.metric.distance_fn();
+        let (lti, temps, mut nodes, mut in_temp) = {
+            let st = self.state.read();
+            let mut nodes: Vec<(u32, u64)> = Vec::new();
+            let mut in_temp: Vec<(u64, u64)> = Vec::new();
+            for &id in ids {
+                match st.loc.get(&id).map(|l| l.place) {
+                    Some(Place::Lti(n)) => nodes.push((n, id)),
+                    Some(Place::Temp(s)) => in_temp.push((u64::from(s), id)),
+                    None => {}
+                }
+            }
+            (st.lti.clone(), st.temps.clone(), nodes, in_temp)
+        };
+        in_temp.sort_unstable();
+        for t in &temps {
+            let lo = in_temp.partition_point(|&(s, _)| s < t.serial);
+            let hi = in_temp.partition_point(|&(s, _)| s <= t.serial);
+            let mine: Vec<u64> = in_temp[lo..hi].iter().map(|&(_, id)| id).collect();
+            t.index.distances(query, &mine, out)?;
+        }
+        if let (Some(g), false) = (lti, nodes.is_empty()) {
+            // In file order, so that the batches read neighbouring sectors.
+            nodes.sort_unstable();
+            let order: Vec<u32> = nodes.iter().map(|&(n, _)| n).collect();
+            let mut scratch = Scratch::default();
+            let mut at = 0;
+            let mut v = vec![0.0; self.dim];
+            g.lti.read_records(&order, &mut scratch, |_, node| {
+                node.vector_into(&mut v)?;
+                out.push(Neighbor::new(nodes[at].1, dist(q, &v)));
+                at += 1;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
 }

@@ -111,6 +111,8 @@ pub(crate) struct MergeStatus {
     pub(crate) failures: AtomicU64,
     pub(crate) last: Mutex<Option<MergeStats>>,
     pub(crate) last_error: Mutex<Option<String>>,
+    /// The maintenance jobs running (merges and freezes).
+    pub(crate) activity: vectide_core::activity::Activity,
 }
 
 #[derive(Default)]

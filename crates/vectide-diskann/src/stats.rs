@@ -103,7 +103,7 @@ impl Inner {
             extra.push(("last_merge_orphans_linked".into(), m.orphans_linked as f64));
             extra.push(("last_merge_orphans_left".into(), m.orphans_left as f64));
         }
-        IndexStats {
+        let mut stats = IndexStats {
             live: st.loc.len(),
             slots_used: lti_nodes as usize + temp_points,
             capacity: lti_nodes as usize + temp_points,
@@ -116,7 +116,10 @@ impl Inner {
             pending_background: usize::from(s.running.load(Ordering::Relaxed)),
             consolidations: s.merges.load(Ordering::Relaxed),
             extra,
-        }
+            ..IndexStats::default()
+        };
+        s.activity.fill(&mut stats);
+        stats
     }
 
     /// Checks the location map against the parts.

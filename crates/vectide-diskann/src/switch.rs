@@ -63,6 +63,7 @@ impl Inner {
     pub(crate) fn merge(self: &Arc<Self>) -> Result<bool> {
         self.poison.check()?;
         let _one = self.merge_lock.lock();
+        let _job = self.status.activity.begin("merge");
         let r = self.merge_locked();
         self.status.phase.store(0, Ordering::Release);
         let ok = r?;

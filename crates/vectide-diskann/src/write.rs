@@ -188,6 +188,7 @@ impl Inner {
     /// log that holds it.
     pub(crate) fn freeze(&self, w: &mut Writer) -> Result<()> {
         self.poison.check()?;
+        let _job = self.status.activity.begin("freeze");
         let rw = self.state.read().rw().clone();
         if rw.index.is_empty() && self.params.external_log {
             let applied = self.durable.load(Ordering::Acquire);

@@ -38,6 +38,8 @@ pub struct GraphCore {
     /// consolidated.
     pub pending: Mutex<Vec<u32>>,
     pub consolidations: AtomicU64,
+    /// The maintenance jobs running (consolidations).
+    pub activity: vectide_core::activity::Activity,
     pub seqs: SeqTracker,
     /// The watermark of the last save (or load).
     pub durable: AtomicU64,
@@ -73,6 +75,7 @@ impl GraphCore {
             alloc: Mutex::new(Alloc::default()),
             pending: Mutex::new(Vec::new()),
             consolidations: AtomicU64::new(0),
+            activity: Default::default(),
             seqs: SeqTracker::default(),
             durable: AtomicU64::new(0),
             scratch: VisitedPool::default(),
@@ -195,7 +198,7 @@ impl GraphCore {
         let live = self.live();
         let store = self.store.read();
         let ids_bytes = self.ids.lock().capacity() * (std::mem::size_of::<(u64, IdEntry)>() + 1);
-        IndexStats {
+        let mut stats = IndexStats {
             live,
             slots_used,
             capacity: store.capacity,
@@ -203,7 +206,9 @@ impl GraphCore {
             memory_bytes: store.memory_bytes(used) + ids_bytes,
             consolidations: self.consolidations.load(Ordering::Relaxed),
             ..IndexStats::default()
-        }
+        };
+        self.activity.fill(&mut stats);
+        stats
     }
 }
 

@@ -58,6 +58,7 @@ impl Hnsw {
     /// Repairs the graph around every pending delete and reclaims their
     /// slots. Returns how many slots were reclaimed.
     pub fn consolidate(&self) -> usize {
+        let _job = self.core.activity.begin("consolidate");
         let _exclusive = self.core.mutate.write();
         let dead: Vec<u32> = std::mem::take(&mut *self.core.pending.lock());
         if dead.is_empty() {

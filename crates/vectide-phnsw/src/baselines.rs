@@ -113,6 +113,8 @@ pub struct Baseline {
     /// [`vectide_core::poison`]): writes and snapshots are refused until
     /// the index is reopened.
     poison: Poison,
+    /// The maintenance jobs running (snapshots).
+    activity: vectide_core::activity::Activity,
 }
 
 /// The fault point between a baseline's log and its apply (tests of the
@@ -271,6 +273,7 @@ impl Baseline {
             durable: AtomicU64::new(durable),
             replayed,
             poison: Poison::default(),
+            activity: Default::default(),
         }
     }
 
@@ -309,6 +312,7 @@ impl Baseline {
         // A poisoned index lacks a logged call: a snapshot would cover it
         // and truncate the log that holds it.
         self.poison.check()?;
+        let _job = self.activity.begin("snapshot");
         if let Some(wal) = st.wal.as_mut() {
             wal.sync()?;
         }
@@ -488,6 +492,7 @@ impl VectorIndex for Baseline {
             .filter_map(|f| std::fs::metadata(self.dir.join(f)).ok())
             .map(|m| m.len())
             .sum();
+        self.activity.fill(&mut s);
         Ok(s)
     }
 }

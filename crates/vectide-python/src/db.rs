@@ -478,6 +478,13 @@ impl PyCollection {
         py.detach(|| c.checkpoint()).map_err(to_py)
     }
 
+    /// Runs the engine's pending maintenance now (a consolidation, a
+    /// merge, a rebuild); writes and searches go on meanwhile.
+    fn maintain(&self, py: Python<'_>) -> PyResult<()> {
+        let c = self.col()?;
+        py.detach(|| c.maintain()).map_err(to_py)
+    }
+
     /// JSON description: name, dim, metric, engine, params, points, indexes.
     fn info(&self) -> PyResult<String> {
         let c = self.col()?;
@@ -509,6 +516,7 @@ impl PyCollection {
             "opened_seconds": c.opened_in.as_secs_f64(),
             "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
             "poisoned": c.poisoned(),
+            "maintenance": maintenance(&c),
         })
         .to_string())
     }
@@ -520,6 +528,15 @@ impl PyCollection {
     #[getter]
     fn name(&self) -> String {
         self.name.clone()
+    }
+}
+
+/// The maintenance jobs of a collection: `running` (names) and `started`
+/// (a count since the open); see `vectide_core::activity`.
+fn maintenance(c: &vectide_db::Collection) -> Value {
+    match c.stats() {
+        Ok(s) => json!({"running": s.maintenance, "started": s.maintenance_started}),
+        Err(_) => Value::Null,
     }
 }
 

@@ -691,7 +691,8 @@ impl PyIndex {
     }
 
     /// Sizes and counters: live, slots_used, capacity, pending_deletes,
-    /// memory_bytes, consolidations, durable_seq.
+    /// memory_bytes, consolidations, durable_seq; `maintenance` (the jobs
+    /// running now) and `maintenance_started` (jobs begun since the open).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.stats().map_err(to_py)?;
         let d = PyDict::new(py);
@@ -706,6 +707,8 @@ impl PyIndex {
         d.set_item("bytes_read", s.bytes_read)?;
         d.set_item("round_trips", s.round_trips)?;
         d.set_item("pending_background", s.pending_background)?;
+        d.set_item("maintenance", s.maintenance.clone())?;
+        d.set_item("maintenance_started", s.maintenance_started)?;
         for (k, v) in &s.extra {
             d.set_item(k, *v)?;
         }

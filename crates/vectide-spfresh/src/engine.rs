@@ -136,6 +136,10 @@ impl VectorIndex for Spfresh {
         r
     }
 
+    fn distances(&self, query: &[f32], ids: &[u64], out: &mut Vec<Neighbor>) -> Result<()> {
+        self.inner.distances(query, ids, out)
+    }
+
     fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
         self.inner.get(id)
     }

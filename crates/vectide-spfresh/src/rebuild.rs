@@ -153,8 +153,14 @@ impl Inner {
             return Ok(());
         }
         match job {
-            Job::Split(p, depth) => self.split(p, depth, sc),
-            Job::Merge(p) => self.merge(p, false, sc),
+            Job::Split(p, depth) => {
+                let _job = self.activity.begin("split");
+                self.split(p, depth, sc)
+            }
+            Job::Merge(p) => {
+                let _job = self.activity.begin("merge");
+                self.merge(p, false, sc)
+            }
         }
     }
 
@@ -458,6 +464,7 @@ impl Inner {
         if self.built_at.load(Ordering::Relaxed) == changes {
             return Ok(());
         }
+        let _job = self.activity.begin("rebuild");
         {
             let _w = self.writer.lock();
             let _g = self.gate.read();

@@ -151,4 +151,74 @@ impl Inner {
         self.give_back(sc);
         found
     }
+
+    /// The distances from `query` to the live vectors of `ids` (absent
+    /// ones skipped). Few ids are read one by one from their home
+    /// postings; many (an exact search) in one pass over every posting,
+    /// `SCAN_BATCH` postings per ParallelGET, each vector's first copy
+    /// counted once. A copy a concurrent move put behind the pass is
+    /// fetched on its own afterwards, so no live id is missed.
+    pub(crate) fn distances(
+        &self,
+        query: &[f32],
+        ids: &[u64],
+        out: &mut Vec<Neighbor>,
+    ) -> Result<()> {
+        let mut sc = self.scratch();
+        let r = self.distances_with(query, ids, out, &mut sc);
+        self.give_back(sc);
+        r
+    }
+
+    fn distances_with(
+        &self,
+        query: &[f32],
+        ids: &[u64],
+        out: &mut Vec<Neighbor>,
+        sc: &mut Scratch,
+    ) -> Result<()> {
+        let q = prepare_query(self.dim, self.metric, query, &mut sc.qbuf)?.to_vec();
+        let dist = self.metric.distance_fn();
+        let postings = self.store.posting_ids();
+        if ids.len() < SCAN_FROM.max(postings as usize / 4) {
+            for &id in ids {
+                if let Some(v) = self.get(id)? {
+                    out.push(Neighbor::new(id, dist(&q, &v)));
+                }
+            }
+            return Ok(());
+        }
+        let mut want: std::collections::HashMap<u32, u64> = {
+            let map = self.ids.read();
+            ids.iter()
+                .filter_map(|&id| map.ext.get(&id).map(|&vid| (vid, id)))
+                .collect()
+        };
+        let all: Vec<u32> = (0..postings).collect();
+        for chunk in all.chunks(SCAN_BATCH) {
+            if want.is_empty() {
+                break;
+            }
+            self.store.parallel_get(chunk, &mut sc.read)?;
+            for recs in &sc.read.records {
+                for j in 0..recs.len() {
+                    if let Some(id) = want.remove(&recs.vids[j]) {
+                        out.push(Neighbor::new(id, dist(&q, recs.vector(j, self.dim))));
+                    }
+                }
+            }
+        }
+        for (_, id) in want {
+            if let Some(v) = self.get(id)? {
+                out.push(Neighbor::new(id, dist(&q, &v)));
+            }
+        }
+        Ok(())
+    }
 }
+
+/// From this many ids (or a quarter of the postings, if more) `distances`
+/// scans every posting instead of reading each id's home.
+const SCAN_FROM: usize = 256;
+/// Postings per ParallelGET of that scan.
+const SCAN_BATCH: usize = 64;

@@ -172,6 +172,8 @@ pub(crate) struct Inner {
     /// Set when a logged write failed to apply (see
     /// [`vectide_core::poison`]).
     pub poison: Poison,
+    /// The maintenance jobs running (splits, merges, snapshots, rebuilds).
+    pub activity: vectide_core::activity::Activity,
     /// Inserts + deletes applied when a `spann` index was last built.
     pub built_at: AtomicU64,
 }
@@ -218,6 +220,7 @@ impl Inner {
             threads,
             last_error: Mutex::new(None),
             poison: Poison::default(),
+            activity: Default::default(),
             built_at: AtomicU64::new(0),
         })
     }
@@ -308,6 +311,7 @@ impl Inner {
     pub(crate) fn snapshot(&self) -> Result<()> {
         self.poison.check()?;
         let _one = self.snap_lock.lock();
+        let _job = self.activity.begin("snapshot");
         // Only a snapshot moves the serial, and this one holds `snap_lock`.
         let next = self.writer.lock().serial + 1;
         // Under the database, its commit log holds the writes: no log of
@@ -461,6 +465,7 @@ impl Inner {
                     let c = &self.counters;
                     c.merges.load(Ordering::Relaxed) + c.collections.load(Ordering::Relaxed)
                 };
+                let _job = self.activity.begin("sweep");
                 let mut sc = self.scratch();
                 let swept = (|| {
                     for _ in 0..SWEEP_ROUNDS {
@@ -547,7 +552,7 @@ impl Inner {
             ("tail_cache_misses".into(), st.tail_misses as f64),
         ];
         let io = self.store.io_stats();
-        Ok(IndexStats {
+        let mut stats = IndexStats {
             live,
             slots_used: vids,
             capacity: vids,
@@ -564,7 +569,10 @@ impl Inner {
             pending_background: self.jobs.pending(),
             consolidations: c.splits.load(Ordering::Relaxed) + c.merges.load(Ordering::Relaxed),
             extra,
-        })
+            ..IndexStats::default()
+        };
+        self.activity.fill(&mut stats);
+        Ok(stats)
     }
 
     /// The structural check: every posting has a centroid and every

@@ -65,6 +65,7 @@ impl FreshVamana {
     /// Runs Algorithm 4 over the DeleteList and reclaims its slots (see the
     /// module docs). Returns how many slots were reclaimed.
     pub fn consolidate(&self) -> usize {
+        let _job = self.core.activity.begin("consolidate");
         let _exclusive = self.core.mutate.write();
         let dead: Vec<u32> = std::mem::take(&mut *self.core.pending.lock());
         if dead.is_empty() {

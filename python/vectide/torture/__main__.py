@@ -1,4 +1,4 @@
-"""``python -m vectide.torture {server,db,engines,corrupt,badinput,all}``."""
+"""``python -m vectide.torture {server,db,engines,corrupt,badinput,soak,all}``."""
 
 from __future__ import annotations
 
@@ -40,6 +40,10 @@ def main(argv=None) -> int:
         badinput.add_arguments(b)
     except ImportError:
         pass
+    from . import soak as _soak
+
+    _soak.add_arguments(sub.add_parser("soak", help="a long churn with every answer checked (see vectide.torture.soak)"))
+    _soak.add_driver_arguments(sub.add_parser("soak-driver"))  # internal: the soak's workload
     a = sub.add_parser("all", help="everything")
     _kill_args(a, 30)
     c = sub.add_parser("child")  # internal: a SIGKILL target
@@ -57,6 +61,11 @@ def main(argv=None) -> int:
 
         child(args.target, args.dir, args.seed, args.writers, args.ids)
         return 0
+    if args.cmd == "soak-driver":
+        _soak.driver(args)
+        return 0
+    if args.cmd == "soak":
+        return _run_soak(args, argv)
     if args.cmd == "probe":
         from .corrupt import probe
 
@@ -134,6 +143,41 @@ def main(argv=None) -> int:
         args.out.write_text(json.dumps(report, indent=1))
     tmp.cleanup()
     return 1 if failed else 0
+
+
+def _run_soak(args, argv) -> int:
+    from . import soak
+
+    if args.server and args.standalone:
+        print("--server and --standalone exclude each other", file=sys.stderr)
+        return 2
+    mode = "server" if args.server else "standalone" if args.standalone else "db"
+    try:
+        params = soak.parse_params(args.param)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="vectide-soak-") as tmp:
+        work = args.workdir or Path(tmp)
+        report = soak.run(args.engine, args.minutes, mode, work, points=args.points, writers=args.writers,
+                          readers=args.readers, seed=args.seed, maintain_every=args.maintain_every, params=params)
+    report["command"] = " ".join([Path(sys.executable).name, "-m", "vectide.torture"] + (argv or sys.argv[1:]))
+    report["started"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    try:
+        from vectide import simd_isa
+
+        report["isa"] = simd_isa()
+    except Exception:  # noqa: BLE001
+        pass
+    out = args.soak_out or args.out
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report["summary"]), flush=True)
+    for v in report["wrong_answer_examples"][:5] + report["lost_examples"][:5] + report["error_examples"][:5]:
+        print(f"    {v}", flush=True)
+    s = report["summary"]
+    return 1 if s["wrong_answers"] or s["acked_writes_lost"] or s["errors"] else 0
 
 
 if __name__ == "__main__":

@@ -300,8 +300,9 @@ def _free_port() -> int:
 
 
 class _Server:
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, dim: int = DIM) -> None:
         self.data = data
+        self.dim = dim
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: Optional[subprocess.Popen] = None
@@ -313,7 +314,7 @@ class _Server:
         self.proc = subprocess.Popen([_cli(), "serve", "--data", str(self.data), "--port", str(self.port)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.time() + 300
-        body = json.dumps({"vector": [0.0] * DIM, "limit": 1}).encode()
+        body = json.dumps({"vector": [0.0] * (self.dim - 1) + [1.0], "limit": 1}).encode()
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-2000:]}")

@@ -53,6 +53,7 @@ impl Collection {
     }
 
     fn checkpoint_and(&self, close: bool) -> Result<()> {
+        let _job = self.activity.begin("checkpoint");
         let turn = self.turn.lock();
         // Poison is set only under the turn: checked here, a record that
         // failed while this checkpoint waited cannot be cut from the log.

@@ -217,6 +217,7 @@ impl Collection {
             opts,
             closed: AtomicBool::new(false),
             poison: Default::default(),
+            activity: Default::default(),
             counters: Counters::default(),
             opened_in: Duration::ZERO,
         };

@@ -146,11 +146,15 @@ impl Collection {
         vectide_core::limits::check_k(k)?;
         self.check_vector(query)?;
         self.counters.searches.fetch_add(1, Ordering::Relaxed);
-        let store = self.store.read();
         let filter = filter.filter(|f| !f.is_trivial());
+        // The store's lock is held only to read the points, never through
+        // a whole engine search or exact scan (an exact scan of an SSD
+        // engine reads every posting): writers wait for it. A point deleted
+        // or replaced meanwhile is dropped or returned as it was during
+        // the call (the lookup below).
         let found: Vec<(u64, f32)> = match filter {
             None if params.exact => {
-                let all: Vec<u64> = store.iter().map(|(&i, _)| i).collect();
+                let all: Vec<u64> = self.store.read().iter().map(|(&i, _)| i).collect();
                 self.exact(query, k, &all)?
             }
             None => self
@@ -160,6 +164,7 @@ impl Collection {
                 .map(|n| (n.id, n.distance))
                 .collect(),
             Some(f) => {
+                let store = self.store.read();
                 let n = store.len().max(1);
                 let estimate = match store.index_estimate(f) {
                     Some(c) => c,
@@ -188,6 +193,7 @@ impl Collection {
                             .map(|(&i, _)| i)
                             .collect(),
                     };
+                    drop(store);
                     self.exact(query, k, &matches)?
                 } else {
                     let sel = (estimate as f64 / n as f64).clamp(1e-6, 1.0);
@@ -198,6 +204,7 @@ impl Collection {
                         let ef = (k as f64 / sel).ceil() as usize;
                         widened.ef = Some(ef.max(base.max(k)).min(4096));
                     }
+                    // The filter reads the payloads as the engine walks.
                     let pred = |i: u64| store.get(i).is_some_and(|p| f.eval(&p.ext, &p.payload));
                     self.engine
                         .search(query, k, &widened, Some(&pred))?
@@ -207,9 +214,18 @@ impl Collection {
                 }
             }
         };
-        let mut hits = Vec::with_capacity(found.len());
+        let store = self.store.read();
+        let mut hits = Vec::with_capacity(found.len().min(k));
         for (i, d) in found {
+            if hits.len() == k {
+                break;
+            }
             if let Some(p) = store.get(i) {
+                // A payload edited since the matches were taken no longer
+                // matching: the point is not returned.
+                if filter.is_some_and(|f| !f.eval(&p.ext, &p.payload)) {
+                    continue;
+                }
                 hits.push(Hit {
                     id: p.ext.clone(),
                     distance: d,
@@ -221,8 +237,13 @@ impl Collection {
         Ok(hits)
     }
 
-    /// Exact top-k among `ids` by the engine's distance.
+    /// Exact top-k among `ids` by the engine's distance, and up to
+    /// `EXACT_SPARE` more: the scan runs without the store's lock, and a
+    /// point of the top k deleted meanwhile is dropped at the lookup, where
+    /// the next one takes its place (else the answer would come back short
+    /// though enough points were live throughout).
     fn exact(&self, query: &[f32], k: usize, ids: &[u64]) -> Result<Vec<(u64, f32)>> {
+        let k = k.saturating_add(EXACT_SPARE);
         let mut all = Vec::with_capacity(ids.len());
         self.engine.distances(query, ids, &mut all)?;
         let by =
@@ -235,3 +256,6 @@ impl Collection {
         Ok(all.into_iter().map(|n| (n.id, n.distance)).collect())
     }
 }
+
+/// Spare results an exact search keeps beyond `k` (see `Collection::exact`).
+const EXACT_SPARE: usize = 16;

@@ -1,0 +1,126 @@
+"""The soak (``python -m vectide.torture soak``): its checks catch what they
+are for, and short soaks of the durable engines (embedded, through the
+server, standalone) end with no wrong answer and no lost write. The long
+soaks of every engine are the ``slow`` variants."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vectide.torture import soak
+
+
+def _model(n=6, dim=4):
+    vecs = np.eye(dim, dtype=np.float32)[[0, 1, 2, 3, 0, 1]][:n]
+    vecs = np.vstack([vecs, np.full((1, dim), 0.5, dtype=np.float32)])
+    m = soak.Model(n, vecs)
+    m.load(np.arange(4), np.arange(4))  # ids 0..3 live, rows 0..3
+    return m
+
+
+def test_the_reader_check_catches_a_deleted_a_never_written_and_a_missed_id():
+    m = _model()
+    q = np.array([1, 0, 0, 0], dtype=np.float32)
+    soak_k = soak.K
+    soak.K = 2
+    try:
+        m.begin(1, -1)  # delete id 1 ...
+        m.ack(1)  # ... acknowledged before the search
+        r0 = m.tick()
+        r1 = m.tick()
+        assert soak.check_answer(m, q, [0, 2], [0.0, 1.0], r0, r1, exact=True) == []
+        bad = soak.check_answer(m, q, [0, 1], [0.0, 1.0], r0, r1, exact=False)
+        assert len(bad) == 1 and "id 1 was absent" in bad[0]
+        bad = soak.check_answer(m, q, [0, 5], [0.0, 1.0], r0, r1, exact=False)
+        assert len(bad) == 1 and "never written" in bad[0]
+        # Id 0 (distance 0) is live and unchanged: an exact answer without it is wrong.
+        bad = soak.check_answer(m, q, [2, 3], [1.0, 1.0], r0, r1, exact=True)
+        assert any("missed id 0" in b for b in bad), bad
+        # A wrong distance for an unchanged id.
+        bad = soak.check_answer(m, q, [0, 2], [0.5, 1.0], r0, r1, exact=True)
+        assert any("id 0: distance" in b for b in bad), bad
+        # An id deleted while the call ran may be returned; so may one
+        # missing from an exact answer when it changed during the call.
+        r0 = m.tick()
+        m.begin(0, -1)
+        r1 = m.tick()
+        m.ack(0)
+        assert soak.check_answer(m, q, [0, 2], [0.0, 1.0], r0, r1, exact=True) == []
+        assert soak.check_answer(m, q, [2, 3], [1.0, 1.0], r0, r1, exact=True) == []
+    finally:
+        soak.K = soak_k
+
+
+def test_latencies_split_by_the_maintenance_polls():
+    # Polls at 0, 1, 2, 3 s: a job runs at 1 s; one begins and ends between 2 and 3 s.
+    polls = np.array([[0.0, 0, 0], [1.0, 1, 1], [2.0, 0, 1], [3.0, 0, 2], [4.0, 0, 2]])
+    starts = np.array([0.5, 1.5, 2.5, 3.5, 3.6])
+    lats = np.array([0.010, 0.020, 0.030, 0.001, 0.002])
+    s = soak.split_latencies(starts, lats, polls)
+    assert s["maintenance"]["n"] == 3 and s["idle"]["n"] == 2
+    assert s["maintenance"]["max_ms"] == pytest.approx(30.0)
+    assert s["idle"]["max_ms"] == pytest.approx(2.0)
+
+
+def _run(tmp_path, engine, mode, minutes, points, *extra):
+    out = tmp_path / f"{engine}-{mode}.json"
+    cmd = [sys.executable, "-m", "vectide.torture", "--workdir", str(tmp_path / "work"), "soak", "--engine", engine,
+           "--minutes", str(minutes), "--points", str(points), "--out", str(out), *extra]
+    if mode == "server":
+        cmd.append("--server")
+    elif mode == "standalone":
+        cmd.append("--standalone")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    s = r["summary"]
+    detail = f"{s}\n{r['wrong_answer_examples'][:5]}\n{r['lost_examples'][:5]}\n{r['error_examples'][:5]}"
+    assert s["wrong_answers"] == 0, detail
+    assert s["acked_writes_lost"] == 0, detail
+    assert s["errors"] == 0, detail
+    assert proc.returncode == 0, detail
+    assert s["acknowledged_ops_checked"] > 0 and s["exact_searches" if mode != "standalone" else "searches"] > 0, detail
+    assert len(r["samples"]) >= 2, detail
+    for key in ("disk_over_live_last", "rss_growth", "write_p999_maintenance_over_idle"):
+        assert key in s
+    return r
+
+
+# Small merge, snapshot and split thresholds: maintenance runs within seconds.
+SMALL = {
+    "fresh-diskann": ["--param", "temp_points=1000", "--param", "merge_points=3000"],
+    "spfresh": ["--param", "snapshot_rows=2000"],
+    "spann": ["--param", "snapshot_rows=2000", "--maintain-every", "5"],
+    "p-hnsw": [],
+}
+
+# About two minutes of soak in the fast set, shared across the durable engines.
+FAST = [("fresh-diskann", "db"), ("spfresh", "db"), ("spann", "db"), ("p-hnsw", "db"),
+        ("spfresh", "server"), ("fresh-diskann", "standalone")]
+
+
+@pytest.mark.parametrize("engine,mode", FAST, ids=[f"{e}-{m}" for e, m in FAST])
+def test_a_short_soak_has_no_wrong_answer_and_loses_no_write(tmp_path, engine, mode):
+    r = _run(tmp_path, engine, mode, 0.25, 5_000, *SMALL[engine])
+    assert r["summary"]["maintenance_jobs"] > 0, "no maintenance job ran: the soak did not test it"
+
+
+def _every(mode):
+    import vectide
+
+    es = vectide.engines()
+    if mode == "standalone":
+        return [e["name"] for e in es if e["in_directory"]]
+    return [e["name"] for e in es]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["db", "server", "standalone"])
+def test_a_soak_of_every_engine_has_no_wrong_answer_and_loses_no_write(tmp_path, mode):
+    for engine in _every(mode):
+        _run(tmp_path / engine, engine, mode, 3, 100_000, *SMALL.get(engine, []))

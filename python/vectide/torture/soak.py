@@ -1,0 +1,778 @@
+"""The soak: a collection under churn for minutes or hours, every answer
+checked against a model of the exact expected state.
+
+``python -m vectide.torture soak --engine E --minutes M [--server]
+[--standalone] --out FILE.json``. The workload is written once, against the
+collection protocol (the embedded ``Collection``, or ``vectide.Client``'s
+collection with ``--server``); ``--standalone`` runs a durable engine
+alone, on its own log, through ``vectide.Index`` (no payloads, no exact
+search).
+
+How it runs:
+
+- A **driver** process loads ``--points`` GloVe-50 rows (cosine) and then
+  runs ``--writers`` writer threads (single-point upserts of absent ids,
+  re-upserts of live ids with a new vector, deletes, payload edits; about
+  as many inserts as deletes, so the live set stays near its size) and
+  ``--readers`` reader threads, as fast as they go. Each writer owns the
+  ids congruent to its number, so an id's operations never overlap.
+- Every operation is printed (``B op id kind seed`` before, ``A op`` once
+  it is acknowledged: on return, or for an engine durable at flush after
+  the next flush) and the parent keeps the acknowledged history
+  (``oracle.Oracle``).
+- Readers check every answer against the driver's model (a logical clock
+  taken at each operation's begin and end): no id absent through the whole
+  call (a delete acknowledged before it began), no id never written; every
+  fifth search is exact (``exact=True``): every returned id live at some
+  moment of the call, its score the distance to its vector when it did not
+  change, and every id live and unchanged through the call that is nearer
+  than the k-th result present.
+- Every 2 s: directory bytes (allocated) over live vector bytes (live ×
+  dim × 4, payloads excluded), the holder's RSS. Every 50 ms the engine's
+  maintenance stat (``maintenance``: jobs running, jobs started); a write
+  or search that began in an interval where a job ran (or began) counts as
+  "maintenance", else "idle".
+- At the end the holder of the data (the driver, or the server) is
+  SIGKILLed mid-stream, the data reopened and every id compared with the
+  acknowledged history.
+
+The JSON report's ``summary`` holds ``wrong_answers``,
+``acked_writes_lost``, ``disk_over_live_growth`` (the last sample over the
+first one after the first completed maintenance job),
+``disk_over_live_last``, ``rss_growth`` (the last sample over the one after
+warm-up) and ``write_p999_maintenance_over_idle``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .oracle import DELETE, SET_PAYLOAD, UPSERT, Oracle
+
+DIM = 50
+NAME = "soak"
+DATASET = "glove-6b-50-angular"
+INF = np.iinfo(np.int64).max
+K = 10
+EXACT_EVERY = 5
+SAMPLE_S = 2.0
+POLL_S = 0.05
+# Cosine distances computed by the engine (f32 kernels) and by numpy agree
+# to about 1e-6; a wrong vector is off by far more.
+TOL = 2e-4
+
+
+# ---------------------------------------------------------------- shared
+
+def _rows() -> Tuple[np.ndarray, np.ndarray]:
+    """GloVe-50's (train, test) rows, unit length (no ground truth needed)."""
+    from vectide import datasets
+
+    train, test = datasets.vectors(DATASET)
+    return np.ascontiguousarray(train, dtype=np.float32), np.ascontiguousarray(test, dtype=np.float32)
+
+
+def id_space(points: int) -> int:
+    """Ids in play: a quarter more than the live set, so that inserts find
+    absent ids."""
+    return points + points // 4
+
+
+def initial_rows(points: int, seed: int, n_rows: int) -> np.ndarray:
+    """The GloVe row of each initially loaded id ``0..points``."""
+    return np.random.default_rng(seed).integers(0, n_rows, size=points)
+
+
+def dir_bytes(path: Path) -> Tuple[int, int]:
+    """(allocated, apparent) bytes of the files under ``path``."""
+    alloc = size = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                st = os.lstat(os.path.join(root, f))
+            except OSError:
+                continue  # removed while walking
+            alloc += st.st_blocks * 512
+            size += st.st_size
+    return alloc, size
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+# ---------------------------------------------------------------- the model
+
+class Model:
+    """What the driver's readers check against: per id, the state after
+    its last begun operation (``cur``: a GloVe row, -1 absent), the state
+    before it, the logical clock at its begin (``b``) and acknowledgement
+    (``a``, ``INF`` while in flight), the acknowledgement of the operation
+    before it, and when the id was first written. One operation per id is
+    in flight at most (its writer owns it)."""
+
+    def __init__(self, n_ids: int, vecs: np.ndarray) -> None:
+        self.lock = threading.Lock()
+        self.clock = 0
+        self.vecs = vecs
+        self.cur = np.full(n_ids, -1, dtype=np.int64)
+        self.before = np.full(n_ids, -1, dtype=np.int64)
+        self.b = np.zeros(n_ids, dtype=np.int64)
+        self.a = np.zeros(n_ids, dtype=np.int64)
+        self.prev_a = np.zeros(n_ids, dtype=np.int64)
+        self.first = np.full(n_ids, INF, dtype=np.int64)
+        # For the exact check's brute force: the vector and liveness of
+        # `cur` (read without the lock; every finding is rechecked under it).
+        self.mat = np.zeros((n_ids, vecs.shape[1]), dtype=np.float32)
+        self.live = np.zeros(n_ids, dtype=bool)
+        self.n_live = 0
+
+    def load(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        self.cur[ids] = rows
+        self.first[ids] = 0
+        self.mat[ids] = self.vecs[rows]
+        self.live[ids] = True
+        self.n_live = int(self.live.sum())
+
+    def tick(self) -> int:
+        with self.lock:
+            self.clock += 1
+            return self.clock
+
+    def begin(self, id_: int, row: int) -> None:
+        with self.lock:
+            self.clock += 1
+            self.before[id_] = self.cur[id_]
+            self.prev_a[id_] = self.a[id_]
+            self.cur[id_] = row
+            self.b[id_] = self.clock
+            self.a[id_] = INF
+            if row >= 0:
+                if self.first[id_] == INF:
+                    self.first[id_] = self.clock
+                self.mat[id_] = self.vecs[row]
+            self.n_live += int(row >= 0) - int(bool(self.live[id_]))
+            self.live[id_] = row >= 0
+
+    def ack(self, id_: int) -> None:
+        with self.lock:
+            self.clock += 1
+            self.a[id_] = self.clock
+
+    def during(self, id_: int, r0: int, r1: int) -> Tuple[Optional[List[int]], bool]:
+        """The states ``id_`` may have had during a call that ran between
+        clocks ``r0`` and ``r1`` (``None``: unknown, the history kept is too
+        short), and whether it was never written before ``r1``."""
+        with self.lock:
+            b, a, cur, before, pa, first = (int(self.b[id_]), int(self.a[id_]), int(self.cur[id_]),
+                                            int(self.before[id_]), int(self.prev_a[id_]), int(self.first[id_]))
+        never = first > r1
+        if b > r1:  # the last operation began after the call
+            return ([before] if pa < r0 else None), never
+        if a < r0:  # settled before the call began, unchanged through it
+            return [cur], never
+        return ([before, cur] if pa < r0 else None), never
+
+
+# ---------------------------------------------------------------- the driver
+
+class _Target:
+    """The collection (or standalone index) the driver works on."""
+
+    def __init__(self, mode: str, engine: str, path: str, url: Optional[str], params: Dict[str, object]) -> None:
+        import vectide
+
+        self.mode = mode
+        self.payloads = mode != "standalone"
+        self.exact = mode != "standalone"
+        if mode == "standalone":
+            self.idx = vectide.Index(dim=DIM, metric="cosine", engine=engine, path=path, **params)
+            desc = next(e for e in vectide.engines() if e["name"] == engine)
+            self.at_flush = desc["persistence"] == "durable at flush"
+        else:
+            self.at_flush = False
+            if mode == "server":
+                self.db = vectide.Client(url, timeout=120)
+            else:
+                self.db = vectide.connect(path)
+            try:
+                self.col = self.db.get_collection(NAME)
+            except KeyError:
+                self.col = self.db.create_collection(NAME, dim=DIM, metric="cosine", engine=engine, **params)
+
+    def upsert(self, ids, vecs, seeds) -> None:
+        if self.mode == "standalone":
+            self.idx.add(np.asarray(ids, dtype=np.uint64), vecs)
+        else:
+            self.col.upsert(list(ids), vecs, payloads=[{"s": int(s)} for s in seeds])
+
+    def delete(self, id_: int) -> None:
+        if self.mode == "standalone":
+            self.idx.delete(np.array([id_], dtype=np.uint64))
+        else:
+            self.col.delete([id_])
+
+    def set_payload(self, id_: int, seed: int) -> None:
+        self.col.set_payload({"s": seed}, ids=[id_])
+
+    def flush(self) -> None:
+        self.idx.flush()
+
+    def search(self, q: np.ndarray, exact: bool) -> Tuple[List[int], List[float]]:
+        if self.mode == "standalone":
+            ids, d = self.idx.search(q, K)
+            keep = ids[0] != np.iinfo(np.uint64).max
+            return [int(i) for i in ids[0][keep]], [float(x) for x in d[0][keep]]
+        hits = self.col.search(q[None, :], K, with_payload=False, exact=exact)[0]
+        return [int(h.id) for h in hits], [float(h.distance) for h in hits]
+
+    def maintenance(self) -> Tuple[bool, int]:
+        """(a job runs now, jobs started so far)."""
+        if self.mode == "standalone":
+            s = self.idx.stats()
+            return bool(s.get("maintenance")), int(s.get("maintenance_started", 0))
+        info = self.col.info()
+        m = (info.get("vectide", {}) if self.mode == "server" else info).get("maintenance") or {}
+        return bool(m.get("running")), int(m.get("started", 0))
+
+    def maintain(self) -> None:
+        if self.mode == "standalone":
+            self.idx.maintain()
+        elif self.mode == "db":
+            self.col.maintain()
+
+
+def driver(args) -> None:
+    """Runs the load, then the writers, readers and samplers until killed."""
+    out_lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with out_lock:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    vecs, queries = _rows()
+    n_ids = id_space(args.points)
+    params = json.loads(args.params)
+    t = _Target(args.mode, args.engine, args.dir, args.url, params)
+    model = Model(n_ids, vecs)
+    rows0 = initial_rows(args.points, args.seed, len(vecs))
+    ids0 = np.arange(args.points)
+    t_load = time.perf_counter()
+    step = 5_000
+    for lo in range(0, args.points, step):
+        hi = min(lo + step, args.points)
+        t.upsert(ids0[lo:hi], vecs[rows0[lo:hi]], rows0[lo:hi])
+        say(f"P load {hi}")
+    if t.at_flush:
+        t.flush()
+    model.load(ids0, rows0)
+    say(f"L {time.perf_counter() - t_load:.3f}")
+    holder = args.holder_pid or os.getpid()
+    work = Path(args.work)
+    stop = threading.Event()
+    op_no = iter(range(1, 2**62))
+    op_lock = threading.Lock()
+
+    def next_op() -> int:
+        with op_lock:
+            return next(op_no)
+
+    lat_w: List[List[float]] = [[] for _ in range(args.writers)]
+    lat_s: List[List[float]] = [[] for _ in range(args.readers)]
+    unflushed: List[int] = []
+    unflushed_lock = threading.Lock()
+    counts = {"upsert_new": 0, "reupsert": 0, "delete": 0, "payload": 0, "searches": 0, "exact_searches": 0}
+    count_lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        rng = random.Random(args.seed * 7919 + w)
+        live = [i for i in range(w, args.points, args.writers)]
+        absent = [i for i in range(args.points + (w - args.points) % args.writers, n_ids, args.writers)]
+        mine = lat_w[w]
+        while not stop.is_set():
+            r = rng.random()
+            if r < 0.3 and live:
+                kind, pool = "delete", live
+            elif r < 0.6 and absent:
+                kind, pool = "upsert_new", absent
+            elif r < 0.85 or not t.payloads:
+                kind, pool = "reupsert", live
+            else:
+                kind, pool = "payload", live
+            if not pool:
+                continue
+            j = rng.randrange(len(pool))
+            id_ = pool[j]
+            op = next_op()
+            if kind == "delete":
+                row, code, seed = -1, DELETE, 0
+            elif kind == "payload":
+                row, code, seed = int(model.cur[id_]), SET_PAYLOAD, rng.randrange(1, 2**31)
+            else:
+                row = rng.randrange(len(vecs))
+                code, seed = UPSERT, row
+            say(f"B {op} {id_} {code} {seed}")
+            model.begin(id_, row)
+            t0 = time.monotonic()
+            try:
+                if code == DELETE:
+                    t.delete(id_)
+                elif code == SET_PAYLOAD:
+                    t.set_payload(id_, seed)
+                else:
+                    t.upsert([id_], vecs[row][None, :], [seed])
+            except Exception as e:  # noqa: BLE001
+                # The outcome is unknown: the operation stays in flight.
+                say(f"E writer {w}: {type(e).__name__}: {str(e)[:300]}")
+                return
+            t1 = time.monotonic()
+            model.ack(id_)
+            mine += (t0, t1 - t0)
+            if t.at_flush:
+                with unflushed_lock:
+                    unflushed.append(op)
+            else:
+                say(f"A {op}")
+            # Move the id between the writer's pools.
+            if kind == "delete" or kind == "upsert_new":
+                pool[j] = pool[-1]
+                pool.pop()
+                (absent if kind == "delete" else live).append(id_)
+            with count_lock:
+                counts[kind] += 1
+
+    def flusher() -> None:
+        while not stop.is_set():
+            time.sleep(1.0)
+            with unflushed_lock:
+                done = list(unflushed)
+                unflushed.clear()
+            try:
+                t.flush()
+            except Exception as e:  # noqa: BLE001
+                say(f"E flush: {type(e).__name__}: {str(e)[:300]}")
+                return
+            for op in done:
+                say(f"A {op}")
+
+    def reader(rd: int) -> None:
+        rng = random.Random(args.seed * 104729 + rd)
+        mine = lat_s[rd]
+        n = 0
+        while not stop.is_set():
+            q = queries[rng.randrange(len(queries))]
+            exact = t.exact and n % EXACT_EVERY == 0
+            n += 1
+            r0 = model.tick()
+            t0 = time.monotonic()
+            try:
+                ids, dists = t.search(q, exact)
+            except Exception as e:  # noqa: BLE001
+                say(f"V search failed: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            t1 = time.monotonic()
+            r1 = model.tick()
+            mine += (t0, t1 - t0, float(exact))
+            for v in check_answer(model, q, ids, dists, r0, r1, exact):
+                say(f"V {'exact' if exact else 'ann'}: {v}")
+            with count_lock:
+                counts["exact_searches" if exact else "searches"] += 1
+
+    polls: List[float] = []
+
+    def poller() -> None:
+        while not stop.is_set():
+            try:
+                running, started = t.maintenance()
+            except Exception as e:  # noqa: BLE001
+                say(f"E maintenance stat: {type(e).__name__}: {str(e)[:300]}")
+                return
+            polls.extend((time.monotonic(), float(running), float(started)))
+            time.sleep(POLL_S)
+
+    def maintainer() -> None:
+        while not stop.wait(args.maintain_every):
+            try:
+                t.maintain()
+            except Exception as e:  # noqa: BLE001
+                say(f"E maintain: {type(e).__name__}: {str(e)[:300]}")
+                return
+
+    threads = [threading.Thread(target=writer, args=(w,), daemon=True) for w in range(args.writers)]
+    threads += [threading.Thread(target=reader, args=(r,), daemon=True) for r in range(args.readers)]
+    threads.append(threading.Thread(target=poller, daemon=True))
+    if t.at_flush:
+        threads.append(threading.Thread(target=flusher, daemon=True))
+    if args.maintain_every > 0:
+        threads.append(threading.Thread(target=maintainer, daemon=True))
+    say("R")
+    for th in threads:
+        th.start()
+    data_dir = Path(args.data_dir)
+    files = {"write": work / "lat-write.f64", "search": work / "lat-search.f64", "maint": work / "maint.f64"}
+    taken = {"w": [0] * args.writers, "s": [0] * args.readers, "p": 0}
+    t_start = time.monotonic()
+    while True:
+        time.sleep(SAMPLE_S)
+        # Latencies and polls so far go to files (the parent reads them
+        # after the kill; a SIGKILL loses at most the last 2 s of them).
+        with open(files["write"], "ab") as f:
+            for w, xs in enumerate(lat_w):
+                n = len(xs) - len(xs) % 2
+                np.asarray(xs[taken["w"][w]:n], dtype=np.float64).tofile(f)
+                taken["w"][w] = n
+        with open(files["search"], "ab") as f:
+            for r, xs in enumerate(lat_s):
+                n = len(xs) - len(xs) % 3
+                np.asarray(xs[taken["s"][r]:n], dtype=np.float64).tofile(f)
+                taken["s"][r] = n
+        with open(files["maint"], "ab") as f:
+            n = len(polls) - len(polls) % 3
+            np.asarray(polls[taken["p"]:n], dtype=np.float64).tofile(f)
+            taken["p"] = n
+        alloc, size = dir_bytes(data_dir)
+        with count_lock:
+            c = dict(counts)
+        last = polls[-3:] if len(polls) >= 3 else [0.0, 0.0, 0.0]
+        sample = {"t": round(time.monotonic() - t_start, 3), "disk_bytes": alloc, "apparent_bytes": size,
+                  "live": model.n_live, "rss": rss_bytes(holder), "maintenance_started": int(last[2]),
+                  "maintenance_running": bool(last[1]), **c}
+        say("S " + json.dumps(sample))
+
+
+def check_answer(model: Model, q: np.ndarray, ids: List[int], dists: List[float], r0: int, r1: int,
+                 exact: bool) -> List[str]:
+    """The violations in one answer (see the module docs)."""
+    bad = []
+    if len(set(ids)) != len(ids):
+        bad.append(f"duplicate ids in {ids}")
+    if any(d2 < d1 - TOL for d1, d2 in zip(dists, dists[1:])):
+        bad.append(f"distances out of order: {dists}")
+    n_ids = len(model.cur)
+    for i, d in zip(ids, dists):
+        if not 0 <= i < n_ids:
+            bad.append(f"id {i} was never written")
+            continue
+        states, never = model.during(i, r0, r1)
+        if never:
+            bad.append(f"id {i} was never written before the call ended")
+        elif states is not None and all(s < 0 for s in states):
+            bad.append(f"id {i} was absent through the call (deleted, acknowledged before it began)")
+        elif exact and states is not None and len(states) == 1:
+            want = 1.0 - float(np.dot(q, model.vecs[states[0]]))
+            if abs(want - d) > TOL:
+                bad.append(f"id {i}: distance {d:.6f}, its vector is at {want:.6f}")
+    if exact:
+        kth = dists[-1] if len(ids) >= K else float("inf")
+        d_all = 1.0 - model.mat @ q
+        d_all[~model.live] = np.inf
+        d_all[ids] = np.inf
+        for c in np.flatnonzero(d_all < kth - TOL)[:50]:
+            states, _ = model.during(int(c), r0, r1)
+            if states is None or len(states) != 1 or states[0] < 0:
+                continue  # changed during the call (or absent): not judged
+            d = 1.0 - float(np.dot(q, model.vecs[states[0]]))
+            if d < kth - TOL:
+                bad.append(f"missed id {c} at {d:.6f}, nearer than the k-th result ({kth:.6f}); "
+                           f"live and unchanged through the call")
+    return bad
+
+
+# ---------------------------------------------------------------- the parent
+
+def _percentiles(x: np.ndarray) -> Optional[Dict[str, float]]:
+    if len(x) == 0:
+        return None
+    p = np.percentile(x, [50, 99, 99.9]) * 1000.0
+    return {"n": int(len(x)), "p50_ms": round(float(p[0]), 4), "p99_ms": round(float(p[1]), 4),
+            "p999_ms": round(float(p[2]), 4), "max_ms": round(float(x.max()) * 1000.0, 4)}
+
+
+def split_latencies(starts: np.ndarray, lats: np.ndarray, polls: np.ndarray) -> Dict[str, Optional[dict]]:
+    """Latencies split by whether a maintenance job ran (or began) in the
+    poll interval where the call began."""
+    if len(polls) < 2:
+        return {"maintenance": None, "idle": _percentiles(lats)}
+    t, running, started = polls[:, 0], polls[:, 1] > 0, polls[:, 2]
+    busy = running[:-1] | running[1:] | (started[1:] > started[:-1])
+    k = np.searchsorted(t, starts, side="right") - 1
+    inside = (k >= 0) & (k < len(busy))
+    m = np.zeros(len(starts), dtype=bool)
+    m[inside] = busy[k[inside]]
+    return {"maintenance": _percentiles(lats[m]), "idle": _percentiles(lats[~m & inside])}
+
+
+def _read_f64(path: Path, width: int) -> np.ndarray:
+    if not path.exists():
+        return np.zeros((0, width))
+    a = np.fromfile(path, dtype=np.float64)
+    return a[: len(a) - len(a) % width].reshape(-1, width)
+
+
+def _identify(vec, pay, cands, vecs) -> object:
+    """Which candidate state (row, payload seed) a stored point is."""
+    if vec is None:
+        return None
+    v = np.asarray(vec, dtype=np.float32)
+    s = pay.get("s") if isinstance(pay, dict) else None
+    for c in cands:
+        if c is not None and np.allclose(v, vecs[c[0]], atol=1e-5) and (pay is None or s == c[1]):
+            return c
+    return (-1, s if isinstance(s, int) else -1)
+
+
+def _final_state(mode: str, path: str, url: Optional[str], engine: str, params, oracle: Oracle,
+                 vecs: np.ndarray) -> Tuple[Dict[int, object], float]:
+    import vectide
+
+    ids = list(oracle.expected)
+    t0 = time.perf_counter()
+    if mode == "standalone":
+        idx = vectide.Index(dim=DIM, metric="cosine", engine=engine, path=path, **params)
+        opened = time.perf_counter() - t0
+
+        def get(chunk):
+            out = []
+            for i in chunk:
+                out.append((idx.get(np.array([i], dtype=np.uint64))[0], None) if i in idx else None)
+            return out
+        closer = None
+    elif mode == "db":
+        db = vectide.connect(path)
+        opened = time.perf_counter() - t0
+        col = db.get_collection(NAME)
+
+        def get(chunk):
+            return [None if r is None else (r[2], r[1]) for r in col._c.get(list(chunk), True)]
+        closer = db.close
+    else:
+        col = vectide.Client(url, timeout=120).get_collection(NAME)
+        opened = time.perf_counter() - t0
+
+        def get(chunk):
+            recs = col._c._call("POST", col._path("/points"), {"ids": chunk, "with_payload": True, "with_vector": True})
+            by = {r["id"]: r for r in recs}
+            return [None if i not in by else (by[i]["vector"], by[i].get("payload") or {}) for i in chunk]
+        closer = None
+    found = {}
+    for lo in range(0, len(ids), 1000):
+        chunk = ids[lo:lo + 1000]
+        for i, rec in zip(chunk, get(chunk)):
+            cands = oracle.uncertain.get(i, [oracle.expected[i]])
+            found[i] = None if rec is None else _identify(rec[0], rec[1], cands, vecs)
+    if closer:
+        closer()
+    return found, opened
+
+
+def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100_000, writers: int = 4,
+        readers: int = 2, seed: int = 1, maintain_every: float = 0.0, params: Optional[dict] = None,
+        progress: bool = True) -> dict:
+    """Runs one soak and returns its report (see the module docs)."""
+    from .kill import _cli, _Server
+
+    vecs, _ = _rows()
+    params = dict(params or {})
+    workdir.mkdir(parents=True, exist_ok=True)
+    data = workdir / "data"
+    server = None
+    url = None
+    if mode == "server":
+        server = _Server(data, dim=DIM)
+        server.start()
+        url = server.url
+    cmd = [sys.executable, "-m", "vectide.torture", "soak-driver", "--mode", mode, "--engine", engine,
+           "--dir", str(data), "--data-dir", str(data), "--work", str(workdir), "--points", str(points),
+           "--writers", str(writers), "--readers", str(readers), "--seed", str(seed),
+           "--maintain-every", str(maintain_every), "--params", json.dumps(params)]
+    if server:
+        cmd += ["--url", url, "--holder-pid", str(server.proc.pid)]
+    oracle = Oracle(id_space(points))
+    rows0 = initial_rows(points, seed, len(vecs))
+    for i, r in enumerate(rows0):
+        oracle.expected[i] = (int(r), int(r)) if mode != "standalone" else (int(r), None)
+    samples: List[dict] = []
+    violations: List[str] = []
+    errors: List[str] = []
+    n_violations = 0
+    ready = threading.Event()
+    loaded: Dict[str, float] = {}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    stderr_tail: List[str] = []
+
+    def drain_stderr() -> None:
+        for line in proc.stderr:
+            stderr_tail.append(line)
+            del stderr_tail[:-200]
+
+    def read_lines() -> None:
+        nonlocal n_violations
+        for line in proc.stdout:
+            if not line.endswith("\n"):
+                break
+            tag, _, rest = line.rstrip("\n").partition(" ")
+            if tag == "B":
+                op, id_, kind, s = rest.split()
+                s = int(s)
+                oracle.begin(int(op), int(id_), kind, s)
+            elif tag == "A":
+                oracle.ack(int(rest))
+            elif tag == "S":
+                samples.append(json.loads(rest))
+                if progress and len(samples) % 15 == 0:
+                    x = samples[-1]
+                    print(f"  soak {engine} ({mode}) t={x['t']:.0f}s live={x['live']} "
+                          f"disk/live={x['disk_bytes'] / max(1, x['live'] * DIM * 4):.2f} "
+                          f"rss={x['rss'] / 2**20:.0f} MiB writes={x['upsert_new'] + x['reupsert'] + x['delete'] + x['payload']} "
+                          f"searches={x['searches'] + x['exact_searches']} wrong={n_violations}", flush=True)
+            elif tag == "V":
+                n_violations += 1
+                if len(violations) < 50:
+                    violations.append(rest)
+            elif tag == "E":
+                errors.append(rest)
+            elif tag == "L":
+                loaded["seconds"] = float(rest)
+            elif tag == "R":
+                ready.set()
+
+    threads = [threading.Thread(target=read_lines, daemon=True), threading.Thread(target=drain_stderr, daemon=True)]
+    for th in threads:
+        th.start()
+    report: Dict[str, object] = {"engine": engine, "mode": mode, "minutes": minutes, "points": points,
+                                 "writers": writers, "readers": readers, "params": params,
+                                 "maintain_every_s": maintain_every}
+    try:
+        deadline = time.monotonic() + 3600
+        while not ready.wait(1.0):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the soak driver did not start: {''.join(stderr_tail)[-3000:]}")
+        if progress:
+            print(f"  soak {engine} ({mode}): {points} points loaded in {loaded.get('seconds', 0):.1f} s; "
+                  f"churning for {minutes} min", flush=True)
+        t_end = time.monotonic() + minutes * 60.0
+        while time.monotonic() < t_end and proc.poll() is None:
+            time.sleep(min(0.5, max(0.0, t_end - time.monotonic())))
+        # A random moment inside the last second, mid-stream.
+        time.sleep(random.Random(seed).uniform(0.0, 1.0))
+        if server:
+            server.kill()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        threads[0].join()
+        err = "".join(stderr_tail)
+        if "panicked" in err or "Traceback" in err:
+            errors.append(f"the driver failed before the kill: {err[-2000:]}")
+        oracle.crashed()
+        acked = oracle.acked
+        if server:
+            report["restart_s"] = server.start()
+        found, opened = _final_state(mode, str(data), url, engine, params, oracle, vecs)
+        lost = oracle.check(found, DIM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if server:
+            server.kill()
+    w = _read_f64(workdir / "lat-write.f64", 2)
+    s = _read_f64(workdir / "lat-search.f64", 3)
+    polls = _read_f64(workdir / "maint.f64", 3)
+    writes = split_latencies(w[:, 0], w[:, 1], polls)
+    searches = split_latencies(s[:, 0], s[:, 1], polls)
+    live_bytes = [max(1, x["live"] * DIM * 4) for x in samples]
+    ratio = [x["disk_bytes"] / lb for x, lb in zip(samples, live_bytes)]
+    first_done = next((i for i, x in enumerate(samples)
+                       if x["maintenance_started"] > 0 and (x["maintenance_started"] > 1 or not x["maintenance_running"])),
+                      None)
+    warm = next((i for i, x in enumerate(samples) if x["t"] >= min(60.0, 0.2 * minutes * 60.0)), None)
+    last = samples[-1] if samples else {}
+    total_writes = sum(last.get(k, 0) for k in ("upsert_new", "reupsert", "delete", "payload"))
+    mw, iw = writes["maintenance"], writes["idle"]
+    summary = {
+        "wrong_answers": n_violations,
+        "acked_writes_lost": len(lost),
+        "errors": len(errors),
+        "disk_over_live_growth": None if first_done is None or not ratio else round(ratio[-1] / ratio[first_done], 4),
+        "disk_over_live_first": None if first_done is None else round(ratio[first_done], 3),
+        "disk_over_live_last": round(ratio[-1], 3) if ratio else None,
+        "rss_growth": None if warm is None else round(last["rss"] / max(1, samples[warm]["rss"]), 4),
+        "write_p999_maintenance_over_idle": None if not (mw and iw) else round(mw["p999_ms"] / iw["p999_ms"], 3),
+        "writes": total_writes,
+        "churn_over_live": round((last.get("upsert_new", 0) + last.get("reupsert", 0) + last.get("delete", 0))
+                                 / max(1, points), 3),
+        "writes_per_s": round(total_writes / max(1e-9, last.get("t", 0)), 1) if samples else 0,
+        "searches": last.get("searches", 0) + last.get("exact_searches", 0),
+        "exact_searches": last.get("exact_searches", 0),
+        "maintenance_jobs": last.get("maintenance_started", 0),
+        "acknowledged_ops_checked": acked,
+        "reopen_s": round(opened, 4),
+        "load_s": loaded.get("seconds"),
+    }
+    report.update({
+        "summary": summary,
+        "write_latency": writes,
+        "search_latency": searches,
+        "samples": samples,
+        "wrong_answer_examples": violations,
+        "lost_examples": lost[:50],
+        "error_examples": errors[:50],
+    })
+    return report
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--engine", required=True, help="an engine from the registry")
+    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--server", action="store_true", help="through `vectide serve` and the HTTP client")
+    p.add_argument("--standalone", action="store_true", help="the engine alone, on its own log (durable engines)")
+    p.add_argument("--points", type=int, default=100_000, help="live points (GloVe-50 rows)")
+    p.add_argument("--writers", type=int, default=4)
+    p.add_argument("--readers", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--maintain-every", type=float, default=0.0,
+                   help="also call maintain() every this many seconds (0: the engine's own schedule only)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="an engine parameter (repeatable)")
+    p.add_argument("--out", dest="soak_out", type=Path, help="write the JSON report here")
+
+
+def add_driver_arguments(p) -> None:
+    for a in ("--mode", "--engine", "--dir", "--data-dir", "--work", "--params"):
+        p.add_argument(a, required=True)
+    p.add_argument("--url")
+    p.add_argument("--holder-pid", type=int, default=0)
+    for a, d in (("--points", 100_000), ("--writers", 4), ("--readers", 2), ("--seed", 1)):
+        p.add_argument(a, type=int, default=d)
+    p.add_argument("--maintain-every", type=float, default=0.0)
+
+
+def parse_params(items: List[str]) -> Dict[str, object]:
+    out: Dict[str, object] = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or not k:
+            raise ValueError(f"--param takes NAME=VALUE, got {it!r}")
+        try:
+            out[k] = json.loads(v)
+        except ValueError:
+            out[k] = v
+    return out
