@@ -544,7 +544,7 @@ static WAL_PARAMS: [ParamSpec; 8] = [
 /// Engine `hnsw-snap`: the paper's snapshot baseline.
 pub static HNSW_SNAP: EngineDescriptor = EngineDescriptor {
     name: "hnsw-snap",
-    summary: "P-HNSW paper baseline: volatile HNSW saved in full every snapshot_every rows",
+    summary: "P-HNSW paper baseline: volatile HNSW saved in full every snapshot_every rows (each snapshot replaces the last)",
     persistence: Persistence::DurableAtFlush,
     medium: vectide_core::engine::Medium::Ram,
     params: &SNAP_PARAMS,
@@ -560,7 +560,7 @@ pub static HNSW_SNAP: EngineDescriptor = EngineDescriptor {
 /// Engine `hnsw-wal`: the paper's WAL baseline.
 pub static HNSW_WAL: EngineDescriptor = EngineDescriptor {
     name: "hnsw-wal",
-    summary: "P-HNSW paper baseline: volatile HNSW with a write-ahead log, replayed at open",
+    summary: "P-HNSW paper baseline: volatile HNSW with a write-ahead log, replayed at open; the log is kept whole, as the paper's, unless snapshot_every > 0 cuts it at each snapshot",
     persistence: Persistence::DurableAtFlush,
     medium: vectide_core::engine::Medium::Ram,
     params: &WAL_PARAMS,

@@ -39,6 +39,7 @@ use crate::layout::{
 use crate::tails::{Tails, TAIL_CACHE_POSTINGS};
 use arc_swap::ArcSwapOption;
 use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use vectide_core::{Error, Result};
@@ -47,11 +48,16 @@ use vectide_storage::block::{AlignedBuf, BlockFile, ReadReq, BLOCK};
 /// Reads of one posting before a read that keeps meeting swaps gives up.
 const MAX_RETRIES: usize = 1000;
 
+/// Files smaller than this many blocks (16 MiB) are not compacted.
+pub const COMPACT_FLOOR: u64 = 4096;
+
 /// The free pool: free blocks, the released ones held back, and the file's
-/// never-used end.
+/// never-used end. Free blocks are handed out lowest first, so that the
+/// postings gather at the file's start and the free blocks at its end,
+/// where [`BlockStore::snapshot_durable`] cuts them off the file.
 #[derive(Debug, Default)]
 struct Pool {
-    free: Vec<u32>,
+    free: BTreeSet<u32>,
     /// Released since the last snapshot's capture.
     held: Vec<u32>,
     /// Released before the capture of a snapshot not yet durable.
@@ -90,10 +96,18 @@ pub struct StoreStats {
     pub tail_misses: u64,
     /// Bytes of payload the tail cache holds.
     pub tail_bytes: u64,
+    /// Times the file's free end was cut off (after a snapshot).
+    pub trims: u64,
+    /// Postings moved towards the file's start by compaction.
+    pub compacted: u64,
 }
 
 #[derive(Default)]
 struct Counters {
+    /// Times the file's free end was cut off.
+    trims: AtomicU64,
+    /// Postings moved by compaction.
+    compacted: AtomicU64,
     postings_read: AtomicU64,
     blocks_read: AtomicU64,
     blocks_written: AtomicU64,
@@ -171,6 +185,9 @@ pub struct BlockStore {
     /// Swaps hold it shared from their CAS to their release; a snapshot's
     /// capture holds it exclusively.
     gate: RwLock<()>,
+    /// Reads hold the read side, the cut of the file's free end the write
+    /// side: the file's length does not change under a read.
+    trim: RwLock<()>,
     gen: AtomicU32,
     counters: Counters,
     tails: Tails,
@@ -267,11 +284,12 @@ impl BlockStore {
             dim,
             map: RwLock::new(map),
             pool: Mutex::new(Pool {
-                free: image.free,
+                free: image.free.into_iter().collect(),
                 end: image.end.max(1),
                 ..Pool::default()
             }),
             gate: RwLock::new(()),
+            trim: RwLock::new(()),
             gen: AtomicU32::new(image.gen),
             shrinks: AtomicU64::new(0),
             counters: Counters::default(),
@@ -355,6 +373,8 @@ impl BlockStore {
             tail_hits,
             tail_misses,
             tail_bytes: self.tails.bytes(),
+            trims: c.trims.load(Ordering::Relaxed),
+            compacted: c.compacted.load(Ordering::Relaxed),
         }
     }
 
@@ -461,6 +481,25 @@ impl BlockStore {
                 });
             }
         }
+        self.read_reqs(reqs)
+    }
+
+    /// Reads `reqs`, a block past the file's end as zeros: a reader that
+    /// holds an entry from before a swap may name blocks the file no
+    /// longer has (freed by a later snapshot and cut off its end); zeros
+    /// fail the block's checks, and the read goes again from the current
+    /// entry (a current entry naming such a block is corruption). The
+    /// length cannot change during the read (`trim`'s read side).
+    fn read_reqs(&self, mut reqs: Vec<ReadReq<'_>>) -> Result<()> {
+        let _len = self.trim.read();
+        let len = self.file.len_blocks();
+        reqs.retain_mut(|r| {
+            let inside = r.block < len;
+            if !inside {
+                r.buf.fill(0);
+            }
+            inside
+        });
         if reqs.is_empty() {
             return Ok(());
         }
@@ -522,7 +561,7 @@ impl BlockStore {
         let mut pool = self.pool.lock();
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
-            match pool.free.pop() {
+            match pool.free.pop_first() {
                 Some(b) => out.push(b),
                 None => {
                     let b = pool.end;
@@ -666,8 +705,10 @@ impl BlockStore {
             if let Some(&tail) = e.blocks.last().filter(|_| tail_used < PAYLOAD) {
                 if !self.tails.get_into(pid, tail, tail_used, &mut payload) {
                     let mut buf = sc.take_buf(1);
-                    self.file.read(tail.block as u64, &mut buf[..BLOCK])?;
-                    self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
+                    self.read_reqs(vec![ReadReq {
+                        block: tail.block as u64,
+                        buf: &mut buf[..BLOCK],
+                    }])?;
                     let tail_ok = check_block(pid, tail, tail_used, &buf[..BLOCK])
                         .map(|p| payload.extend_from_slice(p));
                     sc.buf = Some(buf);
@@ -764,6 +805,67 @@ impl BlockStore {
         self.swap(pid, &Some(expected.clone()), None, &expected.blocks, true)
     }
 
+    // ---- compaction ----
+
+    /// Blocks in use: handed out, neither free nor held.
+    fn in_use(pool: &Pool) -> u64 {
+        let held = (pool.held.len() + pool.pending.len()) as u64;
+        u64::from(pool.end)
+            .saturating_sub(1)
+            .saturating_sub(held + pool.free.len() as u64)
+    }
+
+    /// Whether the file is worth compacting: past [`COMPACT_FLOOR`] blocks
+    /// and more than half of it not in use.
+    pub fn compaction_due(&self) -> bool {
+        let pool = self.pool.lock();
+        u64::from(pool.end) >= COMPACT_FLOOR && Self::in_use(&pool) * 2 < u64::from(pool.end)
+    }
+
+    /// Moves every posting with a block past the file's share of blocks
+    /// in use (plus an eighth) into the lowest free blocks, by PUTs of
+    /// its own records (a posting that changes meanwhile keeps its change
+    /// and is left where it is). The old blocks are released as any PUT's
+    /// are: the next durable snapshot frees them and cuts the file's free
+    /// end off ([`BlockStore::snapshot_durable`]). Returns the postings
+    /// moved.
+    pub fn compact(&self, sc: &mut ReadScratch) -> Result<usize> {
+        let target = {
+            let pool = self.pool.lock();
+            let used = Self::in_use(&pool);
+            (1 + used + used / 8) as u32
+        };
+        let pids: Vec<u32> = {
+            let map = self.map.read();
+            (0..map.len() as u32)
+                .filter(|&p| {
+                    map[p as usize]
+                        .entry
+                        .load()
+                        .as_ref()
+                        .is_some_and(|e| e.blocks.iter().any(|r| r.block >= target))
+                })
+                .collect()
+        };
+        let mut recs = Records::default();
+        let mut moved = 0;
+        for pid in pids {
+            let Some(e) = self.get(pid, &mut recs, sc)? else {
+                continue;
+            };
+            let bytes = std::mem::take(&mut sc.payload);
+            let r = self.put(pid, &bytes, &Some(e));
+            sc.payload = bytes;
+            if let Swap::Done(_) = r? {
+                moved += 1;
+            }
+        }
+        self.counters
+            .compacted
+            .fetch_add(moved as u64, Ordering::Relaxed);
+        Ok(moved)
+    }
+
     // ---- snapshots ----
 
     /// Whether the blocks held back for the next snapshot outnumber both
@@ -851,11 +953,31 @@ impl BlockStore {
 
     /// The last snapshot is durable: the blocks released before its
     /// capture may be reused.
+    ///
+    /// Free blocks at the file's end are then cut off it: no entry names
+    /// them, and the durable snapshot's mapping does not either (a block it
+    /// names is never released before the next snapshot), so recovery
+    /// reads none of them whether or not a crash keeps the shorter length.
+    /// The cut runs under the pool's lock, so no write is handed one of the
+    /// blocks meanwhile; a failed cut leaves the file longer, and the
+    /// blocks free.
     pub fn snapshot_durable(&self) {
         let mut pool = self.pool.lock();
         let pending = std::mem::take(&mut pool.pending);
         pool.free.extend(pending);
         pool.in_flight = false;
+        let old_end = pool.end;
+        while pool.end > 1 && pool.free.last() == Some(&(pool.end - 1)) {
+            pool.free.pop_last();
+            pool.end -= 1;
+        }
+        if pool.end < old_end {
+            // Readers wait for the cut (it does not move under a read).
+            let _len = self.trim.write();
+            if self.file.set_len_blocks(u64::from(pool.end)).is_ok() {
+                self.counters.trims.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// The last snapshot was not made durable: what it would have let go

@@ -15,6 +15,9 @@ pub enum Job {
     Split(u32, u32),
     /// Merge a small posting.
     Merge(u32),
+    /// Move postings out of the block file's mostly free end
+    /// (`BlockStore::compact`).
+    Compact,
 }
 
 impl Job {
@@ -22,6 +25,8 @@ impl Job {
         match self {
             Job::Split(p, _) => (true, p),
             Job::Merge(p) => (false, p),
+            // No posting has this number.
+            Job::Compact => (true, u32::MAX),
         }
     }
 }

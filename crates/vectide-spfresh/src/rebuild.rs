@@ -149,10 +149,14 @@ impl Inner {
     }
 
     fn run_job(&self, job: Job, sc: &mut Scratch) -> Result<()> {
+        if job == Job::Compact {
+            return self.compact(sc);
+        }
         if self.mode != Mode::Fresh {
             return Ok(());
         }
         match job {
+            Job::Compact => unreachable!("run above"),
             Job::Split(p, depth) => {
                 let _job = self.activity.begin("split");
                 self.split(p, depth, sc)
@@ -162,6 +166,19 @@ impl Inner {
                 self.merge(p, false, sc)
             }
         }
+    }
+
+    /// Compaction of the block file (`BlockStore::compact`) when it is
+    /// due, under the gate's read side as every job's PUTs (a snapshot's
+    /// capture waits).
+    pub(crate) fn compact(&self, sc: &mut Scratch) -> Result<()> {
+        if !self.store.compaction_due() {
+            return Ok(());
+        }
+        let _job = self.activity.begin("compact");
+        let _g = self.gate.read();
+        self.store.compact(&mut sc.read)?;
+        Ok(())
     }
 
     /// Split (module docs).

@@ -20,8 +20,10 @@ use vectide_storage::durable::{replay, RedoLog};
 
 /// Cuts a partial block off the end of the block file: blocks appended
 /// after the last snapshot's sync may be torn by a crash, and none of them
-/// is named by the snapshot. A file shorter than the snapshot's `end`
-/// blocks is corruption.
+/// is named by the snapshot. A file shorter than the blocks the snapshot
+/// names (`end`: one past the highest) is corruption; one shorter than the
+/// snapshot's own `end` is not, since the free blocks at the end are cut
+/// off once the snapshot is durable (`BlockStore::snapshot_durable`).
 fn trim_torn_tail(path: &Path, end: u32) -> Result<()> {
     let len = std::fs::metadata(path)
         .map_err(|e| Error::io_at(path, e))?
@@ -151,7 +153,14 @@ impl Spfresh {
         params.validate()?;
         let dim = head.dim;
         let (image, used) = decode_map(&map)?;
-        trim_torn_tail(&dir.join(BLOCKS), image.end)?;
+        let named_end = image
+            .postings
+            .iter()
+            .flatten()
+            .flat_map(|p| p.blocks.iter().map(|r| r.block + 1))
+            .max()
+            .unwrap_or(1);
+        trim_torn_tail(&dir.join(BLOCKS), named_end)?;
         let file = DirectFile::open(&dir.join(BLOCKS), false, BLOCK_SYNC)?;
         let store = BlockStore::open(Box::new(file), image)?;
         if used != map.len() || store.dim() != dim {

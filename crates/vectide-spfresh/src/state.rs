@@ -378,6 +378,11 @@ impl Inner {
                 self.store.snapshot_durable();
                 self.covered.fetch_max(covered, Ordering::AcqRel);
                 self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
+                // A file mostly free is compacted by a job; the snapshot
+                // after it cuts the freed end off.
+                if self.store.compaction_due() {
+                    self.jobs.push(crate::jobs::Job::Compact);
+                }
                 for s in (1..=prev).rev() {
                     let f = wal_file(&self.dir, s);
                     if !f.exists() {
@@ -484,7 +489,17 @@ impl Inner {
                 })();
                 self.give_back(sc);
                 swept?;
-                self.snapshot()
+                self.snapshot()?;
+                // The sweep may have left the file mostly free: compact
+                // now, and the next snapshot gives the end back.
+                if self.store.compaction_due() {
+                    let mut sc = self.scratch();
+                    let r = self.compact(&mut sc);
+                    self.give_back(sc);
+                    r?;
+                    self.snapshot()?;
+                }
+                Ok(())
             }
             Mode::Inplace => Ok(()),
         }
@@ -550,6 +565,8 @@ impl Inner {
             ("read_retries".into(), st.read_retries as f64),
             ("tail_cache_hits".into(), st.tail_hits as f64),
             ("tail_cache_misses".into(), st.tail_misses as f64),
+            ("block_file_trims".into(), st.trims as f64),
+            ("postings_compacted".into(), st.compacted as f64),
         ];
         let io = self.store.io_stats();
         let mut stats = IndexStats {

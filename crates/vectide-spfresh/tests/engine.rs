@@ -857,3 +857,50 @@ fn a_failed_static_rebuild_leaves_the_index_in_use_whole() {
     assert_eq!(idx.len(), 1002);
     assert_sound(&idx);
 }
+
+/// The block file gives its space back when the live set shrinks: after
+/// most vectors are deleted and the postings swept, snapshots cut the
+/// file's free end off (free blocks are handed out lowest first, so the
+/// postings gather at the start); the reopened index holds every survivor.
+#[test]
+fn the_block_file_shrinks_when_the_live_set_does() {
+    let pts = clustered(6000, DIM, 12, 9);
+    let ids: Vec<u64> = (0..6000).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, params(true)).unwrap();
+    idx.insert(1, &ids, &pts).unwrap();
+    idx.snapshot().unwrap();
+    let file = || {
+        std::fs::metadata(dir.path().join("blocks.dat"))
+            .unwrap()
+            .len()
+    };
+    let full = file();
+    let gone: Vec<u64> = ids.iter().copied().filter(|i| i % 10 != 0).collect();
+    idx.delete(2, &gone).unwrap();
+    // Sweep and snapshot a few times: each snapshot returns the blocks the
+    // last sweep released, the next writes take the lowest ones.
+    for _ in 0..4 {
+        idx.maintain().unwrap();
+        idx.snapshot().unwrap();
+    }
+    let after = file();
+    assert!(
+        after * 3 < full,
+        "the file kept {after} of {full} bytes with a tenth of the vectors live"
+    );
+    assert!(stat(&idx, "block_file_trims") >= 1.0);
+    assert_eq!(
+        idx.stats().unwrap().disk_bytes,
+        after,
+        "disk_bytes follows the file"
+    );
+    assert_sound(&idx);
+    drop(idx);
+    let again = Spfresh::open(dir.path(), &open_params(true)).unwrap();
+    assert_eq!(again.len(), 600);
+    for i in (0..6000u64).step_by(10) {
+        assert!(again.contains(i).unwrap(), "{i} lost");
+    }
+    assert_sound(&again);
+}

@@ -615,6 +615,8 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
     errors: List[str] = []
     n_violations = 0
     ready = threading.Event()
+    # Set before the kill: what fails after it is the kill's doing.
+    killed = threading.Event()
     loaded: Dict[str, float] = {}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
     stderr_tail: List[str] = []
@@ -644,6 +646,8 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
                           f"disk/live={x['disk_bytes'] / max(1, x['live'] * DIM * 4):.2f} "
                           f"rss={x['rss'] / 2**20:.0f} MiB writes={x['upsert_new'] + x['reupsert'] + x['delete'] + x['payload']} "
                           f"searches={x['searches'] + x['exact_searches']} wrong={n_violations}", flush=True)
+            elif killed.is_set() and (tag == "E" or rest.startswith("search failed")):
+                pass  # a call the kill of the server cut
             elif tag == "V":
                 n_violations += 1
                 if len(violations) < 50:
@@ -674,6 +678,7 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
             time.sleep(min(0.5, max(0.0, t_end - time.monotonic())))
         # A random moment inside the last second, mid-stream.
         time.sleep(random.Random(seed).uniform(0.0, 1.0))
+        killed.set()
         if server:
             server.kill()
         proc.send_signal(signal.SIGKILL)
