@@ -138,6 +138,8 @@ pub(crate) struct Inner {
     /// the last freeze): with `log=database`, the durability watermark.
     pub covered: AtomicU64,
     pub(crate) merge_lock: Mutex<()>,
+    /// Held through a freeze (see `Inner::freeze`).
+    pub(crate) freeze_lock: Mutex<()>,
     pub(crate) background: Mutex<Option<JoinHandle<()>>>,
     pub(crate) status: MergeStatus,
     pub(crate) scratches: Mutex<Vec<Scratch>>,
@@ -174,6 +176,7 @@ impl Inner {
             durable: AtomicU64::new(durable),
             covered: AtomicU64::new(durable),
             merge_lock: Mutex::new(()),
+            freeze_lock: Mutex::new(()),
             background: Mutex::new(None),
             status: MergeStatus::default(),
             scratches: Mutex::new(Vec::new()),

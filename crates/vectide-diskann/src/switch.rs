@@ -313,7 +313,14 @@ impl Inner {
         m.lti_gen = gen;
         m.ro.retain(|s| !merged.contains(s));
         m.lti_dead = lti_dead.clone();
-        m.ro_dead = ro_dead.clone();
+        // A temp index frozen but not yet named by a manifest (a freeze
+        // saving it meanwhile, see `Inner::freeze`) has its deletes named
+        // by that freeze's manifest, not this one.
+        m.ro_dead = ro_dead
+            .iter()
+            .copied()
+            .filter(|(s, _)| m.ro.contains(s))
+            .collect();
         let lti = match (pq, outcome) {
             (Some(pq), Some(o)) => {
                 // Patch the codes in place: no search holds the old LTI

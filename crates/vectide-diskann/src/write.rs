@@ -4,6 +4,7 @@
 
 use crate::manifest::{self, Manifest};
 use crate::state::*;
+use parking_lot::MutexGuard;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -144,7 +145,7 @@ impl Inner {
 
     /// Freezes a full RW index and starts a merge that is due; returns
     /// whether the caller runs one inline (after releasing the writer).
-    pub(crate) fn after_write(self: &Arc<Self>, w: &mut Writer) -> Result<bool> {
+    pub(crate) fn after_write(self: &Arc<Self>, w: &mut MutexGuard<'_, Writer>) -> Result<bool> {
         let (rw_len, changes, can_build) = {
             let st = self.state.read();
             (
@@ -186,7 +187,19 @@ impl Inner {
     /// the deletes since the last freeze). Refused once poisoned: the
     /// state in memory lacks a logged write, and the freeze would drop the
     /// log that holds it.
-    pub(crate) fn freeze(&self, w: &mut Writer) -> Result<()> {
+    ///
+    /// One freeze at a time: a freeze that finds another in flight waits
+    /// for it without the writer lock (the other needs the lock to end).
+    /// Under the database the frozen index is saved without the writer
+    /// lock ([`Inner::freeze_beside`]); standalone the save, the new log
+    /// and the manifest happen under it (writers wait: the new log must
+    /// not take writes before a manifest names it).
+    pub(crate) fn freeze(&self, w: &mut MutexGuard<'_, Writer>) -> Result<()> {
+        self.poison.check()?;
+        let _one = match self.freeze_lock.try_lock() {
+            Some(g) => g,
+            None => MutexGuard::unlocked(w, || self.freeze_lock.lock()),
+        };
         self.poison.check()?;
         let _job = self.status.activity.begin("freeze");
         let rw = self.state.read().rw().clone();
@@ -209,9 +222,10 @@ impl Inner {
                 "fresh-diskann: 2^32 - 1 temp indexes frozen; no serial is left",
             ));
         }
+        if self.params.external_log {
+            return self.freeze_beside(w, rw, next);
+        }
         rw.index.save(&manifest::temp_file(&self.dir, rw.serial))?;
-        // Under the database, its commit log holds the writes: no log of
-        // our own is started (nor synced into existence).
         let log = match self.params.external_log {
             true => None,
             false => {
@@ -236,6 +250,41 @@ impl Inner {
         self.covered.fetch_max(covered, Ordering::AcqRel);
         w.log = log;
         let _ = std::fs::remove_file(manifest::log_file(&self.dir, rw.serial));
+        Ok(())
+    }
+
+    /// The freeze under the database's log, in three steps: (1) under the
+    /// writer lock a new RW-TempIndex takes the writes and the frozen one
+    /// stays searchable (it changes no more: deletes of its points go to
+    /// the RO dead list); (2) without the lock, the frozen index is saved;
+    /// (3) under the lock again, the manifest naming it is written and
+    /// only then does `durable_seq()` (`covered`) move to the writes it
+    /// holds. A crash before (3) leaves the old manifest and watermark:
+    /// the database replays those writes. A failure after (1) poisons the
+    /// index: the state in memory has a frozen temp index no manifest
+    /// names, and a later manifest would drop it (the reopen replays).
+    fn freeze_beside(
+        &self,
+        w: &mut MutexGuard<'_, Writer>,
+        rw: Arc<Temp>,
+        next: u64,
+    ) -> Result<()> {
+        let covered = self.durable.load(Ordering::Acquire);
+        let temp = self.new_temp(next)?;
+        self.state.write().temps.push(temp);
+        let serial = rw.serial;
+        let why = |e: &Error| {
+            self.poison
+                .poison(&format!("the freeze of temp index {serial}"), e)
+        };
+        MutexGuard::unlocked(w, || rw.index.save(&manifest::temp_file(&self.dir, serial)))
+            .map_err(|e| why(&e))?;
+        let mut m = self.manifest_now(w, covered);
+        m.ro.push(serial);
+        m.rw = next;
+        m.write(&self.dir).map_err(|e| why(&e))?;
+        w.manifest = m;
+        self.covered.fetch_max(covered, Ordering::AcqRel);
         Ok(())
     }
 }

@@ -3,6 +3,8 @@
 //! merges (on request and in the background, with searches and writes
 //! going on), reopening after each stage, and bad input.
 
+#[path = "../../test-support/hold_sync.rs"]
+mod hold_sync;
 #[path = "../../test-support/oracle.rs"]
 mod oracle;
 #[path = "../../test-support/poison.rs"]
@@ -306,4 +308,76 @@ fn a_failed_apply_poisons_the_index_until_the_reopen_replays_the_log() {
         || Box::new(FreshDiskann::create(&path, DIM, Metric::L2, params(100, 400)).unwrap()),
         || Box::new(FreshDiskann::open(&path, OpenKnobs::threads(2)).unwrap()),
     );
+}
+
+/// Under the database's log, a freeze saves the frozen temp index without
+/// the writer lock: writes go on while its file is synced, and the
+/// watermark moves to the frozen writes only once the manifest names them
+/// (the save is held in its fsync until a second writer finished).
+#[test]
+fn writers_do_not_wait_for_a_freeze_to_save_the_frozen_index() {
+    use hold_sync::Hold;
+    use std::sync::Arc;
+    use vectide_core::sync::install_sync_observer;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ix");
+    let mut p = params(100, 1_000_000);
+    p.external_log = true;
+    let ix = Arc::new(FreshDiskann::create(&path, DIM, Metric::L2, p).unwrap());
+    let data = oracle::clustered(200, DIM, 4, 11);
+    for i in 0..99u64 {
+        let at = i as usize * DIM;
+        ix.insert(i + 1, &[i], &data[at..at + DIM]).unwrap();
+    }
+    let before = ix.durable_seq();
+    // The frozen index's save: an atomic write of `temp-N.fv`.
+    let hold = Arc::new(Hold::new(|e| {
+        e.site == vectide_core::io::ATOMIC_WRITE_FILE
+            && e.path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(".temp-"))
+    }));
+    let _g = install_sync_observer(&path, hold.clone());
+    // The 100th point fills the RW index: its write freezes it.
+    let freezer = {
+        let ix = ix.clone();
+        let v = data[99 * DIM..100 * DIM].to_vec();
+        std::thread::spawn(move || ix.insert(100, &[99], &v))
+    };
+    hold.wait_held(|| freezer.is_finished());
+    // The freeze is inside its save's fsync now.
+    ix.insert(101, &[100], &data[100 * DIM..101 * DIM]).unwrap();
+    assert_eq!(ix.delete(102, &[0]).unwrap(), 1);
+    assert_eq!(
+        ix.durable_seq(),
+        before,
+        "the watermark moved before the manifest named the frozen writes"
+    );
+    hold.release();
+    freezer.join().unwrap().unwrap();
+    assert!(
+        hold.released_during_sync(),
+        "the writes waited for the freeze's save"
+    );
+    assert!(ix.durable_seq() >= 100, "{}", ix.durable_seq());
+    assert_eq!(ix.len(), 100);
+    assert!(ix.check_structure().unwrap().is_empty());
+    // Reopened, the frozen index is there; the writes after the freeze are
+    // the database's to replay (past `durable_seq()`).
+    let durable = ix.durable_seq();
+    drop(ix);
+    let knobs = OpenKnobs {
+        external_log: true,
+        ..OpenKnobs::threads(2)
+    };
+    let again = FreshDiskann::open(&path, knobs).unwrap();
+    assert_eq!(again.durable_seq(), durable);
+    // Ids 1..=99 were written at or before the freeze (id 0 was deleted
+    // after it: the database replays that delete either way).
+    for i in 1..100u64 {
+        assert!(again.contains(i).unwrap(), "{i} lost");
+    }
+    assert!(again.check_structure().unwrap().is_empty());
 }

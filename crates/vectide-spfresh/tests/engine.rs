@@ -1,6 +1,8 @@
 //! The SPANN-family engines end to end: build, search against a
 //! brute-force oracle, updates, LIRE's jobs, snapshots and recovery.
 
+#[path = "../../test-support/hold_sync.rs"]
+mod hold_sync;
 #[path = "../../test-support/oracle.rs"]
 mod oracle;
 #[path = "../../test-support/poison.rs"]
@@ -690,37 +692,9 @@ fn a_failed_apply_poisons_the_index_until_the_reopen_replays_the_log() {
 /// observer timed out waiting for them).
 #[test]
 fn writers_do_not_wait_for_a_snapshot_fsync() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Condvar, Mutex};
-    use std::time::Duration;
-    use vectide_core::sync::{
-        install_sync_observer, SyncDecision, SyncEvent, SyncObserver, SyncPhase,
-    };
-
-    /// Holds the block file's sync until the writer is done (at most 10 s).
-    struct Hold {
-        syncing: AtomicBool,
-        done: Mutex<bool>,
-        cv: Condvar,
-        writer_finished_during_sync: AtomicBool,
-    }
-    impl SyncObserver for Hold {
-        fn on_sync(&self, e: &SyncEvent<'_>) -> SyncDecision {
-            if e.phase == SyncPhase::Before && e.site == vectide_spfresh::BLOCK_SYNC {
-                self.syncing.store(true, Ordering::SeqCst);
-                let done = self.done.lock().unwrap();
-                let (done, _) = self
-                    .cv
-                    .wait_timeout_while(done, Duration::from_secs(10), |d| !*d)
-                    .unwrap();
-                if *done {
-                    self.writer_finished_during_sync
-                        .store(true, Ordering::SeqCst);
-                }
-            }
-            SyncDecision::Proceed
-        }
-    }
+    use hold_sync::Hold;
+    use std::sync::Arc;
+    use vectide_core::sync::install_sync_observer;
 
     let dir = tempfile::tempdir().unwrap();
     let idx =
@@ -728,28 +702,20 @@ fn writers_do_not_wait_for_a_snapshot_fsync() {
     let data = clustered(700, DIM, 8, 5);
     let ids: Vec<u64> = (0..600).collect();
     idx.insert(1, &ids, &data[..600 * DIM]).unwrap();
-    let hold = Arc::new(Hold {
-        syncing: AtomicBool::new(false),
-        done: Mutex::new(false),
-        cv: Condvar::new(),
-        writer_finished_during_sync: AtomicBool::new(false),
-    });
+    let hold = Arc::new(Hold::new(|e| e.site == vectide_spfresh::BLOCK_SYNC));
     let _g = install_sync_observer(dir.path(), hold.clone());
     let snap = {
         let idx = idx.clone();
         std::thread::spawn(move || idx.snapshot())
     };
-    while !hold.syncing.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    hold.wait_held(|| snap.is_finished());
     // The snapshot is inside its block file sync now.
     idx.insert(2, &[600], &data[600 * DIM..601 * DIM]).unwrap();
     assert_eq!(idx.delete(3, &[0]).unwrap(), 1);
-    *hold.done.lock().unwrap() = true;
-    hold.cv.notify_all();
+    hold.release();
     snap.join().unwrap().unwrap();
     assert!(
-        hold.writer_finished_during_sync.load(Ordering::SeqCst),
+        hold.released_during_sync(),
         "the writes waited for the snapshot's fsync"
     );
     assert_eq!(idx.len(), 600);
