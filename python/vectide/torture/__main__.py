@@ -164,6 +164,13 @@ def _run_soak(args, argv) -> int:
     report["command"] = " ".join([Path(sys.executable).name, "-m", "vectide.torture"] + (argv or sys.argv[1:]))
     report["started"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     try:
+        import subprocess
+
+        report["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                          text=True, timeout=10).stdout.strip() or None
+    except Exception:  # noqa: BLE001
+        pass
+    try:
         from vectide import simd_isa
 
         report["isa"] = simd_isa()
