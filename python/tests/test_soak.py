@@ -38,6 +38,9 @@ def test_the_reader_check_catches_a_deleted_a_never_written_and_a_missed_id():
         assert len(bad) == 1 and "id 1 was absent" in bad[0]
         bad = soak.check_answer(m, q, [0, 5], [0.0, 1.0], r0, r1, exact=False)
         assert len(bad) == 1 and "never written" in bad[0]
+        # An id outside every id ever used, in an exact answer: named, not a crash.
+        bad = soak.check_answer(m, q, [0, 10**9], [0.0, 1.0], r0, r1, exact=True)
+        assert any("10" in b and "never written" in b for b in bad), bad
         # Id 0 (distance 0) is live and unchanged: an exact answer without it is wrong.
         bad = soak.check_answer(m, q, [2, 3], [1.0, 1.0], r0, r1, exact=True)
         assert any("missed id 0" in b for b in bad), bad

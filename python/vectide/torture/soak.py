@@ -485,7 +485,7 @@ def check_answer(model: Model, q: np.ndarray, ids: List[int], dists: List[float]
         kth = dists[-1] if len(ids) >= K else float("inf")
         d_all = 1.0 - model.mat @ q
         d_all[~model.live] = np.inf
-        d_all[ids] = np.inf
+        d_all[[i for i in ids if 0 <= i < n_ids]] = np.inf
         for c in np.flatnonzero(d_all < kth - TOL)[:50]:
             states, _ = model.during(int(c), r0, r1)
             if states is None or len(states) != 1 or states[0] < 0:
