@@ -822,47 +822,42 @@ impl BlockStore {
         u64::from(pool.end) >= COMPACT_FLOOR && Self::in_use(&pool) * 2 < u64::from(pool.end)
     }
 
-    /// Moves every posting with a block past the file's share of blocks
-    /// in use (plus an eighth) into the lowest free blocks, by PUTs of
-    /// its own records (a posting that changes meanwhile keeps its change
-    /// and is left where it is). The old blocks are released as any PUT's
-    /// are: the next durable snapshot frees them and cuts the file's free
-    /// end off ([`BlockStore::snapshot_durable`]). Returns the postings
-    /// moved.
-    pub fn compact(&self, sc: &mut ReadScratch) -> Result<usize> {
+    /// The postings to move when compacting: those with a block past the
+    /// file's share of blocks in use (plus an eighth).
+    pub fn compaction_candidates(&self) -> Vec<u32> {
         let target = {
             let pool = self.pool.lock();
             let used = Self::in_use(&pool);
             (1 + used + used / 8) as u32
         };
-        let pids: Vec<u32> = {
-            let map = self.map.read();
-            (0..map.len() as u32)
-                .filter(|&p| {
-                    map[p as usize]
-                        .entry
-                        .load()
-                        .as_ref()
-                        .is_some_and(|e| e.blocks.iter().any(|r| r.block >= target))
-                })
-                .collect()
+        let map = self.map.read();
+        (0..map.len() as u32)
+            .filter(|&p| {
+                map[p as usize]
+                    .entry
+                    .load()
+                    .as_ref()
+                    .is_some_and(|e| e.blocks.iter().any(|r| r.block >= target))
+            })
+            .collect()
+    }
+
+    /// Moves posting `pid` into the lowest free blocks by a PUT of its own
+    /// records (a posting that changes meanwhile keeps its change and is
+    /// left where it is). Its old blocks are released as any PUT's are:
+    /// the next durable snapshot frees them and cuts the file's free end
+    /// off ([`BlockStore::snapshot_durable`]). Returns whether it moved.
+    pub fn relocate(&self, pid: u32, recs: &mut Records, sc: &mut ReadScratch) -> Result<bool> {
+        let Some(e) = self.get(pid, recs, sc)? else {
+            return Ok(false);
         };
-        let mut recs = Records::default();
-        let mut moved = 0;
-        for pid in pids {
-            let Some(e) = self.get(pid, &mut recs, sc)? else {
-                continue;
-            };
-            let bytes = std::mem::take(&mut sc.payload);
-            let r = self.put(pid, &bytes, &Some(e));
-            sc.payload = bytes;
-            if let Swap::Done(_) = r? {
-                moved += 1;
-            }
+        let bytes = std::mem::take(&mut sc.payload);
+        let r = self.put(pid, &bytes, &Some(e));
+        sc.payload = bytes;
+        let moved = matches!(r?, Swap::Done(_));
+        if moved {
+            self.counters.compacted.fetch_add(1, Ordering::Relaxed);
         }
-        self.counters
-            .compacted
-            .fetch_add(moved as u64, Ordering::Relaxed);
         Ok(moved)
     }
 

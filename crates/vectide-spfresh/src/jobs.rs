@@ -16,7 +16,7 @@ pub enum Job {
     /// Merge a small posting.
     Merge(u32),
     /// Move postings out of the block file's mostly free end
-    /// (`BlockStore::compact`).
+    /// (`BlockStore::relocate`).
     Compact,
 }
 

@@ -168,16 +168,20 @@ impl Inner {
         }
     }
 
-    /// Compaction of the block file (`BlockStore::compact`) when it is
-    /// due, under the gate's read side as every job's PUTs (a snapshot's
-    /// capture waits).
+    /// Compaction of the block file when it is due: the postings with
+    /// blocks in the file's mostly free end, moved one by one
+    /// (`BlockStore::relocate`), each under the gate's read side as every
+    /// job's PUT (a snapshot's capture waits for one move, not the pass).
     pub(crate) fn compact(&self, sc: &mut Scratch) -> Result<()> {
         if !self.store.compaction_due() {
             return Ok(());
         }
         let _job = self.activity.begin("compact");
-        let _g = self.gate.read();
-        self.store.compact(&mut sc.read)?;
+        let mut recs = Records::default();
+        for pid in self.store.compaction_candidates() {
+            let _g = self.gate.read();
+            self.store.relocate(pid, &mut recs, &mut sc.read)?;
+        }
         Ok(())
     }
 
