@@ -421,6 +421,17 @@ impl Collection {
         Ok(s)
     }
 
+    /// The maintenance jobs as the front ends show them: `{"running":
+    /// [names], "started": count}` (null when the engine's stats fail).
+    pub fn maintenance_json(&self) -> serde_json::Value {
+        match self.stats() {
+            Ok(s) => {
+                serde_json::json!({"running": s.maintenance, "started": s.maintenance_started})
+            }
+            Err(_) => serde_json::Value::Null,
+        }
+    }
+
     /// Runs the engine's pending maintenance (delete consolidation, a
     /// merge) and returns when none is in flight; writes and searches go on
     /// meanwhile. Its progress is in [`Collection::stats`]' extras.

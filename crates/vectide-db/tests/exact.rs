@@ -31,7 +31,7 @@ fn params(engine: &str) -> Params {
         ("temp_points", ParamValue::Int(300)),
         ("merge_points", ParamValue::Int(600)),
         ("merge", ParamValue::Str("inline".into())),
-        ("posting_vectors", ParamValue::Int(8)),
+        ("posting_vectors", ParamValue::Int(32)),
         ("rebuild", ParamValue::Str("inline".into())),
         ("pq_bytes", ParamValue::Int(4)),
         ("threads", ParamValue::Int(1)),

@@ -195,7 +195,6 @@ impl Inner {
     /// and the manifest happen under it (writers wait: the new log must
     /// not take writes before a manifest names it).
     pub(crate) fn freeze(&self, w: &mut MutexGuard<'_, Writer>) -> Result<()> {
-        self.poison.check()?;
         let _one = match self.freeze_lock.try_lock() {
             Some(g) => g,
             None => MutexGuard::unlocked(w, || self.freeze_lock.lock()),
@@ -226,19 +225,14 @@ impl Inner {
             return self.freeze_beside(w, rw, next);
         }
         rw.index.save(&manifest::temp_file(&self.dir, rw.serial))?;
-        let log = match self.params.external_log {
-            true => None,
-            false => {
-                let (log, stale) = RedoLog::open(&manifest::log_file(&self.dir, next), self.dim)?;
-                if !stale.ops.is_empty() || stale.torn {
-                    return Err(Error::corrupted(format!(
-                        "{} holds records of a log the manifest does not name",
-                        manifest::log_file(&self.dir, next).display()
-                    )));
-                }
-                Some(log)
-            }
-        };
+        // Standalone: the next RW index's own log.
+        let (log, stale) = RedoLog::open(&manifest::log_file(&self.dir, next), self.dim)?;
+        if !stale.ops.is_empty() || stale.torn {
+            return Err(Error::corrupted(format!(
+                "{} holds records of a log the manifest does not name",
+                manifest::log_file(&self.dir, next).display()
+            )));
+        }
         let mut m = self.manifest_now(w, self.durable.load(Ordering::Acquire));
         m.ro.push(rw.serial);
         m.rw = next;
@@ -248,7 +242,7 @@ impl Inner {
         self.state.write().temps.push(temp);
         w.manifest = m;
         self.covered.fetch_max(covered, Ordering::AcqRel);
-        w.log = log;
+        w.log = Some(log);
         let _ = std::fs::remove_file(manifest::log_file(&self.dir, rw.serial));
         Ok(())
     }

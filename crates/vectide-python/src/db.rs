@@ -516,7 +516,7 @@ impl PyCollection {
             "opened_seconds": c.opened_in.as_secs_f64(),
             "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
             "poisoned": c.poisoned(),
-            "maintenance": maintenance(&c),
+            "maintenance": c.maintenance_json(),
         })
         .to_string())
     }
@@ -528,15 +528,6 @@ impl PyCollection {
     #[getter]
     fn name(&self) -> String {
         self.name.clone()
-    }
-}
-
-/// The maintenance jobs of a collection: `running` (names) and `started`
-/// (a count since the open); see `vectide_core::activity`.
-fn maintenance(c: &vectide_db::Collection) -> Value {
-    match c.stats() {
-        Ok(s) => json!({"running": s.maintenance, "started": s.maintenance_started}),
-        Err(_) => Value::Null,
     }
 }
 

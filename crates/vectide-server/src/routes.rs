@@ -256,7 +256,7 @@ async fn get_collection(State(app): State<Arc<App>>, Path(name): Path<String>) -
                 "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
                 "wal_tail_bytes": c.wal_tail_bytes(),
                 "poisoned": c.poisoned(),
-                "maintenance": c.stats().ok().map(|s| json!({"running": s.maintenance, "started": s.maintenance_started})),
+                "maintenance": c.maintenance_json(),
             },
         }),
         t0,

@@ -240,13 +240,7 @@ impl BlockStore {
                 got: h.dim as usize,
             });
         }
-        let last = image
-            .postings
-            .iter()
-            .flatten()
-            .flat_map(|p| p.blocks.iter().map(|r| r.block as u64 + 1))
-            .max()
-            .unwrap_or(1);
+        let last = u64::from(image.named_end());
         if last > file.len_blocks() {
             return Err(Error::corrupted(format!(
                 "block store: the mapping names block {} of a {}-block file",
@@ -872,9 +866,7 @@ impl BlockStore {
     pub fn held_exceeds_used(&self, floor: u64) -> bool {
         let pool = self.pool.lock();
         let held = (pool.held.len() + pool.pending.len()) as u64;
-        let handed_out = u64::from(pool.end).saturating_sub(1);
-        let used = handed_out.saturating_sub(held + pool.free.len() as u64);
-        held > used.max(floor)
+        held > Self::in_use(&pool).max(floor)
     }
 
     /// Captures the mapping and the pool at one instant, syncs the file so

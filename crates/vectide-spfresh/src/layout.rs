@@ -317,6 +317,17 @@ pub fn decode_map(bytes: &[u8]) -> Result<(MapImage, usize)> {
 }
 
 impl MapImage {
+    /// One past the highest block a posting names (1 when none does: block
+    /// 0 is the header); the file must hold at least this many blocks.
+    pub fn named_end(&self) -> u32 {
+        self.postings
+            .iter()
+            .flatten()
+            .flat_map(|p| p.blocks.iter().map(|r| r.block + 1))
+            .max()
+            .unwrap_or(1)
+    }
+
     /// The structural checks of a mapping: each posting's block count is
     /// what its records need, and no block is 0, at or past `end`, or
     /// named twice (by two postings, or as used and free).

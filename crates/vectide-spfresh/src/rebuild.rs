@@ -149,14 +149,10 @@ impl Inner {
     }
 
     fn run_job(&self, job: Job, sc: &mut Scratch) -> Result<()> {
-        if job == Job::Compact {
-            return self.compact(sc);
-        }
-        if self.mode != Mode::Fresh {
-            return Ok(());
-        }
         match job {
-            Job::Compact => unreachable!("run above"),
+            // Compaction serves every mode; splits and merges only LIRE's.
+            Job::Compact => self.compact(sc),
+            _ if self.mode != Mode::Fresh => Ok(()),
             Job::Split(p, depth) => {
                 let _job = self.activity.begin("split");
                 self.split(p, depth, sc)

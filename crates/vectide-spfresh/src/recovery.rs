@@ -153,14 +153,7 @@ impl Spfresh {
         params.validate()?;
         let dim = head.dim;
         let (image, used) = decode_map(&map)?;
-        let named_end = image
-            .postings
-            .iter()
-            .flatten()
-            .flat_map(|p| p.blocks.iter().map(|r| r.block + 1))
-            .max()
-            .unwrap_or(1);
-        trim_torn_tail(&dir.join(BLOCKS), named_end)?;
+        trim_torn_tail(&dir.join(BLOCKS), image.named_end())?;
         let file = DirectFile::open(&dir.join(BLOCKS), false, BLOCK_SYNC)?;
         let store = BlockStore::open(Box::new(file), image)?;
         if used != map.len() || store.dim() != dim {
