@@ -39,7 +39,7 @@ use crate::layout::{
 use crate::tails::{Tails, TAIL_CACHE_POSTINGS};
 use arc_swap::ArcSwapOption;
 use parking_lot::{Mutex, RwLock};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use vectide_core::{Error, Result};
@@ -878,21 +878,28 @@ impl BlockStore {
     /// second one before the first is resolved is an error (it would let
     /// the first's resolution free blocks the first still names).
     pub fn snapshot(&self, out: &mut Vec<u8>) -> Result<()> {
-        self.capture(out)?;
+        self.capture(out, &HashSet::new())?;
         self.sync_capture()
     }
 
     /// The first half of [`BlockStore::snapshot`]: captures and encodes,
     /// syncing nothing, so that a caller holding its own locks for the
     /// capture can release them before [`BlockStore::sync_capture`] (no
-    /// writer waits behind the fsync).
-    pub fn capture(&self, out: &mut Vec<u8>) -> Result<()> {
+    /// writer waits behind the fsync). The postings in `omit` are left out
+    /// of the image (their ids recorded as gone, their blocks as free):
+    /// a `spann` rebuild's new postings, which no centroid in use names
+    /// yet.
+    pub fn capture(&self, out: &mut Vec<u8>, omit: &HashSet<u32>) -> Result<()> {
         let (postings, end, gen) = {
             let _gate = self.gate.write();
             let map = self.map.read();
             let postings: Vec<Option<Posting>> = map
                 .iter()
-                .map(|s| s.entry.load_full().map(|p| (*p).clone()))
+                .enumerate()
+                .map(|(p, s)| match omit.contains(&(p as u32)) {
+                    true => None,
+                    false => s.entry.load_full().map(|p| (*p).clone()),
+                })
                 .collect();
             let mut pool = self.pool.lock();
             if pool.in_flight {

@@ -63,9 +63,16 @@ impl Inner {
     /// The static build of vectors `vids` (rows of `data`, normalised) into
     /// new postings, their centroids added to `heads` (the index in use,
     /// or a fresh one that a rebuild swaps in afterwards) and vectors
-    /// routed by it (module docs). The caller holds the writer and the
-    /// gate shared, and no posting is being created by anyone else.
-    pub(crate) fn build(&self, heads: &Heads, vids: &[u32], data: &[f32]) -> Result<()> {
+    /// routed by it (module docs). A first load holds the writer and the
+    /// gate shared; a rebuild (`beside`) holds neither, and records each
+    /// new posting as building (no snapshot records it) as it creates it.
+    pub(crate) fn build(
+        &self,
+        heads: &Heads,
+        vids: &[u32],
+        data: &[f32],
+        beside: bool,
+    ) -> Result<()> {
         let dim = self.dim;
         let n = vids.len();
         if n == 0 {
@@ -74,17 +81,12 @@ impl Inner {
         let (cents, _) =
             hierarchical_balanced(data, dim, self.params.leaf(), BRANCH, self.params.seed)?;
         let k = cents.k();
-        let base = self.store.posting_ids();
         let mut pids = Vec::with_capacity(k);
-        for h in 0..k {
-            // Empty first, so that the ids are base..base + k in order.
-            let pid = self.store.create_posting(&[])?;
-            if pid != base + h as u32 {
-                return Err(Error::invalid(
-                    "spann build: a posting was created beside the build",
-                ));
-            }
-            pids.push(pid);
+        for _ in 0..k {
+            pids.push(match beside {
+                false => self.store.create_posting(&[])?,
+                true => self.create_building(&[])?,
+            });
         }
         heads.add(&pids, cents.as_slice())?;
         vectide_core::fault::hit(&self.dir, BUILD_FAULT)?;
@@ -101,7 +103,7 @@ impl Inner {
                         if sc.sel.is_empty() {
                             // Only when the centroid search found nothing.
                             let (c, _) = cents.nearest(v);
-                            sc.sel.push(base + c);
+                            sc.sel.push(pids[c as usize]);
                         }
                         let heads = heads.read();
                         Ok(sc

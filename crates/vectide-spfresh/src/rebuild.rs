@@ -37,10 +37,11 @@
 //! vector route again; it is never an error.
 
 use crate::blockstore::Swap;
+use crate::heads::Heads;
 use crate::jobs::*;
 use crate::layout::{blocks_for, Records};
 use crate::params::Mode;
-use crate::state::{Inner, Scratch};
+use crate::state::{Inner, Rebuilding, Scratch};
 use crate::versions::{VersionMap, VERSION_MASK};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -472,65 +473,151 @@ impl Inner {
         self.move_candidates(&cands, &vecs, 0, sc)
     }
 
-    /// `spann`'s `maintain()`: when updates changed the index since its
-    /// build, every live vector is read back and the index built again
-    /// statically, then a snapshot makes the new one durable.
+    /// `spann`'s maintenance: a static build from the live vectors, made
+    /// beside the index in use without holding the writer, so that writes
+    /// and snapshots go on while it runs.
+    ///
+    /// 1. Under the writer (a moment): the postings in use and the first
+    ///    vector number not yet allocated are noted, and writers start
+    ///    recording the vectors they insert (`Rebuilding`).
+    /// 2. Unlocked: the current records of vectors below that number are
+    ///    read and built into new postings and a fresh centroid index.
+    ///    Snapshots leave the new postings out. A vector deleted meanwhile
+    ///    is a stale record there, which searches skip as they skip any.
+    /// 3. The vectors inserted meanwhile are placed in the new index, in
+    ///    rounds while writers go on, the last round under the writer.
+    /// 4. Under the writer and the gate: the new centroid index is swapped
+    ///    in, the new postings stop being building ones (both in one step
+    ///    for a snapshot), the old postings are removed.
     pub(crate) fn rebuild_static(&self) -> Result<()> {
+        let _one = self.rebuild_lock.lock();
         let c = &self.counters;
-        let changes = c.inserts.load(Ordering::Relaxed) + c.deletes.load(Ordering::Relaxed);
-        if self.built_at.load(Ordering::Relaxed) == changes {
-            return Ok(());
-        }
-        let _job = self.activity.begin("rebuild");
-        {
+        let changes = || c.inserts.load(Ordering::Relaxed) + c.deletes.load(Ordering::Relaxed);
+        let (pids, vid_end) = {
             let _w = self.writer.lock();
-            let _g = self.gate.read();
-            let dim = self.dim;
+            if self.built_at.load(Ordering::Relaxed) == changes() {
+                return Ok(());
+            }
+            *self.rebuilding.lock() = Some(Rebuilding::default());
             let pids: Vec<u32> = (0..self.store.posting_ids())
                 .filter(|&p| self.store.entry(p).is_some())
                 .collect();
-            let mut sc = self.scratch();
-            let mut vids = Vec::new();
-            let mut data = Vec::new();
-            let mut seen = HashSet::new();
+            (pids, self.versions.len())
+        };
+        let job = self.activity.begin("rebuild");
+        let heads = match self
+            .heads
+            .fresh()
+            .and_then(|h| self.build_beside(&h, &pids, vid_end).map(|()| h))
+        {
+            Ok(h) => h,
+            Err(e) => {
+                self.abandon_rebuild();
+                return Err(e);
+            }
+        };
+        let w = self.writer.lock();
+        let last = self.place_inserted(&heads);
+        let _g = self.gate.read();
+        if let Err(e) = last {
+            self.abandon_rebuild();
+            return Err(e);
+        }
+        self.heads.replace(heads);
+        *self.rebuilding.lock() = None;
+        for &p in &pids {
+            let _l = self.lock(p);
+            if let Some(e) = self.store.entry(p) {
+                self.store.remove(p, &e);
+            }
+        }
+        self.built_at.store(changes(), Ordering::Relaxed);
+        drop(_g);
+        drop(w);
+        // The snapshot is a job of its own.
+        drop(job);
+        self.snapshot()
+    }
+
+    /// A failed rebuild's postings go again (no centroid in use names
+    /// them), and writers stop recording for it.
+    fn abandon_rebuild(&self) {
+        let gone = self.rebuilding.lock().take().unwrap_or_default();
+        for p in gone.building {
+            if let Some(entry) = self.store.entry(p) {
+                self.store.remove(p, &entry);
+            }
+        }
+    }
+
+    /// Steps 2 and 3 of [`Inner::rebuild_static`] (all but the last round
+    /// of placements).
+    fn build_beside(&self, heads: &Heads, pids: &[u32], vid_end: u32) -> Result<()> {
+        let dim = self.dim;
+        let mut sc = self.scratch();
+        let mut vids = Vec::new();
+        let mut data = Vec::new();
+        let mut seen = HashSet::new();
+        let read = (|| -> Result<()> {
             for chunk in pids.chunks(256) {
                 self.store.parallel_get(chunk, &mut sc.read)?;
                 for recs in &sc.read.records {
                     for j in 0..recs.len() {
                         let v = recs.vids[j];
-                        if self.versions.is_current(v, recs.versions[j]) && seen.insert(v) {
+                        if v < vid_end
+                            && self.versions.is_current(v, recs.versions[j])
+                            && seen.insert(v)
+                        {
                             vids.push(v);
                             data.extend_from_slice(recs.vector(j, dim));
                         }
                     }
                 }
             }
-            self.give_back(sc);
-            // The new postings and centroids are built beside the ones in
-            // use, which searches keep reading until the new centroid
-            // index is swapped in; only then do the old postings go (a
-            // search that read one of them goes again on the new index).
-            let heads = self.heads.fresh()?;
-            let base = self.store.posting_ids();
-            if let Err(e) = self.build(&heads, &vids, &data) {
-                // Its postings have no centroid in the index in use: gone
-                // again, so that no snapshot records them.
-                for p in base..self.store.posting_ids() {
-                    if let Some(entry) = self.store.entry(p) {
-                        self.store.remove(p, &entry);
-                    }
-                }
-                return Err(e);
+            Ok(())
+        })();
+        self.give_back(sc);
+        read?;
+        drop(seen);
+        self.build(heads, &vids, &data, true)?;
+        // Rounds of the vectors inserted meanwhile, while writers go on,
+        // until few are left for the round under the writer.
+        for _ in 0..CATCH_UP_ROUNDS {
+            if self.place_inserted(heads)? < CATCH_UP_LAST {
+                break;
             }
-            self.heads.replace(heads);
-            for &p in &pids {
-                let _l = self.lock(p);
-                if let Some(e) = self.store.entry(p) {
-                    self.store.remove(p, &e);
-                }
-            }
-            self.built_at.store(changes, Ordering::Relaxed);
         }
-        self.snapshot()
+        Ok(())
+    }
+
+    /// Places the vectors inserted since the rebuild began (and not placed
+    /// by an earlier round) in the new index `heads`; how many.
+    fn place_inserted(&self, heads: &Heads) -> Result<usize> {
+        let (vids, data) = match self.rebuilding.lock().as_mut() {
+            Some(r) => (std::mem::take(&mut r.vids), std::mem::take(&mut r.data)),
+            None => return Ok(0),
+        };
+        let dim = self.dim;
+        let mut sc = self.scratch();
+        let placed = (|| {
+            for (i, &vid) in vids.iter().enumerate() {
+                if !self.versions.is_current(vid, 0) {
+                    continue;
+                }
+                let v = &data[i * dim..(i + 1) * dim];
+                self.place_building(heads, vid, v, &mut sc)?;
+            }
+            Ok(vids.len())
+        })();
+        self.give_back(sc);
+        placed
     }
 }
+
+/// Rounds of placing a rebuild's inserted vectors while writers go on
+/// (each places what the last one saw arrive).
+const CATCH_UP_ROUNDS: usize = 8;
+
+/// A round placing fewer than this leaves the rest to the round under the
+/// writer.
+const CATCH_UP_LAST: usize = 64;

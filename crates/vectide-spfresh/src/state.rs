@@ -176,6 +176,24 @@ pub(crate) struct Inner {
     pub activity: vectide_core::activity::Activity,
     /// Inserts + deletes applied when a `spann` index was last built.
     pub built_at: AtomicU64,
+    /// A `spann` rebuild in progress (see `rebuild.rs`): the postings it
+    /// builds beside the index in use, which no snapshot records, and the
+    /// vectors inserted since it began, which it places again before it
+    /// swaps its index in. `None` when no rebuild runs.
+    pub rebuilding: Mutex<Option<Rebuilding>>,
+    /// One rebuild at a time.
+    pub rebuild_lock: Mutex<()>,
+}
+
+/// What a `spann` rebuild in progress shares with writers and snapshots.
+#[derive(Default)]
+pub(crate) struct Rebuilding {
+    /// Postings of the new index (not yet named by the centroids in use).
+    pub building: HashSet<u32>,
+    /// Vector numbers inserted since the rebuild began, and their
+    /// (normalised) rows.
+    pub vids: Vec<u32>,
+    pub data: Vec<f32>,
 }
 
 impl Inner {
@@ -222,6 +240,8 @@ impl Inner {
             poison: Poison::default(),
             activity: Default::default(),
             built_at: AtomicU64::new(0),
+            rebuilding: Mutex::new(None),
+            rebuild_lock: Mutex::new(()),
         })
     }
 
@@ -348,14 +368,26 @@ impl Inner {
                 serial: next,
                 covered_seq: covered,
             };
+            // A rebuild's new postings are not recorded (no centroid in
+            // use names them yet; the vectors are in the old ones), nor
+            // homes in them.
+            let building = self
+                .rebuilding
+                .lock()
+                .as_ref()
+                .map(|r| r.building.clone())
+                .unwrap_or_default();
             let mut map = Vec::new();
-            self.store.capture(&mut map)?;
+            self.store.capture(&mut map, &building)?;
             let ids = self.ids.read();
             let homes: Vec<u32> = self
                 .homes
                 .read()
                 .iter()
-                .map(|h| h.load(Ordering::Relaxed) as u32)
+                .map(|h| match h.load(Ordering::Relaxed) as u32 {
+                    p if building.contains(&p) => NO_HOME,
+                    p => p,
+                })
                 .collect();
             let cents = self.heads.read();
             let centroids: Vec<Option<&[f32]>> =

@@ -160,12 +160,62 @@ impl Inner {
         self.counters.inserts.fetch_add(n as u64, Ordering::Relaxed);
         if self.heads.count() == 0 {
             let vids: Vec<u32> = (first..first + n as u32).collect();
-            self.build(&self.heads, &vids, &data)?;
+            self.build(&self.heads, &vids, &data, false)?;
             self.mark_built();
-            Ok(())
         } else {
-            self.place_batch(first, &data)
+            self.place_batch(first, &data)?;
         }
+        // A rebuild running beside places them in its new index too.
+        if let Some(r) = self.rebuilding.lock().as_mut() {
+            r.vids.extend(first..first + n as u32);
+            r.data.extend_from_slice(&data);
+        }
+        Ok(())
+    }
+
+    /// Creates a posting of records `recs` for a rebuild's new index,
+    /// recorded as building in the same step for a snapshot (see
+    /// `Rebuilding`).
+    pub(crate) fn create_building(&self, recs: &[u8]) -> Result<u32> {
+        let _g = self.gate.read();
+        let pid = self.store.create_posting(recs)?;
+        if let Some(r) = self.rebuilding.lock().as_mut() {
+            r.building.insert(pid);
+        }
+        Ok(pid)
+    }
+
+    /// Places vector `vid` (version 0, as `spann` numbers every copy) in
+    /// the postings that the replica rule picks in `heads`, a rebuild's
+    /// new index; a posting of its own when it finds none.
+    pub(crate) fn place_building(
+        &self,
+        heads: &Heads,
+        vid: u32,
+        v: &[f32],
+        sc: &mut Scratch,
+    ) -> Result<()> {
+        let mut rec = std::mem::take(&mut sc.rec);
+        rec.clear();
+        encode_record(&mut rec, vid, 0, v);
+        let res = (|| {
+            self.route_in(heads, v, sc)?;
+            let sel = std::mem::take(&mut sc.sel);
+            let mut any = false;
+            for &pid in &sel {
+                let home: &[u32] = if any { &[] } else { &[vid] };
+                any |= self.append_locked(pid, &rec, home, 0, sc)?.is_some();
+            }
+            sc.sel = sel;
+            if !any {
+                let pid = self.create_building(&rec)?;
+                self.set_home(vid, pid, 0);
+                heads.add(&[pid], v)?;
+            }
+            Ok(())
+        })();
+        sc.rec = rec;
+        res
     }
 
     /// Applies a delete of `ids` at `seq` (tombstones); the number removed.
