@@ -105,9 +105,12 @@ def test_bench_freshdiskann_writes_the_summary(tmp_path, data_root, bench_slice,
     s = doc["summary"]
     for key in ("merge_over_rebuild", "rebuild_over_diskann_build", "recall_after_merge_minus_before_points",
                 "disk_qps_ratio_vs_diskann_at_0.95", "sector_reads_ratio_vs_diskann_at_0.95",
-                "lti_ram_bytes_per_vector", "merge_peak_ram_over_change_set", "insert_p50_ms",
+                "lti_ram_bytes_per_vector", "merge_peak_ram_over_change_set",
+                "merge_peak_ram_beyond_caches_over_change_set", "insert_p50_ms",
                 "crash_states_checked", "violations"):
         assert key in s, key
+    caches = doc["merge"]["cache_bytes"]
+    assert caches["io_buffer"] > 0 and caches["near_start"] > 0, caches
     assert 0 < s["merge_over_rebuild"] and 0 < s["rebuild_over_diskann_build"]
     assert abs(s["recall_after_merge_minus_before_points"]) < 5
     assert s["lti_ram_bytes_per_vector"] >= 32  # 32-byte PQ codes (dim 32) and the location map

@@ -32,11 +32,18 @@ use vectide_core::io::Matrix;
 use vectide_core::sync::SyncSite;
 use vectide_core::{Metric, VectorIndex};
 use vectide_diskann::lti::{self, GraphSource, Lti};
-use vectide_diskann::merge::{streaming_merge, Inserts, MergeParams};
+use vectide_diskann::merge::{streaming_merge, Inserts, MergeParams, Phase};
 use vectide_storage::block::DirectFile;
 use vectide_vamana::{FreshVamana, VamanaParams};
 
 const SITE: SyncSite = SyncSite("example.merge_loop");
+
+/// Heap bytes per merge phase: where a merge's RAM goes.
+#[path = "../../test-support/counting_alloc.rs"]
+mod counting_alloc;
+
+#[global_allocator]
+static A: counting_alloc::Counting = counting_alloc::Counting;
 
 fn read_fbin(path: &Path) -> (usize, usize, Vec<f32>) {
     let m = Matrix::read(path).unwrap_or_else(|e| panic!("{e}"));
@@ -184,6 +191,10 @@ fn main() {
         let out = DirectFile::open(&dir.join("merge-loop.new"), true, SITE).unwrap();
         let t = Instant::now();
         let c0 = cpu();
+        let before = counting_alloc::reset();
+        // Peaks are charged to the phase the progress named last (the
+        // Delete and Insert phases overlap: "insert" once it reports).
+        let progress = |ph: Phase, _: u64, _: u64| counting_alloc::enter(ph.ordinal());
         let o = pool.install(|| {
             streaming_merge(
                 &old,
@@ -198,10 +209,38 @@ fn main() {
                 &out,
                 &dir.join("merge-loop.new.pq"),
                 2,
-                None,
+                Some(&progress),
             )
             .unwrap()
         });
+        // The change set's vector bytes (deleted and new points), as
+        // `bench freshdiskann` counts them; the Delete and Insert phases
+        // hold every named cache, the Patch phase only the I/O buffers.
+        let change = ((inserted + deleted) * dim * 4).max(1) as f64;
+        let added = |i: usize| counting_alloc::added(i, before);
+        let st = &o.stats;
+        let beyond = [
+            added(0).max(added(1)).max(added(2)) as f64 - st.cache_bytes() as f64,
+            added(3) as f64 - st.io_buffer_bytes as f64,
+        ];
+        let peaks: Vec<String> = ["start", "delete", "insert", "patch"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| format!("{name} {:.1} MB", added(i) as f64 / 1e6))
+            .collect();
+        println!(
+            "run {run}: heap added at its peak, by phase: {}; named caches {:.1} MB (near start \
+             {:.1}, recent {:.1}, I/O buffers {:.1}); beyond them, over the change set's vector \
+             bytes ({:.1} MB): {:.2}x (delete + insert), {:.2}x (patch)",
+            peaks.join(", "),
+            st.cache_bytes() as f64 / 1e6,
+            st.near_start_bytes as f64 / 1e6,
+            st.recent_bytes as f64 / 1e6,
+            st.io_buffer_bytes as f64 / 1e6,
+            change / 1e6,
+            beyond[0] / change,
+            beyond[1] / change,
+        );
         let s = &o.stats;
         let c1 = cpu();
         println!(

@@ -59,6 +59,24 @@
 //! The caller switches to the new LTI (manifest + rename) and applies the
 //! [`MergeOutcome`]'s codes to the codes array in place.
 //!
+//! ## RAM
+//! A merge holds three named caches and buffers, each bounded by a
+//! constant and reported in [`MergeStats`]: the records nearest the start
+//! node (2 KiB per new point, at most [`NEAR_START_MAX`]), each Insert
+//! thread's recent records (at most [`RECENT`] sectors), and the scans'
+//! read-ahead and the writers' runs ([`IO_BUFFER_BYTES`]). The rest
+//! follows the change set: the deleted nodes' first `merge_refill`
+//! neighbours, the new points' lists, and the Δ as (node, new point)
+//! pairs sorted by node (8 bytes an edge; a map of lists took about 25),
+//! plus a fixed working set (one run's lists, each thread's search and
+//! prune scratch). `tests/merge_ram_bound.rs` measures it with a counting
+//! allocator: beyond the caches it grows by 1.2x (Delete and Insert
+//! phases) and 2.0x (Patch phase) the change set's vector bytes (deleted
+//! and new points) on a 50-d index (1.5x and 2.8x with the map of lists
+//! and whole deleted lists); the 5-11x that `bench freshdiskann` used to
+//! report was the near-start cache (10x the vector bytes of 50-d new
+//! points) and the 4 MiB of I/O buffers.
+//!
 //! ## Where we deviate from the paper
 //! - **Links among new points.** The paper's Insert phase searches only the
 //!   intermediate LTI, so new points never link each other except through
@@ -176,6 +194,16 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// 1, 2, 3 in the order the phases start (the Delete and Insert
+    /// phases start together; the Insert phase reports after the Delete).
+    pub fn ordinal(self) -> usize {
+        match self {
+            Phase::Delete => 1,
+            Phase::Insert => 2,
+            Phase::Patch => 3,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Phase::Delete => "delete",
@@ -212,7 +240,30 @@ pub struct MergeStats {
     pub orphans_linked: u64,
     /// Such nodes no neighbour could take (none had room or a spare edge).
     pub orphans_left: u64,
+    /// The merge's named caches and buffers, whose bounds do not follow
+    /// the change set (the rest of its RAM does; `tests/merge_ram.rs`):
+    /// the Insert phase's shared records nearest the start node (at most
+    /// [`NEAR_START_MAX`]), its threads' recent records (at most
+    /// [`RECENT`] sectors each), and the scans' read-ahead and the writers'
+    /// runs ([`IO_BUFFER_BYTES`]).
+    pub near_start_bytes: u64,
+    pub recent_bytes: u64,
+    pub io_buffer_bytes: u64,
 }
+
+impl MergeStats {
+    /// Bytes of the named caches and buffers (see the fields).
+    pub fn cache_bytes(&self) -> u64 {
+        self.near_start_bytes + self.recent_bytes + self.io_buffer_bytes
+    }
+}
+
+/// A phase's I/O buffers: a scan's read-ahead runs and the one in use
+/// (`SCAN_AHEAD` plus one buffers of `RUN` sectors) and the writer's run
+/// beside them (the Delete phase's scan and writer are gone before the
+/// Patch phase's start).
+pub const IO_BUFFER_BYTES: u64 =
+    ((crate::lti::SCAN_AHEAD + 2) * crate::lti::RUN * vectide_storage::block::BLOCK) as u64;
 
 /// A merge's result: the new LTI's header, the slot of each new point and
 /// its PQ code (to apply to the codes array at the switch), the free slots
@@ -245,7 +296,7 @@ impl MergeOutcome {
 /// sectors: 1 MiB a thread), so that the cache follows the change set.
 /// On GloVe 100K (5 % changed, 8 threads) it serves 15 % of the reads and
 /// the merge takes 3.6-3.8 s against 4.2-4.4 s without it.
-const RECENT: usize = 256;
+pub const RECENT: usize = 256;
 
 /// The Insert phase's shared cache of the records nearest the start node
 /// (the first hops of every search): bytes per new point, and at most.
@@ -256,7 +307,7 @@ const RECENT: usize = 256;
 /// of 8 cut the reads from 869K to 683K and the merge from 20.2 to 18.4 s
 /// (the budget per new point keeps it following the change set).
 const NEAR_START_PER_INSERT: usize = 2048;
-const NEAR_START_MAX: usize = 64 << 20;
+pub const NEAR_START_MAX: usize = 64 << 20;
 
 /// Nice levels the Delete phase's threads drop by (module docs).
 const DELETE_NICE: i32 = 10;
@@ -433,7 +484,28 @@ struct Placement {
     codes: Vec<u8>,
     new_lists: Vec<Vec<u32>>,
     /// Node → new points that link to it.
-    delta: HashMap<u32, Vec<u32>>,
+    delta: Delta,
+}
+
+/// The Δ: (node, new point's slot) pairs sorted by node, 8 bytes an edge
+/// (a map of lists cost about 25 an edge: a list header, an allocation
+/// and a map entry for each node that a few new points link to, which
+/// made it the Patch phase's largest buffer).
+struct Delta(Vec<(u32, u32)>);
+
+impl Delta {
+    fn new(mut edges: Vec<(u32, u32)>) -> Delta {
+        edges.sort_unstable();
+        edges.dedup();
+        Delta(edges)
+    }
+
+    /// The new points linking to node `i` (empty when none).
+    fn get(&self, i: u32) -> &[(u32, u32)] {
+        let at = self.0.partition_point(|&(t, _)| t < i);
+        let end = at + self.0[at..].partition_point(|&(t, _)| t == i);
+        &self.0[at..end]
+    }
 }
 
 impl Placement {
@@ -565,7 +637,12 @@ impl<'a> Merge<'a> {
         let (inserted, insert_secs) =
             inserted.map_err(|_| Error::invalid("merge: the Insert phase panicked"))?;
         let (free, dstats, lists) = match (deleted, inserted) {
-            (Ok((free, dstats)), Ok(lists)) => (free, dstats, lists),
+            (Ok((free, dstats)), Ok((lists, near, recent))) => {
+                stats.near_start_bytes = near;
+                stats.recent_bytes = recent;
+                stats.io_buffer_bytes = IO_BUFFER_BYTES;
+                (free, dstats, lists)
+            }
             (Err(e), Ok(_)) | (Ok(_), Err(e)) => return Err(e),
             (Err(d), Err(i)) => {
                 return Err(if first_failure.load(Ordering::Acquire) == 2 {
@@ -601,8 +678,16 @@ impl<'a> Merge<'a> {
         let mut sorted_dead: Vec<u32> = self.dead.to_vec();
         sorted_dead.sort_unstable();
         sorted_dead.dedup();
+        // Only the first `refill` entries of each are ever taken (see
+        // `delete_candidates`): the rest is not kept.
+        let take = if p.refill == 0 { usize::MAX } else { p.refill };
         let qs = old.read_records(&sorted_dead, &mut scratch, |id, node| {
-            let list = node.neighbor_ids().filter(|&n| !is_dead(n)).collect();
+            let mut list: Vec<u32> = node
+                .neighbor_ids()
+                .filter(|&n| !is_dead(n))
+                .take(take)
+                .collect();
+            list.shrink_to_fit();
             dead_lists.insert(id, list);
             Ok(())
         })?;
@@ -673,7 +758,7 @@ impl<'a> Merge<'a> {
     /// Searches run in `order` (temp-index neighbours one after another),
     /// so a thread's consecutive searches end in the same region; each
     /// thread keeps its recent records for the next.
-    fn insert_phase(&self, io_threads: usize) -> Result<Vec<NewList>> {
+    fn insert_phase(&self, io_threads: usize) -> Result<(Vec<NewList>, u64, u64)> {
         let (dim, p, old, inserts) = (self.dim, self.p, self.old, self.inserts);
         let done = AtomicU64::new(0);
         let total = inserts.len() as u64;
@@ -743,6 +828,8 @@ impl<'a> Merge<'a> {
                             if d.is_multiple_of(1024) && !self.deleting.load(Ordering::Relaxed) {
                                 self.report(Phase::Insert, d, total);
                             }
+                            let mut list = list;
+                            list.shrink_to_fit();
                             out[i] = Some((list, qs));
                             Ok(())
                         },
@@ -753,7 +840,11 @@ impl<'a> Merge<'a> {
                 },
             )
             .collect::<Result<_>>()?;
-        Ok(parts.into_iter().flatten().collect())
+        let caches = (
+            near.bytes() as u64,
+            (recent * vectide_storage::block::BLOCK * io_threads) as u64,
+        );
+        Ok((parts.into_iter().flatten().collect(), caches.0, caches.1))
     }
 
     /// Slots for the new points: free ones first, then past the end, in
@@ -788,7 +879,7 @@ impl<'a> Merge<'a> {
             .enumerate()
             .try_for_each(|(j, c)| pq.encode(self.new_vec(j), c))?;
         let first_tag = u32::MAX - (n as u32).saturating_sub(1);
-        let mut delta: HashMap<u32, Vec<u32>> = HashMap::new();
+        let mut edges = Vec::with_capacity(lists.iter().map(|(l, _)| l.len()).sum());
         let mut new_lists: Vec<Vec<u32>> = vec![Vec::new(); lists.len()];
         for (&j, (mut list, qs)) in self.order.iter().zip(lists) {
             stats.insert_searches += qs;
@@ -799,11 +890,10 @@ impl<'a> Merge<'a> {
                     *x = slots[(u32::MAX - *x) as usize];
                 }
             }
-            for &t in &list {
-                delta.entry(t).or_default().push(slots[j as usize]);
-            }
+            edges.extend(list.iter().map(|&t| (t, slots[j as usize])));
             new_lists[j as usize] = list;
         }
+        let delta = Delta::new(edges);
         Ok(Placement {
             slots,
             slot_of,
@@ -847,11 +937,12 @@ impl<'a> Merge<'a> {
         // Node `i`'s list with its Δ (`None`: it has none): pruned to `r`
         // when over the room.
         let with_delta = |ps: &mut PruneScratch, i: u32, list: &[u32], vector: &[f32]| {
-            let Some(add) = pl.delta.get(&i) else {
+            let add = pl.delta.get(i);
+            if add.is_empty() {
                 return Ok(None);
-            };
+            }
             let mut l = list.to_vec();
-            for &a in add {
+            for &(_, a) in add {
                 if a != i && !l.contains(&a) {
                     l.push(a);
                 }
@@ -890,7 +981,7 @@ impl<'a> Merge<'a> {
                 if node.label == NO_LABEL {
                     return Ok(Rewrite::Free);
                 }
-                if !pl.delta.contains_key(&i) {
+                if pl.delta.get(i).is_empty() {
                     return Ok(Rewrite::Keep);
                 }
                 let list: Vec<u32> = node.neighbor_ids().collect();

@@ -88,6 +88,16 @@ impl Inner {
             extra.push(("last_merge_insert_secs".into(), m.insert_secs));
             extra.push(("last_merge_patch_secs".into(), m.patch_secs));
             extra.push(("last_merge_sectors_read".into(), m.sectors_read as f64));
+            // The merge's named caches and buffers (MergeStats::cache_bytes).
+            extra.push((
+                "last_merge_near_start_bytes".into(),
+                m.near_start_bytes as f64,
+            ));
+            extra.push(("last_merge_recent_bytes".into(), m.recent_bytes as f64));
+            extra.push((
+                "last_merge_io_buffer_bytes".into(),
+                m.io_buffer_bytes as f64,
+            ));
             extra.push((
                 "last_merge_insert_cache_hits".into(),
                 m.insert_cache_hits as f64,

@@ -6,40 +6,19 @@
 //! directory, so no block lives in the heap. One test per binary: the
 //! allocator counts the whole process.
 
+#[path = "../../test-support/counting_alloc.rs"]
+mod counting_alloc;
+#[path = "support/lti_fixture.rs"]
+mod lti_fixture;
 #[path = "../../test-support/oracle.rs"]
 mod oracle;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use vectide_core::sync::SyncSite;
-use vectide_core::{Metric, VectorIndex};
-use vectide_diskann::lti::{self, GraphSource, Lti};
 use vectide_diskann::merge::{streaming_merge, Inserts, MergeParams};
 use vectide_storage::block::DirectFile;
-use vectide_vamana::{FreshVamana, VamanaParams};
-
-struct Counting;
-
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let now = CURRENT.fetch_add(l.size(), Ordering::Relaxed) + l.size();
-        PEAK.fetch_max(now, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on as is.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        CURRENT.fetch_sub(l.size(), Ordering::Relaxed);
-        // SAFETY: as above.
-        unsafe { System.dealloc(p, l) }
-    }
-}
 
 #[global_allocator]
-static A: Counting = Counting;
+static A: counting_alloc::Counting = counting_alloc::Counting;
 
 const DIM: usize = 16;
 const SITE: SyncSite = SyncSite("test.merge_ram");
@@ -51,31 +30,7 @@ const RUNS: usize = 5;
 fn merge_peak(n: usize, changes: usize) -> (usize, usize) {
     let dir = tempfile::tempdir().unwrap();
     let all = oracle::clustered(n + changes, DIM, 10, 5);
-    let path = dir.path().join("old.lti");
-    let pq_old = dir.path().join("old.pq");
-    {
-        let v = FreshVamana::new(DIM, Metric::L2, VamanaParams::default()).unwrap();
-        let ids: Vec<u64> = (0..n as u64).collect();
-        v.insert(1, &ids, &all[..n * DIM]).unwrap();
-        let g = v.export_graph();
-        let f = DirectFile::open(&path, true, SITE).unwrap();
-        lti::write(
-            &f,
-            &pq_old,
-            &GraphSource {
-                durable_seq: 1,
-                ..GraphSource::from_export(&g)
-            },
-            16,
-            0,
-        )
-        .unwrap();
-    }
-    let old = Lti::open(
-        Box::new(DirectFile::open(&path, false, SITE).unwrap()),
-        &pq_old,
-    )
-    .unwrap();
+    let old = lti_fixture::build_lti(dir.path(), &all, n, DIM, 16);
     let step = (n / changes) as u32;
     let dead: Vec<u32> = (0..changes as u32).map(|i| 1 + i * step).collect();
     let labels: Vec<u64> = (n as u64..(n + changes) as u64).collect();
@@ -111,8 +66,7 @@ fn merge_peak(n: usize, changes: usize) -> (usize, usize) {
         );
         let out = DirectFile::open(&dir.path().join(format!("new{run}.lti")), true, SITE).unwrap();
         let pq_new = dir.path().join(format!("new{run}.pq"));
-        let before = CURRENT.load(Ordering::SeqCst);
-        PEAK.store(before, Ordering::SeqCst);
+        let before = counting_alloc::reset();
         pool.install(|| {
             streaming_merge(
                 &old,
@@ -131,7 +85,7 @@ fn merge_peak(n: usize, changes: usize) -> (usize, usize) {
             )
             .unwrap()
         });
-        peak = peak.max(PEAK.load(Ordering::SeqCst) - before);
+        peak = peak.max(counting_alloc::added(0, before));
     }
     (peak, old.codes().len())
 }

@@ -221,6 +221,10 @@ def run(args) -> Dict[str, object]:
             "recall_before": rec_before, "recall_after": rec_after, "fixed_l": fixed_l, "w": args.w,
             "rss_before": rss_before, "rss_peak": peak.peak, "peak_added_bytes": peak.peak - rss_before,
             "change_set_vector_bytes": change_bytes, "lti_after": {"nodes": s1["lti_nodes"], "points": s1["lti_points"]},
+            # The merge's named caches (records near the start node, each
+            # Insert thread's recent records, the scans' and writers' I/O
+            # buffers), each bounded by a constant (merge.rs).
+            "cache_bytes": {k: s1.get(f"last_merge_{k}_bytes") for k in ("near_start", "recent", "io_buffer")},
         }
         lat_ms = np.array(lat) * 1e3
         res["inserts"] = {"single_calls": len(lat), "p50_ms": float(np.percentile(lat_ms, 50)),
@@ -288,6 +292,9 @@ def summarize(res, ours_pts, dk_pts, args) -> Dict[str, object]:
         "recall_after_merge_minus_before_points": 100 * (m["recall_after"] - m["recall_before"]),
         "lti_ram_bytes_per_vector": res["lti"]["ram_bytes_per_vector"],
         "merge_peak_ram_over_change_set": m["peak_added_bytes"] / max(1, m["change_set_vector_bytes"]),
+        "merge_peak_ram_beyond_caches_over_change_set":
+            (m["peak_added_bytes"] - sum(v or 0 for v in m.get("cache_bytes", {}).values()))
+            / max(1, m["change_set_vector_bytes"]),
         "insert_p50_ms": res["inserts"]["p50_ms"],
     }
     for t in args.threads:
