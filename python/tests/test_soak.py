@@ -127,3 +127,12 @@ def _every(mode):
 def test_a_soak_of_every_engine_has_no_wrong_answer_and_loses_no_write(tmp_path, mode):
     for engine in _every(mode):
         _run(tmp_path / engine, engine, mode, 3, 100_000, *SMALL.get(engine, []))
+
+
+def test_envelope_growth_follows_the_trend_not_the_teeth():
+    teeth = [3.0, 4.0, 5.0] * 10  # a log cut at every third sample: flat
+    assert soak.envelope_growth(teeth, 0) == 1.0
+    rising = [3.0 + 0.1 * i for i in range(30)]
+    assert soak.envelope_growth(rising, 0) > 1.5
+    assert soak.envelope_growth(rising, None) is None
+    assert soak.envelope_growth([1.0], 0) is None

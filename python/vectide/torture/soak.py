@@ -54,7 +54,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -507,6 +507,18 @@ def _percentiles(x: np.ndarray) -> Optional[Dict[str, float]]:
             "p999_ms": round(float(p[2]), 4), "max_ms": round(float(x.max()) * 1000.0, 4)}
 
 
+def envelope_growth(ratios: Sequence[float], start: Optional[int], share: float = 0.2) -> Optional[float]:
+    """The highest of the last ``share`` of ``ratios`` over the highest of
+    the first ``share`` from ``start`` on: a trend the sawtooth of a log
+    cut at checkpoints, or of a copy a job holds while it runs, does not
+    hide or fake (a single sample lands anywhere on the teeth)."""
+    if start is None or len(ratios) - start < 2:
+        return None
+    tail = ratios[start:]
+    k = max(1, int(len(tail) * share))
+    return round(max(tail[-k:]) / max(tail[:k]), 4)
+
+
 def split_latencies(starts: np.ndarray, lats: np.ndarray, polls: np.ndarray) -> Dict[str, Optional[dict]]:
     """Latencies split by whether a maintenance job ran (or began) in the
     poll interval where the call began."""
@@ -719,6 +731,7 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         "disk_over_live_growth": None if first_done is None or not ratio else round(ratio[-1] / ratio[first_done], 4),
         "disk_over_live_first": None if first_done is None else round(ratio[first_done], 3),
         "disk_over_live_last": round(ratio[-1], 3) if ratio else None,
+        "disk_over_live_envelope_growth": envelope_growth(ratio, first_done),
         "rss_growth": None if warm is None else round(last["rss"] / max(1, samples[warm]["rss"]), 4),
         "write_p999_maintenance_over_idle": None if not (mw and iw) else round(mw["p999_ms"] / iw["p999_ms"], 3),
         "writes": total_writes,
