@@ -1,7 +1,7 @@
 //! Inserts and upserts under the NLog / NlistLog protocol (§4.3).
 //!
 //! Persistence points of one insert (each "→ fence" waits for durability):
-//! 1. node block (vector, label, level, state `INSERTING`), allocation words,
+//! 1. node block (vector, label, level, checksum, state `INSERTING`), allocation words,
 //!    NLog content (slot, label, level, out-edge lists) → fence;
 //! 2. NLog `LOGGED` (stored; made durable with step 3);
 //! 3. out-edges written in place → fence; NLog `N_COMPLETE` → fence (from
@@ -275,6 +275,9 @@ impl PHnsw {
         nodes
             .u32_at(off + g.n_state() + 4)
             .store(level as u32, Ordering::Relaxed);
+        // The checksum lies in the block, so step 1's persist of the block
+        // makes it durable under the same fence as what it covers.
+        self.graph.seal(slot);
         nodes
             .u32_at(off + g.n_state())
             .store(INSERTING, Ordering::Release);

@@ -6,13 +6,14 @@ use super::log::NONE;
 use super::state::PHnsw;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use vectide_core::VectorIndex;
+use vectide_core::{Result, VectorIndex};
 use vectide_graph::prune::MAX_LEVEL;
 use vectide_graph::Graph;
 
 impl PHnsw {
     /// Checks the structure and returns every violation found (empty when
-    /// sound): entry point valid and on top; every list within bounds and
+    /// sound): every linked node's checksum; entry point valid and on top;
+    /// every list within bounds and
     /// naming only linked nodes; every upper-layer node present below; the
     /// label map a bijection onto the live nodes; the live count right; no
     /// log entry left in flight.
@@ -30,6 +31,9 @@ impl PHnsw {
         for s in 0..next as u32 {
             if !linked(s) {
                 continue;
+            }
+            if let Err(e) = g.verify(s) {
+                v.push(e.to_string());
             }
             let level = g.level(s);
             max_level = max_level.max(Some(level));
@@ -132,5 +136,24 @@ impl PHnsw {
             }
         }
         v
+    }
+
+    /// The explicit verify pass: checks the checksum of every linked node
+    /// (live or deleted) below the allocation word, and returns how many
+    /// it checked, or [`vectide_core::Error::Corrupted`] naming the first
+    /// node whose label, level, sequence number, upper-list offset or
+    /// vector was altered. O(n) reads of every vector; searches do not
+    /// verify (see `docs/format-phnsw.md`, "Node checksums").
+    pub fn verify(&self) -> Result<usize> {
+        let g = &self.graph;
+        let next = self.next_slot().min(g.capacity());
+        let mut checked = 0;
+        for s in 0..next as u32 {
+            if matches!(g.state(s), LIVE | DELETED) {
+                g.verify(s)?;
+                checked += 1;
+            }
+        }
+        Ok(checked)
     }
 }

@@ -17,8 +17,10 @@ use vectide_graph::prune::MAX_LEVEL;
 use vectide_graph::Graph;
 use vectide_storage::Region;
 
-/// Format version of every P-HNSW region file.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version of every P-HNSW region file. Version 2 added the node
+/// checksum (a CRC-32 of each node block's immutable part); version 1 files
+/// are refused with [`Error::Version`].
+pub const FORMAT_VERSION: u32 = 2;
 /// Bytes of every file's header page.
 pub const PAGE: usize = 4096;
 /// Cache line.
@@ -85,9 +87,13 @@ impl Geometry {
     pub fn n_upper(&self) -> usize {
         self.n_state() + 24
     }
+    /// Offset of the node checksum (u32; see [`node_checksum`]).
+    pub fn n_crc(&self) -> usize {
+        self.n_state() + 32
+    }
     /// Offset of the vector in a node block (cache-line aligned).
     pub fn n_vector(&self) -> usize {
-        align(self.n_state() + 32, LINE)
+        align(self.n_crc() + 4, LINE)
     }
     /// Bytes per node block (a multiple of 64, so vectors stay aligned).
     pub fn node_size(&self) -> usize {
@@ -332,6 +338,44 @@ pub fn unpack_entry(word: u64) -> Option<(u32, usize)> {
     (word != NO_ENTRY).then_some(((word >> 8) as u32, (word & 0xff) as usize))
 }
 
+/// The checksum of a node's immutable part: CRC-32 of the slot number
+/// (u32, so that a block copied to another slot does not verify), then
+/// `head`, the block's bytes from the level to the end of the upper-list
+/// offset (level, label, sequence number, upper offset), then the vector's
+/// bytes. The neighbour lists and the state word change in place after
+/// publication and are not covered (`docs/format-phnsw.md`).
+pub fn node_checksum(slot: u32, head: &[u8], vector: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&slot.to_le_bytes());
+    h.update(head);
+    h.update(vector);
+    h.finalize()
+}
+
+/// The error of a node whose checksum does not match.
+pub fn checksum_mismatch(slot: u32, stored: u32, computed: u32) -> Error {
+    Error::corrupted(format!(
+        "{NODES_FILE}: node {slot}: checksum mismatch (stored {stored:08x}, computed \
+         {computed:08x}): its label, level, sequence number, upper-list offset or vector \
+         was altered"
+    ))
+}
+
+/// Checks a node block read from the file against its stored checksum.
+pub fn verify_node_block(g: &Geometry, slot: u32, block: &[u8]) -> Result<()> {
+    let stored = get32(block, g.n_crc());
+    let computed = node_checksum(
+        slot,
+        &block[g.n_state() + 4..g.n_crc()],
+        &block[g.n_vector()..g.n_vector() + 4 * g.dim],
+    );
+    if stored == computed {
+        Ok(())
+    } else {
+        Err(checksum_mismatch(slot, stored, computed))
+    }
+}
+
 /// The graph as it lies in the `nodes` and `upper` regions.
 pub struct PGraph {
     pub g: Geometry,
@@ -415,6 +459,54 @@ impl PGraph {
         let lb = self.g.upper_list_bytes();
         let off = base.checked_add((level - 1) * lb)?;
         (base >= PAGE && off.checked_add(lb)? <= self.upper.len()).then_some(off)
+    }
+
+    /// The checksum of a node's immutable part as it lies in the region.
+    fn checksum_of(&self, slot: u32) -> u32 {
+        let off = self.node_off(slot);
+        let head = self.n_state + 4..self.g.n_crc();
+        // SAFETY: both ranges are bounds-checked by `bytes`. They hold the
+        // node's immutable part, written only while the slot is unreachable
+        // (by the thread that allocated it) and never again: no writer races
+        // these shared borrows. The lists and the state word, which change
+        // in place, are not borrowed.
+        unsafe {
+            node_checksum(
+                slot,
+                self.nodes.bytes(off + head.start, head.len()),
+                self.nodes.bytes(off + self.n_vector, 4 * self.g.dim),
+            )
+        }
+    }
+
+    /// Writes the checksum of a node whose immutable part is complete (the
+    /// slot is unreachable; the caller persists the block with it).
+    pub fn seal(&self, slot: u32) {
+        let crc = self.checksum_of(slot);
+        self.nodes
+            .u32_at(self.node_off(slot) + self.g.n_crc())
+            .store(crc, Ordering::Relaxed);
+    }
+
+    /// Verifies a node against its checksum: [`Error::Corrupted`] naming
+    /// the slot on a mismatch.
+    pub fn verify(&self, slot: u32) -> Result<()> {
+        if slot as usize >= self.capacity() {
+            return Err(Error::corrupted(format!(
+                "{NODES_FILE}: node {slot} lies beyond the file ({} nodes)",
+                self.capacity()
+            )));
+        }
+        let stored = self
+            .nodes
+            .u32_at(self.node_off(slot) + self.g.n_crc())
+            .load(Ordering::Acquire);
+        let computed = self.checksum_of(slot);
+        if stored == computed {
+            Ok(())
+        } else {
+            Err(checksum_mismatch(slot, stored, computed))
+        }
     }
 
     /// Region and byte range of a node's list at a layer (for persisting).
@@ -507,6 +599,7 @@ mod tests {
         let g = geo();
         assert_eq!(g.n_state(), 136);
         assert_eq!(g.n_label(), 144);
+        assert_eq!(g.n_crc(), 168);
         assert_eq!(g.n_vector(), 192);
         assert_eq!(g.node_size(), 448);
         assert_eq!(g.nlog_entry_size() % 64, 0);
@@ -532,6 +625,16 @@ mod tests {
         assert!(matches!(
             decode_meta(&bad),
             Err(Error::Version { found: 9, .. })
+        ));
+        // Version 1 (before node checksums) is refused, not misread.
+        let mut old = p.clone();
+        old[8..12].copy_from_slice(&1u32.to_le_bytes());
+        assert!(matches!(
+            decode_meta(&old),
+            Err(Error::Version {
+                found: 1,
+                supported: 2
+            })
         ));
         let mut bad = p.clone();
         bad[16] ^= 1; // dim changed: torn header

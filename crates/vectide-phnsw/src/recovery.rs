@@ -13,6 +13,11 @@
 //!    batch not written, the operation is published → fence, `NONE` → fence.
 //!    A logged delete is applied again → fence, `NONE` → fence.
 //!
+//! The nodes an NLog entry names (its new node, the node it replaces or
+//! deletes) are verified against their checksums before anything is redone:
+//! a damaged node is [`Error::Corrupted`] naming its slot, and nothing of the
+//! entry is written.
+//!
 //! Every step is idempotent and uses the same logs and states as the normal
 //! path, so a crash during recovery is recovered by the next open (§5.4).
 //! The work is proportional to the log entries in flight, never to the
@@ -134,8 +139,13 @@ impl PHnsw {
                 Error::corrupted(format!("NLog entry {i} is logged but malformed"))
             })?;
             self.check_slot(e.slot, "NLog entry")?;
+            // The node this entry redoes was made durable, checksum
+            // included, by the fence before its entry became LOGGED: a
+            // mismatch is damage, not a crash state.
+            self.graph.verify(e.slot)?;
             if let Some(o) = e.old {
                 self.check_slot(o, "NLog entry (old node)")?;
+                self.graph.verify(o)?;
             }
             if e.kind == KIND_DELETE {
                 self.apply_delete(i, &e);
