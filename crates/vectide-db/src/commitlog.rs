@@ -307,6 +307,10 @@ pub fn repair(dir: &Path) -> Result<RepairReport> {
     };
     let mut dropped = salvage_from(&bytes, keep as usize);
     rep.dropped_bytes += bytes.len() as u64 - keep;
+    // A damaged segment that keeps nothing goes too, unless it is the first
+    // (then it stays, emptied, and names where the log resumes): emptied
+    // but kept after others, its name would leave a gap behind the cut.
+    let remove_damaged = keep == HEADER as u64 && i > 0;
     for &first in &firsts[i + 1..] {
         let p = dir.join(segment_name(first));
         let b = std::fs::read(&p).map_err(|e| DbError::io_at(&p, e))?;
@@ -315,12 +319,23 @@ pub fn repair(dir: &Path) -> Result<RepairReport> {
         std::fs::remove_file(&p).map_err(|e| DbError::io_at(&p, e))?;
         rep.removed_segments.push(p);
     }
+    if remove_damaged {
+        std::fs::remove_file(&path).map_err(|e| DbError::io_at(&path, e))?;
+        rep.removed_segments.push(path.clone());
+    }
+    // The removals are durable before the cut: a crash between leaves the
+    // damage in place (the next repair finds it again), never a cut segment
+    // followed by one that should be gone.
+    sync_dir(dir, SYNC_REPAIR_DIR)?;
     rep.dropped_records = dropped.len();
     rep.dropped_seqs = dropped
         .iter()
         .min()
         .zip(dropped.iter().max())
         .map(|(a, b)| (*a, *b));
+    if remove_damaged {
+        return Ok(rep);
+    }
     let f = OpenOptions::new()
         .write(true)
         .open(&path)
@@ -333,7 +348,6 @@ pub fn repair(dir: &Path) -> Result<RepairReport> {
         f.set_len(keep).map_err(|e| DbError::io_at(&path, e))?;
     }
     sync_file(&f, &path, SYNC_REPAIR, false)?;
-    sync_dir(dir, SYNC_REPAIR_DIR)?;
     Ok(rep)
 }
 
@@ -342,14 +356,14 @@ impl CommitLog {
     /// payloads, oldest first). Only a torn tail of the last segment is cut;
     /// a bad record anywhere else, a segment that ends early, or a gap in the
     /// sequence numbers is [`vectide_core::Error::Corrupted`] naming the segment and
-    /// offset (`vectide repair` salvages what precedes it). New records get
-    /// sequence numbers above both the log's last one and `floor` (what the
-    /// engine and the store hold already).
+    /// offset (`vectide repair` salvages what precedes it). New records
+    /// continue the log's numbers, without a gap (a repair whose engine or
+    /// store is ahead of the cut log first fills the numbers between with
+    /// void records: [`CommitLog::fill_through`]).
     pub fn open(
         dir: &Path,
         durability: Durability,
         segment_bytes: u64,
-        floor: Seq,
     ) -> Result<(CommitLog, Vec<Vec<u8>>)> {
         std::fs::create_dir_all(dir).map_err(|e| DbError::io_at(dir, e))?;
         let firsts = segment_firsts(dir)?;
@@ -387,20 +401,18 @@ impl CommitLog {
             Some(r) => record_seq(r)?,
             None => firsts.last().map_or(0, |f| f.saturating_sub(1)),
         };
-        let last_seq = log_last.max(floor);
+        let last_seq = log_last;
         // Append to the last segment (its torn tail is cut), so that an open
-        // leaves no new file behind; a new segment only when the engine or
-        // the store is ahead of the log (after a repair cut it).
+        // leaves no new file behind; a new segment only when there is none.
         let (active, path, first) = match segments.pop() {
-            Some(seg) if last_seq == log_last => {
+            Some(seg) => {
                 let f = OpenOptions::new()
                     .append(true)
                     .open(&seg.path)
                     .map_err(|e| DbError::io_at(&seg.path, e))?;
                 (f, seg.path, seg.first)
             }
-            other => {
-                segments.extend(other);
+            None => {
                 let (f, p) = create_segment(dir, last_seq + 1)?;
                 (f, p, last_seq + 1)
             }
@@ -439,6 +451,31 @@ impl CommitLog {
             },
             records,
         ))
+    }
+
+    /// Appends `void(seq)` for every number from the next one through
+    /// `through` and makes them durable: after a repair cut the log at K
+    /// while the engine or the point store holds operations through D > K,
+    /// the log goes on from K + 1 with records that carry no operation, so
+    /// that its numbers stay contiguous (an open refuses a gap) and the next
+    /// real operation is numbered D + 1, above what both sides hold. A crash
+    /// part-way leaves a shorter contiguous run, which the next repair
+    /// continues. Returns how many it appended.
+    pub fn fill_through(&self, through: Seq, void: impl Fn(Seq) -> Vec<u8>) -> Result<u64> {
+        let mut appended = 0;
+        while self.last_seq() < through {
+            let mut last = 0;
+            for _ in 0..4096 {
+                let (seq, ()) = self.append(|seq| Ok((void(seq), ())))?;
+                appended += 1;
+                last = seq;
+                if seq >= through {
+                    break;
+                }
+            }
+            self.commit(last)?;
+        }
+        Ok(appended)
     }
 
     /// The durability mode.
@@ -672,7 +709,7 @@ mod tests {
     #[test]
     fn records_survive_reopen_rotation_and_truncation() {
         let dir = tempfile::tempdir().unwrap();
-        let (log, recs) = CommitLog::open(dir.path(), Durability::Always, 4096, 0).unwrap();
+        let (log, recs) = CommitLog::open(dir.path(), Durability::Always, 4096).unwrap();
         assert!(recs.is_empty());
         for i in 0..100u64 {
             let (seq, ()) = log.append(|s| Ok((rec(s, &[i as u8; 100]), ()))).unwrap();
@@ -681,7 +718,7 @@ mod tests {
         }
         assert!(log.segments() > 1, "rotated past 4 KiB");
         drop(log);
-        let (log, recs) = CommitLog::open(dir.path(), Durability::DEFAULT, 4096, 0).unwrap();
+        let (log, recs) = CommitLog::open(dir.path(), Durability::DEFAULT, 4096).unwrap();
         assert_eq!(recs.len(), 100);
         assert_eq!(record_seq(&recs[99]).unwrap(), 100);
         assert_eq!(log.last_seq(), 100);
@@ -690,7 +727,7 @@ mod tests {
         let (seq, ()) = log.append(|s| Ok((rec(s, b"x"), ()))).unwrap();
         log.commit(seq).unwrap();
         drop(log);
-        let (_, recs) = CommitLog::open(dir.path(), Durability::DEFAULT, 4096, 0).unwrap();
+        let (_, recs) = CommitLog::open(dir.path(), Durability::DEFAULT, 4096).unwrap();
         let seqs: Vec<Seq> = recs.iter().map(|r| record_seq(r).unwrap()).collect();
         assert_eq!(*seqs.last().unwrap(), 101);
         assert!(seqs[0] <= 61, "records after 60 are kept");
@@ -703,7 +740,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let images = tempfile::tempdir().unwrap();
         let dir = root.path().join("wal");
-        let (log, _) = CommitLog::open(&dir, Durability::Always, 4096, 0).unwrap();
+        let (log, _) = CommitLog::open(&dir, Durability::Always, 4096).unwrap();
         for i in 0..300u64 {
             let (seq, ()) = log.append(|s| Ok((rec(s, &[i as u8; 100]), ()))).unwrap();
             log.commit(seq).unwrap();
@@ -726,13 +763,12 @@ mod tests {
         let opened = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let out = Arc::clone(&opened);
         sim.on_crash(move |img| {
-            let r = CommitLog::open(&img.dir.join("wal"), Durability::Always, 4096, 250).map(
-                |(_, recs)| {
+            let r =
+                CommitLog::open(&img.dir.join("wal"), Durability::Always, 4096).map(|(_, recs)| {
                     recs.iter()
                         .map(|r| record_seq(r).unwrap())
                         .collect::<Vec<_>>()
-                },
-            );
+                });
             out.lock().push(r.map_err(|e| e.to_string()));
             std::fs::remove_dir_all(&img.dir).unwrap();
         });
@@ -752,7 +788,7 @@ mod tests {
     #[test]
     fn concurrent_writers_share_fsyncs() {
         let dir = tempfile::tempdir().unwrap();
-        let (log, _) = CommitLog::open(dir.path(), Durability::DEFAULT, 1 << 20, 0).unwrap();
+        let (log, _) = CommitLog::open(dir.path(), Durability::DEFAULT, 1 << 20).unwrap();
         let log = Arc::new(log);
         let threads: Vec<_> = (0..8)
             .map(|_| {
@@ -775,7 +811,7 @@ mod tests {
     #[test]
     fn a_lone_writer_never_waits_for_a_group() {
         let dir = tempfile::tempdir().unwrap();
-        let (log, _) = CommitLog::open(dir.path(), Durability::DEFAULT, 1 << 20, 0).unwrap();
+        let (log, _) = CommitLog::open(dir.path(), Durability::DEFAULT, 1 << 20).unwrap();
         for _ in 0..30 {
             let (seq, ()) = log.append(|s| Ok((rec(s, b"payload"), ()))).unwrap();
             log.commit(seq).unwrap();

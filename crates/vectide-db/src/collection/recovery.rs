@@ -7,7 +7,7 @@ use super::{Collection, CollectionConfig, Counters, Options};
 use crate::commitlog::{record_seq, CommitLog};
 use crate::error::{DbError, Result};
 use crate::ids::ExtId;
-use crate::record::{decode, Op, ReplayBatch};
+use crate::record::{decode, Op, ReplayBatch, OP_DELETE};
 use crate::store::PointStore;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::path::Path;
@@ -112,12 +112,18 @@ impl Collection {
         let engine_durable = engine.durable_seq();
         let wal_dir = dir.join("wal");
         let held = engine_durable.max(store.applied_seq());
-        let (log, records) = CommitLog::open(
-            &wal_dir,
-            opts.durability,
-            opts.segment_bytes,
-            if opts.repair { held } else { 0 },
-        )?;
+        let (log, records) = CommitLog::open(&wal_dir, opts.durability, opts.segment_bytes)?;
+        if opts.repair {
+            // A repair cut the log behind what the engine or the store
+            // holds: the numbers between are filled with void records (the
+            // operations they stood for were dropped with the cut), so that
+            // the log stays contiguous and new operations are numbered above
+            // what both sides hold. Re-running a repair continues a fill a
+            // crash interrupted.
+            log.fill_through(held, |seq| {
+                crate::record::encode_targets(seq, OP_DELETE, &[], &serde_json::Value::Null).0
+            })?;
+        }
         // Both sides apply an operation only after its record is durable,
         // so neither can be ahead of the log unless the log lost records.
         if held > log.last_seq() {
