@@ -197,22 +197,20 @@ impl EngineDescriptor {
 }
 
 /// The worker pool of an engine asked for `threads` workers (named
-/// `vectide-{name}-{i}`); `None` uses rayon's global pool.
+/// `vectide-{name}-{i}`), shared with every engine of the process that asks
+/// for the same ([`crate::pools`]); `None` uses rayon's global pool.
 pub fn thread_pool(
     name: &'static str,
     threads: Option<usize>,
-) -> Result<Option<rayon::ThreadPool>> {
+) -> Result<Option<crate::pools::Pool>> {
     threads.map(|n| pool_of(name, n)).transpose()
 }
 
-/// A pool of `n` workers named `vectide-{name}-{i}`, for an engine (or
-/// one of its phases) that always runs on a pool of its own.
-pub fn pool_of(name: &'static str, n: usize) -> Result<rayon::ThreadPool> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .thread_name(move |i| format!("vectide-{name}-{i}"))
-        .build()
-        .map_err(|e| Error::invalid(format!("cannot start {n} threads: {e}")))
+/// The process's pool of `n` workers named `vectide-{name}-{i}`, for an
+/// engine (or one of its phases) that always runs on a pool: engines that
+/// ask for the same name and size share it ([`crate::pools`]).
+pub fn pool_of(name: &'static str, n: usize) -> Result<crate::pools::Pool> {
+    crate::pools::shared(name, n)
 }
 
 /// The `threads` parameter every engine takes.
@@ -223,7 +221,7 @@ pub const THREADS: ParamSpec = ParamSpec {
         max: limits::MAX_THREADS as i64,
     },
     default: "all cores",
-    doc: "worker threads of batch calls (a pool of its own)",
+    doc: "worker threads of batch calls (a pool of that size, shared with the process's other engines that ask for the same)",
     source: "Vectide",
 };
 

@@ -30,6 +30,7 @@ pub mod limits;
 pub mod metric;
 pub mod params;
 pub mod poison;
+pub mod pools;
 pub mod sched;
 pub mod scope;
 pub mod seq;

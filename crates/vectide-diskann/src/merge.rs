@@ -15,8 +15,8 @@
 //!    parallel ([`NodeWriter::push_records`]) and written, in order, to an
 //!    **intermediate LTI** of the same numbering.
 //! 2. **Insert phase**, at the same time as the Delete phase (which is
-//!    CPU-bound while this one mostly waits on reads), in its own pool of
-//!    `io_threads`. The Delete phase runs in a pool of its own at a lower
+//!    CPU-bound while this one mostly waits on reads), in a pool of
+//!    `io_threads`. The Delete phase runs in another pool at a lower
 //!    priority (nice +10): its prunes take the cores while the searches
 //!    wait on their reads, and give them back as each read completes (the
 //!    searches are the merge's critical path). Each new point runs GreedySearch over the **old** LTI
@@ -585,7 +585,7 @@ impl<'a> Merge<'a> {
     }
 
     /// The Delete phase (CPU: prunes) and the Insert phase (mostly waiting
-    /// on reads) at once, each in a pool of its own; the Insert phase
+    /// on reads) at once, each in a pool of its own (the process's, shared with concurrent merges: `vectide_core::pools`); the Insert phase
     /// searches the old LTI, where deleted nodes still route but are never
     /// candidates. Returns the free records and each new point's list.
     fn delete_and_insert(
@@ -602,14 +602,13 @@ impl<'a> Merge<'a> {
         // The Delete phase's own threads, at a lower priority: its prunes
         // keep the cores busy while the Insert phase's searches wait on
         // their reads, and yield them as each read completes (module docs).
-        let delete_pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(rayon::current_num_threads())
-            .thread_name(|i| format!("vectide-merge-del-{i}"))
-            .start_handler(|_| {
-                let _ = vectide_core::sched::lower_priority(DELETE_NICE);
-            })
-            .build()
-            .map_err(|e| Error::invalid(format!("merge thread pool: {e}")))?;
+        // Both pools are the process's (shared by concurrent merges of
+        // other indexes).
+        let delete_pool = vectide_core::pools::shared_low_priority(
+            "merge-del",
+            rayon::current_num_threads(),
+            DELETE_NICE,
+        )?;
         // The phase that fails first stops the other; its error is the one
         // returned (the other's only says it stopped).
         let first_failure = AtomicU8::new(0);

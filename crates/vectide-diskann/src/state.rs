@@ -144,7 +144,7 @@ pub(crate) struct Inner {
     pub(crate) status: MergeStatus,
     pub(crate) scratches: Mutex<Vec<Scratch>>,
     pub(crate) io: IoCounters,
-    pub(crate) pool: rayon::ThreadPool,
+    pub(crate) pool: vectide_core::pools::Pool,
     /// Set when a logged write failed to apply (see
     /// [`vectide_core::poison`]).
     pub(crate) poison: vectide_core::poison::Poison,

@@ -29,7 +29,7 @@ impl VectorIndex for Flat {
     }
 
     fn pool(&self) -> Option<&rayon::ThreadPool> {
-        self.pool.as_ref()
+        self.pool.as_deref()
     }
 
     fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {

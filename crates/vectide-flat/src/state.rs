@@ -35,7 +35,7 @@ pub struct Flat {
     /// Held by a save: one at a time.
     pub(crate) saving: Mutex<()>,
     pub(crate) scratch: VisitedPool<Scratch>,
-    pub(crate) pool: Option<rayon::ThreadPool>,
+    pub(crate) pool: Option<vectide_core::pools::Pool>,
 }
 
 impl std::fmt::Debug for Flat {

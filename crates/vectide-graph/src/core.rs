@@ -44,7 +44,7 @@ pub struct GraphCore {
     /// The watermark of the last save (or load).
     pub durable: AtomicU64,
     pub scratch: VisitedPool<Scratch>,
-    pub pool: Option<rayon::ThreadPool>,
+    pub pool: Option<vectide_core::pools::Pool>,
     /// The file the index was last saved to or loaded from.
     pub path: Mutex<Option<PathBuf>>,
 }
@@ -245,7 +245,7 @@ impl GraphCore {
 macro_rules! graph_core_methods {
     () => {
         fn pool(&self) -> Option<&rayon::ThreadPool> {
-            self.core.pool.as_ref()
+            self.core.pool.as_deref()
         }
 
         fn distances(

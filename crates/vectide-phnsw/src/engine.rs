@@ -21,7 +21,7 @@ impl VectorIndex for PHnsw {
     }
 
     fn pool(&self) -> Option<&rayon::ThreadPool> {
-        self.pool.as_ref()
+        self.pool.as_deref()
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

@@ -86,7 +86,7 @@ pub struct PHnsw {
     pub(crate) entry_lock: Mutex<()>,
     pub(crate) seqs: SeqTracker,
     pub(crate) scratch: VisitedPool<Scratch>,
-    pub(crate) pool: Option<rayon::ThreadPool>,
+    pub(crate) pool: Option<vectide_core::pools::Pool>,
     pub(crate) timing: Timing,
     pub(crate) media: Arc<dyn Media>,
     /// What the last open's recovery did.

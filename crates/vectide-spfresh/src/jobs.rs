@@ -4,7 +4,6 @@
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashSet, VecDeque};
-use std::thread::JoinHandle;
 
 /// A Local Rebuilder job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,23 +36,71 @@ pub(crate) struct JobState {
     pub(crate) queued: HashSet<(bool, u32)>,
     pub(crate) running: usize,
     pub(crate) stop: bool,
+    /// A background runner is installed ([`Jobs::set_runner`]) and not
+    /// stopped.
+    background: bool,
+    /// A background drain is queued or running (at most one per index).
+    draining: bool,
 }
+
+/// Starts a background drain (a task on the process's shared rebuild pool
+/// that calls [`Jobs::take_background`] until it returns `None`).
+pub(crate) type Runner = Box<dyn Fn() + Send + Sync>;
 
 /// The job queue (a posting is queued at most once per kind).
 #[derive(Default)]
 pub(crate) struct Jobs {
     pub(crate) state: Mutex<JobState>,
-    pub(crate) work: Condvar,
     pub(crate) idle: Condvar,
-    pub(crate) workers: Mutex<Vec<JoinHandle<()>>>,
+    /// Signalled when a background drain ends.
+    retired: Condvar,
+    runner: Mutex<Option<Runner>>,
 }
 
 impl Jobs {
     pub fn push(&self, job: Job) {
-        let mut s = self.state.lock();
-        if s.queued.insert(job.key()) {
+        let start = {
+            let mut s = self.state.lock();
+            if !s.queued.insert(job.key()) {
+                return;
+            }
             s.queue.push_back(job);
-            self.work.notify_one();
+            Self::claim_drain(&mut s)
+        };
+        if start {
+            self.start_drain();
+        }
+    }
+
+    /// Whether the caller must start a background drain (and, if so, marks
+    /// one started): jobs are queued, a runner is installed, and no drain is
+    /// queued or running already.
+    fn claim_drain(s: &mut JobState) -> bool {
+        if s.background && !s.stop && !s.draining && !s.queue.is_empty() {
+            s.draining = true;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn start_drain(&self) {
+        if let Some(run) = &*self.runner.lock() {
+            run();
+        }
+    }
+
+    /// Installs the background runner: from now on, queued jobs are run in
+    /// the background, one drain at a time.
+    pub(crate) fn set_runner(&self, run: Runner) {
+        *self.runner.lock() = Some(run);
+        let start = {
+            let mut s = self.state.lock();
+            s.background = true;
+            Self::claim_drain(&mut s)
+        };
+        if start {
+            self.start_drain();
         }
     }
 
@@ -63,26 +110,30 @@ impl Jobs {
         s.queue.len() + s.running
     }
 
-    /// The next job, marked running; `wait`: blocks until one comes or the
-    /// workers stop.
-    pub(crate) fn take(&self, wait: bool) -> Option<Job> {
+    fn pop(s: &mut JobState) -> Option<Job> {
+        let j = s.queue.pop_front()?;
+        s.queued.remove(&j.key());
+        s.running += 1;
+        Some(j)
+    }
+
+    /// The next job, marked running, or `None` when none is queued.
+    pub(crate) fn take(&self) -> Option<Job> {
+        Self::pop(&mut self.state.lock())
+    }
+
+    /// The next job for the background drain, marked running; `None` ends
+    /// the drain (nothing queued, or the runner is stopping: a stopping
+    /// drain leaves the queue to whoever drains it, as searches may keep
+    /// queueing merges).
+    pub(crate) fn take_background(&self) -> Option<Job> {
         let mut s = self.state.lock();
-        loop {
-            // A stopping worker leaves the queue to whoever drains it
-            // (searches may keep queueing merges).
-            if wait && s.stop {
-                return None;
-            }
-            if let Some(j) = s.queue.pop_front() {
-                s.queued.remove(&j.key());
-                s.running += 1;
-                return Some(j);
-            }
-            if !wait {
-                return None;
-            }
-            self.work.wait(&mut s);
+        let job = if s.stop { None } else { Self::pop(&mut s) };
+        if job.is_none() {
+            s.draining = false;
+            self.retired.notify_all();
         }
+        job
     }
 
     pub(crate) fn finish(&self) {
@@ -101,14 +152,19 @@ impl Jobs {
         }
     }
 
-    /// Stops and joins the background workers (queued jobs stay queued).
+    /// Stops the background runner and waits for its drain to end (queued
+    /// jobs stay queued; later ones are run by whoever drains them).
     pub fn stop_workers(&self) {
-        self.state.lock().stop = true;
-        self.work.notify_all();
-        let hs: Vec<_> = self.workers.lock().drain(..).collect();
-        for h in hs {
-            let _ = h.join();
+        let mut s = self.state.lock();
+        s.stop = true;
+        s.background = false;
+        while s.draining {
+            self.retired.wait(&mut s);
         }
-        self.state.lock().stop = false;
+        s.stop = false;
+        drop(s);
+        // The runner holds the shared pool: dropped, the pool's threads end
+        // once no index uses it.
+        self.runner.lock().take();
     }
 }

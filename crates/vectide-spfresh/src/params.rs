@@ -173,7 +173,7 @@ pub const REBUILD: ParamSpec = ParamSpec {
     name: "rebuild",
     kind: ParamKind::Choice(&["background", "inline"]),
     default: "background",
-    doc: "background: Local Rebuilder threads; inline: the writing call runs the jobs it queued before returning (deterministic, for tests and the crash kit); not stored, given at each open",
+    doc: "background: the Local Rebuilder runs the jobs on the process's shared rebuild pool; inline: the writing call runs the jobs it queued before returning (deterministic, for tests and the crash kit); not stored, given at each open",
     source: "SPFresh §4.1 (background); Vectide (inline)",
 };
 /// `seed`: the build's clustering seed.

@@ -49,26 +49,24 @@ use std::sync::Arc;
 use vectide_core::{Error, Result};
 use vectide_quant::{balanced_kmeans, BalancedParams};
 
-/// Starts `n` Local Rebuilder threads.
-pub(crate) fn start_workers(inner: &Arc<Inner>, n: usize) -> Result<()> {
-    let mut ws = inner.jobs.workers.lock();
-    for i in 0..n {
-        let me = inner.clone();
-        let h = std::thread::Builder::new()
-            .name(format!("spfresh-rebuild-{i}"))
-            .spawn(move || {
-                while let Some(job) = me.jobs.take(true) {
-                    let mut sc = me.scratch();
-                    if let Err(e) = me.run_job(job, &mut sc) {
-                        me.note_error(&e);
-                    }
-                    me.give_back(sc);
-                    me.jobs.finish();
-                }
-            })
-            .map_err(|e| Error::invalid(format!("cannot start a rebuild thread: {e}")))?;
-        ws.push(h);
-    }
+/// Runs the Local Rebuilder in the background: when jobs are queued, a
+/// drain task runs them on the process's shared rebuild pool
+/// (`vectide-spfresh-rebuild-*`, one thread per core), one drain per index
+/// at a time. An index thus has one background worker, as when each had a
+/// thread of its own, and a process's rebuild threads are bounded by the
+/// cores, not by its indexes.
+pub(crate) fn start_background(inner: &Arc<Inner>) -> Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pool = vectide_core::pools::shared("spfresh-rebuild", cores)?;
+    let weak = Arc::downgrade(inner);
+    inner.jobs.set_runner(Box::new(move || {
+        let weak = weak.clone();
+        pool.spawn(move || {
+            if let Some(me) = weak.upgrade() {
+                me.drain_background();
+            }
+        });
+    }));
     Ok(())
 }
 
@@ -119,6 +117,24 @@ struct Candidate {
 }
 
 impl Inner {
+    /// The background drain: runs queued jobs until none is left or the
+    /// runner stops. A job that panics is recorded as an error (the shared
+    /// pool's thread goes on with the next).
+    fn drain_background(&self) {
+        let mut sc = self.scratch();
+        while let Some(job) = self.jobs.take_background() {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.run_job(job, &mut sc)
+            }))
+            .unwrap_or_else(|_| Err(Error::invalid(format!("{job:?} panicked"))));
+            if let Err(e) = r {
+                self.note_error(&e);
+            }
+            self.jobs.finish();
+        }
+        self.give_back(sc);
+    }
+
     /// Runs every queued job to completion on this thread (and waits for
     /// the ones background threads are running); the first error, after
     /// all have run.
@@ -126,7 +142,7 @@ impl Inner {
         let mut first = Ok(());
         let mut sc = self.scratch();
         loop {
-            match self.jobs.take(false) {
+            match self.jobs.take() {
                 Some(job) => {
                     let r = self.run_job(job, &mut sc);
                     self.jobs.finish();

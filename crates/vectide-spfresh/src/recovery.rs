@@ -47,13 +47,10 @@ fn trim_torn_tail(path: &Path, end: u32) -> Result<()> {
     Ok(())
 }
 
-/// Background Local Rebuilder threads.
-const REBUILD_THREADS: usize = 1;
-
 fn start(inner: Inner) -> Result<Spfresh> {
     let inner = Arc::new(inner);
     if inner.mode == Mode::Fresh && !inner.params.rebuild_inline {
-        crate::rebuild::start_workers(&inner, REBUILD_THREADS)?;
+        crate::rebuild::start_background(&inner)?;
     }
     Ok(Spfresh { inner })
 }

@@ -166,7 +166,7 @@ pub(crate) struct Inner {
     pub jobs: Jobs,
     pub counters: Counters,
     pub scratches: Mutex<Vec<Scratch>>,
-    pub pool: rayon::ThreadPool,
+    pub pool: vectide_core::pools::Pool,
     pub threads: usize,
     pub last_error: Mutex<Option<String>>,
     /// Set when a logged write failed to apply (see
