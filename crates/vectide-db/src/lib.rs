@@ -245,10 +245,21 @@ pub struct CollectionRepair {
 /// vectors of points the store had deleted are removed. Finally the
 /// database checkpoints and closes. Returns what was dropped, per
 /// collection. Needs the directory unlocked.
+///
+/// A crash part-way is safe: the repair first writes a durable marker
+/// (`REPAIRING`), which it removes only once it has closed the database, and
+/// an open that finds the marker runs the repair again before it opens (every
+/// step is idempotent: the cut finds the log cut, the fill of void records
+/// continues where it stopped, the reconciliation finds what is left).
 pub fn repair(dir: &Path, opts: Options) -> Result<Vec<CollectionRepair>> {
     let mut out = Vec::new();
     {
         let _lock = lock_dir(dir)?;
+        let marker = dir.join(REPAIR_MARKER);
+        vectide_core::io::atomic_write(&marker, |w| {
+            w.write_all(b"a repair of this database is under way; its next open completes it\n")
+                .map_err(|e| vectide_core::Error::io_at(&marker, e))
+        })?;
         for (name, _) in read_catalog(dir)? {
             let wal = commitlog::repair(&dir.join("collections").join(&name).join("wal"))?;
             out.push(CollectionRepair {
@@ -271,13 +282,24 @@ pub fn repair(dir: &Path, opts: Options) -> Result<Vec<CollectionRepair>> {
         (r.orphans_removed, r.stale_vectors_removed) = c.remove_orphans()?;
     }
     db.close()?;
+    drop(db);
+    let marker = dir.join(REPAIR_MARKER);
+    std::fs::remove_file(&marker).map_err(|e| DbError::io_at(&marker, e))?;
+    vectide_core::io::sync_dir(dir)?;
     Ok(out)
 }
+
+/// The file whose presence says a [`repair`] began and has not finished.
+const REPAIR_MARKER: &str = "REPAIRING";
 
 impl Database {
     /// Opens (creating if needed) the database in `dir` and recovers every
     /// collection. The directory is locked until the database is dropped.
     pub fn open(dir: &Path, opts: Options) -> Result<Arc<Database>> {
+        if !opts.repair && dir.join(REPAIR_MARKER).is_file() {
+            // A repair was interrupted (a crash, an error): finish it first.
+            repair(dir, opts.clone())?;
+        }
         std::fs::create_dir_all(dir.join("collections")).map_err(|e| DbError::io_at(dir, e))?;
         let lock = lock_dir(dir)?;
         let mut collections = BTreeMap::new();
