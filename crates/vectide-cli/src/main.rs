@@ -93,6 +93,10 @@ enum Command {
         /// p-hnsw media: pmem or msync.
         #[arg(long, default_value = "pmem")]
         persist: String,
+        /// After the open, run the engine's full check (`check_structure`:
+        /// for p-hnsw, every node's checksum too); a violation is an error.
+        #[arg(long)]
+        verify: bool,
     },
 }
 
@@ -117,7 +121,11 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::CrashChild(args) => crash::child(&args),
-        Command::OpenProbe { path, persist } => open_probe(&path, &persist),
+        Command::OpenProbe {
+            path,
+            persist,
+            verify,
+        } => open_probe(&path, &persist, verify),
         Command::Serve(args) => db::serve(&args),
         Command::Import(args) => db::import(&args),
         Command::Repair(args) => db::repair(&args),
@@ -214,8 +222,9 @@ fn engines(json: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// `vectide open-probe`: open + first query, timed from `main`.
-fn open_probe(path: &std::path::Path, persist: &str) -> Result<(), String> {
+/// `vectide open-probe`: open + first query, timed from `main`; with
+/// `verify`, then the engine's full check.
+fn open_probe(path: &std::path::Path, persist: &str, verify: bool) -> Result<(), String> {
     use vectide_core::SearchParams;
     let t0 = std::time::Instant::now();
     let found = vectide_engines::engine_at(path).map_err(|e| e.to_string())?;
@@ -247,6 +256,16 @@ fn open_probe(path: &std::path::Path, persist: &str) -> Result<(), String> {
         })
         .collect();
     let recovery = (!recovery.is_empty()).then_some(recovery);
+    if verify {
+        let problems = idx.check_structure().map_err(|e| e.to_string())?;
+        if !problems.is_empty() {
+            return Err(format!(
+                "the check found {} problems: {}",
+                problems.len(),
+                problems.join("; ")
+            ));
+        }
+    }
     println!(
         "{}",
         serde_json::json!({
