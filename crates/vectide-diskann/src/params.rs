@@ -74,7 +74,7 @@ pub const MERGE: ParamSpec = ParamSpec {
     name: "merge",
     kind: ParamKind::Choice(&["background", "inline"]),
     default: "background",
-    doc: "background: a merge thread while searches and writes go on; inline: the write that makes a merge due runs it before returning (deterministic, for tests and the crash kit); not stored, given at each open",
+    doc: "background: a merge task on the process's shared merge pool while searches and writes go on; inline: the write that makes a merge due runs it before returning (deterministic, for tests and the crash kit); not stored, given at each open",
     source: "FreshDiskANN §5.3 (background); Vectide (inline)",
 };
 

@@ -9,12 +9,11 @@ use crate::lti::{Lti, Scratch};
 use crate::manifest::Manifest;
 use crate::merge::MergeStats;
 use crate::params::FreshDiskannParams;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use vectide_core::sync::SyncSite;
 use vectide_core::{Metric, Result, VectorIndex};
 use vectide_storage::durable::RedoLog;
@@ -140,7 +139,10 @@ pub(crate) struct Inner {
     pub(crate) merge_lock: Mutex<()>,
     /// Held through a freeze (see `Inner::freeze`).
     pub(crate) freeze_lock: Mutex<()>,
-    pub(crate) background: Mutex<Option<JoinHandle<()>>>,
+    /// Whether a background merge is queued or running (on the process's
+    /// shared merge pool); `background_done` is signalled when it ends.
+    pub(crate) background: Mutex<bool>,
+    pub(crate) background_done: Condvar,
     pub(crate) status: MergeStatus,
     pub(crate) scratches: Mutex<Vec<Scratch>>,
     pub(crate) io: IoCounters,
@@ -177,7 +179,8 @@ impl Inner {
             covered: AtomicU64::new(durable),
             merge_lock: Mutex::new(()),
             freeze_lock: Mutex::new(()),
-            background: Mutex::new(None),
+            background: Mutex::new(false),
+            background_done: Condvar::new(),
             status: MergeStatus::default(),
             scratches: Mutex::new(Vec::new()),
             io: IoCounters::default(),

@@ -32,29 +32,50 @@ const MERGE_IN_FLIGHT: usize = 8;
 impl Inner {
     // ----- merge -----
 
+    /// Starts a StreamingMerge in the background, unless one is running:
+    /// a task on the process's shared merge pool (one thread per core), so
+    /// that a process's merge threads are bounded by its cores, not by its
+    /// indexes (an index still runs one merge at a time, as before; more
+    /// indexes due at once than cores queue).
     pub(crate) fn start_background(self: &Arc<Self>) {
         let mut bg = self.background.lock();
         if self.status.running.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Some(h) = bg.take() {
-            let _ = h.join();
-        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = match vectide_core::pools::shared("fdann-merge", cores) {
+            Ok(p) => p,
+            Err(e) => {
+                self.status.failures.fetch_add(1, Ordering::Relaxed);
+                *self.status.last_error.lock() = Some(e.to_string());
+                self.status.running.store(false, Ordering::Release);
+                return;
+            }
+        };
+        *bg = true;
         let me = Arc::clone(self);
-        *bg = Some(std::thread::spawn(move || {
-            let r = me.merge();
+        // The task keeps the pool alive until it ends.
+        let keep = Arc::clone(&pool);
+        pool.spawn(move || {
+            let _pool = keep;
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| me.merge()))
+                .unwrap_or_else(|_| Err(Error::invalid("the background merge panicked")));
             if let Err(e) = r {
                 me.status.failures.fetch_add(1, Ordering::Relaxed);
                 *me.status.last_error.lock() = Some(e.to_string());
             }
+            let mut bg = me.background.lock();
+            *bg = false;
             me.status.running.store(false, Ordering::Release);
-        }));
+            me.background_done.notify_all();
+        });
     }
 
+    /// Waits for the background merge, if one is queued or running.
     pub(crate) fn join_background(&self) {
-        let h = self.background.lock().take();
-        if let Some(h) = h {
-            let _ = h.join();
+        let mut bg = self.background.lock();
+        while *bg {
+            self.background_done.wait(&mut bg);
         }
     }
 
