@@ -540,8 +540,12 @@ impl Inner {
             return Err(e);
         }
         self.heads.replace(heads);
-        *self.rebuilding.lock() = None;
-        for &p in &pids {
+        let built = self.rebuilding.lock().take().unwrap_or_default().building;
+        // Every posting but the new ones goes: those the rebuild read, and
+        // any a writer created meanwhile (a vector no posting took gets one
+        // of its own, named only by the old centroids), whose vectors the
+        // rebuild placed again.
+        for p in (0..self.store.posting_ids()).filter(|p| !built.contains(p)) {
             let _l = self.lock(p);
             if let Some(e) = self.store.entry(p) {
                 self.store.remove(p, &e);
