@@ -162,6 +162,13 @@ impl Inner {
                     let _l = self.lock(pid);
                     let entry = self.store.entry(pid);
                     match self.store.put(pid, buf, &entry)? {
+                        Swap::Done(_) if beside => {
+                            if let Some(rb) = self.rebuilding.lock().as_mut() {
+                                rb.homes
+                                    .extend(g.iter().map(|&(_, _, r)| (vids[r as usize], pid)));
+                            }
+                            Ok(())
+                        }
                         Swap::Done(_) => {
                             for &(_, _, r) in *g {
                                 self.set_home(vids[r as usize], pid, 0);

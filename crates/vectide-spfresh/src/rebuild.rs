@@ -193,6 +193,10 @@ impl Inner {
         let mut recs = Records::default();
         for pid in self.store.compaction_candidates() {
             let _g = self.gate.read();
+            // The posting's lock too: a job or a rebuild's swap that read
+            // the posting under it must not see it change before its own
+            // PUT or remove.
+            let _l = self.lock(pid);
             self.store.relocate(pid, &mut recs, &mut sc.read)?;
         }
         Ok(())
@@ -540,7 +544,16 @@ impl Inner {
             return Err(e);
         }
         self.heads.replace(heads);
-        let built = self.rebuilding.lock().take().unwrap_or_default().building;
+        let Rebuilding {
+            building: built,
+            homes,
+            ..
+        } = self.rebuilding.lock().take().unwrap_or_default();
+        // The homes move to the new postings only now: a snapshot taken
+        // during the rebuild recorded the old ones, which it kept whole.
+        for (vid, pid) in homes {
+            self.set_home(vid, pid, 0);
+        }
         // Every posting but the new ones goes: those the rebuild read, and
         // any a writer created meanwhile (a vector no posting took gets one
         // of its own, named only by the old centroids), whose vectors the
@@ -560,14 +573,23 @@ impl Inner {
     }
 
     /// A failed rebuild's postings go again (no centroid in use names
-    /// them), and writers stop recording for it.
+    /// them), and writers stop recording for it. They are removed while
+    /// still recorded as building, so no snapshot in between records one;
+    /// no home points at them (homes move only at the swap).
     fn abandon_rebuild(&self) {
-        let gone = self.rebuilding.lock().take().unwrap_or_default();
-        for p in gone.building {
+        let building: Vec<u32> = self
+            .rebuilding
+            .lock()
+            .as_ref()
+            .map(|r| r.building.iter().copied().collect())
+            .unwrap_or_default();
+        for p in building {
+            let _l = self.lock(p);
             if let Some(entry) = self.store.entry(p) {
                 self.store.remove(p, &entry);
             }
         }
+        *self.rebuilding.lock() = None;
     }
 
     /// Steps 2 and 3 of [`Inner::rebuild_static`] (all but the last round

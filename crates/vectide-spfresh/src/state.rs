@@ -194,6 +194,10 @@ pub(crate) struct Rebuilding {
     /// (normalised) rows.
     pub vids: Vec<u32>,
     pub data: Vec<f32>,
+    /// (vector, new posting): the homes the rebuild gives at its swap (the
+    /// homes in use keep naming the old postings until then, so that a
+    /// snapshot taken meanwhile records homes it keeps).
+    pub homes: Vec<(u32, u32)>,
 }
 
 impl Inner {

@@ -201,16 +201,24 @@ impl Inner {
         let res = (|| {
             self.route_in(heads, v, sc)?;
             let sel = std::mem::take(&mut sc.sel);
-            let mut any = false;
+            let mut home = None;
             for &pid in &sel {
-                let home: &[u32] = if any { &[] } else { &[vid] };
-                any |= self.append_locked(pid, &rec, home, 0, sc)?.is_some();
+                if self.append_locked(pid, &rec, &[], 0, sc)?.is_some() && home.is_none() {
+                    home = Some(pid);
+                }
             }
             sc.sel = sel;
-            if !any {
-                let pid = self.create_building(&rec)?;
-                self.set_home(vid, pid, 0);
-                heads.add(&[pid], v)?;
+            let pid = match home {
+                Some(pid) => pid,
+                None => {
+                    let pid = self.create_building(&rec)?;
+                    heads.add(&[pid], v)?;
+                    pid
+                }
+            };
+            // The home moves at the swap (see `Rebuilding::homes`).
+            if let Some(rb) = self.rebuilding.lock().as_mut() {
+                rb.homes.push((vid, pid));
             }
             Ok(())
         })();
