@@ -141,7 +141,7 @@ def test_inspect_a_phnsw_directory(tmp_path):
     del idx
     out = subprocess.run([_cli(), "inspect", "--json", str(tmp_path / "p")], capture_output=True, text=True, check=True)
     info = json.loads(out.stdout)
-    assert info["engine"] == "p-hnsw" and info["format_version"] == 2
+    assert info["engine"] == "p-hnsw" and info["format_version"] == 3
     assert info["dim"] == 8 and info["live"] == 99 and info["nodes_allocated"] == 100
     assert info["durable_seq"] == 2 and "0 logged" in info["nlog"]
 

@@ -100,11 +100,6 @@ pub struct MaintainArgs {
     pub collection: Option<String>,
 }
 
-/// The value of an engine's extra statistic `name`.
-fn extra(st: &vectide_core::IndexStats, name: &str) -> Option<f64> {
-    st.extra.iter().find(|(k, _)| k == name).map(|&(_, v)| v)
-}
-
 /// `vectide maintain`: runs each collection's pending maintenance (a
 /// fresh-diskann merge, a delete consolidation) with a progress bar fed by
 /// the engine's `merge_done` / `merge_total` / `merge_phase` statistics.
@@ -123,12 +118,12 @@ pub fn maintain(args: &MaintainArgs) -> Result<(), String> {
             while !job.is_finished() {
                 if let Ok(st) = col.stats() {
                     if let (Some(done), Some(total)) =
-                        (extra(&st, "merge_done"), extra(&st, "merge_total"))
+                        (st.extra_value("merge_done"), st.extra_value("merge_total"))
                     {
                         bar.set_length(total as u64);
                         bar.set_position(done as u64);
                     }
-                    if let Some(phase) = extra(&st, "merge_phase") {
+                    if let Some(phase) = st.extra_value("merge_phase") {
                         bar.set_message(format!("{name} phase {phase}"));
                     }
                 }

@@ -137,9 +137,41 @@ impl TopK {
     }
 }
 
+/// The order of exact answers: distance, then id (so that ties are
+/// answered the same way every time).
+pub fn by_distance_then_id(a: &Neighbor, b: &Neighbor) -> Ordering {
+    a.distance.total_cmp(&b.distance).then(a.id.cmp(&b.id))
+}
+
+/// Cuts `v` down to its `k` nearest entries (in no particular order), in
+/// linear time: for scans that fill a buffer a stretch at a time and keep
+/// the buffer's size bounded by `k` plus one stretch.
+pub fn keep_nearest(v: &mut Vec<Neighbor>, k: usize) {
+    if v.len() > k {
+        if k > 0 {
+            v.select_nth_unstable_by(k, by_distance_then_id);
+        }
+        v.truncate(k);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keep_nearest_keeps_the_k_nearest_and_breaks_ties_by_id() {
+        let mut v: Vec<Neighbor> = [(7, 3.0), (1, 1.0), (9, 2.0), (4, 2.0), (2, 5.0)]
+            .into_iter()
+            .map(|(i, d)| Neighbor::new(i, d))
+            .collect();
+        keep_nearest(&mut v, 3);
+        v.sort_by(by_distance_then_id);
+        let got: Vec<u64> = v.iter().map(|n| n.id).collect();
+        assert_eq!(got, vec![1, 4, 9]);
+        keep_nearest(&mut v, 0);
+        assert!(v.is_empty());
+    }
 
     #[test]
     fn keeps_the_k_smallest() {

@@ -3,6 +3,7 @@
 use crate::engine::{EngineDescriptor, Knob};
 use crate::error::Result;
 use crate::heap::Neighbor;
+use crate::io::StagedFile;
 use crate::metric::Metric;
 use crate::params::Params;
 use crate::seq::Seq;
@@ -102,6 +103,13 @@ pub struct IndexStats {
     pub maintenance_started: u64,
     /// Engine-specific figures, by name.
     pub extra: Vec<(String, f64)>,
+}
+
+impl IndexStats {
+    /// The engine-specific figure `name`, if the engine reports it.
+    pub fn extra_value(&self, name: &str) -> Option<f64> {
+        self.extra.iter().find(|(k, _)| k == name).map(|&(_, v)| v)
+    }
 }
 
 /// An approximate (or exact) nearest-neighbour index over `f32` vectors:
@@ -248,6 +256,36 @@ pub trait VectorIndex: Send + Sync {
         }
         Ok(())
     }
+    /// The `k` nearest live vectors to `query` by exact distance, nearest
+    /// first (ties by id), from a scan of the engine's own storage in its
+    /// order, or `None` when the engine has no such scan (a database then
+    /// gives [`VectorIndex::distances`] every live id in one call).
+    /// A scan holds the engine's locks for a bounded stretch at a time, so
+    /// a writer waits for a part of it, never the whole; a point unchanged
+    /// through the call is answered, one replaced or deleted meanwhile is
+    /// answered as it was at some moment of the call or left out (an
+    /// upsert may move it behind the scan), as a database's exact search
+    /// promises.
+    fn exact_scan(&self, query: &[f32], k: usize) -> Result<Option<Vec<Neighbor>>> {
+        let _ = (query, k);
+        Ok(None)
+    }
+    /// Asks the engine to leave the maintenance that falls due during
+    /// writes (an hnsw delete's consolidation) to its caller, which polls
+    /// [`VectorIndex::maintenance_due`] and runs [`VectorIndex::maintain`]
+    /// off the write path (a database's background thread, so that the
+    /// write that passes the threshold, and those queued behind it, do not
+    /// wait for the job). Returns whether the engine will; the default,
+    /// for engines whose jobs run in their own threads or not at all,
+    /// declines.
+    fn defer_maintenance(&self) -> bool {
+        false
+    }
+    /// Whether deferred maintenance is due (see
+    /// [`VectorIndex::defer_maintenance`]).
+    fn maintenance_due(&self) -> bool {
+        false
+    }
     /// The stored vector of an id (normalised under cosine).
     fn get(&self, id: u64) -> Result<Option<Vec<f32>>>;
     /// Whether the id is live.
@@ -268,6 +306,17 @@ pub trait VectorIndex: Send + Sync {
     /// merges, splits) and returns when none is in flight.
     fn maintain(&self) -> Result<()> {
         Ok(())
+    }
+    /// [`save`](Self::save) in two steps: the index's state is written
+    /// beside `path` now (inserts and deletes wait, as in `save`), and the
+    /// returned [`StagedSave`] makes it durable and puts it in place when
+    /// committed, holding none of the index's locks, so that writes go on
+    /// meanwhile. The durable watermark moves at the commit. Saves of one
+    /// index are serialized until their commit (or drop). The default saves
+    /// in one step.
+    fn save_staged(&self, path: &Path) -> Result<StagedSave<'_>> {
+        self.save(path)?;
+        Ok(StagedSave::done(self.durable_seq()))
     }
     /// Writes a volatile index to a file (atomically), which the
     /// descriptor's `open` reads back. Engines that live in a directory are
@@ -305,6 +354,62 @@ impl std::fmt::Debug for dyn VectorIndex {
             .field("dim", &self.dim())
             .field("metric", &self.metric())
             .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// A save written beside its file and not yet durable (see
+/// [`VectorIndex::save_staged`]).
+pub struct StagedSave<'a> {
+    file: Option<StagedFile>,
+    covers: Seq,
+    /// Moves the index's watermark (and releases what serializes its
+    /// saves) once the file is in place.
+    on_commit: Option<Box<dyn FnOnce() + 'a>>,
+}
+
+impl<'a> StagedSave<'a> {
+    /// A staged file holding the index through `covers`; `on_commit` runs
+    /// after the commit put it in place.
+    pub fn new(file: StagedFile, covers: Seq, on_commit: impl FnOnce() + 'a) -> Self {
+        StagedSave {
+            file: Some(file),
+            covers,
+            on_commit: Some(Box::new(on_commit)),
+        }
+    }
+
+    /// A save already durable (an engine that saves in one step).
+    pub fn done(covers: Seq) -> Self {
+        StagedSave {
+            file: None,
+            covers,
+            on_commit: None,
+        }
+    }
+
+    /// The sequence number the saved state holds every operation through.
+    pub fn covers(&self) -> Seq {
+        self.covers
+    }
+
+    /// fsyncs the file, puts it in place, then moves the watermark.
+    pub fn commit(mut self) -> Result<()> {
+        if let Some(f) = self.file.take() {
+            f.commit()?;
+        }
+        if let Some(done) = self.on_commit.take() {
+            done();
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for StagedSave<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StagedSave")
+            .field("file", &self.file)
+            .field("covers", &self.covers)
             .finish()
     }
 }

@@ -25,6 +25,18 @@ pub fn atomic_write<F>(path: &Path, write: F) -> Result<()>
 where
     F: FnOnce(&mut dyn Write) -> Result<()>,
 {
+    stage_write(path, write)?.commit()
+}
+
+/// The first half of [`atomic_write`]: `write` fills the temp file (in the
+/// page cache, no fsync yet). The returned [`StagedFile`] makes it durable
+/// and puts it in place; dropped without a commit, it removes the temp
+/// file. So a caller can write its state under its locks and leave the
+/// fsync to after it released them.
+pub fn stage_write<F>(path: &Path, write: F) -> Result<StagedFile>
+where
+    F: FnOnce(&mut dyn Write) -> Result<()>,
+{
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -37,21 +49,57 @@ where
         name.to_string_lossy(),
         std::process::id()
     ));
-    let result = (|| {
-        let file = File::create(&tmp).map_err(|e| Error::io_at(&tmp, e))?;
-        let mut w = BufWriter::with_capacity(1 << 20, file);
-        write(&mut w)?;
-        let file = w
-            .into_inner()
-            .map_err(|e| Error::io_at(&tmp, e.into_error()))?;
-        sync::sync_file(&file, &tmp, ATOMIC_WRITE_FILE, false)?;
-        fs::rename(&tmp, path).map_err(|e| Error::io_at(path, e))?;
-        sync::sync_dir(&dir, ATOMIC_WRITE_DIR)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+    let file = File::create(&tmp).map_err(|e| Error::io_at(&tmp, e))?;
+    // From here on the guard removes the temp file on any error.
+    let mut staged = StagedFile {
+        path: path.to_path_buf(),
+        dir,
+        tmp,
+        file: None,
+    };
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    write(&mut w)?;
+    let file = w
+        .into_inner()
+        .map_err(|e| Error::io_at(&staged.tmp, e.into_error()))?;
+    staged.file = Some(file);
+    Ok(staged)
+}
+
+/// A whole file written beside its target and not yet durable (see
+/// [`stage_write`]).
+#[derive(Debug)]
+pub struct StagedFile {
+    path: PathBuf,
+    dir: PathBuf,
+    tmp: PathBuf,
+    /// `None` until written, and after the commit.
+    file: Option<File>,
+}
+
+impl StagedFile {
+    /// fsyncs the temp file, renames it over the target and fsyncs the
+    /// directory. On an error the target is untouched (or, if the rename
+    /// happened, already the new file) and the temp file is removed.
+    pub fn commit(mut self) -> Result<()> {
+        let file = self
+            .file
+            .take()
+            .ok_or_else(|| Error::invalid("a staged file was committed before it was written"))?;
+        sync::sync_file(&file, &self.tmp, ATOMIC_WRITE_FILE, false)?;
+        fs::rename(&self.tmp, &self.path).map_err(|e| Error::io_at(&self.path, e))?;
+        // Renamed: nothing is left for the drop to remove.
+        self.tmp = PathBuf::new();
+        sync::sync_dir(&self.dir, ATOMIC_WRITE_DIR)
     }
-    result
+}
+
+impl Drop for StagedFile {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 /// Sync site of [`atomic_write`]'s fsync of the temp file.
@@ -331,6 +379,33 @@ mod tests {
         assert!(r.is_err());
         assert_eq!(fs::read(&p).unwrap(), b"one", "old file untouched");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "temp removed");
+    }
+
+    #[test]
+    fn a_staged_file_is_in_place_only_once_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.bin");
+        atomic_write(&p, |w| Ok(w.write_all(b"one")?)).unwrap();
+        let staged = stage_write(&p, |w| Ok(w.write_all(b"two")?)).unwrap();
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            b"one",
+            "not in place before the commit"
+        );
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
+        drop(staged);
+        assert_eq!(fs::read(&p).unwrap(), b"one");
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "a dropped stage is removed"
+        );
+        stage_write(&p, |w| Ok(w.write_all(b"three")?))
+            .unwrap()
+            .commit()
+            .unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"three");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub mod visited;
 pub use engine::{EngineDescriptor, Knob, Medium, Persistence};
 pub use error::{Error, Result};
 pub use heap::{Neighbor, TopK};
-pub use index::{Filter, IndexStats, Progress, SearchParams, VectorIndex};
+pub use index::{Filter, IndexStats, Progress, SearchParams, StagedSave, VectorIndex};
 pub use metric::Metric;
 pub use params::{ParamKind, ParamSpec, ParamValue, Params, ParamsExt};
 pub use seq::{Seq, SeqTracker};

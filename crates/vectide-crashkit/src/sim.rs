@@ -65,11 +65,20 @@ pub struct SimConfigKit {
     /// The crash comes at one of the next `crash_window` sync points or
     /// fences of a round.
     pub crash_window: u64,
+    /// The crash point is drawn among at least this many of the next sync
+    /// points or fences, however few the last round issued (0: as many as
+    /// it issued). Long rounds let work that needs many writes (a reclaim
+    /// of vector numbers) run between crashes.
+    pub min_span: u64,
     /// Share of rounds whose recovery crashes too.
     pub recovery_share: f64,
     /// A persistence site to switch off (the mutation check).
     pub disable: Option<Disabled>,
     pub scratch_dir: Option<PathBuf>,
+    /// Writer 0 calls `maintain()` after every this many of its operations
+    /// (consolidations, merges: crashes land in them and in the writes
+    /// beside and after them); 0: never.
+    pub maintain_every: u64,
 }
 
 impl SimConfigKit {
@@ -84,9 +93,11 @@ impl SimConfigKit {
             seq_from: SeqFrom::Durable,
             max_ops: 40,
             crash_window: 120,
+            min_span: 0,
             recovery_share: 0.2,
             disable: None,
             scratch_dir: None,
+            maintain_every: 0,
         }
     }
 }
@@ -122,6 +133,11 @@ pub struct SimReport {
     /// Persistence sites the target used, with their calls.
     pub sites: BTreeMap<Disabled, u64>,
     pub violations: Vec<String>,
+    /// The most vector slots (numbers) the target held at the end of a
+    /// round's writes, and the reclaims it ran, summed over the rounds
+    /// (both from its stats; 0 when it has no such figure).
+    pub slots_max: usize,
+    pub reclaims: u64,
 }
 
 /// A directory removed on drop.
@@ -356,7 +372,7 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
         let at_fence = df > 0 && rng.below((ds + df) as usize) < df as usize && !aim;
         // Within the events a round issues (as the last one did), so that
         // the crash comes before the writers run out as a rule.
-        let span = if at_fence { df } else { ds };
+        let span = if at_fence { df } else { ds }.max(cfg.min_span);
         let window = cfg.crash_window.min(span.max(1));
         let at = 1 + rng.below(window as usize) as u64;
         let images = scratch_dir(&scratch, "img-now")?;
@@ -409,6 +425,10 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
         let errors: Mutex<Vec<String>> = Mutex::new(Vec::new());
         writers(cfg, round, &*idx, &hist, &stop, &counter, &retry, &errors);
         issued = issued.max(counter.load(Ordering::Acquire));
+        rep.slots_max = rep
+            .slots_max
+            .max(idx.figure("slots_used").unwrap_or(0.0) as usize);
+        rep.reclaims += idx.figure("reclaims").unwrap_or(0.0) as u64;
         for e in errors.into_inner() {
             rep.violations.push(format!("round {round}: {e}"));
         }
@@ -494,6 +514,17 @@ fn writers(
                         break;
                     }
                     hist.lock().ack(i);
+                    let every = cfg.maintain_every;
+                    if t == 0 && every > 0 && (k + 1) % every == 0 {
+                        if let Err(e) = idx.maintain() {
+                            if !stop.load(Ordering::Acquire) {
+                                errors
+                                    .lock()
+                                    .push(format!("writer {t} maintain after op {k}: {e}"));
+                            }
+                            break;
+                        }
+                    }
                 }
             });
         }

@@ -143,6 +143,11 @@ pub trait Subject: Send + Sync {
     /// What must follow a write before it counts as acknowledged: `flush()`
     /// for engines durable at flush, nothing otherwise.
     fn make_durable(&self) -> Result<()>;
+    /// Runs the target's maintenance (`VectorIndex::maintain`); nothing by
+    /// default.
+    fn maintain(&self) -> Result<()> {
+        Ok(())
+    }
     fn vector_of(&self, label: u64) -> Result<Option<Vec<f32>>>;
     /// The label found at rank 1 when searching `v`.
     fn nearest(&self, v: &[f32]) -> Result<Option<u64>>;
@@ -157,6 +162,11 @@ pub trait Subject: Send + Sync {
     }
     /// What recovery did, from the engine's named figures (for messages).
     fn recovery_note(&self) -> String;
+    /// One of the engine's stats: `slots_used`, or a named figure of its
+    /// `extra` list; `None` when it has no such figure.
+    fn figure(&self, _name: &str) -> Option<f64> {
+        None
+    }
     /// Whether recovery had log work (undo, redo, replay) to do.
     fn recovered_work(&self) -> bool;
 }
@@ -203,6 +213,9 @@ impl Subject for EngineSubject {
         }
         Ok(())
     }
+    fn maintain(&self) -> Result<()> {
+        self.idx.maintain()
+    }
     fn vector_of(&self, label: u64) -> Result<Option<Vec<f32>>> {
         self.idx.get(label)
     }
@@ -224,6 +237,13 @@ impl Subject for EngineSubject {
     }
     fn recovered_work(&self) -> bool {
         recovery_figures(&*self.idx).iter().any(|(_, v)| *v != 0.0)
+    }
+    fn figure(&self, name: &str) -> Option<f64> {
+        let s = self.idx.stats().ok()?;
+        match name {
+            "slots_used" => Some(s.slots_used as f64),
+            _ => s.extra_value(name),
+        }
     }
 }
 

@@ -179,6 +179,9 @@ pub struct Collection {
     engine_seq: AtomicU64,
     turn_cv: Condvar,
     last_checkpoint: Mutex<Instant>,
+    /// Held through a checkpoint: one at a time, so that the store's
+    /// flushes reach its file in the order they were taken.
+    checkpointing: Mutex<()>,
     opts: Options,
     /// Set when the database closes or the collection is deleted: writes
     /// and searches through a remaining handle then fail with `Closed`.
@@ -271,7 +274,8 @@ impl Collection {
                 if op.touches_engine() {
                     self.engine_seq.store(seq, Ordering::Release);
                 }
-                self.store.write().apply_owned(seq, op.changes)
+                self.store.write().apply_owned(seq, op.changes);
+                Ok(())
             })
             .map_err(|e| self.poison.poison(&format!("record {seq}"), &e).into());
         *turn = seq + 1;
@@ -430,6 +434,15 @@ impl Collection {
             }
             Err(_) => serde_json::Value::Null,
         }
+    }
+
+    /// Whether the engine has deferred maintenance due (see
+    /// `VectorIndex::defer_maintenance`; the database's background thread
+    /// runs it).
+    pub fn maintenance_due(&self) -> bool {
+        !self.closed.load(Ordering::Acquire)
+            && self.poison.cause().is_none()
+            && self.engine.maintenance_due()
     }
 
     /// Runs the engine's pending maintenance (delete consolidation, a

@@ -153,7 +153,10 @@ pub struct Database {
     /// The flock'ed LOCK file; `None` once closed.
     lock: Mutex<Option<File>>,
     opts: Options,
-    collections: RwLock<BTreeMap<String, Arc<Collection>>>,
+    /// Shared with the background thread, which never holds the database
+    /// itself: the drop of the last user handle stops and joins it there
+    /// and then, not later on that thread, releases the directory lock.
+    collections: Arc<RwLock<BTreeMap<String, Arc<Collection>>>>,
     /// Serialises catalog rewrites and collection creation/removal.
     catalog: Mutex<()>,
     stop: Arc<AtomicBool>,
@@ -312,7 +315,7 @@ impl Database {
             dir: dir.to_path_buf(),
             lock: Mutex::new(Some(lock)),
             opts,
-            collections: RwLock::new(collections),
+            collections: Arc::new(RwLock::new(collections)),
             catalog: Mutex::new(()),
             stop: Arc::new(AtomicBool::new(false)),
             checkpointer: Mutex::new(None),
@@ -322,30 +325,18 @@ impl Database {
     }
 
     fn start_checkpointer(self: &Arc<Self>) {
-        let weak = Arc::downgrade(self);
+        let collections = self.collections.clone();
         let stop = self.stop.clone();
         let handle = std::thread::Builder::new()
             .name("vectide-checkpoint".into())
             .spawn(move || {
                 while !stop.load(Ordering::Acquire) {
-                    std::thread::sleep(Duration::from_millis(200));
-                    let Some(db) = weak.upgrade() else { break };
-                    let due: Vec<Arc<Collection>> = db
-                        .collections
-                        .read()
-                        .values()
-                        .filter(|c| c.checkpoint_due())
-                        .cloned()
-                        .collect();
-                    drop(db);
-                    for c in due {
-                        if let Err(e) = c.checkpoint() {
-                            eprintln!(
-                                "vectide: checkpoint of collection {:?} failed: {e}",
-                                c.name()
-                            );
-                        }
+                    // Woken early by a close or drop (which unpark it).
+                    std::thread::park_timeout(Duration::from_millis(200));
+                    if stop.load(Ordering::Acquire) {
+                        break;
                     }
+                    background_pass(&collections, &stop);
                 }
             })
             .ok();
@@ -389,6 +380,7 @@ impl Database {
         }
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.checkpointer.lock().take() {
+            h.thread().unpark();
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
             }
@@ -483,8 +475,47 @@ impl Drop for Database {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.checkpointer.lock().take() {
+            h.thread().unpark();
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
+            }
+        }
+    }
+}
+
+/// One pass of the database's background thread: the checkpoints that are
+/// due, then the maintenance the engines deferred from their writes (an
+/// hnsw consolidation), off the write path; no job starts once the database
+/// is stopping (a close or the drop of its last handle waits for the job
+/// that runs).
+fn background_pass(collections: &RwLock<BTreeMap<String, Arc<Collection>>>, stop: &AtomicBool) {
+    type Due = fn(&Collection) -> bool;
+    type Job = fn(&Collection) -> Result<()>;
+    let jobs: [(Due, Job, &str); 2] = [
+        (
+            Collection::checkpoint_due,
+            Collection::checkpoint,
+            "checkpoint",
+        ),
+        (
+            Collection::maintenance_due,
+            Collection::maintain,
+            "maintenance",
+        ),
+    ];
+    for (due, run, what) in jobs {
+        let picked: Vec<Arc<Collection>> = collections
+            .read()
+            .values()
+            .filter(|c| due(c))
+            .cloned()
+            .collect();
+        for c in picked {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            if let Err(e) = run(&c) {
+                eprintln!("vectide: {what} of collection {:?} failed: {e}", c.name());
             }
         }
     }

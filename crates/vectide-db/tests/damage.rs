@@ -40,16 +40,36 @@ fn point(i: u64) -> PointInput {
     }
 }
 
-/// 680 acknowledged upserts, one per record, then deletes of ids 0..20;
-/// the process "dies" (no checkpoint). Returns the WAL segments, oldest first.
+/// A collection whose engine hands its log over to the database's
+/// (`fresh-diskann`): a checkpoint makes the point store durable through
+/// the last operation but keeps the log from the engine's own durable
+/// point, which it moves only at its freezes and merges.
+fn handover_cfg() -> CollectionConfig {
+    CollectionConfig {
+        engine: "fresh-diskann".into(),
+        params: Params::new(),
+        ..cfg()
+    }
+}
+
+/// 680 acknowledged upserts, one per record, then deletes of ids 0..20, in
+/// a `fresh-diskann` collection; a checkpoint then makes the point store
+/// durable through all of them while the engine has persisted none (the
+/// log keeps every record), and the process "dies". Returns the WAL
+/// segments, oldest first.
 fn fill(dir: &Path) -> Vec<PathBuf> {
     let db = Database::open(dir, opts()).unwrap();
-    let c = db.create_collection("docs", cfg()).unwrap();
+    let c = db.create_collection("docs", handover_cfg()).unwrap();
     for i in 0..680 {
         c.upsert(&[point(i)]).unwrap();
     }
     let del: Vec<ExtId> = (0..20).map(ExtId::Num).collect();
     c.delete(Some(&del), None).unwrap();
+    c.checkpoint().unwrap();
+    assert!(
+        segments(dir).len() > 4,
+        "the log keeps what the engine has not persisted"
+    );
     drop(c);
     drop(db);
     segments(dir)
@@ -113,8 +133,8 @@ fn damage_in_an_earlier_segment_is_an_error_and_repair_salvages_the_prefix() {
         "the delete was the last record"
     );
     assert!(wal.dropped_records >= 680 - kept as usize, "{wal:?}");
-    // The hnsw engine (volatile, never saved) replayed upserts 0..kept;
-    // the point store had applied every operation before the crash. The
+    // The engine (which persisted nothing) replayed upserts 0..kept; the
+    // point store's checkpoint held every operation. The
     // repair made them agree: points after the cut lost their vectors and
     // were deleted (listed), and the delete of ids 0..20, which had reached
     // the store, was carried to the engine.
@@ -167,7 +187,16 @@ fn damage_in_an_earlier_segment_is_an_error_and_repair_salvages_the_prefix() {
 #[test]
 fn damage_near_the_end_of_the_last_segment_is_an_error_a_torn_tail_is_cut() {
     let dir = tempfile::tempdir().unwrap();
-    let segs = fill(dir.path());
+    let mut segs = fill(dir.path());
+    // The checkpoint rotated to a new, empty segment; a crash before its
+    // creation was durable leaves the one before it last.
+    let empty = segs.pop().unwrap();
+    let bytes = std::fs::read(&empty).unwrap();
+    assert!(vectide_storage::wal::scan(&empty, &bytes)
+        .unwrap()
+        .records
+        .is_empty());
+    std::fs::remove_file(&empty).unwrap();
     let last = segs.last().unwrap().clone();
     let clean = std::fs::read(&last).unwrap();
     // Flipped in the second-to-last record (as at 95 % of a long segment):
@@ -230,7 +259,7 @@ fn damaged_point_stores_and_catalogs_are_typed_errors() {
             Err(e) if e.is_corrupted() || matches!(e, DbError::Store(_)) => {}
             Err(e) => panic!("cut at {cut}: unexpected error {e}"),
             // An empty file is a new store: redb starts afresh, and the WAL
-            // (never checkpointed here) brings every point back.
+            // (kept whole for the engine here) brings every point back.
             Ok(db) => assert_eq!(db.collection("docs").unwrap().len(), 660, "cut at {cut}"),
         }
     }

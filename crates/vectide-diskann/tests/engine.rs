@@ -58,10 +58,7 @@ fn recall(ix: &dyn VectorIndex, model: &Model, queries: &[Vec<f32>], metric: Met
 fn stat(ix: &dyn VectorIndex, name: &str) -> f64 {
     ix.stats()
         .unwrap()
-        .extra
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|x| x.1)
+        .extra_value(name)
         .unwrap_or_else(|| panic!("no stat {name}"))
 }
 

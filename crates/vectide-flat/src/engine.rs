@@ -78,6 +78,12 @@ impl VectorIndex for Flat {
         })
     }
 
+    /// A flat search is a scan already.
+    fn exact_scan(&self, query: &[f32], k: usize) -> Result<Option<Vec<Neighbor>>> {
+        self.search(query, k, &SearchParams::default(), None)
+            .map(Some)
+    }
+
     fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
         let store = self.store.read();
         Ok(store.slot_of(id).map(|s| store.vector(s).to_vec()))
@@ -116,6 +122,10 @@ impl VectorIndex for Flat {
 
     fn save(&self, path: &Path) -> Result<()> {
         crate::persist::save(self, path)
+    }
+
+    fn save_staged(&self, path: &Path) -> Result<vectide_core::StagedSave<'_>> {
+        crate::persist::save_staged(self, path)
     }
 
     fn check_structure(&self) -> Result<Vec<String>> {

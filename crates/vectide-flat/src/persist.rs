@@ -15,8 +15,8 @@ use crate::params::FlatParams;
 use crate::state::Flat;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use vectide_core::io::{atomic_write, ByteReader, CrcWriter};
-use vectide_core::{distance, limits, Error, Metric, Result, Seq};
+use vectide_core::io::{stage_write, ByteReader, CrcWriter};
+use vectide_core::{distance, limits, Error, Metric, Result, Seq, StagedSave};
 
 /// First bytes of a flat index file.
 pub const MAGIC: &[u8; 8] = b"VTDXFLAT";
@@ -51,12 +51,18 @@ pub struct FileInfo {
 
 /// Writes `flat` to `path` atomically.
 pub(crate) fn save(flat: &Flat, path: &Path) -> Result<()> {
-    // One save at a time, so that the watermarks they capture reach
-    // `durable` in the order their renames happened.
-    let _saving = flat.saving.lock();
+    save_staged(flat, path)?.commit()
+}
+
+/// [`save`]'s file written beside `path` (writes wait meanwhile), to be
+/// committed without the store's lock.
+pub(crate) fn save_staged<'a>(flat: &'a Flat, path: &Path) -> Result<StagedSave<'a>> {
+    // One save at a time, to its commit, so that the watermarks they
+    // capture reach `durable` in the order their renames happened.
+    let saving = flat.saving.lock();
     let store = flat.store.read();
     let watermark = flat.seqs.watermark();
-    atomic_write(path, |w| {
+    let file = stage_write(path, |w| {
         let mut cw = CrcWriter::new(w);
         let dim = store.dim();
         let mut h = Vec::with_capacity(HEADER_LEN);
@@ -95,8 +101,11 @@ pub(crate) fn save(flat: &Flat, path: &Path) -> Result<()> {
         w.write_all(END_MAGIC)?;
         Ok(())
     })?;
-    flat.durable.fetch_max(watermark, Ordering::AcqRel);
-    Ok(())
+    drop(store);
+    Ok(StagedSave::new(file, watermark, move || {
+        flat.durable.fetch_max(watermark, Ordering::AcqRel);
+        drop(saving);
+    }))
 }
 
 /// Loads a file written by [`save`].

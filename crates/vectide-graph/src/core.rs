@@ -16,14 +16,21 @@
 use crate::mem::{Store, FREE};
 use crate::search::Scratch;
 use crate::slots::{Alloc, IdEntry};
+use crate::Graph;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use vectide_core::io::stage_write;
 use vectide_core::metric::DistanceFn;
 use vectide_core::seq::SeqTracker;
 use vectide_core::visited::VisitedPool;
-use vectide_core::{Error, IndexStats, Metric, Neighbor, Result, Seq};
+use vectide_core::StagedSave;
+use vectide_core::{heap, Error, IndexStats, Metric, Neighbor, Result, Seq};
+
+/// Slots an exact scan reads under one hold of the store's read lock.
+pub const SCAN_STRETCH: usize = 4096;
 
 /// Shared state of a volatile graph engine (see the module docs).
 pub struct GraphCore {
@@ -47,6 +54,15 @@ pub struct GraphCore {
     pub pool: Option<vectide_core::pools::Pool>,
     /// The file the index was last saved to or loaded from.
     pub path: Mutex<Option<PathBuf>>,
+    /// Held by a save from its start to its commit, so that saves reach
+    /// their file and `durable` in the order they were taken.
+    pub saving: Mutex<()>,
+    /// Held through a consolidation (they run one at a time: a
+    /// consolidation's repair runs beside the writers).
+    pub consolidating: Mutex<()>,
+    /// Set by `VectorIndex::defer_maintenance`: a delete that passes the
+    /// threshold leaves the consolidation to the caller's `maintain()`.
+    pub maintenance_deferred: std::sync::atomic::AtomicBool,
 }
 
 impl GraphCore {
@@ -81,7 +97,78 @@ impl GraphCore {
             scratch: VisitedPool::default(),
             pool: vectide_core::engine::thread_pool(engine, threads)?,
             path: Mutex::new(None),
+            saving: Mutex::new(()),
+            consolidating: Mutex::new(()),
+            maintenance_deferred: Default::default(),
         })
+    }
+
+    /// A save's first step (see [`vectide_core::VectorIndex::save_staged`]):
+    /// with inserts and deletes paused, `write` fills a temp file beside
+    /// `path` from the store, the watermark and the allocator's end; the
+    /// returned save's commit makes it durable, puts it in place and moves
+    /// `durable` and `path`. Saves are serialized from here to their commit.
+    pub fn save_staged<'a>(
+        &'a self,
+        path: &Path,
+        write: impl FnOnce(&mut dyn Write, &Store, Seq, u32) -> Result<()>,
+    ) -> Result<StagedSave<'a>> {
+        let saving = self.saving.lock();
+        let (file, watermark) = {
+            let _exclusive = self.mutate.write();
+            let watermark = self.seqs.watermark();
+            let alloc_next = self.alloc.lock().next;
+            let store = self.store.read();
+            let file = stage_write(path, |w| write(w, &store, watermark, alloc_next))?;
+            (file, watermark)
+        };
+        let path = path.to_path_buf();
+        Ok(StagedSave::new(file, watermark, move || {
+            self.durable.store(watermark, Ordering::Release);
+            *self.path.lock() = Some(path);
+            drop(saving);
+        }))
+    }
+
+    /// Writes slots `0..alloc_next` of `store` as the saved graph formats
+    /// of `hnsw` and `fresh-vamana` lay them out: `state u8 | level u8 |
+    /// 0 u16`, then for a slot in use its label, sequence number, vector
+    /// and, per level up to `level` (0 when `levels` is false), a neighbour
+    /// count and the neighbours.
+    pub fn write_slot_records(
+        store: &Store,
+        alloc_next: u32,
+        levels: bool,
+        cw: &mut vectide_core::io::CrcWriter<'_>,
+    ) -> Result<()> {
+        let mut rec = Vec::with_capacity(64 + store.dim * 4 + (1 + store.cap(0)) * 4);
+        let mut list = Vec::new();
+        for s in 0..alloc_next {
+            rec.clear();
+            let state = store.state(s);
+            let level = if state == FREE || !levels {
+                0
+            } else {
+                store.level(s)
+            };
+            rec.extend_from_slice(&[state, level as u8, 0, 0]);
+            if state != FREE {
+                rec.extend_from_slice(&store.label(s).to_le_bytes());
+                rec.extend_from_slice(&store.seq(s).to_le_bytes());
+                for x in store.vector(s) {
+                    rec.extend_from_slice(&x.to_le_bytes());
+                }
+                for l in 0..=level {
+                    store.neighbors_into(s, l, &mut list);
+                    rec.extend_from_slice(&(list.len() as u32).to_le_bytes());
+                    for &n in &list {
+                        rec.extend_from_slice(&n.to_le_bytes());
+                    }
+                }
+            }
+            cw.put(&rec)?;
+        }
+        Ok(())
     }
 
     /// Installs what a load read: the id map, the allocator, the
@@ -149,6 +236,56 @@ impl GraphCore {
         Ok(())
     }
 
+    /// The `k` nearest live points to `query` by exact distance, nearest
+    /// first (see [`vectide_core::VectorIndex::exact_scan`]): the slots in
+    /// memory order, the store's read lock taken per [`SCAN_STRETCH`]
+    /// slots, so that a growth or a consolidation's reclaim (which take the
+    /// store exclusively) waits for one stretch, never the whole scan.
+    /// Under one read lock a slot seen live keeps its label and vector (a
+    /// slot is freed only under the exclusive lock).
+    pub fn exact_scan(&self, query: &[f32], k: usize) -> Result<Vec<Neighbor>> {
+        vectide_core::limits::check_k(k)?;
+        let mut qbuf = Vec::new();
+        let q = vectide_core::validate::prepare_query(self.dim, self.metric, query, &mut qbuf)?;
+        let mut kept: Vec<Neighbor> = Vec::with_capacity(k.min(SCAN_STRETCH) + SCAN_STRETCH);
+        // The k-th distance once `kept` has been cut to k (a point farther
+        // than it cannot enter).
+        let mut bound = f32::INFINITY;
+        let mut start = 0u32;
+        loop {
+            let end = self.alloc.lock().next;
+            if start >= end {
+                break;
+            }
+            let stop = end.min(start.saturating_add(SCAN_STRETCH as u32));
+            {
+                let store = self.store.read();
+                for slot in start..stop {
+                    if store.is_live(slot) {
+                        let d = (self.dist)(q, store.vector(slot));
+                        if d <= bound {
+                            kept.push(Neighbor::new(store.label(slot), d));
+                        }
+                    }
+                }
+            }
+            if kept.len() > k {
+                heap::keep_nearest(&mut kept, k);
+                bound = kept
+                    .iter()
+                    .map(|n| n.distance)
+                    .fold(f32::NEG_INFINITY, f32::max);
+            }
+            start = stop;
+        }
+        kept.sort_by(heap::by_distance_then_id);
+        // An upsert makes the new slot live before it retires the old one:
+        // the id's nearer copy is kept.
+        let mut seen = std::collections::HashSet::with_capacity(kept.len());
+        kept.retain(|n| seen.insert(n.id));
+        Ok(kept)
+    }
+
     /// Deletes (tombstones) the ids a delete at `seq` may remove; returns
     /// how many, and whether the DeleteList now exceeds `fraction` of the
     /// live points (a consolidation is due).
@@ -159,6 +296,14 @@ impl GraphCore {
             crate::slots::delete_ids(&store, &self.ids, &self.pending, ids, seq)
         };
         (removed, self.consolidation_due(fraction))
+    }
+
+    /// `VectorIndex::defer_maintenance` of an engine on this core: its
+    /// writers leave a due consolidation to the caller's `maintain()`.
+    pub fn defer_maintenance(&self) -> bool {
+        self.maintenance_deferred
+            .store(true, std::sync::atomic::Ordering::Release);
+        true
     }
 
     /// Whether the DeleteList exceeds `fraction` of the live points (a
@@ -239,7 +384,7 @@ impl GraphCore {
 
 /// The [`vectide_core::VectorIndex`] methods a volatile graph engine answers
 /// from its [`GraphCore`] (a field `core`) and its own `save`: `pool`,
-/// `distances`, `get`, `contains`, `len`, `flush` (a save to the last
+/// `distances`, `exact_scan`, `get`, `contains`, `len`, `flush` (a save to the last
 /// path), `durable_seq` and `stats`. Used inside the engine's `impl`.
 #[macro_export]
 macro_rules! graph_core_methods {
@@ -255,6 +400,14 @@ macro_rules! graph_core_methods {
             out: &mut Vec<vectide_core::Neighbor>,
         ) -> vectide_core::Result<()> {
             self.core.distances(query, ids, out)
+        }
+
+        fn exact_scan(
+            &self,
+            query: &[f32],
+            k: usize,
+        ) -> vectide_core::Result<Option<Vec<vectide_core::Neighbor>>> {
+            self.core.exact_scan(query, k).map(Some)
         }
 
         fn get(&self, id: u64) -> vectide_core::Result<Option<Vec<f32>>> {

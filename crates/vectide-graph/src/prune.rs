@@ -214,7 +214,10 @@ pub fn rank_from<G: Graph>(
 /// layer `min(level, top)..=0` a search with `ef_construction` candidates and
 /// the heuristic selection of at most `m` neighbours. `lists[l]` receives the
 /// selected neighbours at layer `l` (`lists.len() == level + 1`; layers above
-/// the current top stay empty).
+/// the current top stay empty). Neighbours are chosen only among the slots
+/// `admit` takes (all are walked): hnsw admits no deleted node, so that a
+/// consolidation whose repair runs beside inserts never finds a new edge
+/// to a node it is removing.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_links<G: Graph>(
     g: &G,
@@ -227,6 +230,7 @@ pub fn plan_links<G: Graph>(
     m: usize,
     scratch: &mut Scratch,
     lists: &mut Vec<Vec<u32>>,
+    admit: impl Fn(u32) -> bool,
 ) {
     lists.resize_with(level + 1, Vec::new);
     lists.truncate(level + 1);
@@ -245,7 +249,7 @@ pub fn plan_links<G: Graph>(
             ef_construction,
             l,
             scratch,
-            |s| s != slot,
+            |s| s != slot && admit(s),
         );
         let Scratch {
             top: heap, sorted, ..

@@ -30,6 +30,12 @@ impl RepairScratch {
     pub fn kept(&self) -> &[u32] {
         &self.kept
     }
+
+    /// The list that call read: a caller that repairs without the node's
+    /// lock compares it with the list under the lock before it writes.
+    pub fn seen(&self) -> &[u32] {
+        &self.list
+    }
 }
 
 /// Computes the repaired list of `slot` at `level` when it names a node for
@@ -102,6 +108,26 @@ pub fn reconnect_unreachable(
     ef: usize,
     scratch: &mut Scratch,
 ) -> usize {
+    reconnect_unreachable_with(store, dist, ep, used, live, ef, scratch, |y, list| {
+        let _g = store.lock(y);
+        store.set_list(y, 0, list);
+    })
+}
+
+/// [`reconnect_unreachable`] over any [`Graph`]: `set(node, list)` stores a
+/// node's new layer-0 list (a persistent engine logs it first). The caller
+/// keeps every other writer out for the whole call.
+#[allow(clippy::too_many_arguments)]
+pub fn reconnect_unreachable_with<G: Graph>(
+    store: &G,
+    dist: DistanceFn,
+    ep: u32,
+    used: usize,
+    live: impl Fn(u32) -> bool,
+    ef: usize,
+    scratch: &mut Scratch,
+    mut set: impl FnMut(u32, &[u32]),
+) -> usize {
     let mut buf = Vec::new();
     let mut reach = vec![false; used];
     // In-edges from reachable nodes: a node may give up a neighbour only
@@ -150,68 +176,80 @@ pub fn reconnect_unreachable(
         top.drain_sorted_into(sorted);
         cands.clear();
         cands.extend(sorted.iter().map(|c| c.node));
-        // Every reachable node with room is a candidate too (the search
-        // above may only have found full ones).
-        for s in 0..used as u32 {
-            if live(s) && reach[s as usize] && s != x && !cands.contains(&s) {
-                store.neighbors_into(s, 0, &mut list);
-                if list.len() < store.cap(0) {
-                    cands.push(s);
-                }
-            }
-        }
         rank_from(store, dist, x, &cands, &mut ranked);
-        // A neighbour list with room first; else a full one gives up a
-        // neighbour another reachable node also links.
-        let mut choice = None;
-        for c in &ranked {
-            store.neighbors_into(c.node, 0, &mut list);
-            if list.len() < store.cap(0) {
-                choice = Some((c.node, None));
-                break;
-            }
-        }
+        let mut choice = with_room(store, &ranked, &mut list);
         if choice.is_none() {
-            for c in &ranked {
-                let y = c.node;
-                store.neighbors_into(y, 0, &mut list);
-                let vy = store.vector(y);
-                let victim = list
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &z)| indeg[z as usize] > 1)
-                    .max_by(|a, b| {
-                        dist(vy, store.vector(*a.1)).total_cmp(&dist(vy, store.vector(*b.1)))
-                    })
-                    .map(|(i, _)| i);
-                if let Some(i) = victim {
-                    choice = Some((y, Some(i)));
-                    break;
+            // Every reachable node with room is a candidate too (the search
+            // above found full ones only): a scan of the graph, before any
+            // list gives up a neighbour (which costs a walk of the graph).
+            for s in 0..used as u32 {
+                if live(s) && reach[s as usize] && s != x && !cands.contains(&s) {
+                    store.neighbors_into(s, 0, &mut list);
+                    if list.len() < store.cap(0) {
+                        cands.push(s);
+                    }
                 }
             }
+            rank_from(store, dist, x, &cands, &mut ranked);
+            choice = with_room(store, &ranked, &mut list)
+                .or_else(|| giving_up(store, dist, &ranked, &indeg, &mut list));
         }
         let Some((y, slot_in_list)) = choice else {
             continue; // the next repair (or consolidation) tries again
         };
-        {
-            let _g = store.lock(y);
-            store.neighbors_into(y, 0, &mut list);
-            match slot_in_list {
-                None => list.push(x),
-                Some(i) => list[i] = x,
-            }
-            store.set_list(y, 0, &list);
+        store.neighbors_into(y, 0, &mut list);
+        match slot_in_list {
+            None => list.push(x),
+            Some(i) => list[i] = x,
         }
+        set(y, &list);
         relinked += 1;
-        // An eviction can strand what was reachable only through a
-        // cycle: recompute reachability from scratch and queue whatever
-        // is missing now.
-        reach.iter_mut().for_each(|r| *r = false);
-        indeg.iter_mut().for_each(|d| *d = 0);
-        mark(ep, &mut reach, &mut indeg, &mut buf);
-        if slot_in_list.is_some() {
+        if slot_in_list.is_none() {
+            // Only an edge was added: what x reaches joins the reachable set.
+            indeg[x as usize] += 1;
+            mark(x, &mut reach, &mut indeg, &mut buf);
+        } else {
+            // An eviction can strand what was reachable only through a
+            // cycle: recompute reachability from scratch and queue
+            // whatever is missing now.
+            reach.iter_mut().for_each(|r| *r = false);
+            indeg.iter_mut().for_each(|d| *d = 0);
+            mark(ep, &mut reach, &mut indeg, &mut buf);
             queue.extend((0..used as u32).filter(|&s| live(s) && !reach[s as usize]));
         }
     }
     relinked
+}
+
+/// The closest of `ranked` whose layer-0 list has room.
+fn with_room<G: Graph>(
+    store: &G,
+    ranked: &[Candidate],
+    list: &mut Vec<u32>,
+) -> Option<(u32, Option<usize>)> {
+    ranked.iter().find_map(|c| {
+        store.neighbors_into(c.node, 0, list);
+        (list.len() < store.cap(0)).then_some((c.node, None))
+    })
+}
+
+/// The closest of `ranked` that can give up its farthest neighbour that
+/// another reachable node also links, and that neighbour's index.
+fn giving_up<G: Graph>(
+    store: &G,
+    dist: DistanceFn,
+    ranked: &[Candidate],
+    indeg: &[u32],
+    list: &mut Vec<u32>,
+) -> Option<(u32, Option<usize>)> {
+    ranked.iter().find_map(|c| {
+        let y = c.node;
+        store.neighbors_into(y, 0, list);
+        let vy = store.vector(y);
+        list.iter()
+            .enumerate()
+            .filter(|(_, &z)| indeg[z as usize] > 1)
+            .max_by(|a, b| dist(vy, store.vector(*a.1)).total_cmp(&dist(vy, store.vector(*b.1))))
+            .map(|(i, _)| (y, Some(i)))
+    })
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use vectide_core::heap::Candidate;
 use vectide_core::validate::{copy_normalized, Checked};
 use vectide_core::{Result, Seq};
-use vectide_graph::mem::Store;
+use vectide_graph::mem::{Store, DELETED};
 use vectide_graph::prune::{
     backlink, draw_level, plan_links, rank_from, select_heuristic, Backlink,
 };
@@ -113,6 +113,8 @@ impl Hnsw {
         // a search entering it at any layer finds its edges there (an empty
         // list at an entry point would strand that search).
         let mut lists = std::mem::take(&mut scratch.lists);
+        // Deleted nodes are walked, never linked to (a consolidation that
+        // repairs beside inserts relies on it; see `update`).
         plan_links(
             store,
             self.core.dist,
@@ -124,6 +126,7 @@ impl Hnsw {
             self.params.m,
             scratch,
             &mut lists,
+            |s| store.state(s) != DELETED,
         );
         for (l, selected) in lists.iter_mut().enumerate() {
             let Scratch {

@@ -72,9 +72,22 @@ impl VectorIndex for Hnsw {
         Hnsw::save(self, path)
     }
 
+    fn save_staged(&self, path: &std::path::Path) -> Result<vectide_core::StagedSave<'_>> {
+        Hnsw::save_staged(self, path)
+    }
+
     fn maintain(&self) -> Result<()> {
         self.consolidate();
         Ok(())
+    }
+
+    fn defer_maintenance(&self) -> bool {
+        self.core.defer_maintenance()
+    }
+
+    fn maintenance_due(&self) -> bool {
+        self.core
+            .consolidation_due(self.params.consolidate_fraction)
     }
 
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {

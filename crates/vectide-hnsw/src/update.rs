@@ -6,14 +6,19 @@
 //! `consolidate_fraction` of the live points, a consolidation runs (in the
 //! style of FreshDiskANN's Algorithm 4):
 //!
-//! 1. inserts are paused (exclusive `mutate` lock); searches go on;
+//! 1. the DeleteList is taken as the dead set while inserts are paused
+//!    (exclusive `mutate` lock, an instant); then inserts, deletes and
+//!    searches go on beside the repair: an insert never links to a deleted
+//!    node, so a repaired list stays clean, and a list is repaired under
+//!    its node's lock, as an insert's back-edge is written;
 //! 2. for every remaining node `p` and layer `l` whose list names a deleted
 //!    node, the surviving neighbours stay and the freed room is filled from
 //!    the surviving neighbours of its deleted neighbours, closest first, each
 //!    admitted only if no kept neighbour `r` has `α·d(r, c) < d(p, c)`
 //!    (α = `repair_alpha`, 1 by default, HNSW's rule; see its docs) —
 //!    `vectide_graph::repair`;
-//! 3. a deleted entry point is replaced by the live node of highest level;
+//! 3. with inserts paused again: a deleted entry point is replaced by the
+//!    live node of highest level;
 //! 4. a walk from the entry point finds live nodes the repair left
 //!    unreachable (pruning can drop every path to a node) and links each from
 //!    its closest reachable node;
@@ -32,11 +37,14 @@ use vectide_core::{Result, Seq};
 use vectide_graph::mem::{Store, FREE};
 use vectide_graph::repair::{reconnect_unreachable, repair_list, RepairScratch};
 
+/// Slots a consolidation repairs per hold of the store's read lock.
+pub const REPAIR_STRETCH: usize = 256;
+
 impl Hnsw {
     pub(crate) fn delete_batch(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
         let _op = self.core.seqs.begin(seq);
         let (removed, due) = self.core.delete(seq, ids, self.params.consolidate_fraction);
-        if due {
+        if due && !self.core.maintenance_deferred.load(Ordering::Acquire) {
             self.consolidate();
         }
         Ok(removed)
@@ -56,30 +64,52 @@ impl Hnsw {
     }
 
     /// Repairs the graph around every pending delete and reclaims their
-    /// slots. Returns how many slots were reclaimed.
+    /// slots. Returns how many slots were reclaimed. Consolidations run one
+    /// at a time; inserts and deletes wait only while the dead set is taken
+    /// and for the last step (entry point, reachability, reclaim), not for
+    /// the repair.
     pub fn consolidate(&self) -> usize {
+        let _serial = self.core.consolidating.lock();
         let _job = self.core.activity.begin("consolidate");
-        let _exclusive = self.core.mutate.write();
-        let dead: Vec<u32> = std::mem::take(&mut *self.core.pending.lock());
+        // The dead set is taken once no insert is half done: every insert
+        // after it starts with these nodes deleted and so never links to
+        // them (`builder`), and a node repaired below gains no edge to one.
+        let (dead, used) = {
+            let _exclusive = self.core.mutate.write();
+            let dead: Vec<u32> = std::mem::take(&mut *self.core.pending.lock());
+            (dead, self.core.alloc.lock().next as usize)
+        };
         if dead.is_empty() {
             return 0;
         }
-        let used = self.core.alloc.lock().next as usize;
-        {
+        let mut is_dead = vec![false; used];
+        for &d in &dead {
+            is_dead[d as usize] = true;
+        }
+        // The repair runs beside inserts and deletes: each list is read,
+        // repaired and written under its node's lock, as an insert's
+        // back-edge is, so neither loses the other's change. The store's
+        // read lock is taken a stretch at a time, so that an insert that
+        // grows the store (exclusive) waits for a stretch, not the job.
+        for start in (0..used).step_by(REPAIR_STRETCH) {
+            let stop = (start + REPAIR_STRETCH).min(used);
             let store = self.core.store.read();
-            let mut is_dead = vec![false; used];
-            for &d in &dead {
-                is_dead[d as usize] = true;
-            }
             self.core.install(|| {
-                (0..used as u32)
-                    .into_par_iter()
-                    .for_each_init(RepairScratch::default, |sc, s| {
+                (start as u32..stop as u32).into_par_iter().for_each_init(
+                    RepairScratch::default,
+                    |sc, s| {
                         if !is_dead[s as usize] && store.state(s) != FREE {
                             self.repair_node(&store, s, &is_dead, sc);
                         }
-                    })
+                    },
+                )
             });
+        }
+        let _exclusive = self.core.mutate.write();
+        let used = self.core.alloc.lock().next as usize;
+        is_dead.resize(used, false);
+        {
+            let store = self.core.store.read();
             if let Some((ep, _)) = unpack_entry(self.entry.load(Ordering::Acquire)) {
                 if is_dead[ep as usize] {
                     let best = (0..used as u32)
@@ -92,9 +122,11 @@ impl Hnsw {
             self.reconnect_unreachable(&store, used, &is_dead);
         }
         // SAFETY: we hold `mutate` exclusively; every dead slot was retired
-        // by a delete or an upsert, and the repair above rewrote every list
-        // of a surviving slot that named one (the entry/start point is
-        // never dead: hnsw moved it, fresh-vamana's is frozen).
+        // by a delete or an upsert before the dead set was taken, the
+        // repair above rewrote every list of a surviving slot that named
+        // one (under its lock, so no back-edge write undid it), and no
+        // insert since links to a deleted node (the entry point
+        // is never dead: it was moved above).
         unsafe { self.core.reclaim(&dead) };
         dead.len()
     }
@@ -126,9 +158,9 @@ impl Hnsw {
         } else {
             self.params.repair_alpha
         };
+        let _g = store.lock(s);
         for l in 0..=store.level(s) {
             if repair_list(store, self.core.dist, s, l, dead, alpha, sc) {
-                let _g = store.lock(s);
                 store.set_list(s, l, sc.kept());
             }
         }

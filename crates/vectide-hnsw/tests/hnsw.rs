@@ -370,3 +370,67 @@ fn save_load_round_trip_and_corruption_detection() {
     // Saving over a file whose directory vanished fails cleanly.
     assert!(idx.save(&dir.path().join("nope/idx")).is_err());
 }
+
+#[test]
+fn inserts_and_deletes_run_while_a_consolidation_repairs() {
+    // A consolidation's repair runs beside inserts and deletes: writes
+    // complete while it runs (on a whole-job hold of the inserts' lock, the
+    // first insert waits for its end and none completes during it), and
+    // none of them leaves an edge to a reclaimed slot.
+    let dim = 16;
+    let n = 20_000;
+    let params = HnswParams {
+        threads: Some(1),
+        ..HnswParams::default()
+    };
+    let data = clustered(n + 2_000, dim, 20, 11);
+    let idx = Hnsw::new(dim, Metric::L2, params).unwrap();
+    idx.defer_maintenance();
+    let ids: Vec<u64> = (0..n as u64).collect();
+    idx.insert(1, &ids, &data[..n * dim]).unwrap();
+    let gone: Vec<u64> = (0..n as u64).step_by(4).collect();
+    idx.delete(2, &gone).unwrap();
+    assert!(idx.maintenance_due(), "deferred, not run by the delete");
+    assert_eq!(idx.stats().unwrap().consolidations, 0);
+    let running = std::sync::atomic::AtomicBool::new(true);
+    let (during, reclaimed) = std::thread::scope(|s| {
+        let job = s.spawn(|| {
+            let r = idx.consolidate();
+            running.store(false, Ordering::Release);
+            r
+        });
+        // Wait until the job has taken its dead set (it empties the
+        // DeleteList under the exclusive lock; its activity begins before).
+        while idx.stats().unwrap().pending_deletes > 0 && !job.is_finished() {
+            std::thread::yield_now();
+        }
+        let mut during = 0;
+        let mut seq = 3;
+        for i in 0..2_000u64 {
+            if !running.load(Ordering::Acquire) {
+                break;
+            }
+            let id = n as u64 + i;
+            let at = (n + i as usize) * dim;
+            idx.insert(seq, &[id], &data[at..at + dim]).unwrap();
+            idx.delete(seq + 1, &[i * 4 + 1]).unwrap();
+            seq += 2;
+            during += usize::from(running.load(Ordering::Acquire));
+        }
+        (during, job.join().unwrap())
+    });
+    assert_eq!(reclaimed, gone.len());
+    eprintln!("{during} writes completed during the consolidation");
+    assert!(
+        during >= 3,
+        "{during} writes completed during the consolidation"
+    );
+    // The deletes made meanwhile wait for the next one; then every edge is sound.
+    idx.consolidate();
+    let g = idx.check_graph();
+    assert_eq!(g.bad_edges, 0, "{g:?}");
+    assert_eq!(g.live, idx.len());
+    for id in gone {
+        assert!(!idx.contains(id).unwrap());
+    }
+}

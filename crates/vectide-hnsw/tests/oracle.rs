@@ -44,6 +44,28 @@ fn dist(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
+/// The engine's exact scan answers as the brute force over the oracle:
+/// the same distances, each id live at its distance.
+fn check_exact_scan(
+    idx: &Hnsw,
+    metric: Metric,
+    oracle: &BTreeMap<u64, Vec<f32>>,
+) -> Result<(), TestCaseError> {
+    const K: usize = 5;
+    let q: Vec<f32> = (0..DIM).map(|i| i as f32 * 0.5 - 1.0).collect();
+    let mut want: Vec<f32> = oracle.values().map(|v| dist(metric, &q, v)).collect();
+    want.sort_by(f32::total_cmp);
+    want.truncate(K);
+    let got = idx.exact_scan(&q, K).unwrap().expect("hnsw scans");
+    prop_assert_eq!(got.len(), want.len());
+    for (n, w) in got.iter().zip(&want) {
+        prop_assert!((n.distance - w).abs() <= 1e-5, "{:?} vs {:?}", got, want);
+        let v = oracle.get(&n.id);
+        prop_assert!(v.is_some_and(|v| (dist(metric, &q, v) - n.distance).abs() <= 1e-5));
+    }
+    Ok(())
+}
+
 fn check(metric: Metric, ops: Vec<Op>, threads: usize) -> Result<(), TestCaseError> {
     let params = HnswParams {
         m: 8,
@@ -86,6 +108,7 @@ fn check(metric: Metric, ops: Vec<Op>, threads: usize) -> Result<(), TestCaseErr
             }
         }
         prop_assert_eq!(idx.len(), oracle.len());
+        check_exact_scan(&idx, metric, &oracle)?;
         let g = idx.check_graph();
         prop_assert_eq!(g.bad_edges, 0, "{:?}", g);
         // Layer 0 of HNSW is a directed graph: inserts (pruning a

@@ -154,7 +154,9 @@ impl PHnsw {
         // After an error some rows never finished: end the batch here.
         drop(guard.lock().take());
         self.persist_durable_seq();
-        result
+        result?;
+        // Upserts leave tombstones too.
+        self.consolidate_if_due()
     }
 
     /// Raises the durable sequence word to `w` (monotonic) and persists it,
@@ -199,7 +201,7 @@ impl PHnsw {
     /// writer's persist can carry it to the media) the word holds whatever
     /// was last stored. So the file grows before the word moves, and the
     /// word moves by compare-and-swap from a value checked against the file.
-    fn alloc_slot(&self) -> Result<u32> {
+    pub(crate) fn alloc_slot(&self) -> Result<u32> {
         let word = self.meta.u64_at(M_NEXT_SLOT);
         let mut s = word.load(Ordering::Acquire) as usize;
         loop {
@@ -223,6 +225,23 @@ impl PHnsw {
                 Err(now) => s = now as usize,
             }
         }
+    }
+
+    /// Takes a slot a consolidation reclaimed, if any. The slot is
+    /// unreachable (no list, bucket or entry word names it, and every reader
+    /// that could have held it finished before it was put on the list), so
+    /// the insert writes its block as it would a new one; a crash before its
+    /// NLog entry is `LOGGED` leaves it `UNLINKED` or `INSERTING`, both free
+    /// at the next consolidation.
+    fn take_free_slot(&self) -> Option<super::state::FreeSlot> {
+        let f = self.free.lock().pop()?;
+        if f.slot < self.opened_slot {
+            self.reused.lock().insert(f.slot);
+        }
+        self.consolidation
+            .slots_reused
+            .fetch_add(1, Ordering::Relaxed);
+        Some(f)
     }
 
     /// Takes room for `level` upper lists, growing `upper.vtdp` first when
@@ -251,7 +270,15 @@ impl PHnsw {
     }
 
     /// Writes a fresh node block (the node is unreachable: no list names it).
-    fn init_node(&self, slot: u32, label: u64, seq: Seq, v: &[f32], level: usize, upper: u64) {
+    pub(crate) fn init_node(
+        &self,
+        slot: u32,
+        label: u64,
+        seq: Seq,
+        v: &[f32],
+        level: usize,
+        upper: u64,
+    ) {
         let g = &self.g;
         let off = self.graph.node_off(slot);
         let nodes = &self.graph.nodes;
@@ -301,6 +328,8 @@ impl PHnsw {
         scratch: &mut Scratch,
         finish: &dyn Fn() -> Option<Seq>,
     ) -> Result<()> {
+        // Consolidations wait for the row (and it for them).
+        let _mutate = self.mutate.read();
         let _label = self.label_lock(label);
         let old = self.labels.get(&self.graph, label);
         if old.is_some_and(|o| self.recorded_seq(o) >= seq) {
@@ -331,16 +360,32 @@ impl PHnsw {
         finish: &dyn Fn() -> Option<Seq>,
     ) -> Result<()> {
         let t0 = Instant::now();
-        let slot = self.alloc_slot()?;
         let counter = self
             .meta
             .u64_at(M_LEVEL_COUNTER)
             .fetch_add(1, Ordering::Relaxed);
         let level = draw_level(self.g.seed, counter, self.g.m);
-        let upper = if level > 0 {
-            self.alloc_upper(level)?
-        } else {
-            0
+        let (slot, upper) = match self.take_free_slot() {
+            // A reclaimed slot keeps its upper-list room when the new node's
+            // lists fit in it.
+            Some(f) if level > 0 && f.upper != 0 && level <= f.level => (f.slot, f.upper),
+            Some(f) => (
+                f.slot,
+                if level > 0 {
+                    self.alloc_upper(level)?
+                } else {
+                    0
+                },
+            ),
+            None => {
+                let slot = self.alloc_slot()?;
+                let upper = if level > 0 {
+                    self.alloc_upper(level)?
+                } else {
+                    0
+                };
+                (slot, upper)
+            }
         };
         self.labels.reserve(&self.graph, &self.meta, label)?;
         self.init_node(slot, label, seq, v, level, upper);
@@ -365,6 +410,9 @@ impl PHnsw {
                 self.g.m,
                 scratch,
                 &mut lists,
+                // Deleted nodes are walked, never linked to: a
+                // consolidation repairs beside inserts (`consolidate`).
+                |s| self.graph.state(s) != DELETED,
             ),
             None => {
                 lists.resize_with(level + 1, Vec::new);
@@ -524,6 +572,10 @@ impl PHnsw {
                 }
             }
             updates.clear();
+            let count = plans
+                .iter()
+                .filter(|pl| pl.decision != Backlink::Present)
+                .count();
             for plan in plans.iter().filter(|pl| pl.decision != Backlink::Present) {
                 let entry = self.logs.nlist_claim(&self.meta, owner, updates.len());
                 self.logs.nlist_write(
@@ -531,7 +583,7 @@ impl PHnsw {
                     entry,
                     plan.node,
                     plan.level,
-                    (new, p),
+                    (new, p, count),
                     &observed[plan.obs.clone()],
                     S_NL_LOG,
                 );

@@ -1,7 +1,7 @@
 //! A full structural check of a P-HNSW index (O(n); for tests, the crash
 //! checker and `vectide inspect`, never for recovery).
 
-use super::layout::{unpack_entry, DELETED, LIVE, M_ENTRY};
+use super::layout::{unpack_entry, DELETED, LIVE, M_ENTRY, UNLINKED};
 use super::log::NONE;
 use super::state::PHnsw;
 use std::collections::HashMap;
@@ -26,7 +26,17 @@ impl PHnsw {
             return v;
         }
         let linked = |s: u32| matches!(g.state(s), LIVE | DELETED);
+        // A deleted node may still name an unlinked one: a consolidation
+        // unlinks its dead nodes under one fence, and a crash before it can
+        // keep any subset of them deleted, with their lists (only live
+        // lists are repaired). The next consolidation unlinks them before
+        // it hands any slot out.
+        let dead_to_unlinked = |s: u32, n: u32| g.state(s) == DELETED && g.state(n) == UNLINKED;
         let mut max_level = None;
+        // The entry point must top the live nodes (a consolidation moves it
+        // off a deleted node to the highest live one; deleted nodes above it
+        // are then unlinked, or stay unreachable from above until they are).
+        let mut max_live_level = None;
         let mut buf = Vec::new();
         for s in 0..next as u32 {
             if !linked(s) {
@@ -37,6 +47,9 @@ impl PHnsw {
             }
             let level = g.level(s);
             max_level = max_level.max(Some(level));
+            if g.state(s) == LIVE {
+                max_live_level = max_live_level.max(Some(level));
+            }
             if level > MAX_LEVEL {
                 v.push(format!("node {s}: level {level} > {MAX_LEVEL}"));
                 continue;
@@ -59,7 +72,7 @@ impl PHnsw {
                         v.push(format!(
                             "node {s} layer {l}: neighbour {n} beyond next slot {next}"
                         ));
-                    } else if !linked(n) {
+                    } else if !(linked(n) || dead_to_unlinked(s, n)) {
                         v.push(format!(
                             "node {s} layer {l}: neighbour {n} is not a linked node (state {})",
                             g.state(n)
@@ -82,7 +95,9 @@ impl PHnsw {
             }
         }
         match unpack_entry(self.meta.u64_at(M_ENTRY).load(Ordering::Acquire)) {
-            None if max_level.is_some() => v.push("no entry point but linked nodes exist".into()),
+            None if max_live_level.is_some() => {
+                v.push("no entry point but live nodes exist".into())
+            }
             None => {}
             Some((ep, level)) => {
                 if ep as usize >= next || !linked(ep) {
@@ -92,9 +107,9 @@ impl PHnsw {
                         "entry point {ep}: word says level {level}, node has {}",
                         g.level(ep)
                     ));
-                } else if max_level.is_some_and(|m| m > level) {
+                } else if max_live_level.is_some_and(|m| m > level) {
                     v.push(format!(
-                        "entry point level {level} below the top level {max_level:?}"
+                        "entry point level {level} below the top live level {max_live_level:?}"
                     ));
                 }
             }

@@ -84,6 +84,9 @@ impl VectorIndex for PHnsw {
             }
         };
         let ef = params.ef.unwrap_or(self.params.ef_search).max(k);
+        // A consolidation hands the slots it unlinked to inserts only after
+        // every search that could still reach them has ended.
+        let _gate = self.gate.read();
         let graph = &self.graph;
         let entry = self.entry();
         match filter {
@@ -115,6 +118,7 @@ impl VectorIndex for PHnsw {
         use vectide_graph::Graph;
         let mut scratch = self.scratch.get();
         let mut qbuf = std::mem::take(&mut scratch.query);
+        let _gate = self.gate.read();
         let result = prepare_query(self.g.dim, self.g.metric, query, &mut qbuf).map(|q| {
             out.extend(ids.iter().filter_map(|&id| {
                 let s = self.labels.get(&self.graph, id)?;
@@ -149,14 +153,28 @@ impl VectorIndex for PHnsw {
         self.meta.u64_at(M_DURABLE_SEQ).load(Ordering::Acquire)
     }
 
+    fn maintain(&self) -> Result<()> {
+        self.consolidate().map(|_| ())
+    }
+
+    fn defer_maintenance(&self) -> bool {
+        self.maintenance_deferred.store(true, Ordering::Release);
+        true
+    }
+
+    fn maintenance_due(&self) -> bool {
+        self.consolidation_due()
+    }
+
     fn stats(&self) -> Result<IndexStats> {
         let live = self.len();
-        let used = self.next_slot();
+        // Reclaimed slots wait on the free list for inserts.
+        let used = self.next_slot().saturating_sub(self.free.lock().len());
         let memory_bytes = self.meta.len()
             + self.graph.nodes.len()
             + self.graph.upper.len()
             + self.labels.table.read().region.len();
-        Ok(IndexStats {
+        let mut stats = IndexStats {
             live,
             slots_used: used,
             capacity: self.graph.capacity(),
@@ -166,7 +184,9 @@ impl VectorIndex for PHnsw {
             disk_bytes: memory_bytes as u64,
             extra: self.extra_stats(),
             ..IndexStats::default()
-        })
+        };
+        self.activity.fill(&mut stats);
+        Ok(stats)
     }
 
     fn check_structure(&self) -> Result<Vec<String>> {

@@ -18,9 +18,11 @@ use vectide_graph::Graph;
 use vectide_storage::Region;
 
 /// Format version of every P-HNSW region file. Version 2 added the node
-/// checksum (a CRC-32 of each node block's immutable part); version 1 files
-/// are refused with [`Error::Version`].
-pub const FORMAT_VERSION: u32 = 2;
+/// checksum (a CRC-32 of each node block's immutable part); version 3 the
+/// `UNLINKED` node state (slots reclaimed by a consolidation and reused by
+/// inserts) and the batch size in NlistLog entries. Older files are refused
+/// with [`Error::Version`].
+pub const FORMAT_VERSION: u32 = 3;
 /// Bytes of every file's header page.
 pub const PAGE: usize = 4096;
 /// Cache line.
@@ -40,6 +42,9 @@ pub const FREE: u32 = 0;
 pub const INSERTING: u32 = 1;
 pub const LIVE: u32 = 2;
 pub const DELETED: u32 = 3;
+/// A deleted node that a consolidation unlinked: no list, bucket or entry
+/// word names it any more, so its slot may be reused (version 3).
+pub const UNLINKED: u32 = 4;
 
 /// Entry-point word when the graph is empty.
 pub const NO_ENTRY: u64 = u64::MAX;
@@ -51,6 +56,11 @@ pub const M_UPPER_NEXT: usize = 384;
 pub const M_DURABLE_SEQ: usize = 448;
 pub const M_LABELS_ROOT: usize = 512;
 pub const M_LEVEL_COUNTER: usize = 576;
+/// Non-zero from before a consolidation writes its first list until its
+/// lists (and the links that keep every live node reachable) are durable:
+/// an open that finds it set finishes the consolidation. Zero in files
+/// written before the word existed, which reads as "none in flight".
+pub const M_CONSOLIDATING: usize = 640;
 /// The fixed (CRC-covered) part of the meta header: bytes 16..256.
 const META_FIXED_END: usize = 256;
 
@@ -179,7 +189,12 @@ pub const NI_LEVEL: usize = 12;
 pub const NI_BATCH: usize = 16;
 /// The node whose insert the entry serves (with the batch: the entry's op).
 pub const NI_NEW: usize = 20;
-pub const NI_LIST: usize = 24;
+/// How many entries (from the owner's first) the entry's batch wrote:
+/// recovery undoes exactly those (version 3; a slot reused by a new insert,
+/// or a consolidation, could otherwise match stale entries of an older
+/// batch by node and batch number).
+pub const NI_COUNT: usize = 24;
+pub const NI_LIST: usize = 32;
 
 fn put(buf: &mut [u8], off: usize, bytes: &[u8]) {
     buf[off..off + bytes.len()].copy_from_slice(bytes);
@@ -626,16 +641,20 @@ mod tests {
             decode_meta(&bad),
             Err(Error::Version { found: 9, .. })
         ));
-        // Version 1 (before node checksums) is refused, not misread.
-        let mut old = p.clone();
-        old[8..12].copy_from_slice(&1u32.to_le_bytes());
-        assert!(matches!(
-            decode_meta(&old),
-            Err(Error::Version {
-                found: 1,
-                supported: 2
-            })
-        ));
+        // Versions 1 (before node checksums) and 2 (before slot reuse: no
+        // UNLINKED state, NlistLog entries without their batch size) are
+        // refused, not misread.
+        for v in [1u32, 2] {
+            let mut old = p.clone();
+            old[8..12].copy_from_slice(&v.to_le_bytes());
+            assert!(
+                matches!(
+                    decode_meta(&old),
+                    Err(Error::Version { found, supported: 3 }) if found == v
+                ),
+                "version {v}"
+            );
+        }
         let mut bad = p.clone();
         bad[16] ^= 1; // dim changed: torn header
         assert!(matches!(decode_meta(&bad), Err(Error::Corrupted(m)) if m.contains("checksum")));

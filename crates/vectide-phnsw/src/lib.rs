@@ -12,7 +12,8 @@
 //!
 //! Rooms: `layout` (the byte layout, `docs/format-phnsw.md`), `log` (NLog and
 //! NlistLog), `labels` (persistent label map), `builder` (inserts and
-//! upserts, §4.3), `update` (deletes), `recovery` (§5), `state` (the
+//! upserts, §4.3), `update` (deletes), `consolidate` (repair around deleted
+//! nodes and slot reuse), `recovery` (§5), `state` (the
 //! struct the other rooms work on: state, create/open, search; it imports
 //! only the layout, the logs and the label map), `engine` (the face: the
 //! `VectorIndex` implementation), `check` (structural checker) and `crashtest` (a single-writer
@@ -51,7 +52,10 @@
 //!   SIGKILL) would make the index fail to open.
 //! - **Deletes and upserts** are logged in the NLog too (kinds `DELETE`,
 //!   `UPSERT`); the paper covers inserts only. Deleted nodes stay as
-//!   tombstones (the paper's delete flag).
+//!   tombstones (the paper's delete flag) until a consolidation
+//!   (`consolidate`, which the paper does not have) repairs the lists that
+//!   name them under the NlistLog, marks them `UNLINKED` and hands their
+//!   slots to inserts.
 //! - **Label map.** A flat linear-probing table with self-validating buckets
 //!   and rebuild-and-switch growth instead of CCEH (see `labels`).
 //! - **Live count.** Each NLog entry carries a counter; an operation sets its
@@ -76,6 +80,7 @@
 
 mod builder;
 pub mod check;
+mod consolidate;
 #[cfg(feature = "crash-harness")]
 pub mod crashtest;
 pub mod descriptor;

@@ -19,8 +19,9 @@
 //! redo that mix.
 
 use super::layout::{
-    Geometry, NI_BATCH, NI_LEVEL, NI_LIST, NI_NEW, NI_SLOT, NI_STATE, NL_INEDGES, NL_KIND,
-    NL_LABEL, NL_LEVEL, NL_LISTS, NL_LIVE, NL_LIVE_BEFORE, NL_OLD, NL_SEQ, NL_SLOT, NL_STATE,
+    Geometry, NI_BATCH, NI_COUNT, NI_LEVEL, NI_LIST, NI_NEW, NI_SLOT, NI_STATE, NL_INEDGES,
+    NL_KIND, NL_LABEL, NL_LEVEL, NL_LISTS, NL_LIVE, NL_LIVE_BEFORE, NL_OLD, NL_SEQ, NL_SLOT,
+    NL_STATE,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use vectide_storage::{Region, Site};
@@ -278,7 +279,7 @@ impl Logs {
     }
 
     /// Records the old list of `slot` at `level` (in-edge batch `batch` of
-    /// the insert of node `new`) and persists it.
+    /// the insert of node `new`, a batch of `count` lists) and persists it.
     #[allow(clippy::too_many_arguments)]
     pub fn nlist_write(
         &self,
@@ -286,11 +287,13 @@ impl Logs {
         i: usize,
         slot: u32,
         level: usize,
-        (new, batch): (u32, usize),
+        (new, batch, count): (u32, usize, usize),
         old: &[u32],
         site: Site,
     ) {
         let base = self.g.nlist_offset(i);
+        meta.u32_at(base + NI_COUNT)
+            .store(count as u32, Ordering::Relaxed);
         meta.u32_at(base + NI_BATCH)
             .store(batch as u32, Ordering::Relaxed);
         meta.u32_at(base + NI_NEW).store(new, Ordering::Relaxed);
@@ -314,6 +317,13 @@ impl Logs {
             meta.u32_at(base + NI_NEW).load(Ordering::Acquire),
             meta.u32_at(base + NI_BATCH).load(Ordering::Acquire) as usize,
         )
+    }
+
+    /// How many entries the batch of entry `i` wrote (from its owner's
+    /// first entry).
+    pub fn nlist_batch_count(&self, meta: &Region, i: usize) -> usize {
+        meta.u32_at(self.g.nlist_offset(i) + NI_COUNT)
+            .load(Ordering::Acquire) as usize
     }
 
     /// Reads a recorded old list: `(slot, level, list)`.

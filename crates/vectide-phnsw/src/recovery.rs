@@ -21,7 +21,10 @@
 //! Every step is idempotent and uses the same logs and states as the normal
 //! path, so a crash during recovery is recovered by the next open (§5.4).
 //! The work is proportional to the log entries in flight, never to the
-//! number of nodes: no node or bucket is scanned.
+//! number of nodes: no node or bucket is scanned. The one exception comes
+//! after it: a consolidation that a crash cut off while its repaired lists
+//! could leave a live node unreachable (the meta word `consolidating`) is
+//! run again by the open, as `maintain()` would run it.
 
 use super::log::{NEntry, KIND_DELETE, LOGGED, LOGGING, NONE, N_COMPLETE};
 use super::state::PHnsw;
@@ -47,6 +50,10 @@ pub struct RecoveryReport {
     pub redone_complete: usize,
     /// Deletes redone.
     pub deletes_redone: usize,
+    /// A consolidation the crash cut off between its first repaired list
+    /// and its last relink was finished by the open (its time is not in
+    /// `micros`).
+    pub consolidation_finished: bool,
     /// Wall time of the recovery, microseconds.
     pub micros: u64,
 }
@@ -82,7 +89,12 @@ impl PHnsw {
                 match self.logs.nlist_state(meta, i) {
                     NONE => {}
                     LOGGING => self.logs.nlist_store_state(meta, i, NONE),
-                    LOGGED => in_flight = Some(self.logs.nlist_owner_batch(meta, i)),
+                    LOGGED => {
+                        in_flight = Some((
+                            self.logs.nlist_owner_batch(meta, i),
+                            self.logs.nlist_batch_count(meta, i),
+                        ))
+                    }
                     s => {
                         return Err(Error::corrupted(format!(
                             "NlistLog entry {i} has unknown state {s}"
@@ -90,10 +102,14 @@ impl PHnsw {
                     }
                 }
             }
-            let Some((new, batch)) = in_flight else {
+            let Some(((new, batch), count)) = in_flight else {
                 continue;
             };
+            // The batch wrote the owner's first `count` entries; entries
+            // after them may carry the same node and batch number from an
+            // older batch (a reused slot, a consolidation) and stay alone.
             let victims: Vec<usize> = part
+                .take(count)
                 .filter(|&i| self.logs.nlist_owner_batch(meta, i) == (new, batch))
                 .collect();
             for &i in &victims {
@@ -107,14 +123,17 @@ impl PHnsw {
                 self.logs.nlog_set_inedges(meta, owner, batch, S_R_UNDO);
             }
             // The restored lists and progress must be durable before the
-            // entries are reused. The entries' NONE need not be durable: the
-            // redo below re-logs this very batch with the same old lists (the
-            // restored ones) before any list changes again, and a crash
-            // before that finds them still LOGGED and undoes the batch again.
+            // entries are released, and the entries' NONE durable before
+            // anything else changes: a consolidation's batch is not redone
+            // (nothing re-logs its entries), and an insert's redo may log
+            // fewer lists than the batch it undid, so an entry left LOGGED
+            // on the media would be undone again by a later recovery, over
+            // lists written since.
             meta.fence(F_R_UNDO);
             for &i in &victims {
-                self.logs.nlist_store_state(meta, i, NONE);
+                self.logs.nlist_set_state(meta, i, NONE, S_R_UNDO);
             }
+            meta.fence(F_R_UNDO);
             rep.lists_undone += victims.len();
         }
         // Then NLog.

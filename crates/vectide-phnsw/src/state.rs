@@ -11,9 +11,10 @@ use super::layout::{
     NODES_FILE, NODES_MAGIC, PAGE, UPPER_FILE, UPPER_MAGIC,
 };
 use super::log::Logs;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use vectide_core::metric::DistanceFn;
 use vectide_core::visited::VisitedPool;
@@ -26,8 +27,9 @@ use vectide_storage::{Media, PersistMode, Region, Site};
 #[derive(Debug, Clone, PartialEq)]
 pub struct PHnswParams {
     /// Graph parameters (`m`, `ef_construction`, `ef_search`, `seed`,
-    /// `threads`); the delete-repair fields are unused (deletes are
-    /// tombstones, see the module docs).
+    /// `threads`, and for consolidations `consolidate_fraction` and
+    /// `repair_alpha`, which an open takes at their defaults: they are not
+    /// stored in the index).
     pub hnsw: HnswParams,
     /// NLog entries: concurrent operations at most (default 64).
     pub nlog_entries: usize,
@@ -102,6 +104,57 @@ pub struct PHnsw {
     /// [`vectide_core::poison`]): the NLog entry stays for recovery to
     /// redo, and writes are refused until the index is reopened.
     pub(crate) poison: vectide_core::poison::Poison,
+    /// Taken shared by every insert and delete (one row at a time) and
+    /// exclusively by a consolidation (`consolidate.rs`).
+    pub(crate) mutate: RwLock<()>,
+    /// Taken shared by every read that walks the graph or follows the label
+    /// map; a consolidation takes it exclusively once, between unlinking
+    /// its slots and handing them to inserts, so that no reader that could
+    /// still hold an unlinked slot sees it reused.
+    pub(crate) gate: RwLock<()>,
+    /// Slots inserts take before they extend `nodes.vtdp` (DRAM only;
+    /// rebuilt from the node states by every consolidation).
+    pub(crate) free: Mutex<Vec<FreeSlot>>,
+    /// Slots below `opened_slot` that an insert reused since the open: they
+    /// carry the number of their new write (see [`PHnsw::recorded_seq`]).
+    pub(crate) reused: Mutex<HashSet<u32>>,
+    /// Maintenance jobs (`consolidate`) for the contract's stats.
+    pub(crate) activity: vectide_core::activity::Activity,
+    /// Consolidation figures since the open.
+    pub(crate) consolidation: ConsolidationStats,
+    /// Set while a consolidation runs or is claimed by a writer's trigger.
+    pub(crate) consolidating: AtomicBool,
+    /// One consolidation at a time (its repair runs beside writers, so the
+    /// `mutate` lock no longer orders two of them).
+    pub(crate) consolidation_serial: Mutex<()>,
+    /// Set by `VectorIndex::defer_maintenance`: writers leave a due
+    /// consolidation to the caller's `maintain()`.
+    pub(crate) maintenance_deferred: AtomicBool,
+}
+
+/// A reclaimed slot and the upper-list room its last node owned (reused
+/// when the new node's level fits in it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FreeSlot {
+    pub slot: u32,
+    pub level: usize,
+    pub upper: u64,
+}
+
+/// What consolidations did since the open.
+#[derive(Debug, Default)]
+pub(crate) struct ConsolidationStats {
+    pub runs: AtomicU64,
+    pub unlinked: AtomicU64,
+    pub lists_repaired: AtomicU64,
+    pub slots_reused: AtomicU64,
+    pub micros: AtomicU64,
+    /// Live nodes linked again by the reachability walk.
+    pub relinked: AtomicU64,
+    /// Time writers waited in the last step (entry point, relinks,
+    /// unlinks, free list), summed, and its longest.
+    pub paused_micros: AtomicU64,
+    pub paused_max_micros: AtomicU64,
 }
 
 impl std::fmt::Debug for PHnsw {
@@ -324,8 +377,23 @@ impl PHnsw {
             opened_durable: durable,
             durable_fenced: AtomicU64::new(0),
             poison: Default::default(),
+            mutate: RwLock::new(()),
+            gate: RwLock::new(()),
+            free: Mutex::new(Vec::new()),
+            reused: Mutex::new(HashSet::new()),
+            activity: Default::default(),
+            consolidation: Default::default(),
+            consolidating: AtomicBool::new(false),
+            consolidation_serial: Mutex::new(()),
+            maintenance_deferred: AtomicBool::new(false),
         };
         idx.recovery = idx.recover()?;
+        if idx.consolidation_cut_off() {
+            // After the logs: the undone batch names dead nodes again, and
+            // the consolidation repairs it with the rest.
+            idx.consolidate()?;
+            idx.recovery.consolidation_finished = true;
+        }
         // Recovery allocates nothing: every slot below this one holds a node
         // written before this open.
         idx.opened_slot = u32::try_from(idx.next_slot()).unwrap_or(u32::MAX);
@@ -373,6 +441,7 @@ impl PHnsw {
     /// The vector of a label (reads the region in memory; cannot fail).
     pub fn vector_of(&self, id: u64) -> Option<Vec<f32>> {
         use vectide_graph::Graph;
+        let _gate = self.gate.read();
         self.labels
             .get(&self.graph, id)
             .map(|s| self.graph.vector(s).to_vec())
@@ -380,6 +449,7 @@ impl PHnsw {
 
     /// Whether a label is live.
     pub fn has_label(&self, id: u64) -> bool {
+        let _gate = self.gate.read();
         self.labels.get(&self.graph, id).is_some()
     }
 
@@ -389,16 +459,31 @@ impl PHnsw {
     pub(crate) fn extra_stats(&self) -> Vec<(String, f64)> {
         let r = self.recovery_report();
         let b = self.breakdown();
+        let c = &self.consolidation;
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
         [
             ("recovery.lists_undone", r.lists_undone as f64),
             ("recovery.discarded", r.discarded as f64),
             ("recovery.redone_logged", r.redone_logged as f64),
             ("recovery.redone_complete", r.redone_complete as f64),
             ("recovery.deletes_redone", r.deletes_redone as f64),
+            (
+                "recovery.consolidation_finished",
+                f64::from(u8::from(r.consolidation_finished)),
+            ),
             ("recovery.micros", r.micros as f64),
             ("insert_seconds.search", b.search_s),
             ("insert_seconds.update", b.update_s),
             ("insert_seconds.logging", b.logging_s),
+            ("consolidate.runs", ld(&c.runs)),
+            ("consolidate.unlinked", ld(&c.unlinked)),
+            ("consolidate.lists_repaired", ld(&c.lists_repaired)),
+            ("consolidate.slots_reused", ld(&c.slots_reused)),
+            ("consolidate.micros", ld(&c.micros)),
+            ("consolidate.relinked", ld(&c.relinked)),
+            ("consolidate.paused_micros", ld(&c.paused_micros)),
+            ("consolidate.paused_max_micros", ld(&c.paused_max_micros)),
+            ("free_slots", self.free.lock().len() as f64),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -439,12 +524,12 @@ impl PHnsw {
     /// replay applies every record after the watermark in order, so
     /// applying one again whose effect survived is harmless.
     ///
-    /// Slots are never reused (tombstones are not reclaimed), so the slots
-    /// below `opened_slot` are exactly the nodes written before the open; a
-    /// reclaimer would have to keep that true (or record the open per node).
+    /// The slots below `opened_slot` hold the nodes written before the
+    /// open, except those an insert reused since (`reused`), which carry
+    /// the number of their new write.
     pub(crate) fn recorded_seq(&self, slot: u32) -> Seq {
         let seq = self.graph.seq(slot);
-        if slot < self.opened_slot {
+        if slot < self.opened_slot && !self.reused.lock().contains(&slot) {
             seq.min(self.opened_durable)
         } else {
             seq

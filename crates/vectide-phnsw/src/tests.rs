@@ -297,3 +297,89 @@ fn recovery_verifies_the_nodes_it_redoes() {
         slot,
     );
 }
+
+/// What a consolidation cut off between its repaired lists and its relinks
+/// leaves: a live node that no list names (the pruning dropped its last
+/// in-edges, the relink never came), the dead node still `DELETED`, the
+/// meta word `consolidating` set. The crash kit found such a node at rank
+/// 1 by nothing, round after round. The open finishes the consolidation.
+#[test]
+fn an_open_finishes_a_consolidation_cut_off_before_its_relinks() {
+    use super::layout::{unpack_entry, DELETED, LIVE, M_CONSOLIDATING, M_ENTRY, UNLINKED};
+    use vectide_graph::Graph;
+    let (dir, idx) = labels_1_to(30);
+    let dead = idx.labels.get(&idx.graph, 5).unwrap();
+    assert_eq!(idx.delete(2, &[5]).unwrap(), 1);
+    let g = &idx.graph;
+    let (ep, _) = unpack_entry(idx.meta.u64_at(M_ENTRY).load(Ordering::Acquire)).unwrap();
+    let y = (0..idx.next_slot() as u32)
+        .find(|&s| g.state(s) == LIVE && g.level(s) == 0 && s != ep)
+        .expect("a layer-0 node");
+    let y_label = g.label(y);
+    let mut buf = Vec::new();
+    for s in 0..idx.next_slot() as u32 {
+        for l in 0..=g.level(s) {
+            g.neighbors_into(s, l, &mut buf);
+            if buf.contains(&y) {
+                buf.retain(|&n| n != y);
+                idx.write_list(s, l, &buf, super::consolidate::S_C_LISTS);
+            }
+        }
+    }
+    idx.meta.u64_at(M_CONSOLIDATING).store(1, Ordering::Release);
+    drop(idx);
+
+    let idx = PHnsw::open(dir.path(), PersistMode::Msync, None).unwrap();
+    let q = idx.get(y_label).unwrap().unwrap();
+    let r = idx
+        .search(&q, 1, &vectide_core::SearchParams::with_ef(64), None)
+        .unwrap();
+    assert_eq!(r[0].id, y_label, "the orphan is reachable again");
+    assert!(idx.recovery_report().consolidation_finished);
+    assert_eq!(idx.graph.state(dead), UNLINKED);
+    assert_ne!(idx.graph.state(dead), DELETED);
+    assert_eq!(idx.meta.u64_at(M_CONSOLIDATING).load(Ordering::Acquire), 0);
+    assert_eq!(idx.check(), Vec::<String>::new());
+    // A clean open runs nothing.
+    drop(idx);
+    let idx = PHnsw::open(dir.path(), PersistMode::Msync, None).unwrap();
+    assert!(!idx.recovery_report().consolidation_finished);
+}
+
+/// An insert that recovery discarded wrote its block, naming upper-list
+/// room that its bump of `upper next` had taken, but the bump never reached
+/// the media: a later insert was given the same room. The consolidation
+/// that frees the discarded slot must not hand that room out with it (the
+/// crash kit saw two live nodes sharing one room: each listed itself).
+#[test]
+fn a_freed_slot_never_brings_a_room_a_linked_node_owns() {
+    use super::layout::LIVE;
+    let (_dir, idx) = labels_1_to(30);
+    let g = &idx.graph;
+    let owner = (0..idx.next_slot() as u32)
+        .find(|&s| g.state(s) == LIVE && g.level(s) > 0)
+        .expect("a node with upper lists");
+    let level = g.level(owner);
+    let room = g
+        .nodes
+        .u64_at(g.node_off(owner) + idx.g.n_upper())
+        .load(Ordering::Acquire);
+    // The discarded insert's block: sealed, state INSERTING, the room.
+    let ghost = idx.alloc_slot().unwrap();
+    idx.init_node(ghost, 999, 2, &v(0.77), level, room);
+    assert!(g.verify(ghost).is_ok());
+    idx.consolidate().unwrap();
+    let free = idx.free.lock().clone();
+    let ghost_free = free.iter().find(|f| f.slot == ghost).expect("ghost freed");
+    assert_eq!(
+        ghost_free.upper, 0,
+        "the freed slot brings room {room}, which node {owner} owns"
+    );
+    // Inserts take the slot and the index stays whole.
+    for (i, l) in (200..220u64).enumerate() {
+        idx.insert(3 + i as u64, &[l], &v(0.013 * i as f32))
+            .unwrap();
+    }
+    assert!(idx.free.lock().iter().all(|f| f.slot != ghost));
+    assert_eq!(idx.check(), Vec::<String>::new());
+}

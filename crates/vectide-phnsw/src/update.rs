@@ -8,9 +8,9 @@
 //! entry is free for another operation.
 //!
 //! The deleted node stays in the graph as a tombstone: searches walk through
-//! it and never return it, so the graph stays navigable. Reclaiming
-//! tombstones (repairing their in-neighbours under NlistLog and reusing the
-//! slots, as the volatile engine does) is not implemented for P-HNSW yet.
+//! it and never return it, so the graph stays navigable, until a
+//! consolidation (`consolidate.rs`) repairs the lists that name it, unlinks
+//! it and hands its slot to inserts.
 
 use super::layout::DELETED;
 use super::log::{NEntry, KIND_DELETE, LOGGED, NONE};
@@ -37,6 +37,7 @@ impl PHnsw {
         let mut removed = 0;
         let mut guard = Some(self.seqs.begin(seq));
         for (k, &label) in ids.iter().enumerate() {
+            let _mutate = self.mutate.read();
             let _l = self.label_lock(label);
             let Some(slot) = self.labels.get(&self.graph, label) else {
                 continue;
@@ -79,6 +80,7 @@ impl PHnsw {
         }
         drop(guard);
         self.persist_durable_seq();
+        self.consolidate_if_due()?;
         Ok(removed)
     }
 

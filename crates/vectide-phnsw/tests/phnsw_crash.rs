@@ -47,6 +47,37 @@ fn every_crash_point_recovers_to_a_consistent_index() {
     assert!(r.reference_recall_min >= 0.9 && r.worst_recall_drop <= 0.01);
 }
 
+/// Crash points over consolidations (entry move, logged list repairs and
+/// relinks, unlinks) and over the inserts after them that reuse the
+/// unlinked slots (and their upper-list room).
+#[test]
+fn every_crash_point_of_consolidations_and_slot_reuse_recovers() {
+    let n = points();
+    let r = run(&CrashTestConfig {
+        points: n,
+        seed: 23,
+        maintain_every: 6,
+        ..CrashTestConfig::default()
+    })
+    .unwrap();
+    println!("{r:#?}");
+    assert_eq!(r.violating_points, 0, "{:#?}", r.violations);
+    for op in ["maintain", "insert", "delete"] {
+        assert!(
+            r.by_operation.get(op).copied().unwrap_or(0) > 0,
+            "no crash during {op}: {:?}",
+            r.by_operation
+        );
+    }
+    for site in ["consolidate.fence.lists", "consolidate.fence.unlink"] {
+        assert!(
+            r.sites.contains_key(site),
+            "{site} never ran: {:?}",
+            r.sites
+        );
+    }
+}
+
 /// The mutation check's configuration: every fence of a small workload is
 /// a crash point, three images each, and crashes during recovery at every
 /// fence of the recovery.
@@ -60,6 +91,15 @@ fn mutation_config() -> CrashTestConfig {
         stop_at_first: true,
         seed: 1,
         ..CrashTestConfig::default()
+    }
+}
+
+/// [`mutation_config`] with a consolidation after every tenth operation:
+/// the consolidation's sites, and the inserts that reuse its slots.
+fn mutation_config_with_consolidations() -> CrashTestConfig {
+    CrashTestConfig {
+        maintain_every: 10,
+        ..mutation_config()
     }
 }
 
@@ -95,7 +135,7 @@ fn mutate_sites(cfg: &CrashTestConfig, sites: &[Site]) {
 /// sites is a whole clean run (every fence a crash point, three images
 /// each): about two thirds of each part's time.
 fn mutate(part: usize, parts: usize) {
-    let cfg = mutation_config();
+    let cfg = mutation_config_with_consolidations();
     let sites = mutation_sites(&cfg).unwrap();
     assert!(
         sites.len() >= 30,
@@ -113,7 +153,7 @@ fn mutate(part: usize, parts: usize) {
 
 /// The fast set's mutation check: one site of each path (the insert's
 /// redo log, its in-edge undo log and publication, the label map, a
-/// delete, recovery's own), named, so no enumeration run is needed. The
+/// delete, recovery's own, a consolidation's list log and its unlink), named, so no enumeration run is needed. The
 /// three parts below check every site (`make test-all`).
 #[test]
 fn mutation_check_one_site_of_each_path() {
@@ -125,16 +165,19 @@ fn mutation_check_one_site_of_each_path() {
         "delete.live_count",
         "recovery.none",
     ];
-    let sites: Vec<Site> = names
-        .iter()
-        .map(|n| {
-            *ALL_SITES
-                .iter()
-                .find(|s| s.0 == *n)
-                .unwrap_or_else(|| panic!("no persistence site {n}"))
-        })
-        .collect();
+    let site = |n: &&str| {
+        *ALL_SITES
+            .iter()
+            .find(|s| s.0 == *n)
+            .unwrap_or_else(|| panic!("no persistence site {n}"))
+    };
+    let sites: Vec<Site> = names.iter().map(site).collect();
     mutate_sites(&mutation_config(), &sites);
+    let consolidation: Vec<Site> = ["consolidate.nlist", "consolidate.fence.unlink"]
+        .iter()
+        .map(site)
+        .collect();
+    mutate_sites(&mutation_config_with_consolidations(), &consolidation);
 }
 
 #[test]

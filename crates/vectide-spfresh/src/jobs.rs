@@ -17,6 +17,9 @@ pub enum Job {
     /// Move postings out of the block file's mostly free end
     /// (`BlockStore::relocate`).
     Compact,
+    /// Drop every record of the dead vector numbers and free them for
+    /// reuse (`reclaim.rs`).
+    Reclaim,
 }
 
 impl Job {
@@ -26,6 +29,7 @@ impl Job {
             Job::Merge(p) => (false, p),
             // No posting has this number.
             Job::Compact => (true, u32::MAX),
+            Job::Reclaim => (true, u32::MAX - 1),
         }
     }
 }
@@ -64,7 +68,13 @@ impl Jobs {
             if !s.queued.insert(job.key()) {
                 return;
             }
-            s.queue.push_back(job);
+            // A reclaim goes first: the splits and merges of a busy queue
+            // would otherwise let dead numbers pile up behind them.
+            if job == Job::Reclaim {
+                s.queue.push_front(job);
+            } else {
+                s.queue.push_back(job);
+            }
             Self::claim_drain(&mut s)
         };
         if start {

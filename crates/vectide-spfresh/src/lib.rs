@@ -43,6 +43,7 @@ mod jobs;
 pub mod layout;
 pub mod params;
 mod rebuild;
+mod reclaim;
 mod recovery;
 mod search;
 pub mod snapshot;

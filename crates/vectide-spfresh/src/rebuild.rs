@@ -169,6 +169,7 @@ impl Inner {
         match job {
             // Compaction serves every mode; splits and merges only LIRE's.
             Job::Compact => self.compact(sc),
+            Job::Reclaim => self.reclaim(sc).map(|_| ()),
             _ if self.mode != Mode::Fresh => Ok(()),
             Job::Split(p, depth) => {
                 let _job = self.activity.begin("split");

@@ -49,7 +49,9 @@ fn trim_torn_tail(path: &Path, end: u32) -> Result<()> {
 
 fn start(inner: Inner) -> Result<Spfresh> {
     let inner = Arc::new(inner);
-    if inner.mode == Mode::Fresh && !inner.params.rebuild_inline {
+    // Every mode has background jobs: compaction and the reclaim of vector
+    // numbers; splits and merges only `spfresh`.
+    if !inner.params.rebuild_inline {
         crate::rebuild::start_background(&inner)?;
     }
     Ok(Spfresh { inner })
@@ -136,8 +138,10 @@ impl Spfresh {
             seqs,
             homes,
             versions,
+            free,
             centroids,
             map,
+            ..
         } = snapshot::decode(&bytes)
             .map_err(|e| Error::corrupted(format!("{}: {e}", path.display())))?;
         let mut params = head.params.clone();
@@ -233,6 +237,7 @@ impl Spfresh {
             }
             m.of_vid = ext;
             m.seq_of = seqs;
+            *inner.free.lock() = free;
             *inner.homes.write() = homes
                 .into_iter()
                 .enumerate()
@@ -338,18 +343,18 @@ pub fn inspect_rows(dir: &Path) -> Result<Vec<(String, String)>> {
         ("engine".into(), h.mode.engine().into()),
         (
             "snapshot".into(),
-            format!(
-                "version {} (CRC verified), serial {}",
-                snapshot::VERSION,
-                h.serial
-            ),
+            format!("version {} (CRC verified), serial {}", s.version, h.serial),
         ),
         ("metric".into(), h.metric.name().into()),
         ("dim".into(), h.dim.to_string()),
         ("covered_seq".into(), h.covered_seq.to_string()),
         (
             "vectors".into(),
-            format!("{live} live of {} numbered", s.versions.len()),
+            format!(
+                "{live} live of {} numbered, {} free for reuse",
+                s.versions.len(),
+                s.free.len()
+            ),
         ),
         ("postings".into(), st.postings.to_string()),
         (

@@ -11,6 +11,12 @@
 //! posting after the search read it and dropped from another before the
 //! search read that one: a search that finds a posting it read PUT or
 //! removed since it started goes again (`BlockStore::shrunk_since`).
+//!
+//! Vector numbers are reused once a reclaim (`reclaim.rs`) has dropped
+//! every record of a dead one: every reader holds `Inner::readers` shared
+//! from its first posting read to its answer, and a reclaim takes it
+//! exclusively once before it frees numbers, so a record a reader holds
+//! always names the vector it was written for.
 
 use crate::jobs::Job;
 use crate::params::Mode;
@@ -57,6 +63,7 @@ impl Inner {
         if k == 0 {
             return Ok(());
         }
+        let _reading = self.readers.read();
         // A posting read that was shrunk (PUT or removed) since the start
         // may have lost a copy whose replacement went into a posting read
         // earlier: the search goes again (module docs).
@@ -126,6 +133,12 @@ impl Inner {
     /// copy written behind the pass, the old one collected ahead of it) is
     /// made again while the id stays live.
     pub(crate) fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
+        let _reading = self.readers.read();
+        self.get_reading(id)
+    }
+
+    /// [`Inner::get`] under the caller's hold of `readers`.
+    fn get_reading(&self, id: u64) -> Result<Option<Vec<f32>>> {
         let Some(vid) = self.ids.read().ext.get(&id).copied() else {
             return Ok(None);
         };
@@ -165,7 +178,9 @@ impl Inner {
         out: &mut Vec<Neighbor>,
     ) -> Result<()> {
         let mut sc = self.scratch();
+        let reading = self.readers.read();
         let r = self.distances_with(query, ids, out, &mut sc);
+        drop(reading);
         self.give_back(sc);
         r
     }
@@ -182,7 +197,7 @@ impl Inner {
         let postings = self.store.posting_ids();
         if ids.len() < SCAN_FROM.max(postings as usize / 4) {
             for &id in ids {
-                if let Some(v) = self.get(id)? {
+                if let Some(v) = self.get_reading(id)? {
                     out.push(Neighbor::new(id, dist(&q, &v)));
                 }
             }
@@ -209,7 +224,7 @@ impl Inner {
             }
         }
         for (_, id) in want {
-            if let Some(v) = self.get(id)? {
+            if let Some(v) = self.get_reading(id)? {
                 out.push(Neighbor::new(id, dist(&q, &v)));
             }
         }

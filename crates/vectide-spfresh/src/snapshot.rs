@@ -14,6 +14,7 @@
 //! ‖ vids u32 ‖ ext_id u64 × vids ‖ seq u64 × vids ‖ home u32 × vids
 //! ‖ version map (its own sealed section, `versions.rs`)
 //! ‖ pids u32 ‖ present u8 × pids ‖ centroid f32 × dim per present pid
+//! ‖ free u32 ‖ free vid u32 × free                     (version 2 only)
 //! ‖ block mapping (its own sealed section, `docs/format-blockstore.md`)
 //! ‖ crc32 u32 of everything before ‖ END "VTSPEND\0"
 //! ```
@@ -28,8 +29,10 @@ use vectide_storage::durable::Envelope;
 pub const MAGIC: &[u8; 8] = b"VTSPSNP\0";
 /// Last bytes of a snapshot.
 pub const END: &[u8; 8] = b"VTSPEND\0";
-/// The snapshot format version this build reads and writes.
-pub const VERSION: u32 = 1;
+/// The snapshot format version this build writes. It reads it and
+/// version 1 (no free list: every dead number stays unfree until a
+/// reclaim).
+pub const VERSION: u32 = 2;
 
 /// The snapshot's sealed envelope.
 pub const ENVELOPE: Envelope = Envelope {
@@ -38,6 +41,26 @@ pub const ENVELOPE: Envelope = Envelope {
     version: VERSION,
     what: "spfresh snapshot",
 };
+
+/// The envelope of a version-1 snapshot (read only).
+const ENVELOPE_V1: Envelope = Envelope {
+    version: 1,
+    ..ENVELOPE
+};
+
+/// The per-vector sections of a snapshot, as captured.
+pub struct Vids<'a> {
+    /// The caller's id of each vector number.
+    pub ext: &'a [u64],
+    /// The sequence number of the insert that created each vector.
+    pub seqs: &'a [u64],
+    /// A posting holding a current copy of each vector.
+    pub homes: &'a [u32],
+    pub versions: &'a VersionMap,
+    /// The free numbers (`reclaim.rs`), in the order they are handed out
+    /// (from the end).
+    pub free: &'a [u32],
+}
 
 /// The fixed fields of a snapshot.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,6 +87,10 @@ pub struct Snapshot {
     /// reads).
     pub homes: Vec<u32>,
     pub versions: VersionMap,
+    /// The numbers free for reuse (empty in a version-1 snapshot).
+    pub free: Vec<u32>,
+    /// The format version the file was written in.
+    pub version: u32,
     /// The centroid of each posting id (`None`: removed).
     pub centroids: Vec<Option<Vec<f32>>>,
     /// The encoded block mapping (handed to `BlockStore::open_encoded`).
@@ -78,17 +105,22 @@ fn put_u32(b: &mut Vec<u8>, v: usize) {
 /// engine's gate).
 pub fn encode(
     head: &SnapHead,
-    ext: &[u64],
-    seqs: &[u64],
-    homes: &[u32],
-    versions: &VersionMap,
+    vids: &Vids<'_>,
     centroids: &[Option<&[f32]>],
     map: &[u8],
 ) -> Vec<u8> {
+    let Vids {
+        ext,
+        seqs,
+        homes,
+        versions,
+        free,
+    } = *vids;
     let dim = head.dim;
     let present = centroids.iter().flatten().count();
-    let mut b =
-        ENVELOPE.begin(128 + 21 * ext.len() + centroids.len() + present * 4 * dim + map.len());
+    let mut b = ENVELOPE.begin(
+        132 + 21 * ext.len() + 4 * free.len() + centroids.len() + present * 4 * dim + map.len(),
+    );
     b.push(head.mode.code());
     b.push(head.metric as u8);
     put_u32(&mut b, dim);
@@ -125,6 +157,10 @@ pub fn encode(
             b.extend_from_slice(&x.to_le_bytes());
         }
     }
+    put_u32(&mut b, free.len());
+    for v in free {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
     b.extend_from_slice(map);
     ENVELOPE.seal(b)
 }
@@ -132,7 +168,15 @@ pub fn encode(
 /// Parses a snapshot: envelope (magic, version, CRC, end marker), then
 /// every field through the bounds-checked reader.
 pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
-    let mut r = ENVELOPE.open(bytes)?;
+    // Version 1 has no free list; anything else but 2 is a version error.
+    let version = match bytes.get(8..12) {
+        Some(v) if v == 1u32.to_le_bytes() => 1,
+        _ => VERSION,
+    };
+    let mut r = match version {
+        1 => ENVELOPE_V1.open(bytes)?,
+        _ => ENVELOPE.open(bytes)?,
+    };
     let mode = Mode::from_code(r.u8()?)?;
     let metric = Metric::from_tag(r.u8()?)?;
     let dim = r.u32()? as usize;
@@ -207,6 +251,28 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
             f => return Err(Error::corrupted(format!("snapshot: centroid flag {f}"))),
         }
     }
+    let mut free = Vec::new();
+    if version >= 2 {
+        let f = r.u32()? as usize;
+        if f > n {
+            return Err(Error::corrupted(format!(
+                "snapshot: {f} free vector numbers of {n}"
+            )));
+        }
+        r.u32s(f, &mut free)?;
+        let mut seen = vec![false; n];
+        for &v in &free {
+            let dead = versions.get(v).is_some_and(|s| s.deleted);
+            match seen.get_mut(v as usize) {
+                Some(s) if !*s && dead => *s = true,
+                _ => {
+                    return Err(Error::corrupted(format!(
+                        "snapshot: free vector number {v} is unknown, live or listed twice"
+                    )))
+                }
+            }
+        }
+    }
     let map = r.bytes(r.remaining())?.to_vec();
     Ok(Snapshot {
         head: SnapHead {
@@ -221,6 +287,8 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
         seqs,
         homes,
         versions,
+        free,
+        version,
         centroids,
         map,
     })
@@ -230,28 +298,48 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
 mod tests {
     use super::*;
 
-    fn sample() -> Vec<u8> {
-        let head = SnapHead {
+    fn head() -> SnapHead {
+        SnapHead {
             mode: Mode::Fresh,
             metric: Metric::Cosine,
             dim: 3,
             params: SpannParams::default(),
             serial: 4,
             covered_seq: 77,
-        };
+        }
+    }
+
+    fn sample() -> Vec<u8> {
+        let head = head();
         let v = VersionMap::new();
-        v.push(2).unwrap();
+        v.push(3).unwrap();
         v.delete(1);
+        v.delete(2);
         let c = [0.5f32, 1.0, -2.0];
         encode(
             &head,
-            &[10, 11],
-            &[5, 6],
-            &[3, 0],
-            &v,
+            &Vids {
+                ext: &[10, 11, 12],
+                seqs: &[5, 6, 7],
+                homes: &[3, 0, u32::MAX],
+                versions: &v,
+                free: &[2],
+            },
             &[Some(&c), None],
             b"MAPBYTES",
         )
+    }
+
+    /// The same state in the version-1 layout (no free list), as an
+    /// older build wrote it.
+    fn sample_v1() -> Vec<u8> {
+        let mut b = sample();
+        b.truncate(b.len() - 12);
+        let map_at = b.len() - b"MAPBYTES".len();
+        // The free list (count 1, vid 2) sits before the map.
+        b.drain(map_at - 8..map_at);
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        ENVELOPE_V1.seal(b)
     }
 
     #[test]
@@ -263,9 +351,10 @@ mod tests {
         assert_eq!(s.head.params, SpannParams::default());
         assert_eq!(
             (s.ext, s.seqs, s.homes),
-            (vec![10, 11], vec![5, 6], vec![3, 0])
+            (vec![10, 11, 12], vec![5, 6, 7], vec![3, 0, u32::MAX])
         );
         assert!(s.versions.get(1).unwrap().deleted && !s.versions.get(0).unwrap().deleted);
+        assert_eq!((s.free, s.version), (vec![2], 2));
         assert_eq!(s.centroids, vec![Some(vec![0.5, 1.0, -2.0]), None]);
         assert_eq!(s.map, b"MAPBYTES");
     }
@@ -281,8 +370,43 @@ mod tests {
         for cut in 0..good.len() {
             assert!(decode(&good[..cut]).is_err(), "cut at {cut}");
         }
-        let mut v2 = good.clone();
-        v2[8] = 2;
-        assert!(matches!(decode(&v2), Err(Error::Version { found: 2, .. })));
+        let mut v3 = good.clone();
+        v3[8] = 3;
+        assert!(matches!(decode(&v3), Err(Error::Version { found: 3, .. })));
+    }
+
+    #[test]
+    fn a_version_1_snapshot_opens_with_no_free_numbers() {
+        let s = decode(&sample_v1()).unwrap();
+        assert_eq!(s.version, 1);
+        assert!(s.free.is_empty());
+        assert_eq!(s.ext, vec![10, 11, 12]);
+        assert_eq!(s.map, b"MAPBYTES");
+    }
+
+    #[test]
+    fn a_free_number_must_be_known_dead_and_listed_once() {
+        let head = head();
+        let v = VersionMap::new();
+        v.push(3).unwrap();
+        v.delete(2);
+        for free in [&[0u32][..], &[2, 2], &[7]] {
+            let b = encode(
+                &head,
+                &Vids {
+                    ext: &[1, 2, 3],
+                    seqs: &[1, 2, 3],
+                    homes: &[0, 0, 0],
+                    versions: &v,
+                    free,
+                },
+                &[],
+                b"",
+            );
+            assert!(
+                matches!(decode(&b), Err(Error::Corrupted(_))),
+                "free list {free:?}"
+            );
+        }
     }
 }

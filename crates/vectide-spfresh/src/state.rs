@@ -118,6 +118,16 @@ pub(crate) struct Counters {
     pub postings_read: AtomicU64,
     pub blocks_read: AtomicU64,
     pub snapshots: AtomicU64,
+    /// Reclaims that freed vector numbers, the numbers they freed, the
+    /// postings they rewrote, the bytes those PUTs wrote and the time they
+    /// took (`reclaim.rs`).
+    pub reclaims: AtomicU64,
+    pub reclaimed_vids: AtomicU64,
+    pub reclaim_postings: AtomicU64,
+    pub reclaim_bytes: AtomicU64,
+    pub reclaim_micros: AtomicU64,
+    /// Inserts that took a freed vector number.
+    pub reused_vids: AtomicU64,
 }
 
 /// Per-thread buffers of searches, routing and jobs.
@@ -181,8 +191,16 @@ pub(crate) struct Inner {
     /// vectors inserted since it began, which it places again before it
     /// swaps its index in. `None` when no rebuild runs.
     pub rebuilding: Mutex<Option<Rebuilding>>,
-    /// One rebuild at a time.
+    /// One rebuild at a time; a reclaim holds it too (see `reclaim.rs`).
     pub rebuild_lock: Mutex<()>,
+    /// Vector numbers free for reuse: deleted, and no posting holds a
+    /// record of them (`reclaim.rs`). In the snapshot.
+    pub free: Mutex<Vec<u32>>,
+    /// Held shared by every reader (search, get, distances) from its
+    /// first read of a posting to its answer; a reclaim takes it
+    /// exclusively for a moment before it frees numbers, so that no
+    /// reader still holds a record of a number that a new vector takes.
+    pub readers: RwLock<()>,
 }
 
 /// What a `spann` rebuild in progress shares with writers and snapshots.
@@ -246,6 +264,8 @@ impl Inner {
             built_at: AtomicU64::new(0),
             rebuilding: Mutex::new(None),
             rebuild_lock: Mutex::new(()),
+            free: Mutex::new(Vec::new()),
+            readers: RwLock::new(()),
         })
     }
 
@@ -396,12 +416,18 @@ impl Inner {
             let cents = self.heads.read();
             let centroids: Vec<Option<&[f32]>> =
                 (0..cents.len()).map(|p| cents.get(p as u32)).collect();
+            // A reclaim frees numbers only after its PUTs: every number in
+            // the list has no record in the mapping captured above.
+            let free = self.free.lock();
             snapshot::encode(
                 &head,
-                &ids.of_vid,
-                &ids.seq_of,
-                &homes,
-                &self.versions,
+                &snapshot::Vids {
+                    ext: &ids.of_vid,
+                    seqs: &ids.seq_of,
+                    homes: &homes,
+                    versions: &self.versions,
+                    free: &free,
+                },
                 &centroids,
                 &map,
             )
@@ -546,6 +572,7 @@ impl Inner {
         let c = &self.counters;
         let live = self.ids.read().ext.len();
         let vids = self.versions.len() as usize;
+        let free = self.free.lock().len();
         let queries = c.queries.load(Ordering::Relaxed).max(1) as f64;
         let inserts = c.inserts.load(Ordering::Relaxed);
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
@@ -603,13 +630,25 @@ impl Inner {
             ("tail_cache_misses".into(), st.tail_misses as f64),
             ("block_file_trims".into(), st.trims as f64),
             ("postings_compacted".into(), st.compacted as f64),
+            ("vids".into(), vids as f64),
+            ("vids_free".into(), free as f64),
+            ("vids_reused".into(), load(&c.reused_vids)),
+            ("reclaims".into(), load(&c.reclaims)),
+            ("reclaimed_vids".into(), load(&c.reclaimed_vids)),
+            (
+                "reclaim_postings_rewritten".into(),
+                load(&c.reclaim_postings),
+            ),
+            ("reclaim_bytes_written".into(), load(&c.reclaim_bytes)),
+            ("reclaim_seconds".into(), load(&c.reclaim_micros) / 1e6),
         ];
         let io = self.store.io_stats();
         let mut stats = IndexStats {
             live,
             slots_used: vids,
             capacity: vids,
-            pending_deletes: vids - live,
+            // Dead numbers a reclaim has not freed yet.
+            pending_deletes: vids - live - free.min(vids - live),
             memory_bytes: vids * (1 + 8 + 8 + 4)
                 + live * 24
                 + self.heads.memory_bytes()
@@ -662,6 +701,17 @@ impl Inner {
         let vids = self.versions.len() as usize;
         let mut found = vec![false; vids];
         let mut home_ok = vec![false; vids];
+        let mut is_free = vec![false; vids];
+        for &v in self.free.lock().iter() {
+            match is_free.get_mut(v as usize) {
+                Some(f) if !*f => *f = true,
+                Some(_) => problems.push(format!("vector {v} is free twice")),
+                None => problems.push(format!("free vector {v} was never numbered")),
+            }
+            if self.versions.get(v).is_some_and(|s| !s.deleted) {
+                problems.push(format!("vector {v} is free but live"));
+            }
+        }
         let mut sc = self.scratch();
         for chunk in pids.chunks(256) {
             self.store.parallel_get(chunk, &mut sc.read)?;
@@ -674,6 +724,12 @@ impl Inner {
                             chunk[i]
                         ));
                         continue;
+                    }
+                    if is_free[v as usize] {
+                        problems.push(format!(
+                            "posting {}: a record of vector {v}, which is free",
+                            chunk[i]
+                        ));
                     }
                     if self.versions.is_current(v, recs.versions[j]) {
                         found[v as usize] = true;

@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::fault::{self, FaultSite};
 use vectide_core::validate::{normalize, Checked};
-use vectide_core::{Result, Seq};
+use vectide_core::{Error, Result, Seq};
 use vectide_storage::durable::select_rows;
 
 /// Route attempts before a vector gets a posting of its own.
@@ -119,6 +119,18 @@ impl Inner {
     /// After a write: a snapshot when one is due, and the queued jobs when
     /// they run inline.
     fn after_write(&self, snapshot: bool) -> Result<()> {
+        match self.reclaim_lag() {
+            0 => {}
+            // Far behind (the background drain starved by a busy queue or
+            // by the cores): this writer runs it, as a backstop.
+            lag if lag >= 4 && !self.params.rebuild_inline => {
+                let mut sc = self.scratch();
+                let r = self.reclaim(&mut sc);
+                self.give_back(sc);
+                r?;
+            }
+            _ => self.jobs.push(Job::Reclaim),
+        }
         if self.params.rebuild_inline {
             self.drain_jobs()?;
         }
@@ -129,8 +141,12 @@ impl Inner {
     }
 
     /// Applies an insert of rows newer than the index's (the live path and
-    /// the WAL replay): vector numbers, then the static build of a first
-    /// load or the placement of each vector.
+    /// the WAL replay): vector numbers (freed ones first, from the end of
+    /// the free list; new ones after), then the static build of a first
+    /// load or the placement of each vector. While a `spann` rebuild runs
+    /// no freed number is taken: the rebuild reads the vectors numbered
+    /// before it began, and a reused number among them would be placed
+    /// twice.
     pub(crate) fn apply_insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
         let n = ids.len();
         if n == 0 {
@@ -142,32 +158,53 @@ impl Inner {
             data.chunks_exact_mut(dim).for_each(normalize);
         }
         let _g = self.gate.read();
-        let first = {
+        let may_reuse = self.rebuilding.lock().is_none();
+        let vids = {
             let mut m = self.ids.write();
-            let first = self.versions.push(n as u32)?;
-            for (r, &id) in ids.iter().enumerate() {
-                if let Some(old) = m.ext.insert(id, first + r as u32) {
-                    self.versions.delete(old);
+            let mut vids = Vec::with_capacity(n);
+            if may_reuse {
+                let mut free = self.free.lock();
+                let homes = self.homes.read();
+                while vids.len() < n {
+                    let Some(v) = free.pop() else { break };
+                    if !self.versions.revive(v) {
+                        return Err(Error::invalid(format!("free vector number {v} is live")));
+                    }
+                    m.of_vid[v as usize] = ids[vids.len()];
+                    m.seq_of[v as usize] = seq;
+                    homes[v as usize].store(home_word(NO_HOME, 0), Ordering::Release);
+                    vids.push(v);
                 }
-                m.of_vid.push(id);
-                m.seq_of.push(seq);
             }
+            let reused = vids.len();
+            let more = n - reused;
+            let first = self.versions.push(more as u32)?;
+            vids.extend(first..first + more as u32);
+            m.of_vid.extend_from_slice(&ids[reused..]);
+            m.seq_of.extend((0..more).map(|_| seq));
             self.homes
                 .write()
-                .extend((0..n).map(|_| AtomicU64::new(home_word(NO_HOME, 0))));
-            first
+                .extend((0..more).map(|_| AtomicU64::new(home_word(NO_HOME, 0))));
+            for (&id, &v) in ids.iter().zip(&vids) {
+                if let Some(old) = m.ext.insert(id, v) {
+                    self.versions.delete(old);
+                }
+            }
+            self.counters
+                .reused_vids
+                .fetch_add(reused as u64, Ordering::Relaxed);
+            vids
         };
         self.counters.inserts.fetch_add(n as u64, Ordering::Relaxed);
         if self.heads.count() == 0 {
-            let vids: Vec<u32> = (first..first + n as u32).collect();
             self.build(&self.heads, &vids, &data, false)?;
             self.mark_built();
         } else {
-            self.place_batch(first, &data)?;
+            self.place_batch(&vids, &data)?;
         }
         // A rebuild running beside places them in its new index too.
         if let Some(r) = self.rebuilding.lock().as_mut() {
-            r.vids.extend(first..first + n as u32);
+            r.vids.extend_from_slice(&vids);
             r.data.extend_from_slice(&data);
         }
         Ok(())
@@ -329,12 +366,12 @@ impl Inner {
         len - added <= self.limit
     }
 
-    /// Places the vectors `first..first + n` (rows of `data`): routed, then
+    /// Places the vectors `vids` (rows of `data`): routed, then
     /// one APPEND per posting (both in parallel on the engine's pool for a
     /// batch of [`INLINE_ROWS`] or more, on the caller's thread below it:
     /// waking the pool costs a single-point upsert more than its routing);
     /// vectors whose posting went away are placed again one by one.
-    fn place_batch(&self, first: u32, data: &[f32]) -> Result<()> {
+    fn place_batch(&self, vids: &[u32], data: &[f32]) -> Result<()> {
         let dim = self.dim;
         let n = data.len() / dim;
         let route_row = |sc: &mut Scratch, r: usize| -> Result<Vec<(u32, u32)>> {
@@ -345,12 +382,12 @@ impl Inner {
             let pid = g[0].0;
             let mut rec = std::mem::take(&mut sc.rec);
             rec.clear();
-            let vids: Vec<u32> = g.iter().map(|&(_, r)| first + r).collect();
+            let homed: Vec<u32> = g.iter().map(|&(_, r)| vids[r as usize]).collect();
             for &(_, r) in g {
                 let r = r as usize;
-                encode_record(&mut rec, first + r as u32, 0, &data[r * dim..(r + 1) * dim]);
+                encode_record(&mut rec, vids[r], 0, &data[r * dim..(r + 1) * dim]);
             }
-            let got = self.append_locked(pid, &rec, &vids, 0, sc);
+            let got = self.append_locked(pid, &rec, &homed, 0, sc);
             sc.rec = rec;
             if let Some(len) = got? {
                 if self.maybe_split(pid, len, g.len(), 0) {
@@ -398,8 +435,7 @@ impl Inner {
         // split or a merge) still has no home: placed again on its own.
         let mut sc = self.scratch();
         let mut out = Ok(());
-        for r in 0..n {
-            let vid = first + r as u32;
+        for (r, &vid) in vids.iter().enumerate() {
             if self.home(vid) == Some(NO_HOME) {
                 if let Err(e) = self.place_one(vid, 0, &data[r * dim..(r + 1) * dim], 0, &mut sc) {
                     out = Err(e);

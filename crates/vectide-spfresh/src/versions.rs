@@ -152,6 +152,20 @@ impl VersionMap {
         })
     }
 
+    /// Gives deleted vector `i` to a new vector: live at version 0.
+    /// `false` (and nothing changed) when it is live or was never added.
+    /// Only for a number the reclaim freed (`reclaim.rs`): no posting, and
+    /// no reader, holds a record of the old vector any more, so no record
+    /// of it can be taken for the new one whatever its version byte.
+    pub fn revive(&self, i: u32) -> bool {
+        self.cell(i).is_some_and(|c| {
+            c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                (b & DELETED != 0).then_some(0)
+            })
+            .is_ok()
+        })
+    }
+
     /// A reassign's claim: bumps vector `i`'s version from `seen` to the
     /// next one (mod 128) if it is still `seen` and live; the new version,
     /// or `None` when another job moved it, it was deleted, or it does not
@@ -299,6 +313,26 @@ mod tests {
         let mut m = VersionMap::new();
         assert!(m.set(u32::MAX, 1).is_err(), "2^32 vectors");
         assert!(m.is_empty());
+    }
+
+    #[test]
+    fn only_a_deleted_vector_is_revived_and_it_comes_back_at_version_0() {
+        let m = VersionMap::new();
+        m.push(3).unwrap();
+        assert!(!m.revive(0), "a live vector is not given away");
+        assert_eq!(m.bump(1, 0), Some(1));
+        assert!(m.delete(1));
+        assert!(m.revive(1));
+        assert_eq!(
+            m.get(1),
+            Some(State {
+                version: 0,
+                deleted: false
+            })
+        );
+        assert!(!m.is_current(1, 1), "a record of the old version is stale");
+        assert!(!m.revive(1), "revived once");
+        assert!(!m.revive(3), "never added");
     }
 
     #[test]

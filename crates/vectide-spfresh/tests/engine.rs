@@ -566,12 +566,10 @@ fn three_writers(idx: &Spfresh, ops: usize, seed: u64) {
 
 /// A figure of the engine's stats.
 fn stat(idx: &Spfresh, name: &str) -> f64 {
-    let st = idx.stats().unwrap();
-    st.extra
-        .iter()
-        .find(|(n, _)| n == name)
+    idx.stats()
+        .unwrap()
+        .extra_value(name)
         .unwrap_or_else(|| panic!("no stat {name}"))
-        .1
 }
 
 #[test]

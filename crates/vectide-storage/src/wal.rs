@@ -145,12 +145,14 @@ pub fn frame_at(bytes: &[u8], at: usize) -> std::result::Result<std::ops::Range<
 pub fn scan(path: &Path, bytes: &[u8]) -> Result<Scan> {
     if bytes.len() <= HEADER {
         // A crash inside `Wal::open`, before the header's sync returned:
-        // a prefix of the header, or its length with zeros for bytes (a
-        // file system that commits sizes before data). Nothing past the
-        // header is written before that sync, so a zero header with bytes
-        // after it is damage, below.
+        // a prefix of the header followed by zeros up to the file's length
+        // (none, some or all of the header's bytes reached the disk; a file
+        // system that commits sizes before data reads the rest as zeros).
+        // Nothing past the header is written before that sync, so a zero
+        // header with bytes after it is damage, below.
         let h = header_bytes();
-        if (bytes.len() < HEADER && h[..bytes.len()] == *bytes) || bytes.iter().all(|&b| b == 0) {
+        let reached = bytes.iter().zip(&h).take_while(|(a, b)| a == b).count();
+        if reached < HEADER && bytes[reached..].iter().all(|&b| b == 0) {
             return Ok(Scan {
                 torn_header: true,
                 ..Scan::default()
@@ -349,6 +351,45 @@ impl Wal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_header_torn_into_a_prefix_and_zeros_opens_as_an_empty_log() {
+        // A crash while open wrote the header: part of it reached the
+        // disk, the rest of the file's length reads as zeros (the crash
+        // kit drew magic + zeros in a spfresh run: "unsupported format
+        // version 0").
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w");
+        let h = header_bytes();
+        for reached in [0, 3, 8, 12, HEADER - 1] {
+            for len in [reached, HEADER] {
+                let mut b = h[..reached].to_vec();
+                b.resize(len, 0);
+                std::fs::write(&p, &b).unwrap();
+                let (w, r) = Wal::open(&p).unwrap_or_else(|e| panic!("{reached}/{len}: {e}"));
+                assert!(r.is_empty() && w.is_empty());
+                drop(w);
+                assert_eq!(
+                    std::fs::read(&p).unwrap(),
+                    h.to_vec(),
+                    "header written anew"
+                );
+            }
+        }
+        // A zero header with bytes after it is damage, and a whole header
+        // with another version is a version error.
+        let mut b = vec![0u8; HEADER + 4];
+        b[HEADER] = 1;
+        std::fs::write(&p, &b).unwrap();
+        assert!(Wal::open(&p).is_err());
+        let mut b = h.to_vec();
+        b[8] = 9;
+        std::fs::write(&p, &b).unwrap();
+        assert!(matches!(
+            Wal::open(&p),
+            Err(Error::Version { found: 9, .. })
+        ));
+    }
 
     #[test]
     fn records_round_trip_and_torn_tails_are_cut() {

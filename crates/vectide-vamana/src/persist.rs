@@ -13,8 +13,8 @@ use crate::params::{VamanaParams, MAX_R};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use vectide_core::io::{atomic_write, check_envelope, ByteReader, CrcWriter};
-use vectide_core::{Error, Metric, Result, VectorIndex};
+use vectide_core::io::{check_envelope, ByteReader, CrcWriter};
+use vectide_core::{Error, Metric, Result, StagedSave, VectorIndex};
 use vectide_graph::mem::{Store, DELETED, FREE, FROZEN, LIVE};
 use vectide_graph::slots::{Alloc, IdEntry};
 use vectide_graph::Graph;
@@ -53,58 +53,41 @@ impl FreshVamana {
     /// Saves the index to `path` atomically (temp file, fsync, rename).
     /// Inserts and deletes wait while it runs; searches go on.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let _exclusive = self.core.mutate.write();
-        let watermark = self.core.seqs.watermark();
-        let alloc_next = self.core.alloc.lock().next;
-        let store = self.core.store.read();
+        self.save_staged(path)?.commit()
+    }
+
+    /// [`save`](Self::save)'s file written beside `path`, to be committed
+    /// (see [`VectorIndex::save_staged`]).
+    pub fn save_staged(&self, path: &Path) -> Result<StagedSave<'_>> {
         let p = &self.params;
-        atomic_write(path, |w| {
-            let mut cw = CrcWriter::new(w);
-            let mut h = Vec::with_capacity(HEADER_LEN);
-            h.extend_from_slice(MAGIC);
-            h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-            h.extend_from_slice(&[self.core.metric as u8, 0, 0, 0]);
-            h.extend_from_slice(&(self.core.dim as u32).to_le_bytes());
-            h.extend_from_slice(&(p.r as u32).to_le_bytes());
-            h.extend_from_slice(&(p.l_build as u32).to_le_bytes());
-            h.extend_from_slice(&(p.l_search as u32).to_le_bytes());
-            h.extend_from_slice(&p.alpha.to_le_bytes());
-            h.extend_from_slice(&p.consolidate_fraction.to_le_bytes());
-            h.extend_from_slice(&p.seed.to_le_bytes());
-            h.extend_from_slice(&alloc_next.to_le_bytes());
-            h.extend_from_slice(&self.start.load(Ordering::Acquire).to_le_bytes());
-            h.extend_from_slice(&watermark.to_le_bytes());
-            h.extend_from_slice(&(self.len() as u64).to_le_bytes());
-            debug_assert_eq!(h.len(), HEADER_LEN);
-            cw.put(&h)?;
-            let mut rec = Vec::with_capacity(24 + self.core.dim * 4 + (1 + store.cap(0)) * 4);
-            let mut list = Vec::new();
-            for s in 0..alloc_next {
-                rec.clear();
-                let state = store.state(s);
-                rec.extend_from_slice(&[state, 0, 0, 0]);
-                if state != FREE {
-                    rec.extend_from_slice(&store.label(s).to_le_bytes());
-                    rec.extend_from_slice(&store.seq(s).to_le_bytes());
-                    for x in store.vector(s) {
-                        rec.extend_from_slice(&x.to_le_bytes());
-                    }
-                    store.neighbors_into(s, 0, &mut list);
-                    rec.extend_from_slice(&(list.len() as u32).to_le_bytes());
-                    for &n in &list {
-                        rec.extend_from_slice(&n.to_le_bytes());
-                    }
-                }
-                cw.put(&rec)?;
-            }
-            let crc = cw.crc();
-            w.write_all(&crc.to_le_bytes())?;
-            w.write_all(END_MAGIC)?;
-            Ok(())
-        })?;
-        self.core.durable.store(watermark, Ordering::Release);
-        *self.core.path.lock() = Some(path.to_path_buf());
-        Ok(())
+        self.core
+            .save_staged(path, |w, store, watermark, alloc_next| {
+                let mut cw = CrcWriter::new(w);
+                let mut h = Vec::with_capacity(HEADER_LEN);
+                h.extend_from_slice(MAGIC);
+                h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+                h.extend_from_slice(&[self.core.metric as u8, 0, 0, 0]);
+                h.extend_from_slice(&(self.core.dim as u32).to_le_bytes());
+                h.extend_from_slice(&(p.r as u32).to_le_bytes());
+                h.extend_from_slice(&(p.l_build as u32).to_le_bytes());
+                h.extend_from_slice(&(p.l_search as u32).to_le_bytes());
+                h.extend_from_slice(&p.alpha.to_le_bytes());
+                h.extend_from_slice(&p.consolidate_fraction.to_le_bytes());
+                h.extend_from_slice(&p.seed.to_le_bytes());
+                h.extend_from_slice(&alloc_next.to_le_bytes());
+                h.extend_from_slice(&self.start.load(Ordering::Acquire).to_le_bytes());
+                h.extend_from_slice(&watermark.to_le_bytes());
+                h.extend_from_slice(&(self.len() as u64).to_le_bytes());
+                debug_assert_eq!(h.len(), HEADER_LEN);
+                cw.put(&h)?;
+                vectide_graph::core::GraphCore::write_slot_records(
+                    store, alloc_next, false, &mut cw,
+                )?;
+                let crc = cw.crc();
+                w.write_all(&crc.to_le_bytes())?;
+                w.write_all(END_MAGIC)?;
+                Ok(())
+            })
     }
 
     /// Loads an index saved by [`FreshVamana::save`]; `threads` sets the

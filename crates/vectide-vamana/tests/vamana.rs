@@ -6,12 +6,15 @@
 mod file_mutation;
 #[path = "../../test-support/oracle.rs"]
 mod oracle;
+#[path = "../../test-support/writer_rounds.rs"]
+mod writer_rounds;
 
 use oracle::{brute_force, clustered, recall};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use vectide_core::{Metric, SearchParams, VectorIndex};
 use vectide_vamana::{FreshVamana, VamanaParams};
+use writer_rounds::rounds_beside;
 
 const DIM: usize = 16;
 
@@ -387,4 +390,61 @@ proptest! {
         let want = brute_force(Metric::L2, &pts, &q, 5);
         prop_assert_eq!(found, want);
     }
+}
+
+/// A consolidation's repair runs beside writers: with 8,000 points and half
+/// of them deleted, insert + delete rounds that begin and end inside the
+/// consolidation exist (none did when it held writers for the whole job),
+/// and afterwards the graph has no bad edge, every live node is reachable
+/// and nearly every live label is found by its own vector.
+#[test]
+fn writers_complete_while_a_consolidation_repairs() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let n = 8_000usize;
+    let idx = FreshVamana::new(
+        DIM,
+        Metric::L2,
+        VamanaParams {
+            threads: Some(1),
+            ..params(24)
+        },
+    )
+    .unwrap();
+    // The test's own consolidation, not a writer's.
+    assert!(idx.defer_maintenance());
+    let data = clustered(n + 4_000, DIM, 40, 5);
+    let row = |i: usize| &data[i * DIM..(i + 1) * DIM];
+    let ids: Vec<u64> = (0..n as u64).collect();
+    idx.insert(1, &ids, &data[..n * DIM]).unwrap();
+    let dead: Vec<u64> = (0..n as u64).filter(|i| i % 2 == 0).collect();
+    idx.delete(2, &dead).unwrap();
+
+    let seq = AtomicU64::new(3);
+    let r = rounds_beside(
+        4_000,
+        |k| {
+            let q = seq.fetch_add(2, Ordering::Relaxed);
+            idx.insert(q, &[(n + k) as u64], row(n + k)).unwrap();
+            idx.delete(q + 1, &[(2 * k + 1) as u64 % n as u64]).unwrap();
+        },
+        || idx.consolidate(),
+    );
+    assert!(r.out >= dead.len(), "{} reclaimed", r.out);
+    r.expect_inside(20, "consolidation");
+    let check = idx.check_graph();
+    assert_eq!(check.bad_edges, 0, "{check:?}");
+    assert_eq!(check.reachable, check.live, "{check:?}");
+    let mut missed = 0;
+    for label in 0..(n + 4_000) as u64 {
+        if let Some(v) = idx.get(label).unwrap() {
+            if ids_of(&idx, &v, 1, 64).first() != Some(&label) {
+                missed += 1;
+            }
+        }
+    }
+    assert!(
+        missed * 100 <= idx.len(),
+        "{missed} of {} missed",
+        idx.len()
+    );
 }

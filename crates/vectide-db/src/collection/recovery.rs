@@ -178,14 +178,14 @@ impl Collection {
             if op.seq > store.applied_seq() {
                 store_ops.push(op);
                 if store_ops.len() >= 4096 {
-                    store.apply_many(store_ops.drain(..).map(|o| (o.seq, o.changes)))?;
+                    store.apply_many(store_ops.drain(..).map(|o| (o.seq, o.changes)));
                 }
             }
             replayed += 1;
             replayed_bytes += rec.len() as u64 + 8;
         }
         pending.flush(&engine)?;
-        store.apply_many(store_ops.drain(..).map(|o| (o.seq, o.changes)))?;
+        store.apply_many(store_ops.drain(..).map(|o| (o.seq, o.changes)));
         drop(store_ops);
         log.set_bytes_since_checkpoint(replayed_bytes);
         // After replay, the engine and the store hold the same live points
@@ -209,6 +209,9 @@ impl Collection {
             }
         }
         let next = log.last_seq() + 1;
+        // From here on a write never runs the engine's due maintenance
+        // under the turn: the database's background thread does.
+        engine.defer_maintenance();
         let c = Collection {
             name: name.to_string(),
             dir: dir.to_path_buf(),
@@ -220,6 +223,7 @@ impl Collection {
             engine_seq: AtomicU64::new(engine_seq),
             turn_cv: Condvar::new(),
             last_checkpoint: Mutex::new(Instant::now()),
+            checkpointing: Mutex::new(()),
             opts,
             closed: AtomicBool::new(false),
             poison: Default::default(),

@@ -7,7 +7,7 @@ use crate::filter::Filter;
 use crate::ids::ExtId;
 use crate::store::Point;
 use std::sync::atomic::Ordering;
-use vectide_core::{Neighbor, SearchParams};
+use vectide_core::{heap, SearchParams};
 
 impl Collection {
     /// The live internal ids the selector names: explicit ids (unknown ones
@@ -153,10 +153,13 @@ impl Collection {
         // or replaced meanwhile is dropped or returned as it was during
         // the call (the lookup below).
         let found: Vec<(u64, f32)> = match filter {
-            None if params.exact => {
-                let all: Vec<u64> = self.store.read().iter().map(|(&i, _)| i).collect();
-                self.exact(query, k, &all)?
-            }
+            None if params.exact => match self.engine.exact_scan(query, spared(k))? {
+                Some(found) => found.into_iter().map(|n| (n.id, n.distance)).collect(),
+                None => {
+                    let all: Vec<u64> = self.store.read().iter().map(|(&i, _)| i).collect();
+                    self.exact(query, k, &all)?
+                }
+            },
             None => self
                 .engine
                 .search(query, k, params, None)?
@@ -243,18 +246,21 @@ impl Collection {
     /// the next one takes its place (else the answer would come back short
     /// though enough points were live throughout).
     fn exact(&self, query: &[f32], k: usize, ids: &[u64]) -> Result<Vec<(u64, f32)>> {
-        let k = k.saturating_add(EXACT_SPARE);
+        // One call with every id: an SSD engine answers a long list with
+        // one pass over its postings (several shorter calls would each
+        // make that pass).
         let mut all = Vec::with_capacity(ids.len());
         self.engine.distances(query, ids, &mut all)?;
-        let by =
-            |a: &Neighbor, b: &Neighbor| a.distance.total_cmp(&b.distance).then(a.id.cmp(&b.id));
-        if all.len() > k {
-            all.select_nth_unstable_by(k, by);
-            all.truncate(k);
-        }
-        all.sort_by(by);
+        heap::keep_nearest(&mut all, spared(k));
+        all.sort_by(heap::by_distance_then_id);
         Ok(all.into_iter().map(|n| (n.id, n.distance)).collect())
     }
+}
+
+/// `k` and the spare results of an exact search (within the bound on `k`).
+fn spared(k: usize) -> usize {
+    k.saturating_add(EXACT_SPARE)
+        .min(vectide_core::limits::MAX_K)
 }
 
 /// Spare results an exact search keeps beyond `k` (see `Collection::exact`).

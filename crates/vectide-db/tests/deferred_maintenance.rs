@@ -1,0 +1,129 @@
+//! An engine's maintenance that falls due during a write (an hnsw delete
+//! passing `consolidate_fraction`) does not run inside that write, under
+//! the collection's turn where every later write waits for it: the
+//! database's background thread runs it.
+
+use serde_json::json;
+use std::time::{Duration, Instant};
+use vectide_db::{CollectionConfig, Database, ExtId, Options, PointInput};
+use vectide_engines::Params;
+
+/// Points `0..n` of 4 dimensions, each distinct.
+fn points(n: u64) -> Vec<PointInput> {
+    (0..n)
+        .map(|i| PointInput {
+            id: ExtId::Num(i),
+            vector: vec![i as f32, (i % 7) as f32, (i % 13) as f32, 1.0],
+            payload: json!({}),
+        })
+        .collect()
+}
+
+/// Creates an `engine` collection of 3,000 points and deletes a third of
+/// them (far past the 5 % threshold of hnsw and p-hnsw); checks that the
+/// delete returned without running a maintenance job and that the
+/// background thread then ran one that left `pending_deletes` at 0.
+fn a_delete_past_the_threshold_leaves_the_consolidation_to_the_background(engine: &str) {
+    let root = tempfile::tempdir().unwrap();
+    // No checkpoint falls due (they count as maintenance jobs too).
+    let opts = Options {
+        checkpoint_bytes: u64::MAX,
+        checkpoint_min_bytes: u64::MAX,
+        checkpoint_interval: Duration::from_secs(3600),
+        ..Options::default()
+    };
+    let db = Database::open(root.path(), opts).unwrap();
+    let c = db
+        .create_collection(
+            "docs",
+            CollectionConfig {
+                dim: 4,
+                metric: vectide_core::Metric::L2,
+                engine: engine.into(),
+                params: Params::new(),
+            },
+        )
+        .unwrap();
+    c.upsert(&points(3_000)).unwrap();
+    let started = c.stats().unwrap().maintenance_started;
+    let gone: Vec<ExtId> = (0..3_000u64).step_by(3).map(ExtId::Num).collect();
+    assert_eq!(c.delete(Some(&gone), None).unwrap(), gone.len());
+    let st = c.stats().unwrap();
+    assert_eq!(
+        st.maintenance_started, started,
+        "{engine}: the delete consolidated inline"
+    );
+    assert_eq!(st.pending_deletes, gone.len());
+    let t0 = Instant::now();
+    loop {
+        let st = c.stats().unwrap();
+        // Done: begun since the delete and no longer running (a job takes
+        // the DeleteList when it begins and frees the slots at its end).
+        if st.maintenance_started > started && st.maintenance.is_empty() {
+            assert_eq!(st.pending_deletes, 0);
+            assert_eq!(st.slots_used, 2_000);
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{engine}: no background consolidation: {st:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(c.count(None), 2_000);
+}
+
+#[test]
+fn an_hnsw_delete_past_the_threshold_leaves_the_consolidation_to_the_background() {
+    a_delete_past_the_threshold_leaves_the_consolidation_to_the_background("hnsw");
+}
+
+#[test]
+fn a_p_hnsw_delete_past_the_threshold_leaves_the_consolidation_to_the_background() {
+    a_delete_past_the_threshold_leaves_the_consolidation_to_the_background("p-hnsw");
+}
+
+/// Dropping the last handles while the background thread runs a job waits
+/// for that job and releases the directory lock before the drop returns:
+/// an open right after it succeeds (it failed with `Locked` while the
+/// thread itself held the database through its pass).
+#[test]
+fn dropping_the_database_mid_job_releases_its_lock_at_once() {
+    let root = tempfile::tempdir().unwrap();
+    let config = CollectionConfig {
+        dim: 4,
+        metric: vectide_core::Metric::L2,
+        engine: "hnsw".into(),
+        params: Params::new(),
+    };
+    let n = 20_000u64;
+    {
+        let db = Database::open(root.path(), Options::default()).unwrap();
+        let c = db.create_collection("docs", config).unwrap();
+        for chunk in points(n).chunks(2_000) {
+            c.upsert(chunk).unwrap();
+        }
+        let started = c.stats().unwrap().maintenance_started;
+        let gone: Vec<ExtId> = (0..n).step_by(3).map(ExtId::Num).collect();
+        c.delete(Some(&gone), None).unwrap();
+        let t0 = Instant::now();
+        // Wait until the background consolidation is running.
+        loop {
+            let st = c.stats().unwrap();
+            if st.maintenance_started > started && !st.maintenance.is_empty() {
+                break;
+            }
+            assert!(
+                st.maintenance_started == started,
+                "the job ended before it was seen running: make it longer"
+            );
+            assert!(t0.elapsed() < Duration::from_secs(30), "no job began");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(c);
+        drop(db);
+    }
+    let db = Database::open(root.path(), Options::default()).unwrap();
+    let c = db.collection("docs").unwrap();
+    assert_eq!(c.count(None), (n - n.div_ceil(3)) as usize);
+}
