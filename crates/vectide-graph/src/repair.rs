@@ -108,15 +108,23 @@ pub fn reconnect_unreachable(
     ef: usize,
     scratch: &mut Scratch,
 ) -> usize {
-    reconnect_unreachable_with(store, dist, ep, used, live, ef, scratch, |y, list| {
+    reconnect_unreachable_with(store, dist, ep, used, live, ef, scratch, |y, _, list| {
         let _g = store.lock(y);
         store.set_list(y, 0, list);
+        true
     })
 }
 
-/// [`reconnect_unreachable`] over any [`Graph`]: `set(node, list)` stores a
-/// node's new layer-0 list (a persistent engine logs it first). The caller
-/// keeps every other writer out for the whole call.
+/// [`reconnect_unreachable`] over any [`Graph`]: `set(node, seen, list)`
+/// stores a node's new layer-0 list (a persistent engine logs it first),
+/// made from `seen`, the list as read, and returns whether it did.
+///
+/// Inserts may run beside the call when `set` refuses (returns `false`)
+/// a list that is no longer `seen` under the node's lock: the node it would
+/// have linked is left for the next repair. Nodes at or above `used` (the
+/// inserts' new ones) are walked past, never linked; the reachability this
+/// works from is then a snapshot that an insert's pruning may have changed
+/// since, as with any HNSW insert.
 #[allow(clippy::too_many_arguments)]
 pub fn reconnect_unreachable_with<G: Graph>(
     store: &G,
@@ -126,7 +134,7 @@ pub fn reconnect_unreachable_with<G: Graph>(
     live: impl Fn(u32) -> bool,
     ef: usize,
     scratch: &mut Scratch,
-    mut set: impl FnMut(u32, &[u32]),
+    mut set: impl FnMut(u32, &[u32], &[u32]) -> bool,
 ) -> usize {
     let mut buf = Vec::new();
     let mut reach = vec![false; used];
@@ -140,6 +148,9 @@ pub fn reconnect_unreachable_with<G: Graph>(
         while let Some(x) = stack.pop() {
             store.neighbors_into(x, 0, buf);
             for &y in buf.iter() {
+                if y as usize >= used {
+                    continue; // a node inserted since the call began
+                }
                 indeg[y as usize] += 1;
                 if live(y) && !reach[y as usize] {
                     reach[y as usize] = true;
@@ -157,6 +168,7 @@ pub fn reconnect_unreachable_with<G: Graph>(
     }
 
     let mut list = Vec::new();
+    let mut seen = Vec::new();
     let mut cands = Vec::new();
     let mut ranked = Vec::new();
     let mut relinked = 0;
@@ -170,7 +182,7 @@ pub fn reconnect_unreachable_with<G: Graph>(
         let v = store.vector(x);
         let entry = Candidate::new(dist(v, store.vector(ep)), ep);
         search_layer(store, dist, v, &[entry], ef, 0, scratch, |s| {
-            live(s) && reach[s as usize]
+            live(s) && reach.get(s as usize).copied().unwrap_or(false)
         });
         let Scratch { top, sorted, .. } = scratch;
         top.drain_sorted_into(sorted);
@@ -198,11 +210,16 @@ pub fn reconnect_unreachable_with<G: Graph>(
             continue; // the next repair (or consolidation) tries again
         };
         store.neighbors_into(y, 0, &mut list);
+        seen.clear();
+        seen.extend_from_slice(&list);
         match slot_in_list {
             None => list.push(x),
-            Some(i) => list[i] = x,
+            Some(i) if i < list.len() => list[i] = x,
+            Some(_) => continue, // the list shrank under a writer
         }
-        set(y, &list);
+        if !set(y, &seen, &list) {
+            continue; // an insert changed the list: the next repair tries
+        }
         relinked += 1;
         if slot_in_list.is_none() {
             // Only an edge was added: what x reaches joins the reachable set.
@@ -248,7 +265,7 @@ fn giving_up<G: Graph>(
         let vy = store.vector(y);
         list.iter()
             .enumerate()
-            .filter(|(_, &z)| indeg[z as usize] > 1)
+            .filter(|(_, &z)| indeg.get(z as usize).is_some_and(|&d| d > 1))
             .max_by(|a, b| dist(vy, store.vector(*a.1)).total_cmp(&dist(vy, store.vector(*b.1))))
             .map(|(i, _)| (y, Some(i)))
     })

@@ -25,7 +25,7 @@
 
 use super::layout::{
     pack_entry, DELETED, INSERTING, LIVE, M_DURABLE_SEQ, M_ENTRY, M_LEVEL_COUNTER, M_NEXT_SLOT,
-    M_UPPER_NEXT, PAGE,
+    M_UPPER_NEXT, PAGE, UNLINKED,
 };
 use super::log::{NEntry, KIND_INSERT, KIND_UPSERT, LOGGED, NONE, N_COMPLETE};
 use super::state::PHnsw;
@@ -411,8 +411,9 @@ impl PHnsw {
                 scratch,
                 &mut lists,
                 // Deleted nodes are walked, never linked to: a
-                // consolidation repairs beside inserts (`consolidate`).
-                |s| self.graph.state(s) != DELETED,
+                // consolidation repairs and unlinks beside inserts
+                // (`consolidate`).
+                |s| !matches!(self.graph.state(s), DELETED | UNLINKED),
             ),
             None => {
                 lists.resize_with(level + 1, Vec::new);

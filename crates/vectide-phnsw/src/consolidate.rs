@@ -5,7 +5,7 @@
 //!
 //! Searches go on throughout and see every list either before or after its
 //! repair; inserts and deletes wait (the `mutate` lock, exclusive) only in
-//! steps 1 and 4-7. The steps, each "→ F" a fence:
+//! steps 1, 4 and 7. The steps, each "→ F" a fence:
 //!
 //! 1. With writers paused for an instant: every `DELETED` node below the
 //!    allocation word is dead. Every insert after this starts with them
@@ -28,13 +28,18 @@
 //! 4. Writers paused again: if the entry point is dead, the entry word
 //!    moves to a live node of the highest level (or to "empty" when none is
 //!    left) → F.
-//! 5. Every live node the entry point no longer reaches on layer 0 is
-//!    linked from a reachable one, one logged list at a time.
-//! 6. Every dead node's state becomes `UNLINKED` → F: no list, bucket (a
-//!    delete or an upsert left a tombstone or the new node there) or entry
-//!    word names it.
-//! 7. The readers' gate is taken exclusively once (every search or lookup
-//!    that began before step 6 ends first), then the free list is rebuilt
+//! 5. Beside inserts and deletes: every live node the entry point no
+//!    longer reaches on layer 0 is linked from a reachable one, one logged
+//!    list at a time under that node's lock stripe (a list an insert
+//!    changed since it was read is left, and the node with it, for the next
+//!    consolidation).
+//! 6. Still beside them: every dead node's state becomes
+//!    `UNLINKED` → F: no list, bucket (a delete or an upsert left a
+//!    tombstone or the new node there) or entry word names it, and no
+//!    insert links to a `DELETED` or `UNLINKED` node.
+//! 7. Writers paused again, the readers' gate is taken exclusively once
+//!    (every search or lookup that began before step 6 ends first), then
+//!    the free list is rebuilt
 //!    from the node states: every slot below the allocation word that is not
 //!    `LIVE` or `DELETED` (`UNLINKED`, or an insert's slot whose NLog entry a
 //!    crash discarded). An insert takes a slot from that list before it
@@ -160,12 +165,12 @@ impl PHnsw {
             let mut batch = 0;
             // Steps 2-3 beside inserts and deletes.
             repaired = self.repair_lists(&dead, next, owner, &mut batch);
-            // Steps 4-7 with inserts and deletes paused.
-            let _exclusive = self.mutate.write();
-            let paused = Instant::now();
-            let now = self.next_slot().min(g.capacity()) as u32;
-            self.move_entry_off(&dead, now);
-            let relinked = self.relink(now, owner, &mut batch);
+            // Step 4 with inserts and deletes paused.
+            let paused = self.pause_writers(|| {
+                self.move_entry_off(&dead, self.next_slot().min(g.capacity()) as u32)
+            });
+            // Step 5 beside them.
+            let relinked = self.relink(owner, &mut batch);
             repaired += relinked;
             self.consolidation
                 .relinked
@@ -177,17 +182,26 @@ impl PHnsw {
             // Every list is durable (each batch ends with a fence); the
             // unlink's fence makes the word durable with the states.
             self.set_consolidating(0, S_C_END);
+            // Step 6 beside inserts and deletes: no list names a dead node
+            // and no insert links to one (`DELETED` or `UNLINKED`), so
+            // their states change under nobody's feet. The persists land
+            // on scattered pages: this is the step that paused writers
+            // longest when it ran under the exclusive lock.
             for s in (0..next).filter(|&s| dead[s as usize]) {
                 g.state_word(s).store(UNLINKED, Ordering::Release);
                 g.nodes
                     .persist(S_C_UNLINK, g.node_off(s) + self.g.n_state(), 4);
             }
             self.meta.fence(F_C_UNLINK);
-            self.rebuild_free_list(now);
-            let us = paused.elapsed().as_micros() as u64;
+            // Step 7 paused again.
+            let freeing = self.pause_writers(|| {
+                self.rebuild_free_list(self.next_slot().min(g.capacity()) as u32)
+            });
             let c = &self.consolidation;
-            c.paused_micros.fetch_add(us, Ordering::Relaxed);
-            c.paused_max_micros.fetch_max(us, Ordering::Relaxed);
+            c.paused_micros
+                .fetch_add(paused + freeing, Ordering::Relaxed);
+            c.paused_max_micros
+                .fetch_max(paused.max(freeing), Ordering::Relaxed);
         } else {
             let _exclusive = self.mutate.write();
             self.rebuild_free_list(self.next_slot().min(g.capacity()) as u32);
@@ -200,6 +214,15 @@ impl PHnsw {
         c.micros
             .fetch_add(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
         Ok(n_dead)
+    }
+
+    /// Runs `f` with inserts and deletes paused (the `mutate` lock held
+    /// exclusively); returns the microseconds they were paused.
+    fn pause_writers(&self, f: impl FnOnce()) -> u64 {
+        let _exclusive = self.mutate.write();
+        let t = Instant::now();
+        f();
+        t.elapsed().as_micros() as u64
     }
 
     /// Step 7 (inserts and deletes paused by the caller).
@@ -224,7 +247,7 @@ impl PHnsw {
         self.meta.u64_at(M_CONSOLIDATING).load(Ordering::Acquire) != 0
     }
 
-    /// Step 1: moves the entry word off a dead node → F.
+    /// Step 4: moves the entry word off a dead node → F.
     fn move_entry_off(&self, dead: &[bool], next: u32) {
         let g = &self.graph;
         let Some((ep, _)) = self.entry() else {
@@ -306,27 +329,37 @@ impl PHnsw {
         written
     }
 
-    /// Step 5 (inserts and deletes paused): the pruning can drop every edge
+    /// Step 5, beside inserts and deletes: the pruning can drop every edge
     /// that reached a live node through dead ones; each such node is linked
-    /// from a reachable one, one logged list at a time. Returns the lists
-    /// written.
-    fn relink(&self, next: u32, owner: usize, batch: &mut usize) -> usize {
+    /// from a reachable one, one logged list at a time, under that node's
+    /// lock stripe (a list an insert changed since it was read is left, and
+    /// its node to the next consolidation). Returns the lists written.
+    fn relink(&self, owner: usize, batch: &mut usize) -> usize {
         let g = &self.graph;
         let Some((ep, _)) = self.entry() else {
             return 0;
         };
+        // Read after the entry word: the entry point lies below it.
+        let next = self.next_slot().min(g.capacity());
         let mut scratch = self.scratch.get();
+        let mut now = Vec::new();
         reconnect_unreachable_with(
             g,
             self.dist,
             ep,
-            next as usize,
+            next,
             |s| g.state(s) == LIVE,
             self.g.ef_construction,
             &mut scratch,
-            |y, list| {
+            |y, seen, list| {
+                let _stripe = self.locks[Self::stripe(y)].lock();
+                g.neighbors_into(y, 0, &mut now);
+                if now != seen {
+                    return false;
+                }
                 self.write_lists_logged(owner, *batch, &[(y, 0, list.to_vec())]);
                 *batch += 1;
+                true
             },
         )
     }
@@ -371,7 +404,7 @@ impl PHnsw {
         }
     }
 
-    /// Step 5: every slot below `next` that holds no linked node, lowest
+    /// Step 7: every slot below `next` that holds no linked node, lowest
     /// last (inserts pop from the end), with the upper-list room of its
     /// last node when that node's checksum verifies and the room is its
     /// own. A crash can make a room look owned twice: an insert that
