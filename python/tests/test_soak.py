@@ -91,6 +91,9 @@ def _run(tmp_path, engine, mode, minutes, points, *extra):
     assert len(r["samples"]) >= 2, detail
     for key in ("disk_over_live_last", "rss_growth", "write_p999_maintenance_over_idle"):
         assert key in s
+    # The parts add up to the whole, sample by sample.
+    for x in r["samples"]:
+        assert sum(x["disk_parts"].values()) == x["disk_bytes"], x
     return r
 
 
@@ -127,6 +130,23 @@ def _every(mode):
 def test_a_soak_of_every_engine_has_no_wrong_answer_and_loses_no_write(tmp_path, mode):
     for engine in _every(mode):
         _run(tmp_path / engine, engine, mode, 3, 100_000, *SMALL.get(engine, []))
+
+
+def test_disk_parts_name_a_collections_wal_store_and_index(tmp_path):
+    col = tmp_path / "collections" / "docs"
+    (col / "wal").mkdir(parents=True)
+    (col / "index").mkdir()
+    (col / "wal" / "1.log").write_bytes(b"x" * 10_000)
+    (col / "index" / "nodes.vtdp").write_bytes(b"y" * 20_000)
+    (col / "points.redb").write_bytes(b"z" * 5_000)
+    (tmp_path / "catalog.json").write_text("{}")
+    alloc, size, parts = soak.dir_bytes(tmp_path)
+    assert set(parts) == {"wal", "index", "points.redb", "catalog.json"}
+    assert sum(parts.values()) == alloc and size == 35_002
+    assert parts["index"] >= 20_000 > parts["wal"] >= 10_000
+    lb = soak.DIM * 4 * 100
+    got = soak.parts_over_live({"live": 100, "disk_parts": parts})
+    assert got["index"] == round(parts["index"] / lb, 3)
 
 
 def test_envelope_growth_follows_the_trend_not_the_teeth():

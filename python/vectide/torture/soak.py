@@ -94,18 +94,33 @@ def initial_rows(points: int, seed: int, n_rows: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n_rows, size=points)
 
 
-def dir_bytes(path: Path) -> Tuple[int, int]:
-    """(allocated, apparent) bytes of the files under ``path``."""
+def part_of(rel: Path) -> str:
+    """The part of the data a file belongs to: its first path component
+    below a database collection's directory (``wal``, ``points.redb``, the
+    engine's ``index``...), or below the index directory when standalone."""
+    parts = rel.parts
+    if len(parts) >= 3 and parts[0] == "collections":
+        parts = parts[2:]
+    return parts[0] if parts else ""
+
+
+def dir_bytes(path: Path) -> Tuple[int, int, Dict[str, int]]:
+    """(allocated, apparent) bytes of the files under ``path``, and the
+    allocated bytes of each part (see ``part_of``)."""
     alloc = size = 0
+    parts: Dict[str, int] = {}
     for root, _, files in os.walk(path):
         for f in files:
+            full = os.path.join(root, f)
             try:
-                st = os.lstat(os.path.join(root, f))
+                st = os.lstat(full)
             except OSError:
                 continue  # removed while walking
             alloc += st.st_blocks * 512
             size += st.st_size
-    return alloc, size
+            key = part_of(Path(full).relative_to(path))
+            parts[key] = parts.get(key, 0) + st.st_blocks * 512
+    return alloc, size, parts
 
 
 def rss_bytes(pid: int) -> int:
@@ -449,14 +464,20 @@ def driver(args) -> None:
             n = len(polls) - len(polls) % 3
             np.asarray(polls[taken["p"]:n], dtype=np.float64).tofile(f)
             taken["p"] = n
-        alloc, size = dir_bytes(data_dir)
+        alloc, size, parts = dir_bytes(data_dir)
         with count_lock:
             c = dict(counts)
         last = polls[-3:] if len(polls) >= 3 else [0.0, 0.0, 0.0]
         sample = {"t": round(time.monotonic() - t_start, 3), "disk_bytes": alloc, "apparent_bytes": size,
                   "live": model.n_live, "rss": rss_bytes(holder), "maintenance_started": int(last[2]),
-                  "maintenance_running": bool(last[1]), **c}
+                  "maintenance_running": bool(last[1]), "disk_parts": parts, **c}
         say("S " + json.dumps(sample))
+
+
+def parts_over_live(sample: Dict) -> Dict[str, float]:
+    """A sample's bytes per part over its live vector bytes."""
+    lb = max(1, sample["live"] * DIM * 4)
+    return {k: round(v / lb, 3) for k, v in sorted(sample.get("disk_parts", {}).items())}
 
 
 def check_answer(model: Model, q: np.ndarray, ids: List[int], dists: List[float], r0: int, r1: int,
@@ -738,6 +759,9 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         "disk_over_live_first": None if first_done is None else round(ratio[first_done], 3),
         "disk_over_live_last": round(ratio[-1], 3) if ratio else None,
         "disk_over_live_envelope_growth": envelope_growth(ratio, first_done),
+        # Where the bytes are (over live vector bytes), to explain the level.
+        "disk_parts_over_live_first": None if first_done is None else parts_over_live(samples[first_done]),
+        "disk_parts_over_live_last": parts_over_live(last) if samples else None,
         "rss_growth": None if warm is None else round(last["rss"] / max(1, samples[warm]["rss"]), 4),
         "write_p999_maintenance_over_idle": None if not (mw and iw) else round(mw["p999_ms"] / iw["p999_ms"], 3),
         "writes": total_writes,
