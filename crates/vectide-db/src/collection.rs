@@ -58,6 +58,18 @@ pub struct CollectionConfig {
     pub params: Params,
 }
 
+impl CollectionConfig {
+    /// A collection of `engine` with the engine's default parameters.
+    pub fn new(dim: usize, metric: Metric, engine: &str) -> Self {
+        CollectionConfig {
+            dim,
+            metric,
+            engine: engine.into(),
+            params: Params::new(),
+        }
+    }
+}
+
 /// Tuning of the commit path and checkpoints.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -88,6 +100,12 @@ pub struct Options {
     /// collection's WAL (`log=database`; the default). `false` keeps both
     /// logs, as before there was one: for comparisons only.
     pub one_log: bool,
+    /// Whether the database's background thread runs the maintenance that
+    /// engines defer from their writes (an hnsw delete consolidation; the
+    /// default). `false` leaves it to explicit `maintain()` calls, for
+    /// users who choose when the work runs; checkpoints stay in the
+    /// background either way.
+    pub background_maintenance: bool,
 }
 
 impl Default for Options {
@@ -103,6 +121,7 @@ impl Default for Options {
             exact_max: EXACT_MAX,
             repair: false,
             one_log: true,
+            background_maintenance: true,
         }
     }
 }

@@ -327,6 +327,7 @@ impl Database {
     fn start_checkpointer(self: &Arc<Self>) {
         let collections = self.collections.clone();
         let stop = self.stop.clone();
+        let maintain = self.opts.background_maintenance;
         let handle = std::thread::Builder::new()
             .name("vectide-checkpoint".into())
             .spawn(move || {
@@ -336,7 +337,7 @@ impl Database {
                     if stop.load(Ordering::Acquire) {
                         break;
                     }
-                    background_pass(&collections, &stop);
+                    background_pass(&collections, &stop, maintain);
                 }
             })
             .ok();
@@ -487,8 +488,13 @@ impl Drop for Database {
 /// due, then the maintenance the engines deferred from their writes (an
 /// hnsw consolidation), off the write path; no job starts once the database
 /// is stopping (a close or the drop of its last handle waits for the job
-/// that runs).
-fn background_pass(collections: &RwLock<BTreeMap<String, Arc<Collection>>>, stop: &AtomicBool) {
+/// that runs). `maintain` false: checkpoints only
+/// ([`Options::background_maintenance`]).
+fn background_pass(
+    collections: &RwLock<BTreeMap<String, Arc<Collection>>>,
+    stop: &AtomicBool,
+    maintain: bool,
+) {
     type Due = fn(&Collection) -> bool;
     type Job = fn(&Collection) -> Result<()>;
     let jobs: [(Due, Job, &str); 2] = [
@@ -503,7 +509,8 @@ fn background_pass(collections: &RwLock<BTreeMap<String, Arc<Collection>>>, stop
             "maintenance",
         ),
     ];
-    for (due, run, what) in jobs {
+    let jobs = if maintain { &jobs[..] } else { &jobs[..1] };
+    for &(due, run, what) in jobs {
         let picked: Vec<Arc<Collection>> = collections
             .read()
             .values()

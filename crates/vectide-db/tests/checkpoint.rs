@@ -13,7 +13,6 @@ use vectide_core::sync::{
 };
 use vectide_db::store::SYNC_STORE;
 use vectide_db::{CollectionConfig, Database, ExtId, Options, PointInput};
-use vectide_engines::Params;
 
 fn point(i: u64) -> PointInput {
     PointInput {
@@ -67,12 +66,7 @@ fn writes_complete_while_a_checkpoint_holds(engine: &str, site: SyncSite, checkp
     let c = db
         .create_collection(
             "docs",
-            CollectionConfig {
-                dim: 4,
-                metric: vectide_core::Metric::L2,
-                engine: engine.into(),
-                params: Params::new(),
-            },
+            CollectionConfig::new(4, vectide_core::Metric::L2, engine),
         )
         .unwrap();
     c.upsert(&(0..50).map(point).collect::<Vec<_>>()).unwrap();

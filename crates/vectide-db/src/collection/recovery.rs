@@ -238,7 +238,7 @@ impl Collection {
         // so a replay of twice the threshold checkpoints now, before the open
         // returns: the tail replayed at open never exceeds about twice the
         // threshold, however often the process dies.
-        if replayed_bytes >= 2 * c.checkpoint_threshold() {
+        if replayed_bytes >= c.checkpoint_threshold().saturating_mul(2) {
             c.checkpoint()?;
         }
         Ok(Collection {
