@@ -138,11 +138,13 @@ def test_disk_parts_name_a_collections_wal_store_and_index(tmp_path):
     (col / "index").mkdir()
     (col / "wal" / "1.log").write_bytes(b"x" * 10_000)
     (col / "index" / "nodes.vtdp").write_bytes(b"y" * 20_000)
-    (col / "points.redb").write_bytes(b"z" * 5_000)
+    (col / "points.snap").write_bytes(b"z" * 5_000)
+    (col / "points.log").write_bytes(b"z" * 3_000)
     (tmp_path / "catalog.json").write_text("{}")
     alloc, size, parts = soak.dir_bytes(tmp_path)
-    assert set(parts) == {"wal", "index", "points.redb", "catalog.json"}
-    assert sum(parts.values()) == alloc and size == 35_002
+    assert set(parts) == {"wal", "index", "points", "catalog.json"}
+    assert sum(parts.values()) == alloc and size == 38_002
+    assert parts["points"] >= 8_000
     assert parts["index"] >= 20_000 > parts["wal"] >= 10_000
     lb = soak.DIM * 4 * 100
     got = soak.parts_over_live({"live": 100, "disk_parts": parts})

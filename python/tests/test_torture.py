@@ -149,7 +149,7 @@ def _check_matrix(r: dict) -> None:
     # Every file kind was damaged, and damage was detected somewhere.
     files = {c["file"] for c in r["cases"]}
     assert any(f.endswith("catalog.json") for f in files)
-    assert any("/wal/" in f for f in files) and any(f.endswith("points.redb") for f in files)
+    assert any("/wal/" in f for f in files) and any(f.endswith("points.log") for f in files)
     assert any(f.endswith("index.vtdx") for f in files)
     assert s.get("typed-error", 0) > 0
 

@@ -170,7 +170,6 @@ impl Sims {
             FileSimConfig {
                 seed,
                 image_dir: images.path().to_path_buf(),
-                in_place: vec![vectide_db::STORE_FILE.to_string()],
                 ..Default::default()
             },
         )?;

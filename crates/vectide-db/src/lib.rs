@@ -27,8 +27,9 @@ pub mod ids;
 mod record;
 pub mod store;
 
-/// The file of a collection's point store (redb, written in place).
-pub const STORE_FILE: &str = "points.redb";
+/// The files of a collection's point store: its snapshot and its log of
+/// checkpoint batches (`store::files`).
+pub const STORE_FILES: [&str; 2] = [store::files::SNAPSHOT_FILE, store::files::LOG_FILE];
 
 pub use collection::{score, Collection, CollectionConfig, Hit, Options, PointInput, Record};
 pub use commitlog::Durability;
@@ -56,7 +57,13 @@ const CATALOG_FORMAT: &str = "vectide-catalog";
 /// stores (redb 2.x, format 2) are refused by number, not opened.
 /// Version 3: WAL records in the one record codec (kind first, ids and
 /// vectors in columns, external ids and payloads in the tail).
-const CATALOG_VERSION: u64 = 3;
+/// Version 4: the point store in files of its own (`points.snap`,
+/// `points.log`) instead of redb; a version-3 database is migrated at its
+/// open (each collection's `points.redb` converted, then the catalog
+/// rewritten as version 4).
+const CATALOG_VERSION: u64 = 4;
+/// The oldest catalog version an open migrates.
+const CATALOG_MIGRATES_FROM: u64 = 3;
 
 /// A collection name: 1..=64 of `[A-Za-z0-9_.-]`, not starting with a dot.
 pub fn check_name(name: &str) -> Result<()> {
@@ -196,9 +203,15 @@ fn lock_dir(dir: &Path) -> Result<File> {
 
 /// The collections the catalog in `dir` lists (none without a catalog).
 fn read_catalog(dir: &Path) -> Result<Vec<(String, CollectionConfig)>> {
+    Ok(read_catalog_versioned(dir)?.1)
+}
+
+/// [`read_catalog`] with the catalog's version (the current one without a
+/// catalog).
+fn read_catalog_versioned(dir: &Path) -> Result<(u64, Vec<(String, CollectionConfig)>)> {
     let catalog_path = dir.join(CATALOG);
     if !catalog_path.exists() {
-        return Ok(Vec::new());
+        return Ok((CATALOG_VERSION, Vec::new()));
     }
     let bytes = std::fs::read(&catalog_path).map_err(|e| DbError::io_at(&catalog_path, e))?;
     let v: Value = serde_json::from_slice(&bytes)
@@ -209,9 +222,10 @@ fn read_catalog(dir: &Path) -> Result<Vec<(String, CollectionConfig)>> {
             catalog_path.display()
         )));
     }
-    if v["version"].as_u64() != Some(CATALOG_VERSION) {
+    let version = v["version"].as_u64().unwrap_or(0);
+    if !(CATALOG_MIGRATES_FROM..=CATALOG_VERSION).contains(&version) {
         return Err(DbError::Core(vectide_core::Error::Version {
-            found: v["version"].as_u64().unwrap_or(0) as u32,
+            found: version as u32,
             supported: CATALOG_VERSION as u32,
         }));
     }
@@ -221,7 +235,13 @@ fn read_catalog(dir: &Path) -> Result<Vec<(String, CollectionConfig)>> {
             catalog_path.display()
         ))
     })?;
-    entries.iter().map(config_from_json).collect()
+    Ok((
+        version,
+        entries
+            .iter()
+            .map(config_from_json)
+            .collect::<Result<_>>()?,
+    ))
 }
 
 /// What `repair` did to one collection.
@@ -306,7 +326,8 @@ impl Database {
         std::fs::create_dir_all(dir.join("collections")).map_err(|e| DbError::io_at(dir, e))?;
         let lock = lock_dir(dir)?;
         let mut collections = BTreeMap::new();
-        for (name, config) in read_catalog(dir)? {
+        let (version, listed) = read_catalog_versioned(dir)?;
+        for (name, config) in listed {
             let cdir = dir.join("collections").join(&name);
             let c = Collection::open(&name, &cdir, config, opts.clone())?;
             collections.insert(name, Arc::new(c));
@@ -320,6 +341,10 @@ impl Database {
             stop: Arc::new(AtomicBool::new(false)),
             checkpointer: Mutex::new(None),
         });
+        if version < CATALOG_VERSION {
+            // Every collection was migrated by its open.
+            db.write_catalog(&db.collections.read())?;
+        }
         db.start_checkpointer();
         Ok(db)
     }
@@ -576,16 +601,103 @@ pub fn inspect(dir: &Path) -> Result<Vec<(String, String)>> {
         rows.push((
             format!("collection.{name}"),
             format!(
-                "dim {} {} engine {}; wal {} segment(s) {} bytes; points.redb {} bytes; engine files {} bytes",
+                "dim {} {} engine {}; wal {} segment(s) {} bytes; point store {} bytes; engine files {} bytes",
                 c.dim,
                 c.metric.name(),
                 c.engine,
                 segments,
                 size(&cdir.join("wal")),
-                size(&cdir.join(STORE_FILE)),
+                STORE_FILES.iter().map(|f| size(&cdir.join(f))).sum::<u64>(),
                 size(&engine_path)
             ),
         ));
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{files::StoreFiles, legacy};
+    use redb::ReadableDatabase as _;
+
+    /// A catalog-version-3 database (its point store in `points.redb`)
+    /// opens with its points, payloads and indexes, and is left at
+    /// version 4 with the store in its own files.
+    #[test]
+    fn a_version_3_database_is_migrated_at_its_open() {
+        let root = tempfile::tempdir().unwrap();
+        let col = root.path().join("collections").join("docs");
+        {
+            let db = Database::open(root.path(), Options::default()).unwrap();
+            let c = db
+                .create_collection("docs", CollectionConfig::new(4, Metric::L2, "flat"))
+                .unwrap();
+            let pts: Vec<PointInput> = (0..5u64)
+                .map(|i| PointInput {
+                    id: ExtId::Num(i * 10),
+                    vector: vec![i as f32, 0.0, 1.0, 2.0],
+                    payload: json!({"i": i}),
+                })
+                .collect();
+            c.upsert(&pts).unwrap();
+            c.create_index("i", store::IndexKind::Integer).unwrap();
+            db.close().unwrap();
+        }
+        // The same state as version 3 kept it: in redb.
+        let (img, _) = StoreFiles::read(&col).unwrap();
+        assert_eq!(img.points.len(), 5);
+        {
+            let db = redb::Database::create(col.join(legacy::LEGACY_FILE)).unwrap();
+            let w = db.begin_write().unwrap();
+            {
+                let mut t = w.open_table(legacy::POINTS).unwrap();
+                for (&id, row) in &img.points {
+                    t.insert(id, row.as_slice()).unwrap();
+                }
+                let mut t = w.open_table(legacy::IDS).unwrap();
+                for (ext, &id) in &img.ids {
+                    t.insert(ext.as_slice(), id).unwrap();
+                }
+                let mut t = w.open_table(legacy::META).unwrap();
+                t.insert("applied_seq", img.applied).unwrap();
+                t.insert("next_internal", img.next_internal).unwrap();
+                t.insert("engine_seq", img.engine_seq).unwrap();
+                let mut t = w.open_table(legacy::INDEXES).unwrap();
+                for (f, k) in &img.indexes {
+                    t.insert(f.as_str(), k.name()).unwrap();
+                }
+            }
+            w.commit().unwrap();
+            assert!(db.begin_read().is_ok());
+        }
+        for f in STORE_FILES {
+            if col.join(f).exists() {
+                std::fs::remove_file(col.join(f)).unwrap();
+            }
+        }
+        let catalog = root.path().join(CATALOG);
+        let text = std::fs::read_to_string(&catalog).unwrap();
+        let v3 = text.replacen("\"version\": 4", "\"version\": 3", 1);
+        assert_ne!(v3, text);
+        std::fs::write(&catalog, &v3).unwrap();
+
+        let db = Database::open(root.path(), Options::default()).unwrap();
+        let c = db.collection("docs").unwrap();
+        assert_eq!(c.len(), 5);
+        let got = c.get(&[ExtId::Num(30)], false).unwrap();
+        assert_eq!(got[0].as_ref().unwrap().payload, json!({"i": 3}));
+        assert_eq!(
+            c.indexes(),
+            vec![("i".to_string(), store::IndexKind::Integer)]
+        );
+        assert!(!col.join(legacy::LEGACY_FILE).exists());
+        assert!(std::fs::read_to_string(&catalog)
+            .unwrap()
+            .contains("\"version\": 4"));
+        drop(c);
+        drop(db);
+        let db = Database::open(root.path(), Options::default()).unwrap();
+        assert_eq!(db.collection("docs").unwrap().len(), 5);
+    }
 }

@@ -1,127 +1,41 @@
-//! A collection's point store: external ids and JSON payloads in redb
-//! (`points.redb`), mirrored in memory for filters, plus payload indexes.
+//! A collection's point store: external ids and JSON payloads, kept in
+//! memory (the mirror, which filters read, plus payload indexes) and made
+//! durable at checkpoints in two files of its own ([`files`]: a snapshot
+//! and a log of checkpoint batches).
 //!
-//! Tables: `points` (internal id → `seq u64 | ext id | payload JSON`), `ids`
-//! (ext id bytes → internal id, every id ever assigned, so an id keeps its
-//! internal number across delete and re-insert), `meta` (`applied_seq`,
-//! `next_internal`), `indexes` (field → `keyword` | `integer`).
+//! What it keeps: per internal id, `seq u64 | ext id | payload JSON`;
+//! every external id ever assigned with its internal id (so an id keeps its
+//! internal number across delete and re-insert); the watermarks
+//! `applied_seq`, `next_internal` and `engine_seq`; the declared payload
+//! indexes (field → `keyword` | `integer`).
 //!
 //! Operations are applied in memory only: the mirror, plus the encoded
 //! rows they change, kept aside until the next checkpoint. The
 //! collection's WAL is the record of truth, and recovery replays it from
 //! `durable_seq()`, the `applied_seq` of the last checkpoint. A checkpoint
 //! takes the rows aside out of the store in one swap
-//! ([`PointStore::begin_checkpoint`]) and writes them in one fsynced redb
-//! commit ([`StoreFlush::commit`]) without the store's lock, so writers go
-//! on meanwhile. Every redb commit is durable, so the pages a commit frees
-//! are reused by the commits after it (redb keeps pages freed by a
-//! non-durable commit until a durable one: a file written by single-point
-//! non-durable commits grew by doublings).
+//! ([`PointStore::begin_checkpoint`]) and writes them as one fsynced batch
+//! ([`StoreFlush::commit`]) without the store's lock, so writers go on
+//! meanwhile. The files hold at most about 1.5 times the rows under any
+//! churn (a redb file, before catalog version 4, grew by doublings and
+//! never shrank: [`legacy`] migrates such stores at their first open).
 //! Per point, the sequence number of the last write is kept: a replayed
 //! operation older than what a point holds is skipped (idempotent replay).
 
 use crate::error::{DbError, Result};
 use crate::filter::{Condition, Filter, Scalar};
 use crate::ids::ExtId;
-use redb::backends::FileBackend;
-use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageBackend,
-    TableDefinition,
-};
+use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::{File, OpenOptions};
-use std::ops::Bound;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use vectide_core::sync::{sync_point, SyncKind, SyncSite};
 use vectide_core::Seq;
 
-/// Sync site of the payload store's commits (redb's `sync_data`).
-pub const SYNC_STORE: SyncSite = SyncSite("db.store.sync");
+pub mod files;
+pub mod legacy;
 
-/// redb's own file backend (which takes the file's exclusive lock, as
-/// `Database::create` does), with its `sync_data` routed through the sync
-/// point [`SYNC_STORE`] so that a crash kit sees the store's syncs.
-#[derive(Debug)]
-struct SyncedFileBackend {
-    inner: FileBackend,
-    /// A second handle to the same open file, for the sync (`FileBackend`
-    /// does not lend its own).
-    file: File,
-    path: PathBuf,
-}
-
-impl SyncedFileBackend {
-    /// Opens (or creates) the file as `redb::Builder::create` does.
-    fn open(path: &Path) -> std::result::Result<Self, redb::DatabaseError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
-        let dup = file.try_clone()?;
-        Ok(SyncedFileBackend {
-            inner: FileBackend::new(file)?,
-            file: dup,
-            path: path.to_path_buf(),
-        })
-    }
-}
-
-type LockResult<T> = std::result::Result<T, redb::BackendError>;
-
-/// Everything but `sync_data` goes straight to redb's `FileBackend`,
-/// including its byte-range locks (which keep a second process out).
-impl StorageBackend for SyncedFileBackend {
-    fn len(&self) -> std::io::Result<u64> {
-        self.inner.len()
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read(offset, out)
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        sync_point(&self.file, &self.path, SYNC_STORE, SyncKind::Data, |_| {
-            self.inner.sync_data()
-        })
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.inner.write(offset, data)
-    }
-    fn close(&self) -> std::io::Result<()> {
-        self.inner.close()
-    }
-    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<bool> {
-        self.inner.try_lock_range(start, end)
-    }
-    fn try_lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<bool> {
-        self.inner.try_lock_shared_range(start, end)
-    }
-    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<()> {
-        self.inner.lock_range(start, end)
-    }
-    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<()> {
-        self.inner.lock_shared_range(start, end)
-    }
-    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<()> {
-        self.inner.unlock_range(start, end)
-    }
-    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> LockResult<bool> {
-        self.inner.query_lock_range(start, end)
-    }
-}
-
-/// redb's file format that redb 4.x writes.
-const REDB_FILE_FORMAT: u32 = 3;
-
-const POINTS: TableDefinition<u64, &[u8]> = TableDefinition::new("points");
-const IDS: TableDefinition<&[u8], u64> = TableDefinition::new("ids");
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-const INDEXES: TableDefinition<&str, &str> = TableDefinition::new("indexes");
+pub use files::{StoreFiles, SYNC_STORE};
 
 /// A live point's metadata.
 #[derive(Debug, Clone, PartialEq)]
@@ -295,7 +209,7 @@ pub enum Change {
 
 /// The point store of one collection.
 pub struct PointStore {
-    db: Arc<Database>,
+    files: Arc<Mutex<StoreFiles>>,
     points: HashMap<u64, Point>,
     ids: HashMap<ExtId, u64>,
     next_internal: u64,
@@ -335,7 +249,7 @@ impl Dirty {
 /// [`PointStore::end_checkpoint`] then records the outcome. Checkpoints must
 /// commit in the order they began (the collection runs one at a time).
 pub struct StoreFlush {
-    db: Arc<Database>,
+    files: Arc<Mutex<StoreFiles>>,
     rows: Dirty,
     applied: Seq,
     next_internal: u64,
@@ -349,34 +263,17 @@ impl StoreFlush {
         self.engine_seq = seq;
     }
 
-    /// Writes the rows and the watermarks in one fsynced redb commit.
+    /// Writes the rows and the watermarks durably: one appended, fsynced
+    /// batch, or a new snapshot once the batches outgrow half the last one
+    /// ([`files`]).
     pub fn commit(&self) -> Result<()> {
-        let mut w = self.db.begin_write()?;
-        w.set_durability(Durability::Immediate)
-            .map_err(redb::Error::from)?;
-        {
-            let mut pts = w.open_table(POINTS)?;
-            for (&id, row) in &self.rows.points {
-                match row {
-                    Some(b) => {
-                        pts.insert(id, b.as_slice())?;
-                    }
-                    None => {
-                        pts.remove(id)?;
-                    }
-                }
-            }
-            let mut ids = w.open_table(IDS)?;
-            for (&id, ext) in &self.rows.ids {
-                ids.insert(ext.as_slice(), id)?;
-            }
-            let mut meta = w.open_table(META)?;
-            meta.insert("applied_seq", self.applied)?;
-            meta.insert("next_internal", self.next_internal)?;
-            meta.insert("engine_seq", self.engine_seq)?;
-        }
-        w.commit()?;
-        Ok(())
+        self.files.lock().commit(&files::Batch {
+            applied: self.applied,
+            next_internal: self.next_internal,
+            engine_seq: self.engine_seq,
+            points: &self.rows.points,
+            ids: &self.rows.ids,
+        })
     }
 }
 
@@ -401,65 +298,35 @@ fn decode_point(b: &[u8]) -> Result<Point> {
 }
 
 impl PointStore {
-    /// Opens (or creates) the store and loads the mirror.
-    pub fn open(path: &Path) -> Result<PointStore> {
-        let db = match Database::builder().create_with_backend(SyncedFileBackend::open(path)?) {
-            Ok(db) => db,
-            Err(redb::DatabaseError::UpgradeRequired(found)) => {
-                return Err(DbError::Core(vectide_core::Error::Version {
-                    found: found.into(),
-                    supported: REDB_FILE_FORMAT,
-                }))
-            }
-            Err(e) => return Err(e.into()),
-        };
-        // Make sure the tables exist.
-        let mut w = db.begin_write()?;
-        w.set_durability(Durability::Immediate)
-            .map_err(redb::Error::from)?;
-        {
-            w.open_table(POINTS)?;
-            w.open_table(IDS)?;
-            w.open_table(META)?;
-            w.open_table(INDEXES)?;
+    /// Opens (or creates) the store of the collection directory `dir`
+    /// and loads the mirror; a store of catalog version 3 (redb) is
+    /// migrated first.
+    pub fn open(dir: &Path) -> Result<PointStore> {
+        legacy::migrate(dir)?;
+        let (files, img) = StoreFiles::open(dir)?;
+        let mut points = HashMap::with_capacity(img.points.len());
+        for (id, row) in img.points {
+            points.insert(id, decode_point(&row)?);
         }
-        w.commit()?;
-        let r = db.begin_read()?;
-        let mut points = HashMap::new();
-        for item in r.open_table(POINTS)?.iter()? {
-            let (k, v) = item?;
-            points.insert(k.value(), decode_point(v.value())?);
+        let mut ids = HashMap::with_capacity(img.ids.len());
+        for (ext, id) in img.ids {
+            ids.insert(ExtId::decode(&ext)?.0, id);
         }
-        let mut ids = HashMap::new();
-        for item in r.open_table(IDS)?.iter()? {
-            let (k, v) = item?;
-            ids.insert(ExtId::decode(k.value())?.0, v.value());
-        }
-        let meta = r.open_table(META)?;
-        let applied = meta.get("applied_seq")?.map_or(0, |g| g.value());
-        let engine_checkpoint = meta.get("engine_seq")?.map_or(0, |g| g.value());
-        let next_internal = meta
-            .get("next_internal")?
-            .map_or(0, |g| g.value())
+        let next_internal = img
+            .next_internal
             .max(ids.values().map(|&i| i + 1).max().unwrap_or(0));
-        let mut declared = Vec::new();
-        for item in r.open_table(INDEXES)?.iter()? {
-            let (k, v) = item?;
-            declared.push((k.value().to_string(), IndexKind::parse(v.value())?));
-        }
-        drop(r);
         let mut store = PointStore {
-            db: Arc::new(db),
+            files: Arc::new(Mutex::new(files)),
             dirty: Dirty::default(),
             points,
             ids,
             next_internal,
-            applied,
-            durable: applied,
-            engine_checkpoint,
+            applied: img.applied,
+            durable: img.applied,
+            engine_checkpoint: img.engine_seq,
             indexes: HashMap::new(),
         };
-        for (field, kind) in declared {
+        for (field, kind) in img.indexes {
             store.build_index(&field, kind);
         }
         Ok(store)
@@ -608,7 +475,7 @@ impl PointStore {
     /// this store's lock. Costs a swap.
     pub fn begin_checkpoint(&mut self, engine_seq: Seq) -> StoreFlush {
         StoreFlush {
-            db: Arc::clone(&self.db),
+            files: Arc::clone(&self.files),
             rows: std::mem::take(&mut self.dirty),
             applied: self.applied,
             next_internal: self.next_internal,
@@ -672,11 +539,7 @@ impl PointStore {
         if field.is_empty() || field.len() > 256 {
             return Err(DbError::invalid("index field names are 1..=256 bytes"));
         }
-        let mut w = self.db.begin_write()?;
-        w.set_durability(Durability::Immediate)
-            .map_err(redb::Error::from)?;
-        w.open_table(INDEXES)?.insert(field, kind.name())?;
-        w.commit()?;
+        self.files.lock().declare_index(field, kind)?;
         self.build_index(field, kind);
         Ok(())
     }
@@ -760,9 +623,9 @@ impl PointStore {
         Some((out, exact))
     }
 
-    /// Entries in the redb points table, as of the last checkpoint (checks).
-    pub fn stored_points(&self) -> Result<u64> {
-        Ok(self.db.begin_read()?.open_table(POINTS)?.len()?)
+    /// Bytes of the store's files.
+    pub fn file_bytes(&self) -> u64 {
+        self.files.lock().bytes()
     }
 }
 
@@ -774,7 +637,7 @@ mod tests {
     #[test]
     fn index_candidates_intersect_the_must_conditions() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = PointStore::open(&dir.path().join("p.redb")).unwrap();
+        let mut s = PointStore::open(dir.path()).unwrap();
         s.create_index("city", IndexKind::Keyword).unwrap();
         s.create_index("n", IndexKind::Integer).unwrap();
         let cities = ["a", "b", "c"];
@@ -863,7 +726,7 @@ mod tests {
     #[test]
     fn applies_checkpoints_and_reloads() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.redb");
+        let path = dir.path().to_path_buf();
         let mut s = PointStore::open(&path).unwrap();
         let a = s.assign(&ExtId::Num(10));
         let b = s.assign(&ExtId::Str("x".into()));
@@ -946,7 +809,7 @@ mod tests {
     #[test]
     fn a_failed_checkpoint_puts_its_rows_back_under_newer_ones() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.redb");
+        let path = dir.path().to_path_buf();
         let mut s = PointStore::open(&path).unwrap();
         s.apply(1, &[upsert(0, json!({"v": 1})), upsert(1, json!({"v": 1}))]);
         let flush = s.begin_checkpoint(0);
@@ -970,38 +833,86 @@ mod tests {
         assert_eq!(s.internal(&ExtId::Num(0)), Some(0), "its id row came back");
     }
 
-    /// Single-point writes between checkpoints keep the file within two
-    /// copies of its rows (each round rewrites every row; copy-on-write
-    /// keeps the old pages until the commit): every commit is durable, so
-    /// the pages one frees serve the next. Written as a non-durable commit
-    /// per write, as before, the file grew to 4x its loaded size here
-    /// (such pages are reusable only after a durable commit).
+    /// Rounds that each rewrite a quarter of the rows keep the store's
+    /// files within about 1.5 times the rows: the batches go to the log
+    /// until it outgrows half the snapshot, which a compaction then
+    /// rewrites. The redb store of catalog version 3 grew its file by
+    /// doublings here.
     #[test]
-    fn single_point_writes_between_checkpoints_reuse_the_file() {
+    fn rewrites_between_checkpoints_keep_the_files_near_the_rows() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.redb");
+        let path = dir.path().to_path_buf();
         let mut s = PointStore::open(&path).unwrap();
         let text = "x".repeat(100);
-        let n = 2000u64;
+        let n = 20_000u64;
         s.apply_many((0..n).map(|i| (i + 1, vec![upsert(i, json!({"t": text, "r": 0}))])));
         s.checkpoint(0).unwrap();
         let mut seq = n;
-        let mut sizes = vec![std::fs::metadata(&path).unwrap().len()];
-        for round in 1..=8 {
-            for i in 0..n {
+        let mut sizes = vec![s.file_bytes()];
+        for round in 1..=16u64 {
+            for i in (round % 4..n).step_by(4) {
                 seq += 1;
                 s.apply(seq, &[upsert(i, json!({"t": text, "r": round}))]);
             }
             s.checkpoint(0).unwrap();
-            sizes.push(std::fs::metadata(&path).unwrap().len());
+            sizes.push(s.file_bytes());
         }
+        assert!(s.files.lock().compactions() >= 2, "{sizes:?}");
         assert!(
-            *sizes.iter().max().unwrap() as f64 <= 2.5 * sizes[0] as f64,
+            *sizes.iter().max().unwrap() as f64 <= 1.55 * sizes[0] as f64,
             "file sizes: after the load, then per round: {sizes:?}"
         );
         drop(s);
         let s = PointStore::open(&path).unwrap();
         assert_eq!(s.len(), n as usize);
-        assert_eq!(s.get(7).unwrap().payload["r"], json!(8));
+        assert_eq!(s.get(7).unwrap().payload["r"], json!(15));
+    }
+
+    /// A store of catalog version 3 (redb) opens with its points, ids,
+    /// watermarks and indexes, and is left in the new files only.
+    #[test]
+    fn a_redb_store_is_migrated_at_its_first_open() {
+        use redb::ReadableDatabase as _;
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join(legacy::LEGACY_FILE);
+        {
+            let db = redb::Database::create(&old).unwrap();
+            let w = db.begin_write().unwrap();
+            {
+                let mut pts = w.open_table(legacy::POINTS).unwrap();
+                let mut ids = w.open_table(legacy::IDS).unwrap();
+                for i in 0..3u64 {
+                    let ext = ExtId::Num(100 + i);
+                    pts.insert(i, encode_point(i + 1, &ext, &json!({"k": i})).as_slice())
+                        .unwrap();
+                    let mut e = Vec::new();
+                    ext.encode(&mut e);
+                    ids.insert(e.as_slice(), i).unwrap();
+                }
+                let mut e = Vec::new();
+                ExtId::Num(99).encode(&mut e);
+                ids.insert(e.as_slice(), 3).unwrap();
+                let mut meta = w.open_table(legacy::META).unwrap();
+                meta.insert("applied_seq", 5).unwrap();
+                meta.insert("next_internal", 4).unwrap();
+                meta.insert("engine_seq", 4).unwrap();
+                w.open_table(legacy::INDEXES)
+                    .unwrap()
+                    .insert("k", "integer")
+                    .unwrap();
+            }
+            w.commit().unwrap();
+            assert!(db.begin_read().is_ok());
+        }
+        let mut s = PointStore::open(dir.path()).unwrap();
+        assert!(!old.exists(), "the redb file is gone");
+        assert_eq!((s.applied_seq(), s.engine_checkpoint(), s.len()), (5, 4, 3));
+        assert_eq!(s.get(2).unwrap().payload, json!({"k": 2}));
+        assert_eq!(s.internal(&ExtId::Num(99)), Some(3));
+        assert_eq!(s.assign(&ExtId::Num(7)), 4);
+        assert_eq!(s.indexes(), vec![("k".to_string(), IndexKind::Integer)]);
+        drop(s);
+        let s = PointStore::open(dir.path()).unwrap();
+        assert_eq!((s.applied_seq(), s.len()), (5, 3));
     }
 }

@@ -1,6 +1,6 @@
 //! Damaged files: a WAL bad in the middle refuses to open (naming the
 //! segment and offset) and `repair` salvages what precedes the damage; only
-//! a torn tail of the last segment is cut; a truncated `points.redb` is a
+//! a torn tail of the last segment is cut; a damaged point store file is a
 //! typed error, not a panic; restarts replay a bounded tail.
 
 use serde_json::json;
@@ -251,19 +251,39 @@ fn a_truncated_earlier_segment_or_a_missing_one_is_an_error() {
 fn damaged_point_stores_and_catalogs_are_typed_errors() {
     let dir = tempfile::tempdir().unwrap();
     fill(dir.path());
-    let redb = dir.path().join("collections/docs/points.redb");
-    let good = std::fs::read(&redb).unwrap();
-    for cut in [good.len() / 2, 4096, 100, 0] {
-        std::fs::write(&redb, &good[..cut]).unwrap();
-        match Database::open(dir.path(), opts()) {
-            Err(e) if e.is_corrupted() || matches!(e, DbError::Store(_)) => {}
-            Err(e) => panic!("cut at {cut}: unexpected error {e}"),
-            // An empty file is a new store: redb starts afresh, and the WAL
-            // (kept whole for the engine here) brings every point back.
-            Ok(db) => assert_eq!(db.collection("docs").unwrap().len(), 660, "cut at {cut}"),
+    let col = dir.path().join("collections/docs");
+    let files: Vec<_> = vectide_db::STORE_FILES
+        .iter()
+        .map(|f| col.join(f))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(!files.is_empty(), "no point store file");
+    for path in &files {
+        let good = std::fs::read(path).unwrap();
+        for cut in [good.len() - 1, good.len() / 2, 100, 17, 0] {
+            std::fs::write(path, &good[..cut]).unwrap();
+            match Database::open(dir.path(), opts()) {
+                Err(e) if e.is_corrupted() => {}
+                Err(e) => panic!("{} cut at {cut}: unexpected error {e}", path.display()),
+                // A cut log is a torn tail (or a new log): the WAL (kept
+                // whole for the engine here) brings every point back.
+                Ok(db) => {
+                    assert_eq!(db.collection("docs").unwrap().len(), 660, "cut at {cut}")
+                }
+            }
+            std::fs::write(path, &good).unwrap();
         }
+        let mut bad = good.clone();
+        let at = bad.len() / 2;
+        bad[at] ^= 0x55;
+        std::fs::write(path, &bad).unwrap();
+        match Database::open(dir.path(), opts()) {
+            Err(e) if e.is_corrupted() => {}
+            Err(e) => panic!("{} flipped: unexpected error {e}", path.display()),
+            Ok(db) => assert_eq!(db.collection("docs").unwrap().len(), 660, "flipped"),
+        }
+        std::fs::write(path, &good).unwrap();
     }
-    std::fs::write(&redb, &good).unwrap();
     let catalog = dir.path().join("catalog.json");
     let text = std::fs::read_to_string(&catalog).unwrap();
     std::fs::write(&catalog, text.replace("\"docs\"", "\"../../x\"")).unwrap();
@@ -281,12 +301,12 @@ fn catalogs_of_older_formats_are_refused_by_version() {
         fill(dir.path());
         let catalog = dir.path().join("catalog.json");
         let text = std::fs::read_to_string(&catalog).unwrap();
-        let old = text.replacen("\"version\": 3", &format!("\"version\": {v}"), 1);
+        let old = text.replacen("\"version\": 4", &format!("\"version\": {v}"), 1);
         assert_ne!(old, text, "{text}");
         std::fs::write(&catalog, &old).unwrap();
         match Database::open(dir.path(), opts()) {
             Err(DbError::Core(vectide_core::Error::Version { found, supported })) => {
-                assert_eq!((found, supported), (v, 3))
+                assert_eq!((found, supported), (v, 4))
             }
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => panic!("a version {v} catalog opened"),
@@ -413,7 +433,7 @@ fn a_crash_anywhere_in_a_repair_leaves_a_database_that_opens() {
             crash_before: (0..1000).collect(),
             images_per_crash: 2,
             image_dir: images.path().to_path_buf(),
-            in_place: vec![vectide_db::STORE_FILE.to_string()],
+            ..Default::default()
         },
     )
     .unwrap();

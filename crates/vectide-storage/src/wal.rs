@@ -209,11 +209,31 @@ pub fn damaged(path: &Path, bad: &BadRecord, what: &str) -> Error {
     ))
 }
 
+/// The sync sites a log reports its syncs under, so that a crash kit can
+/// tell one user's log from another's (an engine's redo log from the
+/// database's point store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalSites {
+    pub create: SyncSite,
+    pub append: SyncSite,
+    pub truncate: SyncSite,
+}
+
+impl WalSites {
+    /// [`SYNC_CREATE`], [`SYNC_APPEND`], [`SYNC_TRUNCATE`].
+    pub const DEFAULT: WalSites = WalSites {
+        create: SYNC_CREATE,
+        append: SYNC_APPEND,
+        truncate: SYNC_TRUNCATE,
+    };
+}
+
 /// An append-only log file.
 #[derive(Debug)]
 pub struct Wal {
     path: PathBuf,
     file: File,
+    sites: WalSites,
     buf: Vec<u8>,
     /// Bytes in the file (synced or at least written).
     len: u64,
@@ -226,6 +246,11 @@ impl Wal {
     /// valid records, oldest first. A torn tail is cut off; a log damaged in
     /// the middle (a valid record after a bad one) is an error.
     pub fn open(path: &Path) -> Result<(Wal, Vec<Vec<u8>>)> {
+        Wal::open_with(path, WalSites::DEFAULT)
+    }
+
+    /// [`Wal::open`], the log's syncs reported under `sites`.
+    pub fn open_with(path: &Path, sites: WalSites) -> Result<(Wal, Vec<Vec<u8>>)> {
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -248,7 +273,7 @@ impl Wal {
             file.write_all(&header_bytes())
                 .map_err(|e| Error::io_at(path, e))?;
             // Synced at once (module docs, "What open writes").
-            sync_file(&file, path, SYNC_CREATE, false)?;
+            sync_file(&file, path, sites.create, false)?;
             HEADER as u64
         } else {
             if s.end < bytes.len() as u64 {
@@ -262,6 +287,7 @@ impl Wal {
             Wal {
                 path: path.to_path_buf(),
                 file,
+                sites,
                 buf: Vec::new(),
                 len: end,
                 unsynced: 0,
@@ -312,7 +338,7 @@ impl Wal {
     pub fn sync(&mut self) -> Result<()> {
         self.write_out()?;
         self.unsynced = 0;
-        sync_file(&self.file, &self.path, SYNC_APPEND, true)?;
+        sync_file(&self.file, &self.path, self.sites.append, true)?;
         self.syncs += 1;
         Ok(())
     }
@@ -327,7 +353,7 @@ impl Wal {
         self.file
             .seek(SeekFrom::Start(HEADER as u64))
             .map_err(|e| Error::io_at(&self.path, e))?;
-        sync_file(&self.file, &self.path, SYNC_TRUNCATE, false)?;
+        sync_file(&self.file, &self.path, self.sites.truncate, false)?;
         self.len = HEADER as u64;
         Ok(())
     }

@@ -96,11 +96,14 @@ def initial_rows(points: int, seed: int, n_rows: int) -> np.ndarray:
 
 def part_of(rel: Path) -> str:
     """The part of the data a file belongs to: its first path component
-    below a database collection's directory (``wal``, ``points.redb``, the
-    engine's ``index``...), or below the index directory when standalone."""
+    below a database collection's directory (``wal``, ``points`` for the
+    point store's ``points.snap`` and ``points.log``, the engine's
+    ``index``...), or below the index directory when standalone."""
     parts = rel.parts
     if len(parts) >= 3 and parts[0] == "collections":
         parts = parts[2:]
+        if len(parts) == 1 and parts[0].startswith("points."):
+            return "points"
     return parts[0] if parts else ""
 
 

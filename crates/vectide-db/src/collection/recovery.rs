@@ -105,10 +105,7 @@ impl Collection {
         } else {
             vectide_engines::open_or_create(&config.engine, config.dim, config.metric, &params)?
         };
-        let store_path = dir.join(crate::STORE_FILE);
-        let mut store = crate::guard::catch_corruption(&store_path.display().to_string(), || {
-            PointStore::open(&store_path)
-        })?;
+        let mut store = PointStore::open(dir)?;
         let engine_durable = engine.durable_seq();
         let wal_dir = dir.join("wal");
         let held = engine_durable.max(store.applied_seq());
@@ -143,10 +140,11 @@ impl Collection {
             .min(log.first_seq());
         if first > store.applied_seq() + 1 {
             return Err(DbError::corrupted(format!(
-                "{}: the log starts at sequence number {first} but the point store holds only up to {}: records are missing (is {} damaged or replaced?)",
+                "{}: the log starts at sequence number {first} but the point store holds only up to {}: records are missing (are {}'s point store files {} damaged or replaced?)",
                 wal_dir.display(),
                 store.applied_seq(),
-                store_path.display()
+                dir.display(),
+                crate::STORE_FILES.join(" and ")
             )));
         }
         if engine_durable < store.engine_checkpoint() {
