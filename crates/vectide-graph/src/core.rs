@@ -130,6 +130,28 @@ impl GraphCore {
         }))
     }
 
+    /// Writes a saved graph file of `hnsw` or `fresh-vamana`: `header`
+    /// (the magic, the version and the engine's fields), the slot records
+    /// ([`Self::write_slot_records`]), then the trailer that
+    /// `vectide_core::io::check_envelope` checks (the CRC32 of everything
+    /// before it, `end_magic`).
+    pub fn write_graph_file(
+        w: &mut dyn std::io::Write,
+        header: &[u8],
+        store: &Store,
+        alloc_next: u32,
+        levels: bool,
+        end_magic: &[u8; 8],
+    ) -> Result<()> {
+        let mut cw = vectide_core::io::CrcWriter::new(w);
+        cw.put(header)?;
+        Self::write_slot_records(store, alloc_next, levels, &mut cw)?;
+        let crc = cw.crc();
+        w.write_all(&crc.to_le_bytes())?;
+        w.write_all(end_magic)?;
+        Ok(())
+    }
+
     /// Writes slots `0..alloc_next` of `store` as the saved graph formats
     /// of `hnsw` and `fresh-vamana` lay them out: `state u8 | level u8 |
     /// 0 u16`, then for a slot in use its label, sequence number, vector

@@ -14,7 +14,7 @@ use crate::state::{unpack_entry, Alloc, Hnsw, IdEntry};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use vectide_core::io::{check_envelope, ByteReader, CrcWriter};
+use vectide_core::io::{check_envelope, ByteReader};
 use vectide_core::{Error, Metric, Result, StagedSave, VectorIndex};
 use vectide_graph::mem::{Store, DELETED, FREE, LIVE};
 
@@ -64,7 +64,6 @@ impl Hnsw {
     pub fn save_staged(&self, path: &Path) -> Result<StagedSave<'_>> {
         self.core
             .save_staged(path, |w, store, watermark, alloc_next| {
-                let mut cw = CrcWriter::new(w);
                 let mut h = Vec::with_capacity(HEADER_LEN);
                 h.extend_from_slice(MAGIC);
                 h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -82,14 +81,9 @@ impl Hnsw {
                 h.extend_from_slice(&(self.len() as u64).to_le_bytes());
                 h.extend_from_slice(&self.params.consolidate_fraction.to_le_bytes());
                 debug_assert_eq!(h.len(), HEADER_LEN);
-                cw.put(&h)?;
-                vectide_graph::core::GraphCore::write_slot_records(
-                    store, alloc_next, true, &mut cw,
-                )?;
-                let crc = cw.crc();
-                w.write_all(&crc.to_le_bytes())?;
-                w.write_all(END_MAGIC)?;
-                Ok(())
+                vectide_graph::core::GraphCore::write_graph_file(
+                    w, &h, store, alloc_next, true, END_MAGIC,
+                )
             })
     }
 

@@ -13,7 +13,7 @@ use crate::params::{VamanaParams, MAX_R};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use vectide_core::io::{check_envelope, ByteReader, CrcWriter};
+use vectide_core::io::{check_envelope, ByteReader};
 use vectide_core::{Error, Metric, Result, StagedSave, VectorIndex};
 use vectide_graph::mem::{Store, DELETED, FREE, FROZEN, LIVE};
 use vectide_graph::slots::{Alloc, IdEntry};
@@ -62,7 +62,6 @@ impl FreshVamana {
         let p = &self.params;
         self.core
             .save_staged(path, |w, store, watermark, alloc_next| {
-                let mut cw = CrcWriter::new(w);
                 let mut h = Vec::with_capacity(HEADER_LEN);
                 h.extend_from_slice(MAGIC);
                 h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -79,14 +78,9 @@ impl FreshVamana {
                 h.extend_from_slice(&watermark.to_le_bytes());
                 h.extend_from_slice(&(self.len() as u64).to_le_bytes());
                 debug_assert_eq!(h.len(), HEADER_LEN);
-                cw.put(&h)?;
-                vectide_graph::core::GraphCore::write_slot_records(
-                    store, alloc_next, false, &mut cw,
-                )?;
-                let crc = cw.crc();
-                w.write_all(&crc.to_le_bytes())?;
-                w.write_all(END_MAGIC)?;
-                Ok(())
+                vectide_graph::core::GraphCore::write_graph_file(
+                    w, &h, store, alloc_next, false, END_MAGIC,
+                )
             })
     }
 
