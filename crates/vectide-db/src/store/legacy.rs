@@ -25,6 +25,18 @@ pub(crate) const IDS: TableDefinition<&[u8], u64> = TableDefinition::new("ids");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const INDEXES: TableDefinition<&str, &str> = TableDefinition::new("indexes");
 
+/// A table of the store, `None` if it was never created.
+fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    r: &redb::ReadTransaction,
+    def: TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>> {
+    match r.open_table(def) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Reads a version-3 store's state.
 fn read(path: &Path) -> Result<Image> {
     let db = match Database::open(path) {
@@ -39,45 +51,29 @@ fn read(path: &Path) -> Result<Image> {
     };
     let r = db.begin_read()?;
     let mut img = Image::default();
-    match r.open_table(POINTS) {
-        Ok(t) => {
-            for item in t.iter()? {
-                let (k, v) = item?;
-                img.points.insert(k.value(), v.value().to_vec());
-            }
+    if let Some(t) = table(&r, POINTS)? {
+        for item in t.iter()? {
+            let (k, v) = item?;
+            img.points.insert(k.value(), v.value().to_vec());
         }
-        Err(redb::TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(e.into()),
     }
-    match r.open_table(IDS) {
-        Ok(t) => {
-            for item in t.iter()? {
-                let (k, v) = item?;
-                img.ids.insert(k.value().to_vec(), v.value());
-            }
+    if let Some(t) = table(&r, IDS)? {
+        for item in t.iter()? {
+            let (k, v) = item?;
+            img.ids.insert(k.value().to_vec(), v.value());
         }
-        Err(redb::TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(e.into()),
     }
-    match r.open_table(META) {
-        Ok(meta) => {
-            img.applied = meta.get("applied_seq")?.map_or(0, |g| g.value());
-            img.engine_seq = meta.get("engine_seq")?.map_or(0, |g| g.value());
-            img.next_internal = meta.get("next_internal")?.map_or(0, |g| g.value());
-        }
-        Err(redb::TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(e.into()),
+    if let Some(meta) = table(&r, META)? {
+        img.applied = meta.get("applied_seq")?.map_or(0, |g| g.value());
+        img.engine_seq = meta.get("engine_seq")?.map_or(0, |g| g.value());
+        img.next_internal = meta.get("next_internal")?.map_or(0, |g| g.value());
     }
-    match r.open_table(INDEXES) {
-        Ok(t) => {
-            for item in t.iter()? {
-                let (k, v) = item?;
-                img.indexes
-                    .insert(k.value().to_string(), IndexKind::parse(v.value())?);
-            }
+    if let Some(t) = table(&r, INDEXES)? {
+        for item in t.iter()? {
+            let (k, v) = item?;
+            img.indexes
+                .insert(k.value().to_string(), IndexKind::parse(v.value())?);
         }
-        Err(redb::TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(e.into()),
     }
     Ok(img)
 }
