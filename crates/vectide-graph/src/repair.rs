@@ -210,6 +210,15 @@ pub fn reconnect_unreachable_with<G: Graph>(
             continue; // the next repair (or consolidation) tries again
         };
         store.neighbors_into(y, 0, &mut list);
+        if list.contains(&x) {
+            // A writer linked x from y since the walk (an insert that reuses
+            // a freed slot below `used` back-links it while this call runs):
+            // x is reachable, and a second copy of the edge would be a
+            // duplicate neighbour.
+            indeg[x as usize] += 1;
+            mark(x, &mut reach, &mut indeg, &mut buf);
+            continue;
+        }
         seen.clear();
         seen.extend_from_slice(&list);
         match slot_in_list {
@@ -269,4 +278,62 @@ fn giving_up<G: Graph>(
             .max_by(|a, b| dist(vy, store.vector(*a.1)).total_cmp(&dist(vy, store.vector(*b.1))))
             .map(|(i, _)| (y, Some(i)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::Store;
+    use crate::search::Scratch;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use vectide_core::Metric;
+
+    /// A writer links the unreachable node from its nearest reachable one
+    /// after the walk and before the relink reads that node's list (an
+    /// insert reusing a freed slot does so beside a consolidation): the
+    /// relink must find the edge there and not add a second copy.
+    #[test]
+    fn a_node_linked_by_a_writer_after_the_walk_is_not_linked_twice() {
+        // A line 0 - 1 - 2 - 3, and node 4 beside 3 that nothing links.
+        let s = Store::new(1, 4, 5);
+        for (i, x) in [0.0f32, 1.0, 2.0, 3.0, 3.5].iter().enumerate() {
+            // SAFETY: single-threaded test; nothing references the slots yet.
+            unsafe { s.init_slot(i as u32, i as u64, 1, &[*x], 0) };
+            s.set_state(i as u32, crate::mem::LIVE);
+        }
+        s.set_list(0, 0, &[1]);
+        s.set_list(1, 0, &[0, 2]);
+        s.set_list(2, 0, &[1, 3]);
+        s.set_list(3, 0, &[2]);
+        let linked = AtomicBool::new(false);
+        // `live` is first asked about node 4 when the walk is over and the
+        // missing nodes are collected: the writer's link lands then.
+        let live = |n: u32| {
+            if n == 4 && !linked.swap(true, Ordering::Relaxed) {
+                let _g = s.lock(3);
+                assert!(s.push_neighbor(3, 0, 4));
+            }
+            true
+        };
+        let mut written = Vec::new();
+        let n = reconnect_unreachable_with(
+            &s,
+            Metric::L2.distance_fn(),
+            0,
+            5,
+            live,
+            8,
+            &mut Scratch::default(),
+            |y, _, list| {
+                written.push((y, list.to_vec()));
+                true
+            },
+        );
+        assert!(linked.load(Ordering::Relaxed), "the writer's link ran");
+        assert_eq!(written, vec![], "nothing to write: 3 already links 4");
+        assert_eq!(n, 0);
+        let mut out = Vec::new();
+        s.neighbors_into(3, 0, &mut out);
+        assert_eq!(out, vec![2, 4]);
+    }
 }
