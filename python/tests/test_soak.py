@@ -158,3 +158,16 @@ def test_envelope_growth_follows_the_trend_not_the_teeth():
     assert soak.envelope_growth(rising, 0) > 1.5
     assert soak.envelope_growth(rising, None) is None
     assert soak.envelope_growth([1.0], 0) is None
+
+
+def test_the_disk_reference_follows_the_first_job_of_the_churn_not_of_the_load():
+    def s(started, running):
+        return {"maintenance_started": started, "maintenance_running": running}
+    # Eight jobs began during the load; the ninth is the churn's first.
+    samples = [s(8, False), s(9, True), s(9, True), s(9, False), s(10, True)]
+    assert soak.first_job_done(samples, 8) == 3
+    # A second job beginning means the first one ended (they run in turn).
+    assert soak.first_job_done([s(8, True), s(10, True)], 8) == 1
+    assert soak.first_job_done([s(8, False), s(9, True)], 8) is None
+    # Without load-time jobs, the first sample past one finished job.
+    assert soak.first_job_done([s(0, False), s(1, True), s(1, False)], 0) == 2

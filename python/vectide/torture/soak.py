@@ -38,7 +38,8 @@ How it runs:
 
 The JSON report's ``summary`` holds ``wrong_answers``,
 ``acked_writes_lost``, ``disk_over_live_growth`` (the last sample over the
-first one after the first completed maintenance job),
+first one after the first completed maintenance job; jobs the load began
+do not count, the churn has not shaped the files yet),
 ``disk_over_live_last``, ``rss_growth`` (the last sample over the one after
 warm-up) and ``write_p999_maintenance_over_idle``.
 """
@@ -442,7 +443,15 @@ def driver(args) -> None:
         threads.append(threading.Thread(target=flusher, daemon=True))
     if args.maintain_every > 0:
         threads.append(threading.Thread(target=maintainer, daemon=True))
-    say("R")
+    # Jobs the load began (its checkpoints, an engine's first
+    # consolidation) are not the churn's: the disk reference is taken
+    # after the first job that begins once the churn does.
+    try:
+        _, before = t.maintenance()
+    except Exception as e:  # noqa: BLE001
+        say(f"E maintenance stat: {type(e).__name__}: {str(e)[:300]}")
+        before = 0
+    say(f"R {before}")
     for th in threads:
         th.start()
     data_dir = Path(args.data_dir)
@@ -536,6 +545,17 @@ def _percentiles(x: np.ndarray) -> Optional[Dict[str, float]]:
     p = np.percentile(x, [50, 99, 99.9]) * 1000.0
     return {"n": int(len(x)), "p50_ms": round(float(p[0]), 4), "p99_ms": round(float(p[1]), 4),
             "p999_ms": round(float(p[2]), 4), "max_ms": round(float(x.max()) * 1000.0, 4)}
+
+
+def first_job_done(samples: Sequence[Dict], before: int) -> Optional[int]:
+    """The first sample after the first maintenance job that began once the
+    churn did (``before`` jobs began during the load) had completed: one
+    more began after it, or none runs."""
+    for i, x in enumerate(samples):
+        n = x["maintenance_started"] - before
+        if n > 1 or (n == 1 and not x["maintenance_running"]):
+            return i
+    return None
 
 
 def envelope_growth(ratios: Sequence[float], start: Optional[int], share: float = 0.2) -> Optional[float]:
@@ -706,6 +726,7 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
             elif tag == "L":
                 loaded["seconds"] = float(rest)
             elif tag == "R":
+                loaded["jobs_before_churn"] = int(rest or 0)
                 ready.set()
 
     threads = [threading.Thread(target=read_lines, daemon=True), threading.Thread(target=drain_stderr, daemon=True)]
@@ -754,9 +775,7 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
     searches = split_latencies(s[:, 0], s[:, 1], polls)
     live_bytes = [max(1, x["live"] * DIM * 4) for x in samples]
     ratio = [x["disk_bytes"] / lb for x, lb in zip(samples, live_bytes)]
-    first_done = next((i for i, x in enumerate(samples)
-                       if x["maintenance_started"] > 0 and (x["maintenance_started"] > 1 or not x["maintenance_running"])),
-                      None)
+    first_done = first_job_done(samples, int(loaded.get("jobs_before_churn", 0)))
     warm = next((i for i, x in enumerate(samples) if x["t"] >= min(60.0, 0.2 * minutes * 60.0)), None)
     last = samples[-1] if samples else {}
     total_writes = sum(last.get(k, 0) for k in ("upsert_new", "reupsert", "delete", "payload"))
@@ -784,6 +803,8 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         "acknowledged_ops_checked": acked,
         "reopen_s": round(opened, 4),
         "load_s": loaded.get("seconds"),
+        "jobs_before_churn": loaded.get("jobs_before_churn"),
+        "disk_reference_t": None if first_done is None else samples[first_done]["t"],
     }
     report.update({
         "summary": summary,
