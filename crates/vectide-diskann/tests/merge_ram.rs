@@ -1,7 +1,7 @@
 //! StreamingMerge's RAM grows with the change set, not with the LTI: the
 //! heap bytes the merge allocates beyond what was resident before it
 //! (the open LTI's PQ codes among them), measured with a counting
-//! allocator, for a 4× larger LTI under the same change set and for a 4×
+//! allocator, for an 8× larger LTI under the same change set and for an 8×
 //! larger change set over the same LTI. Files are real ones in a temporary
 //! directory, so no block lives in the heap. One test per binary: the
 //! allocator counts the whole process.
@@ -97,22 +97,25 @@ fn merge_peak(n: usize, changes: usize) -> (usize, usize) {
 #[test]
 fn merge_ram_follows_the_change_set_not_the_index() {
     let (small, small_codes) = merge_peak(8_000, 200);
-    let (big, big_codes) = merge_peak(32_000, 200);
+    let (big, big_codes) = merge_peak(64_000, 200);
     let (more, _) = merge_peak(8_000, 1_600);
     eprintln!(
-        "peak merge heap: LTI 8K, 200 changes {small} B; LTI 32K, 200 changes {big} B; \
-         LTI 8K, 1600 changes {more} B; PQ codes 8K {small_codes} B, 32K {big_codes} B"
+        "peak merge heap: LTI 8K, 200 changes {small} B; LTI 64K, 200 changes {big} B; \
+         LTI 8K, 1600 changes {more} B; PQ codes 8K {small_codes} B, 64K {big_codes} B"
     );
-    assert!(big_codes > 3 * small_codes);
-    // A 4x larger index adds less than a sixth of its PQ codes' growth
-    // (per node only bits: the deleted bitmap and the Patch phase's
-    // in-edge bits; searches mark visited nodes in hash sets sized by what
-    // they visit: about 16 KB for the 24K more nodes, and the worst of five
-    // runs still differs by up to ±25 KB between runs of the test)...
+    assert!(big_codes > 7 * small_codes);
+    // An 8x larger index adds less than a quarter of its PQ codes' growth
+    // (896 KB here; per node the merge keeps only bits: the deleted bitmap
+    // and the Patch phase's in-edge bits; searches mark visited nodes in
+    // hash sets sized by what they visit, some 40 KB more for the 56K more
+    // nodes). The peak of a run depends on how the Delete and Insert
+    // phases' buffers overlap: the worst of five runs still moved by
+    // ±120 KB between runs of the test on a loaded machine, which the 4x
+    // index this test used before could not tell from growth.
     let by_index = big.saturating_sub(small);
     assert!(
-        by_index < (big_codes - small_codes) / 6,
-        "4x the LTI: {small} -> {big} bytes"
+        by_index < (big_codes - small_codes) / 4,
+        "8x the LTI: {small} -> {big} bytes"
     );
     // ...while an 8x larger change set needs visibly more.
     let by_changes = more.saturating_sub(small);
