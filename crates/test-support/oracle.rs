@@ -59,3 +59,44 @@ pub fn recall(found: &[Vec<u64>], truth: &[Vec<u64>]) -> f64 {
     }
     hit as f64 / total.max(1) as f64
 }
+
+/// Churns `idx` (inserts, replaces a third of the points with new vectors,
+/// deletes a sixth) and checks that its exact scan exists and answers 20
+/// queries with the brute force's ids and distances over the live points.
+pub fn check_exact_scan_under_churn(idx: &dyn vectide_core::VectorIndex, dim: usize) {
+    let metric = idx.metric();
+    let n = 1_200usize;
+    let data = clustered(n + n / 3, dim, 8, 41);
+    let ids: Vec<u64> = (0..n as u64).collect();
+    idx.insert(1, &ids, &data[..n * dim]).unwrap();
+    let mut live: std::collections::BTreeMap<u64, Vec<f32>> = ids
+        .iter()
+        .map(|&i| (i, data[i as usize * dim..(i as usize + 1) * dim].to_vec()))
+        .collect();
+    let mut seq = 2;
+    for i in 0..(n / 3) as u64 {
+        let v = &data[(n + i as usize) * dim..(n + i as usize + 1) * dim];
+        idx.insert(seq, &[i * 3], v).unwrap();
+        live.insert(i * 3, v.to_vec());
+        seq += 1;
+    }
+    let dead: Vec<u64> = (0..n as u64).filter(|i| i % 6 == 1).collect();
+    idx.delete(seq, &dead).unwrap();
+    for i in &dead {
+        live.remove(i);
+    }
+    let points: Vec<(u64, Vec<f32>)> = live.into_iter().collect();
+    for q in clustered(20, dim, 8, 43).chunks(dim) {
+        let got = idx
+            .exact_scan(q, 10)
+            .unwrap()
+            .expect("the engine scans its own storage");
+        let want = brute_force(metric, &points, q, 10);
+        let ids: Vec<u64> = got.iter().map(|n| n.id).collect();
+        assert_eq!(ids, want);
+        for n in &got {
+            let v = &points.iter().find(|p| p.0 == n.id).unwrap().1;
+            assert!((n.distance - exact_distance(metric, q, v)).abs() < 1e-4);
+        }
+    }
+}

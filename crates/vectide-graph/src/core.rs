@@ -32,6 +32,48 @@ use vectide_core::{heap, Error, IndexStats, Metric, Neighbor, Result, Seq};
 /// Slots an exact scan reads under one hold of the store's read lock.
 pub const SCAN_STRETCH: usize = 4096;
 
+/// The `k` nearest of the slots below `end()` (asked again after each
+/// stretch: inserts extend it), nearest first, ties by id, one per id:
+/// `stretch(slots, bound, kept)` pushes the live ones among `slots` no
+/// farther than `bound` (the k-th distance found so far), holding the
+/// engine's read lock for that stretch only, so that a writer that needs
+/// it exclusively waits for [`SCAN_STRETCH`] slots, never the whole scan.
+/// An upsert makes its new slot live before it retires the old one: an
+/// id met twice keeps its nearer copy. An engine's
+/// [`vectide_core::VectorIndex::exact_scan`] over its slots.
+pub fn scan_nearest(
+    k: usize,
+    mut end: impl FnMut() -> u32,
+    mut stretch: impl FnMut(std::ops::Range<u32>, f32, &mut Vec<Neighbor>),
+) -> Result<Vec<Neighbor>> {
+    vectide_core::limits::check_k(k)?;
+    let mut kept: Vec<Neighbor> = Vec::with_capacity(k.min(SCAN_STRETCH) + SCAN_STRETCH);
+    // The k-th distance once `kept` has been cut to k (a point farther
+    // than it cannot enter).
+    let mut bound = f32::INFINITY;
+    let mut start = 0u32;
+    loop {
+        let end = end();
+        if start >= end {
+            break;
+        }
+        let stop = end.min(start.saturating_add(SCAN_STRETCH as u32));
+        stretch(start..stop, bound, &mut kept);
+        if kept.len() > k {
+            heap::keep_nearest(&mut kept, k);
+            bound = kept
+                .iter()
+                .map(|n| n.distance)
+                .fold(f32::NEG_INFINITY, f32::max);
+        }
+        start = stop;
+    }
+    kept.sort_by(heap::by_distance_then_id);
+    let mut seen = std::collections::HashSet::with_capacity(kept.len());
+    kept.retain(|n| seen.insert(n.id));
+    Ok(kept)
+}
+
 /// Shared state of a volatile graph engine (see the module docs).
 pub struct GraphCore {
     pub dim: usize,
@@ -266,23 +308,14 @@ impl GraphCore {
     /// Under one read lock a slot seen live keeps its label and vector (a
     /// slot is freed only under the exclusive lock).
     pub fn exact_scan(&self, query: &[f32], k: usize) -> Result<Vec<Neighbor>> {
-        vectide_core::limits::check_k(k)?;
         let mut qbuf = Vec::new();
         let q = vectide_core::validate::prepare_query(self.dim, self.metric, query, &mut qbuf)?;
-        let mut kept: Vec<Neighbor> = Vec::with_capacity(k.min(SCAN_STRETCH) + SCAN_STRETCH);
-        // The k-th distance once `kept` has been cut to k (a point farther
-        // than it cannot enter).
-        let mut bound = f32::INFINITY;
-        let mut start = 0u32;
-        loop {
-            let end = self.alloc.lock().next;
-            if start >= end {
-                break;
-            }
-            let stop = end.min(start.saturating_add(SCAN_STRETCH as u32));
-            {
+        scan_nearest(
+            k,
+            || self.alloc.lock().next,
+            |slots, bound, kept| {
                 let store = self.store.read();
-                for slot in start..stop {
+                for slot in slots {
                     if store.is_live(slot) {
                         let d = (self.dist)(q, store.vector(slot));
                         if d <= bound {
@@ -290,22 +323,8 @@ impl GraphCore {
                         }
                     }
                 }
-            }
-            if kept.len() > k {
-                heap::keep_nearest(&mut kept, k);
-                bound = kept
-                    .iter()
-                    .map(|n| n.distance)
-                    .fold(f32::NEG_INFINITY, f32::max);
-            }
-            start = stop;
-        }
-        kept.sort_by(heap::by_distance_then_id);
-        // An upsert makes the new slot live before it retires the old one:
-        // the id's nearer copy is kept.
-        let mut seen = std::collections::HashSet::with_capacity(kept.len());
-        kept.retain(|n| seen.insert(n.id));
-        Ok(kept)
+            },
+        )
     }
 
     /// Deletes (tombstones) the ids a delete at `seq` may remove; returns

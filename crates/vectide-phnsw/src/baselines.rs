@@ -456,6 +456,10 @@ impl VectorIndex for Baseline {
         self.inner.distances(query, ids, out)
     }
 
+    fn exact_scan(&self, query: &[f32], k: usize) -> Result<Option<Vec<Neighbor>>> {
+        self.inner.exact_scan(query, k)
+    }
+
     fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
         self.inner.get(id)
     }

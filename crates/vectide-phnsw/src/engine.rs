@@ -129,6 +129,32 @@ impl VectorIndex for PHnsw {
         result
     }
 
+    /// A scan of the node slots in file order, the readers' gate held per
+    /// stretch of slots (a consolidation takes it exclusively, with
+    /// writers paused, before it hands unlinked slots to inserts: it
+    /// waits for one stretch, not the whole scan).
+    fn exact_scan(&self, query: &[f32], k: usize) -> Result<Option<Vec<Neighbor>>> {
+        let mut qbuf = Vec::new();
+        let q = prepare_query(self.g.dim, self.g.metric, query, &mut qbuf)?;
+        let g = &self.graph;
+        vectide_graph::core::scan_nearest(
+            k,
+            || self.next_slot().min(g.capacity()) as u32,
+            |slots, bound, kept| {
+                let _gate = self.gate.read();
+                for s in slots {
+                    if g.state(s) == LIVE {
+                        let d = (self.dist)(q, vectide_graph::Graph::vector(g, s));
+                        if d <= bound {
+                            kept.push(Neighbor::new(g.label(s), d));
+                        }
+                    }
+                }
+            },
+        )
+        .map(Some)
+    }
+
     fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
         Ok(self.vector_of(id))
     }

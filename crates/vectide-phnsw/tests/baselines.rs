@@ -27,3 +27,13 @@ fn a_failed_apply_poisons_hnsw_wal_until_the_reopen_replays_its_log() {
         || Box::new(Baseline::open(&path, Some(1)).unwrap()),
     );
 }
+
+#[test]
+fn both_baselines_scan_their_graph_for_an_exact_search() {
+    for kind in [BaselineKind::Wal, BaselineKind::Snap] {
+        let dir = tempfile::tempdir().unwrap();
+        let p = BaselineParams::defaults(kind);
+        let idx = Baseline::create(&dir.path().join("ix"), kind, 12, Metric::L2, p).unwrap();
+        oracle::check_exact_scan_under_churn(&idx, 12);
+    }
+}
