@@ -346,13 +346,6 @@ fn a_poisoned_batch_keeps_its_number_out_of_the_durable_word() {
 #[test]
 fn the_exact_scan_answers_as_a_brute_force_over_the_live_nodes() {
     let dir = tempfile::tempdir().unwrap();
-    let idx = PHnsw::create(
-        dir.path(),
-        12,
-        Metric::L2,
-        params(8),
-        PersistMode::Pmem,
-    )
-    .unwrap();
+    let idx = PHnsw::create(dir.path(), 12, Metric::L2, params(8), PersistMode::Pmem).unwrap();
     common::check_exact_scan_under_churn(&idx, 12);
 }
