@@ -131,3 +131,6 @@ def test_durable_engines_in_collections(tmp_path, engine):
     db = vectide.connect(tmp_path / "db")
     c = db.get_collection("c")
     assert len(c) == 51 and c.info()["engine"] == engine
+    # The engine's own counters, as the soak samples them.
+    st = c.info()["engine_stats"]
+    assert st["live"] == 51 and st["memory_bytes"] > 0 and st["disk_bytes"] > 0

@@ -153,6 +153,10 @@ def test_qdrant_client_end_to_end(server):
     client.delete("docs", points_selector=m.PointIdsList(points=[0, 1]), wait=True)
     client.delete("docs", points_selector=m.FilterSelector(filter=berlin), wait=True)
     assert client.count("docs", exact=True).count == 99
+    # Our extension of the collection info: the engine's own counters.
+    status, body = _http("GET", server.url + "/collections/docs")
+    st = body["result"]["vectide"]["engine_stats"]
+    assert status == 200 and st["live"] == 99 and st["memory_bytes"] > 0
     batch = client.query_batch_points("docs", requests=[m.QueryRequest(query=X[5].tolist(), limit=3), m.QueryRequest(query=X[7].tolist(), limit=2)])
     assert [len(b.points) for b in batch] == [3, 2] and batch[0].points[0].id == 5
     assert client.delete_collection("docs")

@@ -455,6 +455,21 @@ impl Collection {
         }
     }
 
+    /// The engine's size counters as the front ends show them (null when
+    /// its stats fail): live vectors, slots used and allocated, deletes
+    /// not yet reclaimed, the bytes its structures hold in memory and its
+    /// files on disk.
+    pub fn engine_stats_json(&self) -> serde_json::Value {
+        match self.engine.stats() {
+            Ok(s) => serde_json::json!({
+                "live": s.live, "slots_used": s.slots_used, "capacity": s.capacity,
+                "pending_deletes": s.pending_deletes, "memory_bytes": s.memory_bytes,
+                "disk_bytes": s.disk_bytes,
+            }),
+            Err(_) => serde_json::Value::Null,
+        }
+    }
+
     /// Whether the engine has deferred maintenance due (see
     /// `VectorIndex::defer_maintenance`; the database's background thread
     /// runs it).

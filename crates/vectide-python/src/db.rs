@@ -516,7 +516,7 @@ impl PyCollection {
             "opened_seconds": c.opened_in.as_secs_f64(),
             "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
             "poisoned": c.poisoned(),
-            "maintenance": c.maintenance_json(),
+            "maintenance": c.maintenance_json(), "engine_stats": c.engine_stats_json(),
         })
         .to_string())
     }

@@ -256,7 +256,7 @@ async fn get_collection(State(app): State<Arc<App>>, Path(name): Path<String>) -
                 "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
                 "wal_tail_bytes": c.wal_tail_bytes(),
                 "poisoned": c.poisoned(),
-                "maintenance": c.maintenance_json(),
+                "maintenance": c.maintenance_json(), "engine_stats": c.engine_stats_json(),
             },
         }),
         t0,

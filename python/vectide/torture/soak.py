@@ -272,6 +272,16 @@ class _Target:
         m = (info.get("vectide", {}) if self.mode == "server" else info).get("maintenance") or {}
         return bool(m.get("running")), int(m.get("started", 0))
 
+    def engine_memory(self) -> Optional[int]:
+        """The bytes the engine says its structures hold (None: unknown)."""
+        if self.mode == "standalone":
+            s = self.idx.stats()
+        else:
+            info = self.col.info()
+            s = (info.get("vectide", {}) if self.mode == "server" else info).get("engine_stats") or {}
+        m = s.get("memory_bytes")
+        return None if m is None else int(m)
+
     def maintain(self) -> None:
         if self.mode == "standalone":
             self.idx.maintain()
@@ -485,10 +495,16 @@ def driver(args) -> None:
         with open(files["maint"], "ab") as f:
             last = drain(polls, 3, f) or last
         alloc, size, parts = dir_bytes(data_dir)
+        try:
+            engine_memory = t.engine_memory()
+        except Exception as e:  # noqa: BLE001
+            say(f"E engine stats: {type(e).__name__}: {str(e)[:300]}")
+            engine_memory = None
         with count_lock:
             c = dict(counts)
         sample = {"t": round(time.monotonic() - t_start, 3), "disk_bytes": alloc, "apparent_bytes": size,
-                  "live": model.n_live, "rss": rss_bytes(holder), "maintenance_started": int(last[2]),
+                  "live": model.n_live, "rss": rss_bytes(holder), "engine_memory": engine_memory,
+                  "maintenance_started": int(last[2]),
                   "maintenance_running": bool(last[1]), "disk_parts": parts, **c}
         say("S " + json.dumps(sample))
 
@@ -792,6 +808,12 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         "disk_parts_over_live_first": None if first_done is None else parts_over_live(samples[first_done]),
         "disk_parts_over_live_last": parts_over_live(last) if samples else None,
         "rss_growth": None if warm is None else round(last["rss"] / max(1, samples[warm]["rss"]), 4),
+        # What the engine itself reports over the same samples: RSS growth
+        # that it does not share lies outside its structures (the
+        # allocator, the driver).
+        "engine_memory_growth": None if warm is None or not last.get("engine_memory")
+        or not samples[warm].get("engine_memory")
+        else round(last["engine_memory"] / samples[warm]["engine_memory"], 4),
         "write_p999_maintenance_over_idle": None if not (mw and iw) else round(mw["p999_ms"] / iw["p999_ms"], 3),
         "writes": total_writes,
         "churn_over_live": round((last.get("upsert_new", 0) + last.get("reupsert", 0) + last.get("delete", 0))
