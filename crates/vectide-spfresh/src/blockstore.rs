@@ -51,6 +51,11 @@ const MAX_RETRIES: usize = 1000;
 /// Files smaller than this many blocks (16 MiB) are not compacted.
 pub const COMPACT_FLOOR: u64 = 4096;
 
+/// A snapshot is forced once the blocks held back for it exceed this
+/// share of the blocks in use (or of the caller's floor): held blocks are
+/// file space that serves nothing until the snapshot returns them.
+pub const HELD_SHARE: u64 = 3;
+
 /// The free pool: free blocks, the released ones held back, and the file's
 /// never-used end. Free blocks are handed out lowest first, so that the
 /// postings gather at the file's start and the free blocks at its end,
@@ -810,10 +815,10 @@ impl BlockStore {
     }
 
     /// Whether the file is worth compacting: past [`COMPACT_FLOOR`] blocks
-    /// and more than half of it not in use.
+    /// and more than a quarter of it not in use.
     pub fn compaction_due(&self) -> bool {
         let pool = self.pool.lock();
-        u64::from(pool.end) >= COMPACT_FLOOR && Self::in_use(&pool) * 2 < u64::from(pool.end)
+        u64::from(pool.end) >= COMPACT_FLOOR && Self::in_use(&pool) * 4 < u64::from(pool.end) * 3
     }
 
     /// The postings to move when compacting: those with a block past the
@@ -857,16 +862,16 @@ impl BlockStore {
 
     // ---- snapshots ----
 
-    /// Whether the blocks held back for the next snapshot outnumber both
-    /// the blocks in use and `floor`: the point where a snapshot (which
-    /// returns them to the pool) keeps the file from growing past about
-    /// twice its live data. Blocks in use are counted as the handed-out
-    /// ones not free or held (writes in flight included), without a walk
-    /// of the mapping.
-    pub fn held_exceeds_used(&self, floor: u64) -> bool {
+    /// Whether the blocks held back for the next snapshot exceed a
+    /// [`HELD_SHARE`]-th of both the blocks in use and `floor`: the point
+    /// where a snapshot (which returns them to the pool) keeps the file
+    /// within about a third more than its live data. Blocks in use are
+    /// counted as the handed-out ones not free or held (writes in flight
+    /// included), without a walk of the mapping.
+    pub fn held_due(&self, floor: u64) -> bool {
         let pool = self.pool.lock();
         let held = (pool.held.len() + pool.pending.len()) as u64;
-        held > Self::in_use(&pool).max(floor)
+        held * HELD_SHARE > Self::in_use(&pool).max(floor)
     }
 
     /// Captures the mapping and the pool at one instant, syncs the file so

@@ -28,8 +28,8 @@
 //! ## Durability (§4.4)
 //! A writing call is in the WAL and synced before it is applied, and
 //! durable when it returns. Every `snapshot_rows` logged rows, once the
-//! blocks released since the last snapshot outnumber those in use (and
-//! `GARBAGE_FLOOR`), at `close` and after `maintain`, a snapshot: a new WAL is started, the state captured under the
+//! blocks released since the last snapshot exceed a third of those in
+//! use (and of `GARBAGE_FLOOR`), at `close` and after `maintain`, a snapshot: a new WAL is started, the state captured under the
 //! gate, the block file synced, `snapshot.bin` replaced atomically, and the
 //! blocks released since the previous snapshot returned to the free pool.
 

@@ -105,15 +105,15 @@ impl Inner {
     }
 
     /// A snapshot is due after `rows` logged rows, or once the blocks
-    /// released since the last one outnumber the blocks in use (and
-    /// [`GARBAGE_FLOOR`]): every APPEND rewrites a posting's last block
+    /// released since the last one exceed a third of the blocks in use
+    /// (and of [`GARBAGE_FLOOR`]; `blockstore::HELD_SHARE`): every APPEND rewrites a posting's last block
     /// into a fresh one and every rebuild job rewrites whole postings, and
     /// the old blocks may only be reused after a snapshot (§4.4), so
     /// without this the file grew by a block per append between
     /// snapshots (measured: 2.5 GB for 110 MB of postings after the GloVe
     /// stream of `bench spfresh`).
     pub(crate) fn snapshot_due(&self, rows: u64) -> bool {
-        rows >= self.params.snapshot_rows || self.store.held_exceeds_used(GARBAGE_FLOOR)
+        rows >= self.params.snapshot_rows || self.store.held_due(GARBAGE_FLOOR)
     }
 
     /// After a write: a snapshot when one is due, and the queued jobs when
