@@ -245,3 +245,17 @@ def test_ef_search_property_and_stats():
     s = idx.stats()
     assert s["live"] == 10 and s["memory_bytes"] > 0 and s["slots_used"] == 10
     assert vectide.simd_isa() in ("scalar", "avx2", "avx512", "neon")
+
+
+def test_the_build_names_its_commit():
+    import re
+    import subprocess
+    from pathlib import Path
+
+    c = vectide.build_commit()
+    assert c == "unknown" or re.fullmatch(r"[0-9a-f]{7,40}", c)
+    root = Path(__file__).resolve().parents[2]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    if head.returncode == 0 and c != "unknown":
+        # Built from this checkout: a commit of its history.
+        assert subprocess.run(["git", "cat-file", "-e", c + "^{commit}"], cwd=root).returncode == 0

@@ -825,11 +825,20 @@ fn simd_isa() -> &'static str {
     vectide_core::distance::active_isa()
 }
 
+/// The commit the extension was built at (`unknown` outside a git
+/// checkout); a build from a tree with uncommitted changes still names
+/// the commit it started from.
+#[pyfunction]
+fn build_commit() -> &'static str {
+    env!("VECTIDE_BUILD_COMMIT")
+}
+
 #[pymodule]
 fn _vectide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyIndex>()?;
     db::register(m)?;
     m.add_function(wrap_pyfunction!(simd_isa, m)?)?;
+    m.add_function(wrap_pyfunction!(build_commit, m)?)?;
     m.add_function(wrap_pyfunction!(_arm_fault, m)?)?;
     m.add_function(wrap_pyfunction!(_clear_faults, m)?)?;
     m.add_function(wrap_pyfunction!(engines, m)?)?;

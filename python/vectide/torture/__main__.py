@@ -79,9 +79,10 @@ def main(argv=None) -> int:
     report = {"command": " ".join([Path(sys.executable).name, "-m", "vectide.torture"] + (argv or sys.argv[1:])),
               "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     try:
-        from vectide import simd_isa
+        from vectide import build_commit, simd_isa
 
         report["isa"] = simd_isa()
+        report["commit"] = build_commit()
     except Exception:  # noqa: BLE001
         pass
     cmds = ["server", "db", "engines", "corrupt", "badinput"] if args.cmd == "all" else [args.cmd]
@@ -157,22 +158,19 @@ def _run_soak(args, argv) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
     with tempfile.TemporaryDirectory(prefix="vectide-soak-") as tmp:
         work = args.workdir or Path(tmp)
         report = soak.run(args.engine, args.minutes, mode, work, points=args.points, writers=args.writers,
                           readers=args.readers, seed=args.seed, maintain_every=args.maintain_every, params=params)
     report["command"] = " ".join([Path(sys.executable).name, "-m", "vectide.torture"] + (argv or sys.argv[1:]))
-    report["started"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    report["started"] = started
+    report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     try:
-        import subprocess
+        from vectide import build_commit, simd_isa
 
-        report["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                          text=True, timeout=10).stdout.strip() or None
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        from vectide import simd_isa
-
+        # The code that ran: the commit the extension was built at.
+        report["commit"] = build_commit()
         report["isa"] = simd_isa()
     except Exception:  # noqa: BLE001
         pass
