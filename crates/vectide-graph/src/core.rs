@@ -402,6 +402,14 @@ impl GraphCore {
     /// The frame of a query: checks `k` and the query (normalised under
     /// cosine into a pooled buffer), then runs `f` with the store (read
     /// lock held) and a pooled scratch.
+    ///
+    /// The read lock is taken recursively: a batch's queries run as jobs
+    /// of the engine's pool, and a pool thread that waits inside an insert
+    /// or a consolidation (which hold the store's read lock across their
+    /// own jobs) may run one. Had it queued behind a writer waiting for
+    /// that same read lock (an insert that grows the store), neither could
+    /// go on: the deadlock a Python test of `fresh-vamana` met under
+    /// concurrent inserts, deletes and searches.
     pub fn with_query(
         &self,
         query: &[f32],
@@ -415,7 +423,7 @@ impl GraphCore {
         let mut qbuf = std::mem::take(&mut scratch.query);
         let result = vectide_core::validate::prepare_query(self.dim, self.metric, query, &mut qbuf)
             .map(|q| {
-                let store = self.store.read();
+                let store = self.store.read_recursive();
                 f(&store, q, &mut scratch)
             });
         scratch.query = qbuf;
@@ -478,4 +486,36 @@ macro_rules! graph_core_methods {
             Ok(self.core.stats())
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A query must not queue behind a writer that waits for a read lock
+    /// already held: an insert holds the store's read lock across its pool
+    /// jobs, and a pool thread that waits there may run a search's job.
+    #[test]
+    fn a_query_passes_a_waiting_writer_while_the_store_is_read_locked() {
+        let core = GraphCore::new("test", 2, Metric::L2, Store::new(2, 4, 8), Some(1)).unwrap();
+        std::thread::scope(|s| {
+            let held = core.store.read();
+            let writer = s.spawn(|| drop(core.store.write()));
+            // Let the writer park on the lock.
+            std::thread::sleep(Duration::from_millis(200));
+            let (tx, rx) = mpsc::channel();
+            let core = &core;
+            let query = s.spawn(move || {
+                let r = core.with_query(&[0.0, 1.0], 1, |_, _, _| ());
+                tx.send(r.is_ok()).unwrap();
+            });
+            let answered = rx.recv_timeout(Duration::from_secs(5));
+            drop(held);
+            query.join().unwrap();
+            writer.join().unwrap();
+            assert_eq!(answered, Ok(true), "the query waited for the writer");
+        });
+    }
 }
