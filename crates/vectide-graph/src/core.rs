@@ -403,13 +403,15 @@ impl GraphCore {
     /// cosine into a pooled buffer), then runs `f` with the store (read
     /// lock held) and a pooled scratch.
     ///
-    /// The read lock is taken recursively: a batch's queries run as jobs
-    /// of the engine's pool, and a pool thread that waits inside an insert
-    /// or a consolidation (which hold the store's read lock across their
-    /// own jobs) may run one. Had it queued behind a writer waiting for
-    /// that same read lock (an insert that grows the store), neither could
-    /// go on: the deadlock a Python test of `fresh-vamana` met under
-    /// concurrent inserts, deletes and searches.
+    /// On a pool thread the read lock is taken recursively: a batch's
+    /// queries run as jobs of the engine's pool, and a pool thread that
+    /// waits inside an insert or a consolidation (which hold the store's
+    /// read lock across their own jobs) may run one. Had it queued behind
+    /// a writer waiting for that same read lock (an insert that grows the
+    /// store), neither could go on: the deadlock a Python test of
+    /// `fresh-vamana` met under concurrent inserts, deletes and searches.
+    /// Other threads queue behind a waiting writer, so that a stream of
+    /// single queries cannot keep a growth waiting.
     pub fn with_query(
         &self,
         query: &[f32],
@@ -423,7 +425,11 @@ impl GraphCore {
         let mut qbuf = std::mem::take(&mut scratch.query);
         let result = vectide_core::validate::prepare_query(self.dim, self.metric, query, &mut qbuf)
             .map(|q| {
-                let store = self.store.read_recursive();
+                let store = if rayon::current_thread_index().is_some() {
+                    self.store.read_recursive()
+                } else {
+                    self.store.read()
+                };
                 f(&store, q, &mut scratch)
             });
         scratch.query = qbuf;
@@ -507,8 +513,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(200));
             let (tx, rx) = mpsc::channel();
             let core = &core;
+            // The query runs as a job of the engine's pool, as a batch's do.
             let query = s.spawn(move || {
-                let r = core.with_query(&[0.0, 1.0], 1, |_, _, _| ());
+                let r = core.install(|| core.with_query(&[0.0, 1.0], 1, |_, _, _| ()));
                 tx.send(r.is_ok()).unwrap();
             });
             let answered = rx.recv_timeout(Duration::from_secs(5));
