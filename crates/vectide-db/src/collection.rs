@@ -444,29 +444,22 @@ impl Collection {
         Ok(s)
     }
 
-    /// The maintenance jobs as the front ends show them: `{"running":
-    /// [names], "started": count}` (null when the engine's stats fail).
-    pub fn maintenance_json(&self) -> serde_json::Value {
+    /// The engine's stats as the front ends show them, from one call:
+    /// the maintenance jobs (`{"running": [names], "started": count}`)
+    /// and the size counters (live vectors, slots used and allocated,
+    /// deletes not yet reclaimed, memory and disk bytes); both null when
+    /// the engine's stats fail.
+    pub fn stats_json(&self) -> (serde_json::Value, serde_json::Value) {
         match self.stats() {
-            Ok(s) => {
-                serde_json::json!({"running": s.maintenance, "started": s.maintenance_started})
-            }
-            Err(_) => serde_json::Value::Null,
-        }
-    }
-
-    /// The engine's size counters as the front ends show them (null when
-    /// its stats fail): live vectors, slots used and allocated, deletes
-    /// not yet reclaimed, the bytes its structures hold in memory and its
-    /// files on disk.
-    pub fn engine_stats_json(&self) -> serde_json::Value {
-        match self.engine.stats() {
-            Ok(s) => serde_json::json!({
-                "live": s.live, "slots_used": s.slots_used, "capacity": s.capacity,
-                "pending_deletes": s.pending_deletes, "memory_bytes": s.memory_bytes,
-                "disk_bytes": s.disk_bytes,
-            }),
-            Err(_) => serde_json::Value::Null,
+            Ok(s) => (
+                serde_json::json!({"running": s.maintenance, "started": s.maintenance_started}),
+                serde_json::json!({
+                    "live": s.live, "slots_used": s.slots_used, "capacity": s.capacity,
+                    "pending_deletes": s.pending_deletes, "memory_bytes": s.memory_bytes,
+                    "disk_bytes": s.disk_bytes,
+                }),
+            ),
+            Err(_) => (serde_json::Value::Null, serde_json::Value::Null),
         }
     }
 

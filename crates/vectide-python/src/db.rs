@@ -504,6 +504,7 @@ impl PyCollection {
                 )
             })
             .collect();
+        let (maintenance, engine_stats) = c.stats_json();
         let indexes: serde_json::Map<String, Value> = c
             .indexes()
             .into_iter()
@@ -516,7 +517,7 @@ impl PyCollection {
             "opened_seconds": c.opened_in.as_secs_f64(),
             "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
             "poisoned": c.poisoned(),
-            "maintenance": c.maintenance_json(), "engine_stats": c.engine_stats_json(),
+            "maintenance": maintenance, "engine_stats": engine_stats,
         })
         .to_string())
     }

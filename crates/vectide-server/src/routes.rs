@@ -222,6 +222,7 @@ async fn get_collection(State(app): State<Arc<App>>, Path(name): Path<String>) -
         _ => d,
     };
     let n = c.len();
+    let (maintenance, engine_stats) = c.stats_json();
     let schema: Map<String, Value> = c
         .indexes()
         .into_iter()
@@ -256,7 +257,7 @@ async fn get_collection(State(app): State<Arc<App>>, Path(name): Path<String>) -
                 "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
                 "wal_tail_bytes": c.wal_tail_bytes(),
                 "poisoned": c.poisoned(),
-                "maintenance": c.maintenance_json(), "engine_stats": c.engine_stats_json(),
+                "maintenance": maintenance, "engine_stats": engine_stats,
             },
         }),
         t0,
