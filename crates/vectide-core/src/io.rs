@@ -197,19 +197,31 @@ impl<'a> ByteReader<'a> {
     /// corruption ("not a Vectide `what`"), a different version a
     /// [`Error::Version`].
     pub fn magic_version(&mut self, magic: &[u8], version: u32, what: &str) -> Result<()> {
+        self.magic_version_in(magic, version..=version, what)
+            .map(|_| ())
+    }
+    /// [`magic_version`](Self::magic_version) for a reader of several
+    /// versions: returns the one found, a version outside `versions` is an
+    /// [`Error::Version`] naming the newest read.
+    pub fn magic_version_in(
+        &mut self,
+        magic: &[u8],
+        versions: std::ops::RangeInclusive<u32>,
+        what: &str,
+    ) -> Result<u32> {
         if self.bytes(magic.len())? != magic {
             return Err(Error::corrupted(format!(
                 "not a Vectide {what} (bad magic)"
             )));
         }
         let found = self.u32()?;
-        if found != version {
+        if !versions.contains(&found) {
             return Err(Error::Version {
                 found,
-                supported: version,
+                supported: *versions.end(),
             });
         }
-        Ok(())
+        Ok(found)
     }
     /// Reads a CRC-32 and checks it against everything before it in the
     /// buffer (a section that ends in the CRC of its own bytes).

@@ -379,8 +379,26 @@ impl Collection {
         Ok(seq)
     }
 
+    /// Logs and applies a delete or payload update of `targets`, selected
+    /// before the record is made: a target deleted (and perhaps inserted
+    /// again, under a new internal id) in between is dropped, since the
+    /// call ran concurrently with that delete and may be ordered right
+    /// after it. A delete makes the store forget its targets' external ids
+    /// in log order (see [`PointStore::forget`]).
     fn simple_op(&self, kind: u8, targets: &[(u64, ExtId)], payload: &Value) -> Result<Seq> {
-        self.commit(|seq, _| Ok(encode_targets(seq, kind, targets, payload)))
+        self.commit(|seq, store| {
+            let still: Vec<(u64, ExtId)> = targets
+                .iter()
+                .filter(|(id, ext)| store.internal(ext) == Some(*id))
+                .cloned()
+                .collect();
+            if kind == OP_DELETE {
+                for (id, ext) in &still {
+                    store.forget(ext, *id);
+                }
+            }
+            Ok(encode_targets(seq, kind, &still, payload))
+        })
     }
 
     /// Deletes points named by id or matched by a filter; returns how many.

@@ -656,8 +656,9 @@ mod tests {
                     t.insert(id, row.as_slice()).unwrap();
                 }
                 let mut t = w.open_table(legacy::IDS).unwrap();
-                for (ext, &id) in &img.ids {
-                    t.insert(ext.as_slice(), id).unwrap();
+                for (&id, row) in &img.points {
+                    let (_, n) = ExtId::decode(&row[8..]).unwrap();
+                    t.insert(&row[8..8 + n], id).unwrap();
                 }
                 let mut t = w.open_table(legacy::META).unwrap();
                 t.insert("applied_seq", img.applied).unwrap();

@@ -4,8 +4,8 @@
 //! and a log of checkpoint batches).
 //!
 //! What it keeps: per internal id, `seq u64 | ext id | payload JSON`;
-//! every external id ever assigned with its internal id (so an id keeps its
-//! internal number across delete and re-insert); the watermarks
+//! in memory, the map from external to internal ids of the live points
+//! (and of those whose upsert is in flight); the watermarks
 //! `applied_seq`, `next_internal` and `engine_seq`; the declared payload
 //! indexes (field → `keyword` | `integer`).
 //!
@@ -21,6 +21,12 @@
 //! never shrank: [`legacy`] migrates such stores at their first open).
 //! Per point, the sequence number of the last write is kept: a replayed
 //! operation older than what a point holds is skipped (idempotent replay).
+//!
+//! A deleted point's external id is forgotten when its delete is logged
+//! ([`PointStore::forget`]), and an id inserted again gets a new internal
+//! number: memory and files follow the live points, not every id a
+//! collection has ever seen (they kept every id once, so a churn of new
+//! ids grew both without bound).
 
 use crate::error::{DbError, Result};
 use crate::filter::{Condition, Filter, Scalar};
@@ -221,13 +227,11 @@ pub struct PointStore {
     dirty: Dirty,
 }
 
-/// Rows of the redb tables that operations changed since a checkpoint
-/// last took them: per internal id, its encoded point (`None`: removed)
-/// and, for points that (re)appeared, its external id.
+/// Rows that operations changed since a checkpoint last took them: per
+/// internal id, its encoded point (`None`: removed).
 #[derive(Default)]
 struct Dirty {
     points: HashMap<u64, Option<Vec<u8>>>,
-    ids: HashMap<u64, Vec<u8>>,
 }
 
 impl Dirty {
@@ -236,9 +240,6 @@ impl Dirty {
     fn restore(&mut self, older: Dirty) {
         for (id, row) in older.points {
             self.points.entry(id).or_insert(row);
-        }
-        for (id, ext) in older.ids {
-            self.ids.entry(id).or_insert(ext);
         }
     }
 }
@@ -272,7 +273,6 @@ impl StoreFlush {
             next_internal: self.next_internal,
             engine_seq: self.engine_seq,
             points: &self.rows.points,
-            ids: &self.rows.ids,
         })
     }
 }
@@ -308,13 +308,10 @@ impl PointStore {
         for (id, row) in img.points {
             points.insert(id, decode_point(&row)?);
         }
-        let mut ids = HashMap::with_capacity(img.ids.len());
-        for (ext, id) in img.ids {
-            ids.insert(ExtId::decode(&ext)?.0, id);
-        }
+        let ids: HashMap<ExtId, u64> = points.iter().map(|(&id, p)| (p.ext.clone(), id)).collect();
         let next_internal = img
             .next_internal
-            .max(ids.values().map(|&i| i + 1).max().unwrap_or(0));
+            .max(points.keys().map(|&i| i + 1).max().unwrap_or(0));
         let mut store = PointStore {
             files: Arc::new(Mutex::new(files)),
             dirty: Dirty::default(),
@@ -351,13 +348,15 @@ impl PointStore {
         self.points.is_empty()
     }
 
-    /// The internal id of an external one (assigned, maybe not live).
+    /// The internal id of an external one (live, or its upsert in flight;
+    /// `None` once its delete is logged).
     pub fn internal(&self, ext: &ExtId) -> Option<u64> {
         self.ids.get(ext).copied()
     }
 
     /// Assigns (or returns) the internal id of an external one, in memory;
-    /// the WAL record carries it, and applying makes it durable.
+    /// the WAL record carries it, and applying makes it durable. Called
+    /// in log order (under the store's write lock, as the record is made).
     pub fn assign(&mut self, ext: &ExtId) -> u64 {
         if let Some(&i) = self.ids.get(ext) {
             return i;
@@ -368,13 +367,22 @@ impl PointStore {
         i
     }
 
-    /// A live point.
-    /// Every internal id ever assigned (live or deleted: the map never
-    /// forgets an id).
-    pub fn assigned(&self) -> impl Iterator<Item = u64> + '_ {
-        self.ids.values().copied()
+    /// Forgets `ext` as the record that deletes internal id `id` is made
+    /// (in log order, like [`assign`](Self::assign)), so that an upsert
+    /// logged after the delete assigns a new internal id. Does nothing when
+    /// `ext` names another internal id already (inserted again since).
+    pub fn forget(&mut self, ext: &ExtId, id: u64) {
+        if self.ids.get(ext) == Some(&id) {
+            self.ids.remove(ext);
+        }
     }
 
+    /// One more than the highest internal id ever assigned.
+    pub fn next_internal(&self) -> u64 {
+        self.next_internal
+    }
+
+    /// A live point.
     pub fn get(&self, id: u64) -> Option<&Point> {
         self.points.get(&id)
     }
@@ -424,22 +432,20 @@ impl PointStore {
                     self.dirty
                         .points
                         .insert(id, Some(encode_point(seq, &ext, &payload)));
-                    if !self.points.contains_key(&id) {
-                        // New, or back after a delete: its id row may not
-                        // be durable yet (rewriting it is harmless).
-                        self.dirty.ids.insert(id, ext.to_bytes());
-                    }
                     self.ids.insert(ext.clone(), id);
                     self.next_internal = self.next_internal.max(id + 1);
                     let old = self.points.insert(id, Point { ext, payload, seq });
                     self.reindex(id, old.as_ref().map(|p| &p.payload));
                 }
-                Change::Delete { id, .. } => {
+                Change::Delete { id, ext } => {
                     if self.points.get(&id).is_some_and(|p| p.seq <= seq) {
                         self.dirty.points.insert(id, None);
                         let old = self.points.remove(&id);
                         self.reindex(id, old.as_ref().map(|p| &p.payload));
                     }
+                    // Forgotten when the record was made; a replay forgets
+                    // it here.
+                    self.forget(&ext, id);
                 }
                 Change::SetPayload { id, ext, payload } => {
                     let Some(p) = self.points.get(&id) else {
@@ -567,7 +573,7 @@ impl PointStore {
             | Condition::Any { key, .. }
             | Condition::Range { key, .. } => self.indexes.get(key).and_then(|i| i.postings(c)),
             Condition::HasId(ids) => {
-                // `ids` never forgets an id: keep the live ones only.
+                // `ids` holds upserts in flight too: keep the live ones.
                 has_id.extend(
                     ids.iter()
                         .filter_map(|e| self.ids.get(e).copied())
@@ -785,12 +791,11 @@ mod tests {
         );
         assert!(s.applied_seq() >= 3);
         assert_eq!(s.get(b).unwrap().payload, json!({"city": "Paris"}));
-        assert_eq!(
-            s.assign(&ExtId::Num(10)),
-            a,
-            "internal ids are kept across deletes"
-        );
-        assert_eq!(s.assign(&ExtId::Num(11)), 2);
+        // Point 10 is back if seq 4 survived; else its id was forgotten
+        // with its delete, and it gets a new number.
+        let again = s.assign(&ExtId::Num(10));
+        assert_eq!(again == a, s.get(a).is_some(), "{again}");
+        assert_eq!(s.assign(&ExtId::Num(11)), 2 + u64::from(again != a));
         let r =
             Filter::parse(&json!({"must": [{"key": "n", "range": {"gte": 4, "lt": 6}}]})).unwrap();
         let (c, _) = s.index_candidates(&r).unwrap();
@@ -830,7 +835,130 @@ mod tests {
         assert_eq!(s.applied_seq(), 3);
         assert!(s.get(0).is_none(), "the newer delete won");
         assert_eq!(s.get(1).unwrap().payload, json!({"v": 2}));
-        assert_eq!(s.internal(&ExtId::Num(0)), Some(0), "its id row came back");
+        assert_eq!(
+            s.internal(&ExtId::Num(0)),
+            None,
+            "a deleted id is forgotten"
+        );
+        assert_eq!(s.internal(&ExtId::Num(1)), Some(1));
+    }
+
+    /// A delete forgets its external id as its record is made, before it
+    /// is applied: an upsert of the same id recorded meanwhile gets a new
+    /// internal number, and applying the two in log order leaves one point.
+    /// (Forgotten only when applied, the upsert would reuse the old number,
+    /// and a third upsert recorded after the delete's apply would take a
+    /// new one: two live points for one id.)
+    #[test]
+    fn a_delete_forgets_its_id_in_log_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = PointStore::open(dir.path()).unwrap();
+        let x = ExtId::Str("x".into());
+        let a = s.assign(&x);
+        s.apply(
+            1,
+            &[Change::Upsert {
+                id: a,
+                ext: x.clone(),
+                payload: json!({"v": 1}),
+            }],
+        );
+        s.forget(&x, a); // the delete's record (seq 2) is made
+        let b = s.assign(&x); // an upsert's record (seq 3)
+        assert_ne!(a, b);
+        s.forget(&x, a); // a stale delete of the old number changes nothing
+        assert_eq!(s.internal(&x), Some(b));
+        s.apply(
+            2,
+            &[Change::Delete {
+                id: a,
+                ext: x.clone(),
+            }],
+        );
+        assert_eq!(
+            s.internal(&x),
+            Some(b),
+            "the delete's apply leaves the new number"
+        );
+        assert_eq!(s.assign(&x), b, "a fourth record reuses the live number");
+        s.apply(
+            3,
+            &[Change::Upsert {
+                id: b,
+                ext: x.clone(),
+                payload: json!({"v": 2}),
+            }],
+        );
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.get(b).unwrap().payload, json!({"v": 2}));
+        // A replay of the same records ends in the same state.
+        s.checkpoint(0).unwrap();
+        drop(s);
+        let mut s = PointStore::open(dir.path()).unwrap();
+        assert_eq!((s.len(), s.internal(&x)), (1, Some(b)));
+        s.apply(
+            4,
+            &[Change::Delete {
+                id: b,
+                ext: x.clone(),
+            }],
+        );
+        assert_eq!(s.internal(&x), None, "a replayed delete forgets");
+    }
+
+    /// Churn through ever new ids (every round deletes the live points and
+    /// inserts as many never seen) keeps the id map at the live points and
+    /// the files near the rows; the store kept every id once, and both grew
+    /// with each round.
+    #[test]
+    fn a_churn_of_new_ids_keeps_memory_and_files_at_the_live_points() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = PointStore::open(dir.path()).unwrap();
+        let n = 2_000u64;
+        let mut seq = 0;
+        let mut sizes = Vec::new();
+        for round in 0..30u64 {
+            for i in 0..n {
+                let ext = ExtId::Str(format!("doc-{round}-{i}"));
+                let id = s.assign(&ext);
+                seq += 1;
+                s.apply(
+                    seq,
+                    &[Change::Upsert {
+                        id,
+                        ext,
+                        payload: json!({"r": round}),
+                    }],
+                );
+            }
+            if round > 0 {
+                for i in 0..n {
+                    let ext = ExtId::Str(format!("doc-{}-{i}", round - 1));
+                    let id = s.internal(&ext).unwrap();
+                    s.forget(&ext, id);
+                    seq += 1;
+                    s.apply(seq, &[Change::Delete { id, ext }]);
+                }
+            }
+            s.checkpoint(0).unwrap();
+            assert_eq!(
+                (s.len(), s.ids.len()),
+                (n as usize, n as usize),
+                "round {round}"
+            );
+            sizes.push(s.file_bytes());
+        }
+        assert_eq!(s.next_internal(), 30 * n, "numbers are never reused");
+        let max = *sizes[2..].iter().max().unwrap() as f64;
+        assert!(
+            max <= 1.6 * sizes[2] as f64 + (2 << 20) as f64,
+            "file sizes per round: {sizes:?}"
+        );
+        drop(s);
+        let s = PointStore::open(dir.path()).unwrap();
+        assert_eq!((s.len(), s.ids.len()), (n as usize, n as usize));
+        assert!(s.internal(&ExtId::Str("doc-28-5".into())).is_none());
+        assert!(s.internal(&ExtId::Str("doc-29-5".into())).is_some());
     }
 
     /// Rounds that each rewrite a quarter of the rows keep the store's
@@ -908,8 +1036,9 @@ mod tests {
         assert!(!old.exists(), "the redb file is gone");
         assert_eq!((s.applied_seq(), s.engine_checkpoint(), s.len()), (5, 4, 3));
         assert_eq!(s.get(2).unwrap().payload, json!({"k": 2}));
-        assert_eq!(s.internal(&ExtId::Num(99)), Some(3));
-        assert_eq!(s.assign(&ExtId::Num(7)), 4);
+        assert_eq!(s.internal(&ExtId::Num(99)), None, "deleted: forgotten");
+        assert_eq!(s.internal(&ExtId::Num(101)), Some(1));
+        assert_eq!(s.assign(&ExtId::Num(7)), 4, "numbers are not reused");
         assert_eq!(s.indexes(), vec![("k".to_string(), IndexKind::Integer)]);
         drop(s);
         let s = PointStore::open(dir.path()).unwrap();

@@ -194,10 +194,10 @@ impl Collection {
             for (&id, _) in store.iter() {
                 missing += usize::from(!engine.contains(id)?);
             }
-            let mut stale = 0;
-            for id in store.assigned() {
-                stale += usize::from(store.get(id).is_none() && engine.contains(id)?);
-            }
+            // With none missing, the engine's live count beyond the
+            // store's is the deleted points it still holds (the store
+            // forgets deleted ids, so they are counted, not listed).
+            let stale = (engine.len() + missing).saturating_sub(store.len());
             if missing > 0 || stale > 0 {
                 return Err(DbError::corrupted(format!(
                     "{}: the engine and the point store disagree ({missing} of the store's {} points have no vector, {stale} deleted points still have one): a file of the engine or the store is damaged; `vectide repair` deletes the points that lost their vector",
@@ -259,8 +259,11 @@ impl Collection {
                     orphans.push(p.ext.clone());
                 }
             }
+            // Deleted ids are forgotten: every internal id ever assigned
+            // that is not live is looked up (a repair is rare; an open
+            // only counts them).
             let mut stale = Vec::new();
-            for id in store.assigned() {
+            for id in 0..store.next_internal() {
                 if store.get(id).is_none() && self.engine.contains(id)? {
                     stale.push(id);
                 }

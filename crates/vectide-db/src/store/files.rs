@@ -15,6 +15,11 @@
 //!   index := 2 u8 | len u32 | field | kind u8
 //! ```
 //!
+//! The `ids` sections are empty since version 2: a row carries its
+//! point's external id, and the ids of deleted points are forgotten (they
+//! were kept for ever before, so the section grew with every id a
+//! collection had ever seen). Version-1 sections are read and dropped.
+//!
 //! A checkpoint appends one batch (the rows it changed and its
 //! watermarks) and `fdatasync`s it ([`SYNC_STORE`]); the state is the
 //! snapshot with the log's records applied in order. Once the log
@@ -43,7 +48,9 @@ pub const SNAPSHOT_FILE: &str = "points.snap";
 /// The log of checkpoint batches since the snapshot.
 pub const LOG_FILE: &str = "points.log";
 const MAGIC: &[u8; 8] = b"VTDXPTS\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The oldest snapshot version read (its `ids` section is dropped).
+const OLDEST_VERSION: u32 = 1;
 const BATCH: u8 = 1;
 const INDEX: u8 = 2;
 /// The log is compacted into the snapshot only once it holds this much.
@@ -67,8 +74,6 @@ pub struct Image {
     pub engine_seq: Seq,
     /// internal id → encoded point (`seq | ext id | payload`).
     pub points: HashMap<u64, Vec<u8>>,
-    /// external id bytes → internal id (every id ever assigned).
-    pub ids: HashMap<Vec<u8>, u64>,
     pub indexes: BTreeMap<String, IndexKind>,
 }
 
@@ -79,8 +84,6 @@ pub struct Batch<'a> {
     pub engine_seq: Seq,
     /// internal id → encoded point, `None`: removed.
     pub points: &'a HashMap<u64, Option<Vec<u8>>>,
-    /// internal id → external id bytes, for points that (re)appeared.
-    pub ids: &'a HashMap<u64, Vec<u8>>,
 }
 
 impl Batch<'_> {
@@ -100,11 +103,8 @@ impl Batch<'_> {
                 None => out.push(0),
             }
         }
-        out.extend_from_slice(&(self.ids.len() as u32).to_le_bytes());
-        for (&id, ext) in self.ids {
-            out.extend_from_slice(&id.to_le_bytes());
-            put_bytes(out, ext);
-        }
+        // No ids (version 2).
+        out.extend_from_slice(&0u32.to_le_bytes());
     }
 }
 
@@ -177,9 +177,10 @@ impl Image {
                         t => return Err(DbError::corrupted(format!("point store: row tag {t}"))),
                     }
                 }
+                // A version-1 batch's ids: the rows carry them.
                 for _ in 0..r.u32()? {
-                    let id = r.u64()?;
-                    self.ids.insert(get_bytes(&mut r)?.to_vec(), id);
+                    r.u64()?;
+                    get_bytes(&mut r)?;
                 }
             }
             INDEX => {
@@ -212,17 +213,12 @@ impl Image {
                 }
             }
         }
-        for (&id, ext) in b.ids {
-            self.ids.insert(ext.clone(), id);
-        }
     }
 
     /// The snapshot file's bytes.
     pub fn encode_snapshot(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(
-            64 + self.points.values().map(|r| r.len() + 12).sum::<usize>()
-                + self.ids.keys().map(|e| e.len() + 12).sum::<usize>(),
-        );
+        let mut out =
+            Vec::with_capacity(64 + self.points.values().map(|r| r.len() + 12).sum::<usize>());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
         for v in [self.applied, self.next_internal, self.engine_seq] {
@@ -238,11 +234,8 @@ impl Image {
             out.extend_from_slice(&id.to_le_bytes());
             put_bytes(&mut out, row);
         }
-        out.extend_from_slice(&(self.ids.len() as u64).to_le_bytes());
-        for (ext, &id) in &self.ids {
-            out.extend_from_slice(&id.to_le_bytes());
-            put_bytes(&mut out, ext);
-        }
+        // No ids (version 2).
+        out.extend_from_slice(&0u64.to_le_bytes());
         push_crc(&mut out, 0);
         out
     }
@@ -250,7 +243,7 @@ impl Image {
     /// Parses a snapshot file's bytes.
     pub fn decode_snapshot(bytes: &[u8]) -> Result<Image> {
         let mut r = ByteReader::new(bytes);
-        r.magic_version(MAGIC, VERSION, "point store snapshot")?;
+        r.magic_version_in(MAGIC, OLDEST_VERSION..=VERSION, "point store snapshot")?;
         // The checksum first: a damaged count must not drive the parse
         // (the magic and version took 12 bytes, so the CRC's 4 are there
         // or the next read fails).
@@ -269,10 +262,8 @@ impl Image {
             img.indexes.insert(field, kind_of(r.u8()?)?);
         }
         img.points = entries(&mut r, "point")?.into_iter().collect();
-        img.ids = entries(&mut r, "id")?
-            .into_iter()
-            .map(|(id, ext)| (ext, id))
-            .collect();
+        // A version-1 snapshot's ids: the rows carry them.
+        entries(&mut r, "id")?;
         if r.remaining() != 0 {
             return Err(DbError::corrupted(
                 "point store snapshot: bytes after the ids",
@@ -430,8 +421,6 @@ mod tests {
         };
         img.points.insert(0, b"row0".to_vec());
         img.points.insert(3, b"row three".to_vec());
-        img.ids.insert(b"a".to_vec(), 0);
-        img.ids.insert(b"bb".to_vec(), 3);
         img.indexes.insert("tag".into(), IndexKind::Keyword);
         img
     }
@@ -455,6 +444,50 @@ mod tests {
         }
     }
 
+    /// A version-1 snapshot (every id ever assigned in its `ids` section)
+    /// and a version-1 batch (the ids of the points it added) are read;
+    /// their ids are dropped, the rows carry the live points' ids.
+    #[test]
+    fn version_1_files_are_read_and_their_ids_dropped() {
+        let img = image();
+        let mut v1 = img.encode_snapshot();
+        v1.truncate(v1.len() - 12); // the empty ids section and the CRC
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        v1.extend_from_slice(&2u64.to_le_bytes());
+        for (id, ext) in [(0u64, &b"a"[..]), (5, b"gone")] {
+            v1.extend_from_slice(&id.to_le_bytes());
+            put_bytes(&mut v1, ext);
+        }
+        push_crc(&mut v1, 0);
+        assert_eq!(Image::decode_snapshot(&v1).unwrap(), img);
+        let mut rec = Vec::new();
+        Batch {
+            applied: 10,
+            next_internal: 6,
+            engine_seq: 8,
+            points: &[(6, Some(b"six".to_vec()))].into_iter().collect(),
+        }
+        .encode(&mut rec);
+        rec.truncate(rec.len() - 4);
+        rec.extend_from_slice(&1u32.to_le_bytes());
+        rec.extend_from_slice(&6u64.to_le_bytes());
+        put_bytes(&mut rec, b"ext6");
+        let mut got = img.clone();
+        got.apply_record(&rec).unwrap();
+        assert_eq!(got.points[&6], b"six");
+        assert_eq!((got.applied, got.next_internal), (10, 6));
+        // A newer version is refused by name.
+        let mut v3 = img.encode_snapshot();
+        v3[8..12].copy_from_slice(&3u32.to_le_bytes());
+        assert!(matches!(
+            Image::decode_snapshot(&v3),
+            Err(DbError::Core(vectide_core::Error::Version {
+                found: 3,
+                supported: 2
+            }))
+        ));
+    }
+
     #[test]
     fn batches_append_then_compact_and_a_reopen_sees_the_same_state() {
         let dir = tempfile::tempdir().unwrap();
@@ -464,14 +497,12 @@ mod tests {
         let mut compacted = false;
         for round in 0..400u64 {
             let mut points = HashMap::new();
-            let mut ids = HashMap::new();
             for i in 0..50u64 {
                 let id = (round * 7 + i) % 300;
                 if (round + i) % 5 == 0 {
                     points.insert(id, None);
                 } else {
                     points.insert(id, Some(vec![round as u8; 100]));
-                    ids.insert(id, format!("ext{id}").into_bytes());
                 }
             }
             let b = Batch {
@@ -479,7 +510,6 @@ mod tests {
                 next_internal: 300,
                 engine_seq: round,
                 points: &points,
-                ids: &ids,
             };
             want.apply_batch(&b);
             f.commit(&b).unwrap();
@@ -514,16 +544,11 @@ mod tests {
                     (id, (i % 3 != 0).then(|| vec![round as u8; 8]))
                 })
                 .collect();
-            let ids = points
-                .keys()
-                .map(|&id| (id, vec![id as u8]))
-                .collect::<HashMap<_, _>>();
             let b = Batch {
                 applied: round + 1,
                 next_internal: 13,
                 engine_seq: round + 1,
                 points: &points,
-                ids: &ids,
             };
             want.apply_batch(&b);
             f.commit(&b).unwrap();
@@ -544,13 +569,11 @@ mod tests {
         f.compact(None).unwrap();
         let points: HashMap<u64, Option<Vec<u8>>> =
             [(1, Some(b"x".to_vec())), (2, None)].into_iter().collect();
-        let ids: HashMap<u64, Vec<u8>> = [(1, b"one".to_vec())].into_iter().collect();
         f.commit(&Batch {
             applied: 3,
             next_internal: 3,
             engine_seq: 0,
             points: &points,
-            ids: &ids,
         })
         .unwrap();
         f.declare_index("k", IndexKind::Keyword).unwrap();

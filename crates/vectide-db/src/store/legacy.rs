@@ -57,16 +57,18 @@ fn read(path: &Path) -> Result<Image> {
             img.points.insert(k.value(), v.value().to_vec());
         }
     }
-    if let Some(t) = table(&r, IDS)? {
-        for item in t.iter()? {
-            let (k, v) = item?;
-            img.ids.insert(k.value().to_vec(), v.value());
-        }
-    }
     if let Some(meta) = table(&r, META)? {
         img.applied = meta.get("applied_seq")?.map_or(0, |g| g.value());
         img.engine_seq = meta.get("engine_seq")?.map_or(0, |g| g.value());
         img.next_internal = meta.get("next_internal")?.map_or(0, |g| g.value());
+    }
+    // The rows carry the live points' ids; the table's other entries (the
+    // deleted points', kept by that version) only bound the numbers used.
+    if let Some(t) = table(&r, IDS)? {
+        for item in t.iter()? {
+            let (_, v) = item?;
+            img.next_internal = img.next_internal.max(v.value().saturating_add(1));
+        }
     }
     if let Some(t) = table(&r, INDEXES)? {
         for item in t.iter()? {
