@@ -10,6 +10,8 @@
 //!   crash states, SIGKILLs, the mutation check) on a durable engine or a
 //!   database collection;
 //! - `vectide serve --data DIR` serves a database over HTTP;
+//! - `vectide memnode --listen ADDR --size BYTES` runs a memory node for
+//!   d-HNSW (`vectide-remote`);
 //! - `vectide import --data DIR --collection NAME FILE` loads points;
 //! - `vectide repair --data DIR` salvages a database whose WAL is damaged;
 //! - `vectide disk-search --dataset NAME` measures the long-term index's
@@ -22,6 +24,7 @@ mod crash;
 mod dataset;
 mod db;
 mod disk;
+mod memnode;
 mod quant;
 mod runbook;
 
@@ -71,6 +74,9 @@ enum Command {
     },
     /// Serve a database directory over HTTP (Qdrant-compatible REST subset).
     Serve(db::ServeArgs),
+    /// Run a memory node for d-HNSW: named regions within --size bytes,
+    /// served as one-sided verbs over TCP (docs/protocol-memnode.md).
+    Memnode(memnode::MemnodeArgs),
     /// Load points from .npy, .jsonl or a dataset (HDF5 `train`) into a collection.
     Import(db::ImportArgs),
     /// Salvage a database whose write-ahead log is damaged: keep the records
@@ -127,6 +133,7 @@ fn main() -> ExitCode {
             verify,
         } => open_probe(&path, &persist, verify),
         Command::Serve(args) => db::serve(&args),
+        Command::Memnode(args) => memnode::run(&args).map_err(|e| e.to_string()),
         Command::Import(args) => db::import(&args),
         Command::Repair(args) => db::repair(&args),
         Command::Maintain(args) => db::maintain(&args),

@@ -38,12 +38,25 @@ pub enum Error {
     /// Retrying cannot help before that. The text names the first failure.
     #[error("poisoned: {0}; writes are refused until it is reopened, which replays the log")]
     Poisoned(String),
+    /// A remote part (a memory node) did not answer within its timeout, or
+    /// its connection failed. Transient: nothing was decided by the failed
+    /// call's caller, and retrying may help (unlike [`Error::Poisoned`]).
+    #[error("unavailable: {0}; retrying may help")]
+    Unavailable(String),
 }
 
 impl Error {
     /// Shorthand for [`Error::InvalidInput`].
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidInput(msg.into())
+    }
+    /// Shorthand for [`Error::Unavailable`].
+    pub fn unavailable(msg: impl Into<String>) -> Self {
+        Error::Unavailable(msg.into())
+    }
+    /// Whether retrying the call may succeed ([`Error::Unavailable`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Unavailable(_))
     }
     /// Shorthand for [`Error::Corrupted`].
     pub fn corrupted(msg: impl Into<String>) -> Self {

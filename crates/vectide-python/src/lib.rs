@@ -18,7 +18,9 @@ use numpy::{
     PyUntypedArrayMethods,
 };
 use pyo3::create_exception;
-use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyOSError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyConnectionError, PyFileNotFoundError, PyKeyError, PyOSError, PyTypeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 use std::collections::HashSet;
@@ -57,6 +59,8 @@ fn to_py(e: Error) -> PyErr {
         }
         Error::Io { .. } => PyOSError::new_err(msg),
         Error::Poisoned(_) => PoisonedError::new_err(msg),
+        // A remote part (a memory node) that did not answer: transient.
+        Error::Unavailable(_) => PyConnectionError::new_err(msg),
     }
 }
 

@@ -27,11 +27,12 @@ impl ApiError {
 
 /// The status of a core error: caller mistakes are 400, missing ids 404,
 /// a poisoned collection 503 (writes are unavailable until a restart
-/// reopens it), damage, versions and I/O 500.
+/// reopens it), a remote part that did not answer 503 (transient: the
+/// message says retrying may help), damage, versions and I/O 500.
 fn core_status(e: &vectide_core::Error) -> StatusCode {
     use vectide_core::Error as E;
     match e {
-        E::Poisoned(_) => StatusCode::SERVICE_UNAVAILABLE,
+        E::Poisoned(_) | E::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         E::InvalidInput(_) | E::DimensionMismatch { .. } => StatusCode::BAD_REQUEST,
         E::NotFound(_) => StatusCode::NOT_FOUND,
         E::Corrupted(_) | E::Version { .. } | E::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,

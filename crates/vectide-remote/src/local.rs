@@ -1,0 +1,35 @@
+//! The in-process transport, for unit tests: the same frames as TCP
+//! (encoded, decoded, counted), handed to a [`Regions`] in this process.
+//! Every figure of record goes through [`crate::TcpMemory`] instead.
+
+use crate::client::{Exchange, Remote};
+use crate::frame::Request;
+use crate::model::{Counters, NetModel};
+use crate::node::serve;
+use crate::regions::Regions;
+use std::sync::Arc;
+use vectide_core::Result;
+
+/// Hands frames to a [`Regions`] in this process.
+pub struct Local(Arc<Regions>);
+
+impl Exchange for Local {
+    fn exchange(&self, frame: &[u8]) -> Result<Vec<u8>> {
+        let reply = match Request::decode(&frame[4..]) {
+            Ok(req) => serve(&self.0, req),
+            Err(e) => crate::frame::Reply::error(crate::frame::ErrorCode::Malformed, e.to_string()),
+        };
+        Ok(reply.encode()[4..].to_vec())
+    }
+}
+
+/// [`crate::RemoteMemory`] on regions in this process.
+pub type LocalMemory = Remote<Local>;
+
+impl LocalMemory {
+    /// A transport to `regions` (shared with other transports, as compute
+    /// nodes share a memory node).
+    pub fn local(regions: Arc<Regions>, model: NetModel) -> LocalMemory {
+        Remote::new(Local(regions), Counters::new(model)).expect("the same version")
+    }
+}

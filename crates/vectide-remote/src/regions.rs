@@ -1,0 +1,352 @@
+//! The memory node's store: named regions of bytes within a size budget,
+//! and the execution of work-request chains on them. It never looks at
+//! what the bytes mean.
+
+use crate::verbs::{Completion, RegionInfo, Status, Verb};
+use crate::NodeSize;
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::Arc;
+use vectide_core::{Error, Result};
+
+/// Longest region name, in bytes (UTF-8).
+pub const MAX_NAME: usize = 255;
+
+struct Mem {
+    name: String,
+    bytes: RwLock<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct Table {
+    by_id: HashMap<u32, Arc<Mem>>,
+    by_name: HashMap<String, u32>,
+    next_id: u32,
+    used: u64,
+}
+
+/// Named regions within `capacity` bytes.
+pub struct Regions {
+    capacity: u64,
+    table: RwLock<Table>,
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(Error::invalid(format!(
+            "a region name is 1..={MAX_NAME} bytes, got {}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+impl Regions {
+    /// An empty store that may hand out `capacity` bytes.
+    pub fn new(capacity: u64) -> Regions {
+        Regions {
+            capacity,
+            table: RwLock::new(Table {
+                next_id: 1,
+                ..Table::default()
+            }),
+        }
+    }
+
+    /// The budget and what regions use of it.
+    pub fn size(&self) -> NodeSize {
+        NodeSize {
+            capacity: self.capacity,
+            used: self.table.read().used,
+        }
+    }
+
+    /// Creates a zeroed region; a name in use, an empty or too long name,
+    /// a zero size or one beyond the budget left is an error.
+    pub fn create(&self, name: &str, size: u64) -> Result<RegionInfo> {
+        check_name(name)?;
+        if size == 0 {
+            return Err(Error::invalid("a region's size must be at least 1 byte"));
+        }
+        let mut t = self.table.write();
+        if t.by_name.contains_key(name) {
+            return Err(Error::invalid(format!("region {name:?} exists")));
+        }
+        let left = self.capacity - t.used;
+        if size > left {
+            return Err(Error::invalid(format!(
+                "region {name:?} of {size} bytes does not fit: the node has {left} of its {} bytes left",
+                self.capacity
+            )));
+        }
+        let len = usize::try_from(size)
+            .map_err(|_| Error::invalid(format!("region size {size} is beyond this machine")))?;
+        let id = t.next_id;
+        t.next_id = t
+            .next_id
+            .checked_add(1)
+            .ok_or_else(|| Error::invalid("the node ran out of region ids"))?;
+        let mem = Arc::new(Mem {
+            name: name.to_string(),
+            bytes: RwLock::new(vec![0u8; len]),
+        });
+        t.by_id.insert(id, mem);
+        t.by_name.insert(name.to_string(), id);
+        t.used += size;
+        Ok(RegionInfo {
+            name: name.to_string(),
+            id,
+            size,
+        })
+    }
+
+    /// An existing region by name.
+    pub fn open(&self, name: &str) -> Result<RegionInfo> {
+        check_name(name)?;
+        let t = self.table.read();
+        let id = *t
+            .by_name
+            .get(name)
+            .ok_or_else(|| Error::invalid(format!("no region named {name:?}")))?;
+        let size = t.by_id[&id].bytes.read().len() as u64;
+        Ok(RegionInfo {
+            name: name.to_string(),
+            id,
+            size,
+        })
+    }
+
+    /// Removes a region (its id is never handed out again).
+    pub fn drop_region(&self, name: &str) -> Result<()> {
+        check_name(name)?;
+        let mut t = self.table.write();
+        let id = t
+            .by_name
+            .remove(name)
+            .ok_or_else(|| Error::invalid(format!("no region named {name:?}")))?;
+        let mem = t.by_id.remove(&id).expect("the tables agree");
+        t.used -= mem.bytes.read().len() as u64;
+        Ok(())
+    }
+
+    /// Every region, by id.
+    pub fn list(&self) -> Vec<RegionInfo> {
+        let t = self.table.read();
+        let mut v: Vec<RegionInfo> = t
+            .by_id
+            .iter()
+            .map(|(&id, m)| RegionInfo {
+                name: m.name.clone(),
+                id,
+                size: m.bytes.read().len() as u64,
+            })
+            .collect();
+        v.sort_by_key(|r| r.id);
+        v
+    }
+
+    /// Runs a chain in order; after a failed request the rest are
+    /// [`Status::Flushed`].
+    pub fn execute(&self, wrs: &[Verb]) -> Vec<Completion> {
+        let mut out = Vec::with_capacity(wrs.len());
+        let mut failed = false;
+        for wr in wrs {
+            if failed {
+                out.push(Completion::Failed(Status::Flushed));
+                continue;
+            }
+            let c = self.one(wr);
+            failed = matches!(c, Completion::Failed(_));
+            out.push(c);
+        }
+        out
+    }
+
+    fn one(&self, wr: &Verb) -> Completion {
+        let (region, offset, len, atomic) = match wr {
+            Verb::Read {
+                region,
+                offset,
+                len,
+            } => (*region, *offset, u64::from(*len), false),
+            Verb::Write {
+                region,
+                offset,
+                bytes,
+            } => (*region, *offset, bytes.len() as u64, false),
+            Verb::Cas { region, offset, .. } | Verb::FetchAdd { region, offset, .. } => {
+                (*region, *offset, 8, true)
+            }
+        };
+        let Some(mem) = self.table.read().by_id.get(&region).cloned() else {
+            return Completion::Failed(Status::UnknownRegion);
+        };
+        if atomic && offset % 8 != 0 {
+            return Completion::Failed(Status::Unaligned);
+        }
+        let size = mem.bytes.read().len() as u64;
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Completion::Failed(Status::OutOfBounds);
+        }
+        // In bounds of a Vec: fits usize.
+        let (at, n) = (offset as usize, len as usize);
+        match wr {
+            Verb::Read { .. } => Completion::Data(mem.bytes.read()[at..at + n].to_vec()),
+            Verb::Write { bytes, .. } => {
+                mem.bytes.write()[at..at + n].copy_from_slice(bytes);
+                Completion::Done
+            }
+            Verb::Cas { expect, new, .. } => {
+                let mut b = mem.bytes.write();
+                let w = &mut b[at..at + 8];
+                let old = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+                if old == *expect {
+                    w.copy_from_slice(&new.to_le_bytes());
+                }
+                Completion::Word(old)
+            }
+            Verb::FetchAdd { add, .. } => {
+                let mut b = mem.bytes.write();
+                let w = &mut b[at..at + 8];
+                let old = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+                w.copy_from_slice(&old.wrapping_add(*add).to_le_bytes());
+                Completion::Word(old)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_keep_to_their_budget_and_bounds() {
+        let r = Regions::new(100);
+        let a = r.create("a", 64).unwrap();
+        assert!(r.create("a", 8).is_err(), "a name in use");
+        assert!(r.create("b", 40).is_err(), "beyond the budget");
+        assert!(r.create("", 8).is_err() && r.create(&"x".repeat(256), 8).is_err());
+        assert!(r.create("z", 0).is_err());
+        let b = r.create("b", 36).unwrap();
+        assert_eq!(r.size().used, 100);
+        let c = r.execute(&[
+            Verb::Write {
+                region: a.id,
+                offset: 8,
+                bytes: 7u64.to_le_bytes().to_vec(),
+            },
+            Verb::Cas {
+                region: a.id,
+                offset: 8,
+                expect: 7,
+                new: 9,
+            },
+            Verb::Cas {
+                region: a.id,
+                offset: 8,
+                expect: 7,
+                new: 11,
+            },
+            Verb::FetchAdd {
+                region: a.id,
+                offset: 8,
+                add: 1,
+            },
+            Verb::Read {
+                region: a.id,
+                offset: 8,
+                len: 8,
+            },
+        ]);
+        assert_eq!(
+            c,
+            vec![
+                Completion::Done,
+                Completion::Word(7),
+                Completion::Word(9),
+                Completion::Word(9),
+                Completion::Data(10u64.to_le_bytes().to_vec())
+            ]
+        );
+        let c = r.execute(&[
+            Verb::Read {
+                region: b.id,
+                offset: 30,
+                len: 6,
+            },
+            Verb::Read {
+                region: b.id,
+                offset: 30,
+                len: 7,
+            },
+            Verb::Write {
+                region: a.id,
+                offset: 0,
+                bytes: vec![1],
+            },
+        ]);
+        assert_eq!(c[1], Completion::Failed(Status::OutOfBounds));
+        assert_eq!(
+            c[2],
+            Completion::Failed(Status::Flushed),
+            "after a failure nothing runs"
+        );
+        assert_eq!(
+            r.execute(&[Verb::Read {
+                region: a.id,
+                offset: 0,
+                len: 1
+            }])[0],
+            Completion::Data(vec![0])
+        );
+        for bad in [
+            Verb::Cas {
+                region: a.id,
+                offset: 4,
+                expect: 0,
+                new: 1,
+            },
+            Verb::FetchAdd {
+                region: a.id,
+                offset: 60,
+                add: 1,
+            },
+            Verb::Read {
+                region: 99,
+                offset: 0,
+                len: 1,
+            },
+            Verb::Read {
+                region: a.id,
+                offset: u64::MAX,
+                len: 2,
+            },
+        ] {
+            assert!(
+                matches!(
+                    r.execute(std::slice::from_ref(&bad))[0],
+                    Completion::Failed(_)
+                ),
+                "{bad:?}"
+            );
+        }
+        r.drop_region("a").unwrap();
+        assert_eq!(r.size().used, 36);
+        assert!(r.open("a").is_err());
+        let a2 = r.create("a", 8).unwrap();
+        assert_ne!(a2.id, a.id, "ids are not reused");
+        assert_eq!(
+            r.execute(&[Verb::Read {
+                region: a.id,
+                offset: 0,
+                len: 1
+            }])[0],
+            Completion::Failed(Status::UnknownRegion)
+        );
+        assert_eq!(
+            r.list().iter().map(|x| x.name.as_str()).collect::<Vec<_>>(),
+            ["b", "a"]
+        );
+    }
+}
