@@ -51,11 +51,13 @@ def _same(a, b) -> bool:
 def test_quick_bad_input_matrix_has_no_failures(tmp_path):
     from vectide.torture import badinput
 
-    surfaces = "http,python,client" if (Path(sys.executable).parent / "vectide").exists() else "python"
+    surfaces = "http,python,client,memnode" if (Path(sys.executable).parent / "vectide").exists() else "python"
     args = argparse.Namespace(quick=True, surfaces=surfaces, verbose=False, cli=None, workdir=tmp_path)
     r = badinput.run(args)
     s = r["summary"]
     assert s["cases"] >= 300, s
+    if "memnode" in surfaces:
+        assert s["by_surface"]["memnode"]["cases"] >= 25, s
     bad = [f"{c['surface']}/{c['group']}/{c['case']}: {c['problems']} ({c['got'][:150]})" for c in r["failures"]]
     assert s["failed"] == 0, "\n".join(bad[:40])
     json.dumps(r)  # the report is JSON-able

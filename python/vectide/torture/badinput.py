@@ -19,7 +19,9 @@ collection, and throws a matrix of bad inputs at them:
 - malformed JSON, bodies that are not objects, wrong content types, bodies
   over the limit, unknown routes, methods, collections, engines and
   parameters, bad collection names, bad API keys;
-- the same through ``vectide.Client`` (Python over HTTP).
+- the same through ``vectide.Client`` (Python over HTTP);
+- raw frames to a memory node (``vectide memnode``, d-HNSW's remote
+  memory): ``badinput_memnode``.
 
 Each case must be refused cleanly: Python raises the documented exception
 type (``TypeError`` for a wrong type, ``ValueError`` for a bad value,
@@ -101,8 +103,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # parent parser; this one must not reset it.
     p.add_argument("--quick", action="store_true", default=argparse.SUPPRESS,
                    help="fewer values per parameter (the CI size)")
-    p.add_argument("--surfaces", default="http,python,client",
-                   help="comma-separated subset of http, python, client")
+    p.add_argument("--surfaces", default="http,python,client,memnode",
+                   help="comma-separated subset of http, python, client, memnode")
     p.add_argument("--cli", default=None, help="the vectide binary (default: beside this Python)")
     p.add_argument("--verbose", action="store_true", help="print every case")
 
@@ -1080,7 +1082,7 @@ def run(args) -> Dict[str, Any]:
     """Runs the matrix; returns ``{"summary": {...}, "cases": [...], ...}``."""
     quick = bool(getattr(args, "quick", False))
     verbose = bool(getattr(args, "verbose", False))
-    surfaces = [s.strip() for s in (getattr(args, "surfaces", None) or "http,python,client").split(",") if s.strip()]
+    surfaces = [s.strip() for s in (getattr(args, "surfaces", None) or "http,python,client,memnode").split(",") if s.strip()]
     cli = _cli(getattr(args, "cli", None))
     base = getattr(args, "workdir", None)
     tmp = tempfile.TemporaryDirectory(prefix="vectide-badinput-")
@@ -1100,6 +1102,10 @@ def run(args) -> Dict[str, Any]:
             report["server"] = info
         if "client" in surfaces:
             cases += run_client(work, cli, verbose)
+        if "memnode" in surfaces:
+            from . import badinput_memnode
+
+            cases += badinput_memnode.run(work, cli, verbose, Result, _print_record)
     finally:
         tmp.cleanup()
     by: Dict[str, Dict[str, int]] = {}
