@@ -94,6 +94,13 @@ def _run(tmp_path, engine, mode, minutes, points, *extra):
     # The parts add up to the whole, sample by sample.
     for x in r["samples"]:
         assert sum(x["disk_parts"].values()) == x["disk_bytes"], x
+    # The driver's C heap is sampled when it holds the data (embedded,
+    # glibc), and never a server's (another process).
+    heaps = [x["heap_in_use"] for x in r["samples"]]
+    if mode == "server":
+        assert heaps == [None] * len(heaps)
+    elif soak.heap_bytes() is not None:
+        assert all(h and h > 0 for h in heaps), heaps
     return r
 
 

@@ -28,7 +28,9 @@ How it runs:
   change, and every id live and unchanged through the call that is nearer
   than the k-th result present.
 - Every 2 s: directory bytes (allocated) over live vector bytes (live ×
-  dim × 4, payloads excluded), the holder's RSS. Every 50 ms the engine's
+  dim × 4, payloads excluded), the holder's RSS, and when the driver holds
+  the data (embedded, glibc) its C heap: bytes allocated and bytes the
+  allocator keeps free (``heap_in_use_growth``, ``heap_free_growth``). Every 50 ms the engine's
   maintenance stat (``maintenance``: jobs running, jobs started); a write
   or search that began in an interval where a job ran (or began) counts as
   "maintenance", else "idle".
@@ -136,6 +138,34 @@ def rss_bytes(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def heap_bytes() -> Optional[Tuple[int, int]]:
+    """This process's C heap: (bytes in use, free bytes the allocator holds),
+    from glibc's ``mallinfo2``; ``None`` elsewhere. When the driver holds
+    the data (embedded), it tells RSS growth that is allocation from growth
+    that is the allocator's free lists."""
+    global _mallinfo2
+    if _mallinfo2 is None:
+        try:
+            import ctypes
+
+            class _MI2(ctypes.Structure):
+                _fields_ = [(n, ctypes.c_size_t) for n in
+                            "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+            f = ctypes.CDLL("libc.so.6").mallinfo2
+            f.restype = _MI2
+            _mallinfo2 = f
+        except (OSError, AttributeError):
+            _mallinfo2 = False
+    if not _mallinfo2:
+        return None
+    m = _mallinfo2()
+    return int(m.uordblks + m.hblkhd), int(m.fordblks)
+
+
+_mallinfo2 = None
 
 
 # ---------------------------------------------------------------- the model
@@ -502,11 +532,23 @@ def driver(args) -> None:
             engine_memory = None
         with count_lock:
             c = dict(counts)
+        heap = heap_bytes() if holder == os.getpid() else None
         sample = {"t": round(time.monotonic() - t_start, 3), "disk_bytes": alloc, "apparent_bytes": size,
                   "live": model.n_live, "rss": rss_bytes(holder), "engine_memory": engine_memory,
+                  "heap_in_use": None if heap is None else heap[0],
+                  "heap_free": None if heap is None else heap[1],
                   "maintenance_started": int(last[2]),
                   "maintenance_running": bool(last[1]), "disk_parts": parts, **c}
         say("S " + json.dumps(sample))
+
+
+def _growth(samples: List[Dict], warm: Optional[int], key: str) -> Optional[float]:
+    """The last sample's ``key`` over the warm sample's (``None`` when
+    either lacks it)."""
+    if warm is None or not samples:
+        return None
+    a, b = samples[warm].get(key), samples[-1].get(key)
+    return None if not a or b is None else round(b / a, 4)
 
 
 def parts_over_live(sample: Dict) -> Dict[str, float]:
@@ -814,6 +856,10 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         "engine_memory_growth": None if warm is None or not last.get("engine_memory")
         or not samples[warm].get("engine_memory")
         else round(last["engine_memory"] / samples[warm]["engine_memory"], 4),
+        # The holder's C heap (embedded only): what is allocated, and what
+        # the allocator keeps free, at the last sample over the warm one.
+        "heap_in_use_growth": _growth(samples, warm, "heap_in_use"),
+        "heap_free_growth": _growth(samples, warm, "heap_free"),
         "write_p999_maintenance_over_idle": None if not (mw and iw) else round(mw["p999_ms"] / iw["p999_ms"], 3),
         "writes": total_writes,
         "churn_over_live": round((last.get("upsert_new", 0) + last.get("reupsert", 0) + last.get("delete", 0))
