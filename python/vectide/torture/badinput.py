@@ -568,7 +568,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
+class ChildProcess:
+    """A process under test (``proc``): whether it lives, and its threads."""
+
+    proc: Optional[subprocess.Popen] = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def threads(self) -> int:
+        try:
+            return len(os.listdir(f"/proc/{self.proc.pid}/task"))
+        except OSError:
+            return -1
+
+
+class Server(ChildProcess):
     def __init__(self, cli: str, data: Path, api_key: Optional[str] = None) -> None:
         self.cli = cli
         self.data = data
@@ -594,15 +609,6 @@ class Server:
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("vectide serve did not start")
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def threads(self) -> int:
-        try:
-            return len(os.listdir(f"/proc/{self.proc.pid}/task"))
-        except OSError:
-            return -1
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

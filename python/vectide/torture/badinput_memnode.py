@@ -16,13 +16,14 @@ count, and the canary region and the region list are unchanged.
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
 import struct
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .badinput import ChildProcess
 
 MAGIC = b"VTDXMEM\0"
 VERSION = 1
@@ -89,7 +90,7 @@ def recv_frame(s: socket.socket) -> Optional[bytes]:
         return None
 
 
-class Node:
+class Node(ChildProcess):
     def __init__(self, cli: str, log: Path) -> None:
         self.cli, self.log = cli, log
         self.proc: Optional[subprocess.Popen] = None
@@ -129,15 +130,6 @@ class Node:
         except (BrokenPipeError, ConnectionResetError):
             return None
         return recv_frame(s)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def threads(self) -> int:
-        try:
-            return len(os.listdir(f"/proc/{self.proc.pid}/task"))
-        except OSError:
-            return -1
 
     def state(self) -> str:
         """The canary's bytes and the region list, hashed (a good client)."""
