@@ -293,7 +293,7 @@ impl Collection {
                 if op.touches_engine() {
                     self.engine_seq.store(seq, Ordering::Release);
                 }
-                self.store.write().apply_owned(seq, op.changes);
+                self.store.write().apply_recorded(seq, op.changes);
                 Ok(())
             })
             .map_err(|e| self.poison.poison(&format!("record {seq}"), &e).into());
@@ -401,10 +401,27 @@ impl Collection {
         })
     }
 
+    /// Waits until every record appended so far is durable and applied.
+    /// A call that selected nothing returns through here: what it saw may
+    /// be a delete already recorded (its ids forgotten) but not yet
+    /// durable, and answering "nothing to do" before that delete is
+    /// durable would acknowledge a state a crash can take back.
+    fn settle(&self) -> Result<()> {
+        let seq = self.log.last_seq();
+        self.log.commit(seq)?;
+        let mut turn = self.turn.lock();
+        while *turn <= seq {
+            self.turn_cv.wait(&mut turn);
+        }
+        drop(turn);
+        self.poison.check().map_err(DbError::from)
+    }
+
     /// Deletes points named by id or matched by a filter; returns how many.
     pub fn delete(&self, ids: Option<&[ExtId]>, filter: Option<&Filter>) -> Result<usize> {
         let targets = self.select(ids, filter);
         if targets.is_empty() {
+            self.settle()?;
             return Ok(0);
         }
         self.simple_op(OP_DELETE, &targets, &Value::Null)?;
@@ -427,6 +444,7 @@ impl Collection {
         }
         let targets = self.select(ids, filter);
         if targets.is_empty() {
+            self.settle()?;
             return Ok(0);
         }
         self.simple_op(OP_SET_PAYLOAD, &targets, payload)?;

@@ -404,20 +404,34 @@ impl PointStore {
         self.apply_many(std::iter::once((seq, changes)))
     }
 
+    /// Applies a committed operation whose record was made through this
+    /// store: [`assign`](Self::assign) and [`forget`](Self::forget) kept the
+    /// id map in log order as the records were made, and records made after
+    /// this one may have changed it since, so the map is left alone (setting
+    /// it here would bring back an id a later delete forgot, or hide the new
+    /// number a later upsert took).
+    pub fn apply_recorded(&mut self, seq: Seq, changes: Vec<Change>) {
+        if seq > self.applied {
+            self.apply_in(seq, changes, false);
+            self.applied = seq;
+        }
+    }
+
     /// Applies several operations (ascending sequence numbers); those at or
     /// below [`applied_seq`](Self::applied_seq) are already in the store
     /// (a replay after a checkpoint of the store but not of the engine).
+    /// The id map follows them (a replay, where no record was made here).
     pub fn apply_many(&mut self, ops: impl IntoIterator<Item = (Seq, Vec<Change>)>) {
         for (seq, changes) in ops {
             if seq <= self.applied {
                 continue;
             }
-            self.apply_in(seq, changes);
+            self.apply_in(seq, changes, true);
             self.applied = seq;
         }
     }
 
-    fn apply_in(&mut self, seq: Seq, changes: Vec<Change>) {
+    fn apply_in(&mut self, seq: Seq, changes: Vec<Change>, track_ids: bool) {
         for c in changes {
             match c {
                 Change::Upsert { id, ext, payload } => {
@@ -432,7 +446,9 @@ impl PointStore {
                     self.dirty
                         .points
                         .insert(id, Some(encode_point(seq, &ext, &payload)));
-                    self.ids.insert(ext.clone(), id);
+                    if track_ids {
+                        self.ids.insert(ext.clone(), id);
+                    }
                     self.next_internal = self.next_internal.max(id + 1);
                     let old = self.points.insert(id, Point { ext, payload, seq });
                     self.reindex(id, old.as_ref().map(|p| &p.payload));
@@ -445,7 +461,9 @@ impl PointStore {
                     }
                     // Forgotten when the record was made; a replay forgets
                     // it here.
-                    self.forget(&ext, id);
+                    if track_ids {
+                        self.forget(&ext, id);
+                    }
                 }
                 Change::SetPayload { id, ext, payload } => {
                     let Some(p) = self.points.get(&id) else {
@@ -904,6 +922,46 @@ mod tests {
             }],
         );
         assert_eq!(s.internal(&x), None, "a replayed delete forgets");
+    }
+
+    /// Records made before earlier ones apply (writers commit in groups):
+    /// an upsert's record, a delete's, an upsert's again, then the first
+    /// applies, then a fourth record. The first's apply must not bring back
+    /// the number the delete forgot: the fourth record would update that
+    /// number after the delete and leave two live points for one id.
+    #[test]
+    fn an_apply_after_later_records_leaves_the_id_map_to_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = PointStore::open(dir.path()).unwrap();
+        let x = ExtId::Num(7);
+        let up = |id, v| Change::Upsert {
+            id,
+            ext: x.clone(),
+            payload: json!({ "v": v }),
+        };
+        let a = s.assign(&x); // seq 1: upsert
+        s.forget(&x, a); // seq 2: delete of a
+        let b = s.assign(&x); // seq 3: upsert under a new number
+        s.apply_recorded(1, vec![up(a, 1)]);
+        assert_eq!(
+            s.internal(&x),
+            Some(b),
+            "seq 1's apply keeps seq 3's number"
+        );
+        let c = s.assign(&x); // seq 4: upsert
+        assert_eq!(c, b);
+        s.apply_recorded(
+            2,
+            vec![Change::Delete {
+                id: a,
+                ext: x.clone(),
+            }],
+        );
+        s.apply_recorded(3, vec![up(b, 3)]);
+        s.apply_recorded(4, vec![up(c, 4)]);
+        assert_eq!(s.len(), 1, "one live point for one id");
+        assert_eq!(s.get(b).unwrap().payload, json!({"v": 4}));
+        assert_eq!(s.internal(&x), Some(b));
     }
 
     /// Churn through ever new ids (every round deletes the live points and
