@@ -15,8 +15,8 @@ def test_engines_lists_every_engine_with_its_schema():
     assert {"hnsw", "p-hnsw", "hnsw-snap", "hnsw-wal"} <= set(engines)
     for e in engines.values():
         assert e["summary"] and e["persistence"]
-        assert e["medium"] in ("ram", "pmem", "ssd")
-        assert e["in_directory"] or e["medium"] == "ram", e["name"]
+        assert e["medium"] in ("ram", "pmem", "ssd", "remote")
+        assert e["in_directory"] or e["medium"] in ("ram", "remote"), e["name"]
         names = [p["name"] for p in e["params"]]
         assert "threads" in names and len(names) == len(set(names))
         assert ("path" in names) == e["in_directory"]

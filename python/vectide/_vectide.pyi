@@ -26,7 +26,7 @@ DEFAULT_ENGINE: str
 def engines() -> list[dict[str, Any]]:
     """The registered engines, from the native registry: for each, ``name``,
     ``summary``, ``persistence``, ``in_directory``, ``medium`` (``ram``,
-    ``pmem`` or ``ssd``: where its searches read), ``knobs`` (search
+    ``pmem``, ``ssd`` or ``remote``: where its searches read), ``knobs`` (search
     knobs it takes), ``primary_knob`` and ``params`` (``name``, ``type`` with
     its range, ``default``, ``doc``, ``source`` of the default). Engine names
     and parameters are documented there, not here."""
@@ -101,8 +101,9 @@ class Index:
     def save(self, path: _Path) -> None:
         """Writes the index atomically (temp file, fsync, rename)."""
     @staticmethod
-    def load(path: _Path, threads: Optional[int] = None) -> "Index":
-        """Opens a saved index or a durable engine's directory; ``threads`` is 1..=256."""
+    def load(path: _Path, threads: Optional[int] = None, **params: Any) -> "Index":
+        """Opens a saved index or a durable engine's directory; ``threads`` is 1..=256;
+        ``params`` are the engine's open-time parameters (``engines()[i]["open_params"]``)."""
     def params(self) -> dict[str, Any]: ...
     def stats(self) -> dict[str, int]: ...
     def __len__(self) -> int: ...

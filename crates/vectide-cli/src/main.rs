@@ -67,10 +67,18 @@ enum Command {
     Inspect {
         /// An index file written by `save`, or the directory of a durable
         /// engine (p-hnsw: regions and both logs; hnsw-snap / hnsw-wal).
-        path: PathBuf,
+        #[arg(required_unless_present = "memnode")]
+        path: Option<PathBuf>,
         /// Print JSON instead of aligned text.
         #[arg(long)]
         json: bool,
+        /// A d-hnsw region on a live memory node, HOST:PORT (with --region):
+        /// partitions, fill, epochs, gaps.
+        #[arg(long, requires = "region", conflicts_with = "path")]
+        memnode: Option<String>,
+        /// The region's name on the memory node.
+        #[arg(long, requires = "memnode")]
+        region: Option<String>,
     },
     /// Serve a database directory over HTTP (Qdrant-compatible REST subset).
     Serve(db::ServeArgs),
@@ -120,7 +128,20 @@ fn main() -> ExitCode {
         Command::PqEval(args) => quant::run(&args),
         Command::DiskSearch(args) => disk::run(&args),
         Command::Engines { json } => engines(json),
-        Command::Inspect { path, json } => inspect(&path, json),
+        Command::Inspect {
+            path,
+            json,
+            memnode,
+            region,
+        } => match (path, memnode, region) {
+            (_, Some(addr), Some(region)) => {
+                vectide_dhnsw::persist::inspect_region(&addr, &region, 10_000)
+                    .map_err(|e| e.to_string())
+                    .map(|rows| print_rows(&format!("{addr} {region}"), rows, json))
+            }
+            (Some(path), _, _) => inspect(&path, json),
+            _ => Err("inspect: give a path, or --memnode and --region".to_string()),
+        },
         Command::CrashTest(args) => match crash::run(&args) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
@@ -153,6 +174,13 @@ fn inspect(path: &std::path::Path, json: bool) -> Result<(), String> {
     } else {
         vectide_engines::inspect(path).map_err(|e| e.to_string())?
     };
+    print_rows(&path.display().to_string(), rows, json);
+    Ok(())
+}
+
+/// Prints `(field, value)` rows as aligned text under `title`, or as one
+/// JSON object (numbers where a value is one).
+fn print_rows(title: &str, rows: Vec<(String, String)>, json: bool) {
     if json {
         let map: serde_json::Map<String, serde_json::Value> = rows
             .into_iter()
@@ -166,13 +194,12 @@ fn inspect(path: &std::path::Path, json: bool) -> Result<(), String> {
             .collect();
         println!("{}", serde_json::Value::Object(map));
     } else {
-        println!("{}", path.display());
+        println!("{title}");
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         for (k, v) in rows {
             println!("  {k:<width$}  {v}");
         }
     }
-    Ok(())
 }
 
 pub(crate) use vectide_harness::machine::progress;

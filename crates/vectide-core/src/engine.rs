@@ -63,6 +63,9 @@ pub enum Medium {
     /// Blocks on an SSD, read with `O_DIRECT` (RAM holds only what routes
     /// the reads).
     Ssd,
+    /// A memory node's region, read with one-sided verbs over the network
+    /// (RAM holds only what routes the reads and a cache).
+    Remote,
 }
 
 impl Medium {
@@ -71,6 +74,7 @@ impl Medium {
             Medium::Ram => "ram",
             Medium::PersistentMemory => "pmem",
             Medium::Ssd => "ssd",
+            Medium::Remote => "remote",
         }
     }
 }

@@ -68,6 +68,9 @@ pub enum ParamKind {
     Choice(&'static [&'static str]),
     /// A filesystem path (the directory of a durable engine).
     Path,
+    /// A short text: 1 to 256 bytes, no control characters (an address,
+    /// a region's name).
+    Text,
 }
 
 impl fmt::Display for ParamKind {
@@ -78,6 +81,7 @@ impl fmt::Display for ParamKind {
             ParamKind::Bool => write!(f, "boolean"),
             ParamKind::Choice(c) => write!(f, "one of {}", c.join(" | ")),
             ParamKind::Path => write!(f, "path"),
+            ParamKind::Text => write!(f, "text"),
         }
     }
 }
@@ -111,6 +115,9 @@ impl ParamSpec {
             (ParamKind::Bool, ParamValue::Bool(_)) => true,
             (ParamKind::Choice(c), ParamValue::Str(s)) => c.contains(&s.as_str()),
             (ParamKind::Path, ParamValue::Str(_)) => true,
+            (ParamKind::Text, ParamValue::Str(s)) => {
+                (1..=256).contains(&s.len()) && !s.chars().any(char::is_control)
+            }
             _ => false,
         };
         if ok {
@@ -122,6 +129,7 @@ impl ParamSpec {
             ParamKind::Bool => "true or false".to_string(),
             ParamKind::Choice(c) => format!("one of {}", c.join(", ")),
             ParamKind::Path => "a path (string)".to_string(),
+            ParamKind::Text => "a text of 1 to 256 bytes without control characters".to_string(),
         };
         Err(Error::invalid(format!(
             "parameter {} must be {what}, got {value}",

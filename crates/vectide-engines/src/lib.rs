@@ -30,6 +30,7 @@ pub static REGISTRY: &[&EngineDescriptor] = &[
     &vectide_spfresh::SPANN,
     &vectide_spfresh::SPANN_INPLACE,
     &vectide_spfresh::SPFRESH,
+    &vectide_dhnsw::DESCRIPTOR,
 ];
 
 /// The engine a collection or an index gets when none is named.

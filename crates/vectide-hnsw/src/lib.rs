@@ -51,6 +51,7 @@
 mod builder;
 pub mod descriptor;
 mod engine;
+mod export;
 mod graph;
 pub mod persist;
 mod search;
@@ -59,6 +60,7 @@ mod update;
 
 pub use builder::Progress;
 pub use descriptor::HNSW;
+pub use export::GraphExport;
 pub use persist::{inspect, FileInfo, FORMAT_VERSION};
 pub use state::Hnsw;
 pub use update::GraphCheck;

@@ -633,14 +633,24 @@ impl PyIndex {
     }
 
     /// Opens an index file written by `save`, or the directory of a durable
-    /// engine (recovering it).
+    /// engine (recovering it). `params` are the engine's open-time
+    /// parameters (`engines()[i]["open_params"]`).
     #[staticmethod]
-    #[pyo3(signature = (path, threads=None))]
-    fn load(py: Python<'_>, path: PathBuf, threads: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (path, threads=None, **params))]
+    fn load(
+        py: Python<'_>,
+        path: PathBuf,
+        threads: Option<&Bound<'_, PyAny>>,
+        params: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
         let threads =
             opt_int_arg(threads, "threads", 1, limits::MAX_THREADS as u64)?.map(|t| t as usize);
+        let mut params = params_from(params)?;
+        if let Some(t) = threads {
+            params.insert("threads".into(), ParamValue::Int(t as i64));
+        }
         let inner = py
-            .detach(|| vectide_engines::load(&path, threads))
+            .detach(|| vectide_engines::open(&path, &params))
             .map_err(to_py)?;
         Ok(PyIndex::wrap(inner))
     }
@@ -722,7 +732,7 @@ impl PyIndex {
 }
 
 /// The registered engines: for each, its name, summary, persistence class,
-/// medium (`ram`, `pmem` or `ssd`), search knobs (and the primary one) and parameters (name, type, default,
+/// medium (`ram`, `pmem`, `ssd` or `remote`), search knobs (and the primary one) and parameters (name, type, default,
 /// doc, source of the default).
 #[pyfunction]
 fn engines(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {

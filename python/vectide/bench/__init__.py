@@ -18,6 +18,10 @@
 * ``python -m vectide.bench spfresh ...``: a distribution-shifting update
   stream, SPFresh against SPANN+ and a static SPANN (see
   :mod:`vectide.bench.spfresh`).
+* ``python -m vectide.bench dhnsw ...``: d-HNSW's latency breakdown (the
+  slides' Tables 1-2) with a memory node in its own process: naive,
+  no-doorbell and doorbell fetches, the pipeline, cold and warm, against a
+  local ``hnsw`` (see :mod:`vectide.bench.dhnsw`).
 * ``python -m vectide.bench exact ...``: batched exact search, ``vectide:flat``
   against faiss ``IndexFlat`` (see :mod:`vectide.bench.exact`).
 * ``python -m vectide.bench plot FILE.json FILE.png``: the recall/QPS plot of a
@@ -51,6 +55,10 @@ def main(argv=None) -> int:
         from . import phnsw
 
         return phnsw.main(argv[1:])
+    if argv and argv[0] == "dhnsw":  # and dhnsw
+        from . import dhnsw
+
+        return dhnsw.main(argv[1:])
     if argv and argv[0] == "db":  # and db
         from . import db
 
@@ -85,6 +93,7 @@ def main(argv=None) -> int:
     sub.add_parser("freshdiskann", help="FreshDiskANN: StreamingMerge vs rebuild vs DiskANN's build, disk search vs DiskANN's disk index", add_help=False)
     sub.add_parser("spfresh", help="SPFresh: a shifting update stream, spfresh vs spann-inplace vs a static spann rebuilt on the final data", add_help=False)
     sub.add_parser("phnsw", help="P-HNSW paper figures: insert time, breakdown, recovery, msync, crash test", add_help=False)
+    sub.add_parser("dhnsw", help="d-HNSW Tables 1-2: latency breakdown of naive / no-doorbell / doorbell fetches from a memory node", add_help=False)
     sub.add_parser("stability", help="recall over 50 delete/re-insert cycles, streaming engines and peers", add_help=False)
     sub.add_parser("runbook", help="big-ann streaming runbooks: every streaming engine and peer, same threads", add_help=False)
     sub.add_parser("exact", help="exact search: vectide:flat against faiss IndexFlat, same threads", add_help=False)

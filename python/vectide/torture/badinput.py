@@ -556,10 +556,9 @@ def run_python(work: Path, quick: bool, verbose: bool) -> List[Dict[str, Any]]:
 # ---------------------------------------------------------------- HTTP
 
 def _cli(explicit: Optional[str]) -> str:
-    if explicit:
-        return explicit
-    beside = Path(sys.executable).parent / "vectide"
-    return str(beside) if beside.exists() else (shutil.which("vectide") or "vectide")
+    from ..memnode import cli_path
+
+    return cli_path(explicit)
 
 
 def _free_port() -> int:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..memnode import MemoryNode
 from .badinput import ChildProcess
 
 MAGIC = b"VTDXMEM\0"
@@ -98,15 +99,9 @@ class Node(ChildProcess):
         self.canary_id = 0
 
     def start(self) -> "Node":
-        self.proc = subprocess.Popen(
-            [self.cli, "memnode", "--listen", "127.0.0.1:0", "--size", str(SIZE),
-             "--max-connections", str(MAX_CONNECTIONS)],
-            stdout=subprocess.PIPE, stderr=open(self.log, "wb"), text=True)
-        line = self.proc.stdout.readline()  # "memnode listening on HOST:PORT with N bytes"
-        if "listening on" not in line:
-            raise RuntimeError(f"vectide memnode did not start: {line!r} {self.log.read_text()[-500:]}")
-        host, port = line.split("listening on ")[1].split()[0].rsplit(":", 1)
-        self.addr = (host, int(port))
+        self.node = MemoryNode(SIZE, self.cli, self.log,
+                               ["--max-connections", str(MAX_CONNECTIONS)]).start()
+        self.proc, self.addr = self.node.proc, self.node.addr
         s = self.connect()
         reply = self.call(s, create(b"canary", len(CANARY)))
         assert reply is not None and reply[:2] == b"\x00\x02", reply

@@ -140,7 +140,9 @@ fn typed(spec: &str, key: &str, raw: &str, kind: &ParamKind) -> Result<ParamValu
             "false" | "False" | "0" => false,
             _ => return Err(bad("true or false")),
         }),
-        ParamKind::Choice(_) | ParamKind::Path => ParamValue::Str(raw.to_string()),
+        ParamKind::Choice(_) | ParamKind::Path | ParamKind::Text => {
+            ParamValue::Str(raw.to_string())
+        }
     })
 }
 

@@ -1,0 +1,385 @@
+//! Building: balanced k-means partitions (`vectide-quant`, a hard cap of
+//! ⌈N/K⌉ points each), one sub-HNSW per partition and the meta-HNSW over
+//! the centroids (both built by `vectide-hnsw`'s builder and exported),
+//! laid out in a new region as `[header, meta, table, sub0, GAP, sub1,
+//! sub2, GAP, sub3, …]` and written with doorbell chains of WRITEs, the
+//! header last. A partition whose gap is full is rebuilt alone at the end
+//! of the region with a gap of its own.
+
+use crate::fetch::post_writes;
+use crate::layout::{
+    encode_blob, record_bytes, Entry, GraphParts, Header, ENTRY_BYTES, HEADER_BYTES,
+};
+use crate::state::{DHnsw, Layout, Loc, Lru};
+use crate::subgraph::SubGraph;
+use rayon::prelude::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use vectide_core::{Error, Result, VectorIndex};
+use vectide_graph::HnswParams;
+use vectide_hnsw::Hnsw;
+use vectide_quant::balanced::{balanced_kmeans, BalancedParams};
+use vectide_remote::Region;
+
+/// Overflow records a gap holds at least, whatever the partitions' sizes.
+const MIN_ROOM: u64 = 16;
+
+/// Tag of the meta-HNSW's blob.
+pub const META_TAG: u32 = u32::MAX;
+
+impl DHnsw {
+    fn hnsw_params(&self, seed: u64) -> HnswParams {
+        HnswParams {
+            m: self.params.m,
+            ef_construction: self.params.ef_construction,
+            seed,
+            threads: Some(1),
+            ..HnswParams::default()
+        }
+    }
+
+    /// One graph over `labels` / `vectors` (already normalised when the
+    /// metric is cosine), as parts to lay out.
+    pub(crate) fn build_graph(
+        &self,
+        labels: &[u64],
+        vectors: &[f32],
+        seed: u64,
+    ) -> Result<GraphParts> {
+        let (m, m0) = (self.params.m, 2 * self.params.m);
+        if labels.is_empty() {
+            return Ok(GraphParts {
+                dim: self.dim,
+                m,
+                m0,
+                ..GraphParts::default()
+            });
+        }
+        let h = Hnsw::new(self.dim, self.metric, self.hnsw_params(seed))?;
+        h.insert(1, labels, vectors)?;
+        let g = h
+            .export()
+            .ok_or_else(|| Error::invalid("d-hnsw: a fresh sub-HNSW build left a hole"))?;
+        Ok(GraphParts {
+            dim: g.dim,
+            m: g.m,
+            m0: g.m0,
+            entry: g.entry,
+            flags: vec![0; g.labels.len()],
+            labels: g.labels,
+            levels: g.levels,
+            vectors: g.vectors,
+            lists: g.lists,
+        })
+    }
+
+    fn gap_records(&self, points: usize) -> u64 {
+        ((self.params.gap * points as f64).ceil() as u64).max(MIN_ROOM)
+    }
+
+    /// Builds the index from its first batch: partitions, sub-HNSWs, the
+    /// meta-HNSW, the region and its bytes. Returns the label map.
+    pub(crate) fn build(&self, seq: u64, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        let n = ids.len();
+        let dim = self.dim;
+        let k = self.params.k_for(n);
+        let (centroids, assign) = if k == 1 {
+            let mut c = vec![0f32; dim];
+            for row in vectors.chunks(dim) {
+                for (a, x) in c.iter_mut().zip(row) {
+                    *a += x / n as f32;
+                }
+            }
+            (c, vec![0u32; n])
+        } else {
+            let mut bp = BalancedParams::new(k);
+            bp.slack = 0.0;
+            bp.kmeans.seed = self.params.seed;
+            let (c, a) = self.install(|| balanced_kmeans(vectors, dim, &bp))?;
+            (c.as_slice().to_vec(), a)
+        };
+        let mut rows: Vec<Vec<usize>> = vec![Vec::new(); k];
+        for (i, &p) in assign.iter().enumerate() {
+            rows[p as usize].push(i);
+        }
+        let seed = self.params.seed;
+        let subs: Vec<GraphParts> = self.install(|| {
+            rows.par_iter()
+                .enumerate()
+                .map(|(p, r)| {
+                    let labels: Vec<u64> = r.iter().map(|&i| ids[i]).collect();
+                    let mut v = Vec::with_capacity(r.len() * dim);
+                    for &i in r {
+                        v.extend_from_slice(&vectors[i * dim..(i + 1) * dim]);
+                    }
+                    self.build_graph(&labels, &v, seed ^ p as u64)
+                })
+                .collect::<Result<_>>()
+        })?;
+        let meta_labels: Vec<u64> = (0..k as u64).collect();
+        let meta = self.build_graph(&meta_labels, &centroids, seed ^ 0x3e7a)?;
+        let name = self.params.region.clone().unwrap_or_else(auto_name);
+        let (region, header, table) = self.write_layout(&name, &subs, &meta, n as u64, 1)?;
+        let mut labels = self.labels.write();
+        for (p, g) in subs.iter().enumerate() {
+            for (node, &l) in g.labels.iter().enumerate() {
+                labels.insert(
+                    l,
+                    Loc {
+                        part: p as u32,
+                        node: node as u32,
+                        seq,
+                    },
+                );
+            }
+        }
+        *self.cache.lock() = Lru::new(self.params.cache_for(k));
+        *self.layout.write() = Some(Layout {
+            region,
+            name,
+            header,
+            table,
+            meta: Arc::new(SubGraph::from_parts(&meta)),
+        });
+        Ok(())
+    }
+
+    /// Lays `subs` and `meta` out in a new region `name` (pairs around
+    /// shared gaps, room to rebuild partitions after them) and writes them,
+    /// the header last. Partitions start at `epoch`.
+    fn write_layout(
+        &self,
+        name: &str,
+        subs: &[GraphParts],
+        meta: &GraphParts,
+        live: u64,
+        epoch: u64,
+    ) -> Result<(Region, Header, Vec<Entry>)> {
+        let k = subs.len();
+        let dim = self.dim;
+        let meta_blob = encode_blob(meta, META_TAG);
+        let blobs: Vec<Vec<u8>> = subs
+            .iter()
+            .enumerate()
+            .map(|(p, g)| encode_blob(g, p as u32))
+            .collect();
+        let rec = record_bytes(dim, 2 * self.params.m) as u64;
+        let meta_off = HEADER_BYTES;
+        let table_off = (meta_off + meta_blob.len() as u64).next_multiple_of(8);
+        let mut off = table_off + k as u64 * ENTRY_BYTES;
+        let mut table = vec![Entry::default(); k];
+        let mut p = 0;
+        while p < k {
+            let pair = p + 1 < k;
+            let points = subs[p].labels.len() + if pair { subs[p + 1].labels.len() } else { 0 };
+            let gap_lo = off + blobs[p].len() as u64;
+            let gap_hi = gap_lo + self.gap_records(points) * rec;
+            table[p] = Entry {
+                blob_off: off,
+                blob_len: blobs[p].len() as u64,
+                n_base: subs[p].labels.len() as u32,
+                backward: false,
+                count: 0,
+                epoch,
+                gap_lo,
+                gap_hi,
+                records_at: blob_records_at(&blobs[p]),
+            };
+            off = gap_hi;
+            if pair {
+                table[p + 1] = Entry {
+                    blob_off: off,
+                    blob_len: blobs[p + 1].len() as u64,
+                    n_base: subs[p + 1].labels.len() as u32,
+                    backward: true,
+                    count: 0,
+                    epoch,
+                    gap_lo,
+                    gap_hi,
+                    records_at: blob_records_at(&blobs[p + 1]),
+                };
+                off += blobs[p + 1].len() as u64;
+            }
+            off = off.next_multiple_of(8);
+            p += 2;
+        }
+        // Room to rebuild partitions elsewhere as they fill up.
+        let region_size = (off * 2).max(off + (1 << 20));
+        let region = self.mem.create_region(name, region_size)?;
+        let header = Header {
+            dim: dim as u32,
+            metric: self.metric,
+            m: self.params.m as u32,
+            m0: 2 * self.params.m as u32,
+            k: k as u32,
+            record: rec as u32,
+            epoch,
+            meta_off,
+            meta_len: meta_blob.len() as u64,
+            table_off,
+            alloc_end: off,
+            region_size,
+            live,
+        };
+        let mut writes = vec![(meta_off, meta_blob)];
+        let mut t = Vec::with_capacity(k * ENTRY_BYTES as usize);
+        for e in &table {
+            t.extend_from_slice(&e.encode());
+        }
+        writes.push((table_off, t));
+        for (e, b) in table.iter().zip(blobs) {
+            writes.push((e.blob_off, b));
+        }
+        let written = post_writes(&*self.mem, region, writes)
+            .and_then(|()| post_writes(&*self.mem, region, vec![(0, header.encode())]));
+        if let Err(e) = written {
+            let _ = self.mem.drop_region(name);
+            return Err(e);
+        }
+        Ok((region, header, table))
+    }
+
+    /// Moves the index into a new region laid out afresh (every
+    /// partition's current graph as its blob, fresh gaps, no dead bytes),
+    /// with partition `p`'s graph replaced by `new`; the old region is
+    /// dropped. Run when a rebuilt partition does not fit: the region
+    /// grows with the data and what rebuilds left dead comes back.
+    fn relayout(&self, lay: &mut Layout, p: u32, new: &GraphParts) -> Result<()> {
+        let mut subs = Vec::with_capacity(lay.table.len());
+        for q in 0..lay.table.len() as u32 {
+            subs.push(if q == p {
+                new.clone()
+            } else {
+                self.part(lay, q)?.to_parts()
+            });
+        }
+        let meta = lay.meta.to_parts();
+        let base = lay.name.split('~').next().unwrap_or(&lay.name).to_string();
+        let epoch = lay.header.epoch + 1;
+        let name = format!("{base}~{epoch}");
+        let live = self.labels.read().len() as u64;
+        let (region, header, table) = self.write_layout(&name, &subs, &meta, live, epoch)?;
+        let old = std::mem::replace(&mut lay.name, name);
+        let _ = self.mem.drop_region(&old);
+        lay.region = region;
+        lay.header = header;
+        lay.table = table;
+        self.timing.relayouts.fetch_add(1, Ordering::Relaxed);
+        self.timing.dead_bytes.store(0, Ordering::Relaxed);
+        let mut lru = self.cache.lock();
+        lru.clear();
+        for (q, g) in subs.iter().enumerate() {
+            if q as u32 == p {
+                lru.put(p, Arc::new(SubGraph::from_parts(g)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuilds partition `p` from its live nodes and `extra` new rows at
+    /// the end of the region, with a gap of its own (its old bytes are
+    /// dead). Returns the new graph. The caller holds the write lock.
+    pub(crate) fn rebuild_part(
+        &self,
+        lay: &mut Layout,
+        p: u32,
+        old: &SubGraph,
+        extra: (&[u64], &[f32]),
+        seq: u64,
+    ) -> Result<Arc<SubGraph>> {
+        let (mut labels, mut vectors) = old.live_rows();
+        labels.extend_from_slice(extra.0);
+        vectors.extend_from_slice(extra.1);
+        let parts = self.build_graph(&labels, &vectors, self.params.seed ^ u64::from(p) ^ seq)?;
+        let blob = encode_blob(&parts, p);
+        let rec = lay.record();
+        let off = lay.header.alloc_end.next_multiple_of(8);
+        let gap = self.gap_records(labels.len()) * rec;
+        let end = off + blob.len() as u64 + gap;
+        if end > lay.header.region_size {
+            self.relayout(lay, p, &parts)?;
+            self.timing.rebuilds.fetch_add(1, Ordering::Relaxed);
+            self.map_part(p, &parts, extra.0, seq);
+            return Ok(Arc::new(SubGraph::from_parts(&parts)));
+        }
+        let old_e = lay.table[p as usize];
+        let e = Entry {
+            blob_off: off,
+            blob_len: blob.len() as u64,
+            n_base: labels.len() as u32,
+            backward: false,
+            count: 0,
+            epoch: old_e.epoch + 1,
+            gap_lo: off + blob.len() as u64,
+            gap_hi: end,
+            records_at: blob_records_at(&blob),
+        };
+        let mut header = lay.header.clone();
+        header.alloc_end = end;
+        header.epoch += 1;
+        // The blob first, then the entry that points at it, then the header.
+        post_writes(&*self.mem, lay.region, vec![(off, blob)])?;
+        post_writes(
+            &*self.mem,
+            lay.region,
+            vec![
+                (
+                    lay.header.table_off + u64::from(p) * ENTRY_BYTES,
+                    e.encode().to_vec(),
+                ),
+                (0, header.encode()),
+            ],
+        )?;
+        self.timing.rebuilds.fetch_add(1, Ordering::Relaxed);
+        self.timing
+            .dead_bytes
+            .fetch_add(old_e.blob_len + old_e.count * rec, Ordering::Relaxed);
+        lay.table[p as usize] = e;
+        lay.header = header;
+        self.map_part(p, &parts, extra.0, seq);
+        Ok(Arc::new(SubGraph::from_parts(&parts)))
+    }
+
+    /// Points the label map at partition `p`'s rebuilt nodes; `new` were
+    /// inserted by the operation `seq`, the rest keep theirs.
+    fn map_part(&self, p: u32, parts: &GraphParts, new: &[u64], seq: u64) {
+        let new: std::collections::HashSet<u64> = new.iter().copied().collect();
+        let mut map = self.labels.write();
+        for (node, &l) in parts.labels.iter().enumerate() {
+            let s = if new.contains(&l) {
+                seq
+            } else {
+                map.get(&l).map_or(seq, |o| o.seq)
+            };
+            map.insert(
+                l,
+                Loc {
+                    part: p,
+                    node: node as u32,
+                    seq: s,
+                },
+            );
+        }
+    }
+}
+
+/// Where a blob's node records start (its header says).
+fn blob_records_at(blob: &[u8]) -> u64 {
+    let word = |i: usize| u32::from_le_bytes(blob[i..i + 4].try_into().expect("4 bytes"));
+    // up_nodes and up_words are the header's 7th and 8th words.
+    let (up_nodes, up_words) = (word(8 + 24) as usize, word(8 + 28) as usize);
+    (crate::layout::BLOB_HEADER + 12 * up_nodes + 4 * up_words).next_multiple_of(8) as u64
+}
+
+/// A region name no other index on the node uses.
+pub(crate) fn auto_name() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        "dhnsw-{}-{t:x}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}

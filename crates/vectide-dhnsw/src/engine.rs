@@ -1,0 +1,233 @@
+//! The engine's face: [`DHnsw`]'s [`VectorIndex`] implementation.
+
+use crate::state::DHnsw;
+use std::sync::atomic::Ordering;
+use vectide_core::validate::{copy_normalized, Checked};
+use vectide_core::{
+    EngineDescriptor, Error, Filter, IndexStats, Metric, Neighbor, Params, Result, SearchParams,
+    Seq, VectorIndex,
+};
+
+impl DHnsw {
+    fn insert_batch(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        if self.metric.normalizes() {
+            let mut v = Vec::with_capacity(batch.vectors().len());
+            let mut row = Vec::with_capacity(self.dim);
+            for r in batch.vectors().chunks(self.dim) {
+                copy_normalized(self.metric, r, &mut row);
+                v.extend_from_slice(&row);
+            }
+            self.insert_rows(seq, batch.ids(), &v)
+        } else {
+            self.insert_rows(seq, batch.ids(), batch.vectors())
+        }
+    }
+
+    fn prepare(&self, queries: &[f32]) -> Result<Vec<f32>> {
+        let mut out = Vec::with_capacity(queries.len());
+        let mut buf = Vec::with_capacity(self.dim);
+        for q in queries.chunks(self.dim) {
+            let q = vectide_core::validate::prepare_query(self.dim, self.metric, q, &mut buf)?;
+            out.extend_from_slice(q);
+        }
+        Ok(out)
+    }
+}
+
+impl VectorIndex for DHnsw {
+    fn descriptor(&self) -> &'static EngineDescriptor {
+        &crate::DESCRIPTOR
+    }
+    fn params(&self) -> Params {
+        use vectide_core::ParamValue;
+        let mut p = self.params.to_params();
+        p.insert("threads".into(), ParamValue::Int(self.threads() as i64));
+        if let Some(l) = self.layout.read().as_ref() {
+            p.insert("region".into(), ParamValue::Str(l.name.clone()));
+            p.insert("partitions".into(), ParamValue::Int(i64::from(l.header.k)));
+        }
+        p
+    }
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn metric(&self) -> Metric {
+        self.metric
+    }
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool.as_deref()
+    }
+    fn search_defaults(&self) -> SearchParams {
+        SearchParams {
+            ef: Some(self.params.ef_search),
+            nprobe: Some(self.params.probe),
+            ..SearchParams::default()
+        }
+    }
+    fn insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        self.insert_batch(seq, Checked::new(self.dim, self.metric, ids, vectors)?)
+    }
+    fn insert_checked(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
+        self.insert_batch(seq, batch)
+    }
+    fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
+        self.delete_rows(seq, ids)
+    }
+    fn search_into(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<Filter<'_>>,
+        out: &mut Vec<Neighbor>,
+    ) -> Result<()> {
+        out.clear();
+        if query.len() != self.dim {
+            return Err(Error::DimensionMismatch {
+                expected: self.dim,
+                got: query.len(),
+            });
+        }
+        let mut r = self.search_batch(query, k, params, filter)?;
+        *out = r.pop().unwrap_or_default();
+        Ok(())
+    }
+    fn search_batch(
+        &self,
+        queries: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<Filter<'_>>,
+    ) -> Result<Vec<Vec<Neighbor>>> {
+        if k == 0 {
+            return Err(Error::invalid("k must be at least 1"));
+        }
+        if !queries.len().is_multiple_of(self.dim) {
+            return Err(Error::DimensionMismatch {
+                expected: self.dim,
+                got: queries.len() % self.dim,
+            });
+        }
+        let qs = self.prepare(queries)?;
+        self.search_prepared(&qs, k, params, filter)
+    }
+    fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
+        let Some(loc) = self.labels.read().get(&id).copied() else {
+            return Ok(None);
+        };
+        if let Some(g) = self.cache.lock().peek(loc.part) {
+            use vectide_graph::Graph;
+            return Ok(Some(g.vector(loc.node).to_vec()));
+        }
+        let guard = self.layout.read();
+        let lay = guard.as_ref().expect("a label implies a layout");
+        let rec = lay.record();
+        let at = lay.table[loc.part as usize].node_at(u64::from(loc.node), rec)
+            + 16
+            + 4 * u64::from(lay.header.m0);
+        let b = self.mem.read(lay.region, at, 4 * self.dim as u32)?;
+        let mut v = Vec::with_capacity(self.dim);
+        vectide_core::io::ByteReader::new(&b).f32s(self.dim, &mut v)?;
+        Ok(Some(v))
+    }
+    fn contains(&self, id: u64) -> Result<bool> {
+        Ok(self.labels.read().contains_key(&id))
+    }
+    fn len(&self) -> usize {
+        self.labels.read().len()
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+    fn durable_seq(&self) -> Seq {
+        self.durable.load(Ordering::Acquire)
+    }
+    fn stats(&self) -> Result<IndexStats> {
+        let c = self.counters();
+        let live = self.len();
+        let guard = self.layout.read();
+        let (slots, region, used, k) = guard.as_ref().map_or((0, 0, 0, 0), |l| {
+            let slots: u64 = l.table.iter().map(|e| u64::from(e.n_base) + e.count).sum();
+            (
+                slots as usize,
+                l.header.region_size,
+                l.header.alloc_end,
+                l.table.len(),
+            )
+        });
+        let cache = self.cache.lock();
+        let meta_bytes = guard.as_ref().map_or(0, |l| l.meta.memory_bytes());
+        let t = &self.timing;
+        let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;
+        Ok(IndexStats {
+            live,
+            slots_used: slots,
+            capacity: slots,
+            pending_deletes: slots.saturating_sub(live),
+            memory_bytes: cache.bytes() + meta_bytes + live * 24,
+            disk_bytes: 0,
+            reads: c.work_requests,
+            bytes_read: c.bytes_received,
+            round_trips: c.round_trips,
+            extra: vec![
+                ("partitions".into(), k as f64),
+                ("cached_partitions".into(), cache.len() as f64),
+                ("cache_capacity".into(), cache.cap as f64),
+                ("region_bytes".into(), region as f64),
+                ("region_used_bytes".into(), used as f64),
+                ("region_dead_bytes".into(), ld(&t.dead_bytes)),
+                ("partition_rebuilds".into(), ld(&t.rebuilds)),
+                ("region_relayouts".into(), ld(&t.relayouts)),
+                ("round_trips".into(), c.round_trips as f64),
+                ("work_requests".into(), c.work_requests as f64),
+                ("bytes_sent".into(), c.bytes_sent as f64),
+                ("bytes_received".into(), c.bytes_received as f64),
+                ("net_model_ns".into(), c.model_ns as f64),
+                ("net_wall_ns".into(), c.wall_ns as f64),
+                ("search_batches".into(), ld(&t.batches)),
+                ("search_queries".into(), ld(&t.queries)),
+                ("meta_ns".into(), ld(&t.meta_ns)),
+                ("fetch_ns".into(), ld(&t.fetch_ns)),
+                ("sub_ns".into(), ld(&t.sub_ns)),
+                ("batch_ns".into(), ld(&t.batch_ns)),
+                ("partitions_fetched".into(), ld(&t.partitions_fetched)),
+                ("partitions_cached".into(), ld(&t.partitions_cached)),
+            ],
+            ..IndexStats::default()
+        })
+    }
+    fn save(&self, path: &std::path::Path) -> Result<()> {
+        self.save_file(path)
+    }
+    fn check_structure(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let guard = self.layout.read();
+        let Some(lay) = guard.as_ref() else {
+            return Ok(out);
+        };
+        let labels = self.labels.read();
+        let mut live = 0usize;
+        for p in 0..lay.table.len() as u32 {
+            let g = self.part(lay, p)?;
+            for node in 0..g.len() as u32 {
+                if g.is_deleted(node) {
+                    continue;
+                }
+                live += 1;
+                let l = g.labels[node as usize];
+                if labels.get(&l).map(|x| (x.part, x.node)) != Some((p, node)) {
+                    out.push(format!(
+                        "partition {p} node {node}: label {l} is not mapped here"
+                    ));
+                }
+            }
+        }
+        if live != labels.len() {
+            out.push(format!("{live} live nodes, {} labels", labels.len()));
+        }
+        Ok(out)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}

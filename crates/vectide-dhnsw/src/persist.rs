@@ -1,0 +1,291 @@
+//! Saving and opening (`docs/format-dhnsw.md`, "the saved file"). The
+//! memory node keeps its regions in RAM (part 2 adds a backing file), so
+//! `d-hnsw` is a volatile engine: a save copies the region's used bytes
+//! into one checksummed file beside the build parameters; an open uploads
+//! them into a new region of the memory node it is given and reads the
+//! label map from the file, not over the network.
+
+use crate::layout::{Entry, Header, HEADER_BYTES};
+use crate::params::DhnswParams;
+use crate::state::{DHnsw, Layout, Loc, Lru};
+use crate::subgraph::SubGraph;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use vectide_core::io::{atomic_write, push_crc, ByteReader};
+use vectide_core::{Error, Metric, Result};
+
+/// First bytes of a saved file.
+pub const FILE_MAGIC: &[u8; 8] = b"VTDHFILE";
+/// The saved file's version.
+pub const FILE_VERSION: u32 = 1;
+
+/// What a saved file holds.
+pub struct Saved {
+    pub dim: usize,
+    pub metric: Metric,
+    pub seq: u64,
+    pub region: String,
+    pub params: DhnswParams,
+    /// The region's bytes `0..alloc_end` (empty for an index never built).
+    pub image: Vec<u8>,
+}
+
+impl DHnsw {
+    /// Writes the saved file (atomically: temp file, fsync, rename).
+    pub(crate) fn save_file(&self, path: &Path) -> Result<()> {
+        let _w = self.write.lock();
+        let guard = self.layout.read();
+        let (name, image) = match guard.as_ref() {
+            Some(lay) => {
+                let mut img =
+                    crate::fetch::read_range(&*self.mem, lay.region, 0, lay.header.alloc_end)?;
+                // The header as this node knows it (live count now).
+                let mut h = lay.header.clone();
+                h.live = self.labels.read().len() as u64;
+                img[..HEADER_BYTES as usize].copy_from_slice(&h.encode());
+                (lay.name.clone(), img)
+            }
+            None => (String::new(), Vec::new()),
+        };
+        let seq = self
+            .applied
+            .load(Ordering::Acquire)
+            .max(self.durable.load(Ordering::Acquire));
+        let p = &self.params;
+        let mut b = Vec::with_capacity(image.len() + 128);
+        b.extend_from_slice(FILE_MAGIC);
+        b.extend_from_slice(&FILE_VERSION.to_le_bytes());
+        b.extend_from_slice(&(self.dim as u32).to_le_bytes());
+        b.extend_from_slice(self.metric.name().as_bytes());
+        b.push(0);
+        b.extend_from_slice(&seq.to_le_bytes());
+        for v in [
+            p.m as u64,
+            p.ef_construction as u64,
+            p.partition_points as u64,
+            p.partitions.unwrap_or(0) as u64,
+            p.gap.to_bits(),
+            p.seed,
+        ] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        b.extend_from_slice(name.as_bytes());
+        b.extend_from_slice(&(image.len() as u64).to_le_bytes());
+        b.extend_from_slice(&image);
+        push_crc(&mut b, 0);
+        atomic_write(path, |w| Ok(w.write_all(&b)?))?;
+        self.durable.store(seq, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// Reads and checks a saved file.
+pub fn read_saved(path: &Path) -> Result<Saved> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io_at(path, e))?;
+    parse_saved(&bytes)
+}
+
+/// Parses a saved file's bytes (checksum first).
+pub fn parse_saved(bytes: &[u8]) -> Result<Saved> {
+    if bytes.len() < 12 {
+        return Err(Error::corrupted("d-hnsw file: too short"));
+    }
+    let mut c = ByteReader::new(bytes);
+    c.bytes(bytes.len() - 4)?;
+    c.crc_of_preceding("d-hnsw file")?;
+    let mut r = ByteReader::new(bytes);
+    r.magic_version(FILE_MAGIC, FILE_VERSION, "d-hnsw file")?;
+    let dim = r.u32()? as usize;
+    vectide_core::limits::check_dim(dim)
+        .map_err(|_| Error::corrupted(format!("d-hnsw file: dimension {dim}")))?;
+    let mut name = Vec::new();
+    loop {
+        match r.u8()? {
+            0 => break,
+            c if name.len() < 16 => name.push(c),
+            _ => return Err(Error::corrupted("d-hnsw file: a metric name too long")),
+        }
+    }
+    let metric = Metric::parse(&String::from_utf8_lossy(&name))
+        .map_err(|_| Error::corrupted("d-hnsw file: unknown metric"))?;
+    let seq = r.u64()?;
+    let (m, efc, pp, k, gap, seed) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+    let n = r.u32()? as usize;
+    if n > 256 {
+        return Err(Error::corrupted("d-hnsw file: a region name too long"));
+    }
+    let region = String::from_utf8(r.bytes(n)?.to_vec())
+        .map_err(|_| Error::corrupted("d-hnsw file: a region name not UTF-8"))?;
+    let len = r.u64()?;
+    if len > r.remaining() as u64 {
+        return Err(Error::corrupted("d-hnsw file: the image is cut short"));
+    }
+    let image = r.bytes(len as usize)?.to_vec();
+    let params = DhnswParams {
+        m: m as usize,
+        ef_construction: efc as usize,
+        partition_points: pp as usize,
+        partitions: (k > 0).then_some(k as usize),
+        gap: f64::from_bits(gap),
+        seed,
+        ..DhnswParams::default()
+    };
+    let check = params.to_params();
+    DhnswParams::from_params(&check).map_err(|e| Error::corrupted(format!("d-hnsw file: {e}")))?;
+    Ok(Saved {
+        dim,
+        metric,
+        seq,
+        region,
+        params,
+        image,
+    })
+}
+
+/// A region image decoded: header, table, meta-HNSW, live labels.
+pub type Image = (Header, Vec<Entry>, SubGraph, Vec<(u64, Loc)>);
+
+/// The layout and label map of a region image (checked throughout).
+pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
+    let mut hr = ByteReader::new(image);
+    let head = hr.bytes(HEADER_BYTES as usize)?;
+    // The region's size is in the header; check it against itself.
+    let size = u64::from_le_bytes(head[80..88].try_into().expect("8 bytes"));
+    let h = Header::decode(head, size)?;
+    if h.dim as usize != dim {
+        return Err(Error::invalid(format!(
+            "d-hnsw: the region holds {}-d vectors, the index is {dim}-d",
+            h.dim
+        )));
+    }
+    if (image.len() as u64) < h.alloc_end {
+        return Err(Error::corrupted(
+            "d-hnsw: the image ends before the region's used bytes",
+        ));
+    }
+    let rec = u64::from(h.record);
+    let t = &image[h.table_off as usize..(h.table_off + u64::from(h.k) * 64) as usize];
+    let table = Entry::decode_table(t, h.k, rec, h.alloc_end)?;
+    let meta_b = &image[h.meta_off as usize..(h.meta_off + h.meta_len) as usize];
+    let meta = SubGraph::decode(
+        meta_b,
+        0,
+        false,
+        dim,
+        h.m as usize,
+        h.m0 as usize,
+        crate::builder::META_TAG,
+    )?;
+    if meta.len() != h.k as usize {
+        return Err(Error::corrupted(
+            "d-hnsw: the meta-HNSW does not hold one node per partition",
+        ));
+    }
+    let mut locs = Vec::new();
+    for (p, e) in table.iter().enumerate() {
+        let (lo, hi) = e.range(rec).expect("checked");
+        let g = SubGraph::decode(
+            &image[lo as usize..hi as usize],
+            e.count as usize,
+            e.backward,
+            dim,
+            h.m as usize,
+            h.m0 as usize,
+            p as u32,
+        )?;
+        for node in 0..g.len() as u32 {
+            if !g.is_deleted(node) {
+                locs.push((
+                    g.labels[node as usize],
+                    Loc {
+                        part: p as u32,
+                        node,
+                        seq,
+                    },
+                ));
+            }
+        }
+    }
+    Ok((h, table, meta, locs))
+}
+
+/// Opens a saved index: uploads its image into a new region of the memory
+/// node `params` name (or one in this process).
+pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
+    let s = read_saved(path)?;
+    let p = s.params.reopened(params)?;
+    let idx = DHnsw::connect(s.dim, s.metric, p)?;
+    idx.durable.store(s.seq, Ordering::Release);
+    idx.applied.store(s.seq, Ordering::Release);
+    if s.image.is_empty() {
+        return Ok(idx);
+    }
+    let (mut header, table, meta, locs) = decode_image(&s.image, s.dim, s.seq)?;
+    let name = idx
+        .params
+        .region
+        .clone()
+        .unwrap_or_else(crate::builder::auto_name);
+    let region = idx.mem.create_region(&name, header.region_size)?;
+    let up = crate::fetch::post_writes(
+        &*idx.mem,
+        region,
+        vec![(HEADER_BYTES, s.image[HEADER_BYTES as usize..].to_vec())],
+    )
+    .and_then(|()| {
+        crate::fetch::post_writes(
+            &*idx.mem,
+            region,
+            vec![(0, s.image[..HEADER_BYTES as usize].to_vec())],
+        )
+    });
+    if let Err(e) = up {
+        let _ = idx.mem.drop_region(&name);
+        return Err(e);
+    }
+    header.live = locs.len() as u64;
+    {
+        let mut map = idx.labels.write();
+        map.extend(locs);
+    }
+    *idx.cache.lock() = Lru::new(idx.params.cache_for(header.k as usize));
+    *idx.layout.write() = Some(Layout {
+        region,
+        name,
+        header,
+        table,
+        meta: Arc::new(meta),
+    });
+    Ok(idx)
+}
+
+/// Describes a region on a live memory node (`vectide inspect --memnode
+/// ADDR --region NAME`): the header, then every partition read (in
+/// doorbell chains) and checked, as `(field, value)` rows.
+pub fn inspect_region(addr: &str, name: &str, timeout_ms: u64) -> Result<Vec<(String, String)>> {
+    use vectide_remote::RemoteMemory;
+    let mem = vectide_remote::TcpMemory::connect(
+        addr,
+        vectide_remote::TcpOptions {
+            timeout: std::time::Duration::from_millis(timeout_ms),
+            ..Default::default()
+        },
+    )?;
+    let region = mem.open_region(name)?;
+    let head = mem.read(region, 0, HEADER_BYTES.min(region.size) as u32)?;
+    let h = Header::decode(&head, region.size)?;
+    let image = crate::fetch::read_range(&mem, region, 0, h.alloc_end)?;
+    let (_, table, _, locs) = decode_image(&image, h.dim as usize, 0)?;
+    let mut rows = vec![
+        ("engine", "d-hnsw".to_string()),
+        ("memnode", addr.to_string()),
+        ("region", name.to_string()),
+        ("format_version", crate::layout::VERSION.to_string()),
+        ("dim", h.dim.to_string()),
+        ("metric", h.metric.name().to_string()),
+    ];
+    rows.extend(crate::layout_rows(&h, &table, locs.len()));
+    Ok(rows.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}

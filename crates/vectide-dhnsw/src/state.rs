@@ -1,0 +1,233 @@
+//! [`DHnsw`]: the compute node's state (the memory node's handle, the
+//! region's layout as last read or written, the meta-HNSW, the LRU of
+//! sub-HNSWs, the label map and the timing counters). Every other room
+//! imports it; it imports none of them.
+
+use crate::layout::{Entry, Header};
+use crate::params::DhnswParams;
+use crate::subgraph::SubGraph;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use vectide_core::metric::DistanceFn;
+use vectide_core::{Metric, Result};
+use vectide_remote::{NetModel, Region, Regions, RemoteMemory, TcpMemory, TcpOptions};
+
+/// Where a label lives: partition, node id in it, and the sequence number
+/// of the operation that wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loc {
+    pub part: u32,
+    pub node: u32,
+    pub seq: u64,
+}
+
+/// The region as the compute node knows it.
+pub struct Layout {
+    pub region: Region,
+    pub name: String,
+    pub header: Header,
+    pub table: Vec<Entry>,
+    pub meta: Arc<SubGraph>,
+}
+
+impl Layout {
+    pub fn record(&self) -> u64 {
+        u64::from(self.header.record)
+    }
+
+    /// Overflow records the gap of partition `p` can still take (its
+    /// partner's records count against the same gap).
+    pub fn room(&self, p: usize) -> u64 {
+        let e = &self.table[p];
+        let used: u64 = self
+            .table
+            .iter()
+            .filter(|o| (o.gap_lo, o.gap_hi) == (e.gap_lo, e.gap_hi))
+            .map(|o| o.count)
+            .sum();
+        ((e.gap_hi - e.gap_lo) / self.record()).saturating_sub(used)
+    }
+}
+
+/// A least-recently-used set of sub-HNSWs.
+#[derive(Default)]
+pub struct Lru {
+    pub cap: usize,
+    tick: u64,
+    map: HashMap<u32, (Arc<SubGraph>, u64)>,
+}
+
+impl Lru {
+    pub fn new(cap: usize) -> Lru {
+        Lru {
+            cap,
+            ..Lru::default()
+        }
+    }
+
+    pub fn get(&mut self, p: u32) -> Option<Arc<SubGraph>> {
+        self.tick += 1;
+        let t = self.tick;
+        self.map.get_mut(&p).map(|e| {
+            e.1 = t;
+            Arc::clone(&e.0)
+        })
+    }
+
+    pub fn put(&mut self, p: u32, g: Arc<SubGraph>) {
+        if self.cap == 0 {
+            return;
+        }
+        self.tick += 1;
+        self.map.insert(p, (g, self.tick));
+        while self.map.len() > self.cap {
+            let old = self.map.iter().min_by_key(|e| e.1 .1).map(|e| *e.0);
+            if let Some(o) = old {
+                self.map.remove(&o);
+            }
+        }
+    }
+
+    pub fn peek(&self, p: u32) -> Option<&Arc<SubGraph>> {
+        self.map.get(&p).map(|e| &e.0)
+    }
+
+    pub fn remove(&mut self, p: u32) {
+        self.map.remove(&p);
+    }
+
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.map.values().map(|e| e.0.memory_bytes()).sum()
+    }
+}
+
+/// Cumulative timings of searches (nanoseconds), for the benchmark's
+/// latency breakdown: meta-HNSW search, the fetch stage (wall time of the
+/// round trips), the sub-HNSW stage (deserialising and searching), whole
+/// batches.
+#[derive(Default)]
+pub struct Timing {
+    pub batches: AtomicU64,
+    pub queries: AtomicU64,
+    pub meta_ns: AtomicU64,
+    pub fetch_ns: AtomicU64,
+    pub sub_ns: AtomicU64,
+    pub batch_ns: AtomicU64,
+    pub partitions_fetched: AtomicU64,
+    pub partitions_cached: AtomicU64,
+    pub rebuilds: AtomicU64,
+    /// Moves into a new region laid out afresh (a rebuild did not fit).
+    pub relayouts: AtomicU64,
+    /// Region bytes no partition uses any more (rebuilt elsewhere).
+    pub dead_bytes: AtomicU64,
+}
+
+impl Timing {
+    pub fn add(a: &AtomicU64, v: u64) {
+        a.fetch_add(v, Ordering::Relaxed);
+    }
+}
+
+/// A d-HNSW index on a compute node (see the crate docs).
+pub struct DHnsw {
+    pub(crate) dim: usize,
+    pub(crate) metric: Metric,
+    pub(crate) dist: DistanceFn,
+    pub(crate) params: DhnswParams,
+    pub(crate) mem: Arc<dyn RemoteMemory>,
+    /// The memory node inside this process, when no `memnode` was named.
+    pub(crate) _local: Option<Arc<Regions>>,
+    pub(crate) pool: Option<Arc<rayon::ThreadPool>>,
+    /// `None` until the first insert builds the partitions.
+    pub(crate) layout: RwLock<Option<Layout>>,
+    pub(crate) cache: Mutex<Lru>,
+    pub(crate) labels: RwLock<HashMap<u64, Loc>>,
+    /// Held by inserts and deletes (one writer per compute node).
+    pub(crate) write: Mutex<()>,
+    pub(crate) durable: AtomicU64,
+    /// The highest sequence number applied (what a save covers).
+    pub(crate) applied: AtomicU64,
+    pub(crate) timing: Timing,
+}
+
+/// Bytes an in-process memory node may hand out.
+pub const LOCAL_NODE_BYTES: u64 = 64 << 30;
+
+impl DHnsw {
+    /// A compute node for a new or reopened index: connects to the memory
+    /// node named in `params` (or starts one in this process).
+    pub(crate) fn connect(dim: usize, metric: Metric, params: DhnswParams) -> Result<DHnsw> {
+        vectide_core::limits::check_dim(dim)?;
+        let model = NetModel {
+            latency: std::time::Duration::from_nanos((params.net_latency_us * 1e3) as u64),
+            bandwidth_bps: params.net_gbps * 1e9,
+        };
+        let (mem, local): (Arc<dyn RemoteMemory>, _) = match &params.memnode {
+            Some(addr) => (
+                Arc::new(TcpMemory::connect(
+                    addr,
+                    TcpOptions {
+                        timeout: std::time::Duration::from_millis(params.timeout_ms),
+                        model,
+                    },
+                )?),
+                None,
+            ),
+            None => {
+                let r = Arc::new(Regions::new(LOCAL_NODE_BYTES));
+                (
+                    Arc::new(vectide_remote::LocalMemory::local(Arc::clone(&r), model)),
+                    Some(r),
+                )
+            }
+        };
+        Ok(DHnsw {
+            dim,
+            metric,
+            dist: metric.distance_fn(),
+            pool: vectide_core::engine::thread_pool("d-hnsw", params.threads)?,
+            params,
+            mem,
+            _local: local,
+            layout: RwLock::new(None),
+            cache: Mutex::new(Lru::new(0)),
+            labels: RwLock::new(HashMap::new()),
+            write: Mutex::new(()),
+            durable: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
+            timing: Timing::default(),
+        })
+    }
+
+    pub(crate) fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(p) => p.install(f),
+            None => f(),
+        }
+    }
+
+    /// The transport's counters (round trips, bytes, modelled time).
+    pub fn counters(&self) -> vectide_remote::CountersSnapshot {
+        self.mem.counters().snapshot()
+    }
+
+    /// Empties the LRU of sub-HNSWs (a cold start for the next batch).
+    pub fn clear_cache(&self) {
+        self.cache.lock().clear();
+    }
+
+    /// The region's name, once built.
+    pub fn region_name(&self) -> Option<String> {
+        self.layout.read().as_ref().map(|l| l.name.clone())
+    }
+}

@@ -1,0 +1,250 @@
+//! Inserts and deletes from this compute node (part 2 makes them safe from
+//! several at once). A new point goes to the partition the meta-HNSW
+//! ranks first; its node is linked into the partition's graph on the
+//! compute node (HNSW's neighbour selection and back-link rule, layer 0),
+//! and the new record, the changed neighbour lists and the partition's
+//! overflow count are written in one doorbell chain, the count last. A
+//! partition whose gap is full is rebuilt elsewhere. A delete writes the
+//! node's tombstone flag (searches walk through it, never return it).
+
+use crate::fetch::post_writes;
+use crate::layout::{
+    encode_list, encode_record, DELETED, ENTRY_BYTES, ENTRY_COUNT_AT, RECORD_FLAGS_AT,
+    RECORD_LIST_AT,
+};
+use crate::state::{DHnsw, Layout, Loc};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use vectide_core::heap::Candidate;
+use vectide_core::{Result, Seq};
+use vectide_graph::prune::{backlink, plan_links, Backlink};
+use vectide_graph::{Graph, Scratch};
+
+impl DHnsw {
+    /// Inserts a checked batch (vectors normalised for cosine).
+    pub(crate) fn insert_rows(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        let _w = self.write.lock();
+        self.applied
+            .fetch_max(seq, std::sync::atomic::Ordering::AcqRel);
+        // Replays of operations not newer than what a label holds are
+        // skipped; an upsert of a live label deletes its old node first.
+        let dim = self.dim;
+        let mut keep: Vec<usize> = Vec::with_capacity(ids.len());
+        let mut replaced: Vec<u64> = Vec::new();
+        {
+            let labels = self.labels.read();
+            for (i, id) in ids.iter().enumerate() {
+                match labels.get(id) {
+                    Some(l) if l.seq > seq => {}
+                    Some(_) => {
+                        replaced.push(*id);
+                        keep.push(i);
+                    }
+                    None => keep.push(i),
+                }
+            }
+        }
+        // A batch repeating an id keeps its last row.
+        let mut last: BTreeMap<u64, usize> = BTreeMap::new();
+        for &i in &keep {
+            last.insert(ids[i], i);
+        }
+        let rows: Vec<usize> = last.into_values().collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if self.layout.read().is_none() {
+            let ids2: Vec<u64> = rows.iter().map(|&i| ids[i]).collect();
+            let mut v = Vec::with_capacity(rows.len() * dim);
+            for &i in &rows {
+                v.extend_from_slice(&vectors[i * dim..(i + 1) * dim]);
+            }
+            return self.build(seq, &ids2, &v);
+        }
+        self.delete_locked(seq, &replaced, true)?;
+        let mut guard = self.layout.write();
+        let lay = guard.as_mut().expect("built");
+        // Route each row to the partition its nearest centroid heads.
+        let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        let mut s = Scratch::default();
+        for &i in &rows {
+            let mut out = Vec::with_capacity(1);
+            lay.meta.search(
+                self.dist,
+                &vectors[i * dim..(i + 1) * dim],
+                1,
+                32,
+                &mut s,
+                |_| true,
+                &mut out,
+            );
+            groups.entry(out[0].id as u32).or_default().push(i);
+        }
+        for (p, group) in groups {
+            self.insert_into(lay, p, seq, ids, vectors, &group, &mut s)?;
+        }
+        let live = self.labels.read().len() as u64;
+        lay.header.live = live;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert_into(
+        &self,
+        lay: &mut Layout,
+        p: u32,
+        seq: Seq,
+        ids: &[u64],
+        vectors: &[f32],
+        group: &[usize],
+        s: &mut Scratch,
+    ) -> Result<()> {
+        let dim = self.dim;
+        let old = self.part(lay, p)?;
+        if lay.room(p as usize) < group.len() as u64 {
+            let labels: Vec<u64> = group.iter().map(|&i| ids[i]).collect();
+            let mut v = Vec::with_capacity(group.len() * dim);
+            for &i in group {
+                v.extend_from_slice(&vectors[i * dim..(i + 1) * dim]);
+            }
+            let g = self.rebuild_part(lay, p, &old, (&labels, &v), seq)?;
+            let mut lru = self.cache.lock();
+            lru.remove(p);
+            lru.put(p, g);
+            return Ok(());
+        }
+        let mut g = old.to_owned_graph();
+        let first_new = g.len() as u32;
+        let m0 = g.m0;
+        let mut changed: BTreeSet<u32> = BTreeSet::new();
+        let (mut lists, mut buf, mut ranked, mut kept): (
+            Vec<Vec<u32>>,
+            Vec<u32>,
+            Vec<Candidate>,
+            Vec<u32>,
+        ) = Default::default();
+        for &i in group {
+            let v = &vectors[i * dim..(i + 1) * dim];
+            let node = g.push_node(ids[i], v);
+            let Some((ep, top)) = g.entry.filter(|&(e, _)| e != node) else {
+                continue;
+            };
+            plan_links(
+                &g,
+                self.dist,
+                v,
+                node,
+                0,
+                (ep, top),
+                self.params.ef_construction,
+                m0,
+                s,
+                &mut lists,
+                |_| true,
+            );
+            g.set_list0(node, &lists[0]);
+            for &nb in &lists[0] {
+                match backlink(&g, self.dist, nb, node, 0, &mut buf, &mut ranked, &mut kept) {
+                    Backlink::Present => {}
+                    Backlink::Append => {
+                        buf.push(node);
+                        g.set_list0(nb, &buf);
+                        changed.insert(nb);
+                    }
+                    Backlink::Replace => {
+                        g.set_list0(nb, &kept);
+                        changed.insert(nb);
+                    }
+                }
+            }
+        }
+        let e = lay.table[p as usize];
+        let rec = lay.record();
+        let mut writes = Vec::new();
+        for nb in changed.iter().filter(|&&nb| nb < first_new) {
+            let mut b = Vec::with_capacity(4 + 4 * m0);
+            encode_list(&mut b, &g.list0_of(*nb), m0);
+            writes.push((e.node_at(u64::from(*nb), rec) + RECORD_LIST_AT, b));
+        }
+        let mut labels = self.labels.write();
+        for node in first_new..g.len() as u32 {
+            let mut b = Vec::with_capacity(rec as usize);
+            encode_record(
+                &mut b,
+                g.labels[node as usize],
+                0,
+                &g.list0_of(node),
+                m0,
+                g.vector(node),
+            );
+            let j = u64::from(node) - u64::from(e.n_base);
+            writes.push((e.overflow_at(j, rec), b));
+            labels.insert(g.labels[node as usize], Loc { part: p, node, seq });
+        }
+        let count = e.count + u64::from(g.len() as u32 - first_new);
+        // The count last: a reader that fetches the partition sees the
+        // new records only once they are all written.
+        writes.push((
+            lay.header.table_off + u64::from(p) * ENTRY_BYTES + ENTRY_COUNT_AT,
+            count.to_le_bytes().to_vec(),
+        ));
+        post_writes(&*self.mem, lay.region, writes)?;
+        lay.table[p as usize].count = count;
+        let g = Arc::new(g);
+        let mut lru = self.cache.lock();
+        lru.remove(p);
+        lru.put(p, g);
+        Ok(())
+    }
+
+    /// Deletes labels; returns how many were live.
+    pub(crate) fn delete_rows(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
+        let _w = self.write.lock();
+        self.applied
+            .fetch_max(seq, std::sync::atomic::Ordering::AcqRel);
+        self.delete_locked(seq, ids, false)
+    }
+
+    /// Writes the tombstones of `ids` (one doorbell chain). `replacing`:
+    /// an upsert's delete of the old node (no sequence check).
+    fn delete_locked(&self, seq: Seq, ids: &[u64], replacing: bool) -> Result<usize> {
+        let guard = self.layout.read();
+        let Some(lay) = guard.as_ref() else {
+            return Ok(0);
+        };
+        let rec = lay.record();
+        let mut gone: Vec<Loc> = Vec::new();
+        {
+            let mut labels = self.labels.write();
+            for id in ids {
+                if let Some(l) = labels.get(id).copied() {
+                    if replacing || l.seq <= seq {
+                        labels.remove(id);
+                        gone.push(l);
+                    }
+                }
+            }
+        }
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        let writes = gone
+            .iter()
+            .map(|l| {
+                let e = &lay.table[l.part as usize];
+                (
+                    e.node_at(u64::from(l.node), rec) + RECORD_FLAGS_AT,
+                    DELETED.to_le_bytes().to_vec(),
+                )
+            })
+            .collect();
+        post_writes(&*self.mem, lay.region, writes)?;
+        let lru = self.cache.lock();
+        for l in &gone {
+            if let Some(g) = lru.peek(l.part) {
+                g.mark_deleted(l.node);
+            }
+        }
+        Ok(gone.len())
+    }
+}

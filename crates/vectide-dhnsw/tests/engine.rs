@@ -1,0 +1,257 @@
+//! d-HNSW end to end: built from a first batch, searched in every fetch
+//! mode against a brute-force oracle, inserted into (through the gaps and
+//! past them: partition rebuilds), deleted from, saved and opened again,
+//! over the in-process memory node and over TCP to a memory node.
+
+#[path = "../../test-support/oracle.rs"]
+mod oracle;
+
+use vectide_core::params::params_of;
+use vectide_core::{Metric, ParamValue, Params, SearchParams, VectorIndex};
+use vectide_dhnsw::DHnsw;
+use vectide_remote::{MemoryNode, NodeLimits};
+
+const DIM: usize = 16;
+
+fn index(extra: &[(&str, ParamValue)]) -> Box<dyn VectorIndex> {
+    let mut p: Params = params_of([
+        ("partition_points", ParamValue::Int(250)),
+        ("threads", ParamValue::Int(2)),
+    ]);
+    for (k, v) in extra {
+        p.insert(k.to_string(), v.clone());
+    }
+    (vectide_dhnsw::DESCRIPTOR.create)(DIM, Metric::L2, &p).unwrap()
+}
+
+fn ids(v: &[vectide_core::Neighbor]) -> Vec<u64> {
+    v.iter().map(|n| n.id).collect()
+}
+
+fn recall(idx: &dyn VectorIndex, live: &[(u64, Vec<f32>)], qs: &[f32], sp: &SearchParams) -> f64 {
+    let got = idx.search_batch(qs, 10, sp, None).unwrap();
+    let found: Vec<Vec<u64>> = got.iter().map(|r| ids(r)).collect();
+    let truth: Vec<Vec<u64>> = qs
+        .chunks(DIM)
+        .map(|q| oracle::brute_force(Metric::L2, live, q, 10))
+        .collect();
+    oracle::recall(&found, &truth)
+}
+
+#[test]
+fn builds_searches_updates_and_reopens() {
+    let n = 2000;
+    let data = oracle::clustered(n + 600, DIM, 12, 7);
+    let labels: Vec<u64> = (0..n as u64).map(|i| 10_000 + i).collect();
+    let idx = index(&[]);
+    assert!(idx
+        .search(&data[..DIM], 5, &SearchParams::default(), None)
+        .unwrap()
+        .is_empty());
+    idx.insert(1, &labels, &data[..n * DIM]).unwrap();
+    assert_eq!(idx.len(), n);
+    let st = idx.stats().unwrap();
+    assert_eq!(st.extra_value("partitions"), Some(8.0));
+    let mut live: Vec<(u64, Vec<f32>)> = labels
+        .iter()
+        .zip(data.chunks(DIM))
+        .map(|(&l, v)| (l, v.to_vec()))
+        .collect();
+    let qs = &data[n * DIM..(n + 100) * DIM];
+    let all = SearchParams {
+        nprobe: Some(8),
+        ef: Some(64),
+        ..SearchParams::default()
+    };
+    let r = recall(&*idx, &live, qs, &all);
+    assert!(r > 0.97, "every partition probed: recall {r}");
+    let r5 = recall(&*idx, &live, qs, &SearchParams::default());
+    assert!(r5 > 0.85, "b = 5 of 8: recall {r5}");
+    // A stored vector reads back.
+    assert_eq!(
+        idx.get(10_003).unwrap().unwrap(),
+        data[3 * DIM..4 * DIM].to_vec()
+    );
+    assert_eq!(idx.get(1).unwrap(), None);
+    // Inserts fill the gaps and then rebuild partitions; deletes hide.
+    let new: Vec<u64> = (0..500u64).map(|i| 50_000 + i).collect();
+    let nv = &data[(n + 100) * DIM..(n + 600) * DIM];
+    for (c, (l, v)) in new.chunks(50).zip(nv.chunks(50 * DIM)).enumerate() {
+        idx.insert(2 + c as u64, l, v).unwrap();
+    }
+    live.extend(
+        new.iter()
+            .zip(nv.chunks(DIM))
+            .map(|(&l, v)| (l, v.to_vec())),
+    );
+    let gone: Vec<u64> = labels.iter().step_by(3).copied().collect();
+    assert_eq!(idx.delete(20, &gone).unwrap(), gone.len());
+    assert_eq!(idx.delete(21, &gone).unwrap(), 0);
+    live.retain(|(l, _)| !gone.contains(l));
+    assert_eq!(idx.len(), live.len());
+    let st = idx.stats().unwrap();
+    assert!(
+        st.extra_value("partition_rebuilds").unwrap() > 0.0,
+        "{st:?}"
+    );
+    assert!(idx.check_structure().unwrap().is_empty());
+    let r = recall(&*idx, &live, qs, &all);
+    assert!(r > 0.95, "after inserts and deletes: recall {r}");
+    // Each new point is found as its own nearest neighbour.
+    for (l, v) in live.iter().rev().take(50) {
+        let hit = idx.search(v, 1, &all, None).unwrap();
+        assert_eq!(hit[0].id, *l);
+    }
+    // Every fetch mode answers the same queries alike.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("i.dhnsw");
+    idx.save(&path).unwrap();
+    assert_eq!(idx.durable_seq(), 21);
+    let d = &vectide_dhnsw::DESCRIPTOR;
+    assert!((d.detect)(&path));
+    let rows = (d.inspect)(&path).unwrap();
+    assert!(
+        rows.iter().any(|r| r.0 == "partitions" && r.1 == "8"),
+        "{rows:?}"
+    );
+    let base = idx.search_batch(qs, 10, &all, None).unwrap();
+    for mode in ["doorbell", "no-doorbell", "naive"] {
+        for pipeline in [true, false] {
+            let p = params_of([
+                ("fetch", ParamValue::Str(mode.into())),
+                ("pipeline", ParamValue::Bool(pipeline)),
+                ("doorbell_reads", ParamValue::Int(2)),
+            ]);
+            let back = (d.open)(&path, &p).unwrap();
+            assert_eq!((back.len(), back.durable_seq()), (live.len(), 21));
+            let got = back.search_batch(qs, 10, &all, None).unwrap();
+            for (a, b) in got.iter().zip(&base) {
+                assert_eq!(ids(a), ids(b), "{mode}, pipeline {pipeline}");
+            }
+            let st = back.stats().unwrap();
+            let rt = st.round_trips as f64;
+            let parts = 8.0;
+            match mode {
+                // HELLO + create + upload, then 8 partitions in chains of 2.
+                "doorbell" => assert!(rt <= 3.0 + 2.0 + parts / 2.0, "{mode}: {rt}"),
+                "no-doorbell" => assert!(rt >= parts, "{mode}: {rt}"),
+                _ => assert!(rt > 100.0 * parts, "{mode}: a READ per node: {rt}"),
+            }
+        }
+    }
+    assert!((d.open)(&path, &params_of([("m", ParamValue::Int(8))])).is_err());
+}
+
+#[test]
+fn over_tcp_to_a_memory_node() {
+    let node = MemoryNode::start("127.0.0.1:0", 256 << 20, NodeLimits::default()).unwrap();
+    let addr = node.addr().to_string();
+    let n = 1200;
+    let data = oracle::clustered(n + 50, DIM, 6, 3);
+    let labels: Vec<u64> = (0..n as u64).collect();
+    let idx = index(&[
+        ("memnode", ParamValue::Str(addr.clone())),
+        ("region", ParamValue::Str("t1".into())),
+    ]);
+    idx.insert(1, &labels, &data[..n * DIM]).unwrap();
+    let live: Vec<(u64, Vec<f32>)> = labels
+        .iter()
+        .zip(data.chunks(DIM))
+        .map(|(&l, v)| (l, v.to_vec()))
+        .collect();
+    let qs = &data[n * DIM..];
+    let r = recall(
+        &*idx,
+        &live,
+        qs,
+        &SearchParams {
+            nprobe: Some(5),
+            ..Default::default()
+        },
+    );
+    assert!(r > 0.9, "recall {r}");
+    let dh = idx.as_any().downcast_ref::<DHnsw>().unwrap();
+    assert_eq!(dh.region_name().as_deref(), Some("t1"));
+    let c = dh.counters();
+    assert!(c.round_trips > 0 && c.bytes_received > 0 && c.model_ns > 0);
+    // The same region name again is refused by the node, nothing changes.
+    let again = index(&[
+        ("memnode", ParamValue::Str(addr)),
+        ("region", ParamValue::Str("t1".into())),
+    ]);
+    assert!(again.insert(1, &[1], &data[..DIM]).is_err());
+    assert_eq!(again.len(), 0);
+    // A node that is gone: a transient error, not a hang.
+    drop(node);
+    let dead = (vectide_dhnsw::DESCRIPTOR.create)(
+        DIM,
+        Metric::L2,
+        &params_of([
+            ("memnode", ParamValue::Str("127.0.0.1:1".into())),
+            ("timeout_ms", ParamValue::Int(500)),
+        ]),
+    );
+    let e = dead.expect_err("no node at port 1");
+    assert!(e.is_transient(), "{e}");
+}
+
+/// Inserts far beyond the first build: gaps fill, partitions are rebuilt at
+/// the region's end, and when one does not fit the index moves to a new
+/// region laid out afresh (the old one dropped). Nothing is lost and the
+/// region does not keep what rebuilds left behind.
+#[test]
+fn growth_rebuilds_partitions_and_moves_to_a_larger_region() {
+    let idx = index(&[
+        ("partition_points", ParamValue::Int(100)),
+        ("gap", ParamValue::Float(0.0)),
+    ]);
+    let n = 3300;
+    let data = oracle::clustered(n, DIM, 8, 11);
+    let labels: Vec<u64> = (0..n as u64).collect();
+    idx.insert(1, &labels[..300], &data[..300 * DIM]).unwrap();
+    let name0 = idx.params()["region"].clone();
+    for (c, (l, v)) in labels[300..]
+        .chunks(30)
+        .zip(data[300 * DIM..].chunks(30 * DIM))
+        .enumerate()
+    {
+        idx.insert(2 + c as u64, l, v).unwrap();
+        if c % 10 == 0 {
+            // Churn: delete some of what is there, so rebuilds drop tombstones.
+            let gone: Vec<u64> = l.iter().step_by(5).copied().collect();
+            idx.delete(2 + c as u64, &gone).unwrap();
+        }
+    }
+    let st = idx.stats().unwrap();
+    assert!(
+        st.extra_value("partition_rebuilds").unwrap() > 10.0,
+        "{st:?}"
+    );
+    assert!(st.extra_value("region_relayouts").unwrap() >= 1.0, "{st:?}");
+    assert_ne!(idx.params()["region"], name0, "moved to a new region");
+    let used = st.extra_value("region_used_bytes").unwrap();
+    let rec = (16 + 4 * 32 + 4 * DIM) as f64;
+    assert!(
+        used < 4.0 * rec * idx.len() as f64 + 65_536.0,
+        "{used} bytes handed out for {} points",
+        idx.len()
+    );
+    assert!(idx.check_structure().unwrap().is_empty());
+    for (l, v) in labels.iter().zip(data.chunks(DIM)).rev().take(200) {
+        if idx.contains(*l).unwrap() {
+            let hit = idx
+                .search(
+                    v,
+                    1,
+                    &SearchParams {
+                        nprobe: Some(8),
+                        ef: Some(64),
+                        ..Default::default()
+                    },
+                    None,
+                )
+                .unwrap();
+            assert_eq!(hit[0].id, *l);
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Fuzz targets of every d-HNSW parser (proptest): arbitrary bytes, and
+//! valid bytes with random bytes overwritten, given to the region header,
+//! the partition table, a graph blob with its overflow, a saved file and a
+//! whole region image: each answers `Ok` or an error, never a panic, and a
+//! graph it accepts has every list inside the graph.
+
+use proptest::prelude::*;
+use vectide_core::Metric;
+use vectide_dhnsw::layout::{encode_blob, encode_record, record_bytes, Entry, GraphParts, Header};
+use vectide_dhnsw::persist::{decode_image, parse_saved};
+use vectide_dhnsw::subgraph::SubGraph;
+use vectide_graph::Graph;
+
+fn parts(n: usize) -> GraphParts {
+    GraphParts {
+        dim: 3,
+        m: 2,
+        m0: 4,
+        entry: Some((0, 1)),
+        labels: (0..n as u64).collect(),
+        flags: vec![0; n],
+        levels: (0..n).map(|i| u8::from(i == 0)).collect(),
+        vectors: (0..n * 3).map(|i| i as f32).collect(),
+        lists: (0..n)
+            .map(|i| {
+                let mut l = vec![vec![((i + 1) % n) as u32, ((i + 2) % n) as u32]];
+                if i == 0 {
+                    l.push(vec![1]);
+                }
+                l
+            })
+            .collect(),
+    }
+}
+
+fn valid_blob_with_overflow() -> Vec<u8> {
+    let mut b = encode_blob(&parts(6), 2);
+    encode_record(&mut b, 99, 0, &[0, 6], 4, &[1.0, 2.0, 3.0]);
+    b
+}
+
+fn check_graph(g: &SubGraph) {
+    let mut buf = Vec::new();
+    for i in 0..g.len() as u32 {
+        for l in 0..=g.level(i) {
+            g.neighbors_into(i, l, &mut buf);
+            assert!(buf.iter().all(|&x| (x as usize) < g.len()));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048), k in 0u32..8) {
+        let _ = Header::decode(&bytes, bytes.len() as u64);
+        let _ = Entry::decode_table(&bytes, k, 64, 1 << 20);
+        if let Ok(g) = SubGraph::decode(&bytes, (k % 3) as usize, k % 2 == 0, 3, 2, 4, 2) {
+            check_graph(&g);
+        }
+        let _ = parse_saved(&bytes);
+        let _ = decode_image(&bytes, 3, 0);
+    }
+
+    #[test]
+    fn damaged_blobs_are_rejected_or_stay_inside(at in proptest::collection::vec((0usize..4096, any::<u8>()), 1..6)) {
+        let mut b = valid_blob_with_overflow();
+        for (i, v) in at {
+            let n = b.len();
+            b[i % n] = v;
+        }
+        if let Ok(g) = SubGraph::decode(&b, 1, false, 3, 2, 4, 2) {
+            check_graph(&g);
+            let mut s = vectide_graph::Scratch::default();
+            let mut out = Vec::new();
+            g.search(Metric::L2.distance_fn(), &[0.0, 0.0, 0.0], 3, 8, &mut s, |_| true, &mut out);
+        }
+    }
+
+    #[test]
+    fn damaged_headers_are_rejected_or_in_bounds(at in proptest::collection::vec((0usize..256, any::<u8>()), 1..4)) {
+        let h = Header {
+            dim: 3, metric: Metric::L2, m: 2, m0: 4, k: 1,
+            record: record_bytes(3, 4) as u32, epoch: 1, meta_off: 256, meta_len: 64,
+            table_off: 320, alloc_end: 4096, region_size: 8192, live: 0,
+        };
+        let mut b = h.encode();
+        for (i, v) in at {
+            b[i] = v;
+        }
+        if let Ok(d) = Header::decode(&b, 8192) {
+            prop_assert!(d.alloc_end <= 8192 && d.meta_off + d.meta_len <= d.alloc_end);
+        }
+    }
+}

@@ -1,0 +1,126 @@
+"""d-HNSW from Python: an index on a memory node in its own process
+(``vectide memnode``), its recall against numpy, save and load with another
+fetch mode, the region described by ``vectide inspect --memnode``, a memory
+node that is gone (a ConnectionError, not a hang), and the benchmark's
+small version."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vectide
+from vectide.memnode import MemoryNode, cli_path
+
+HAVE_CLI = (Path(sys.executable).parent / "vectide").exists()
+needs_cli = pytest.mark.skipif(not HAVE_CLI, reason="the vectide binary is not installed beside this Python")
+
+
+def _data(n, dim, seed=3):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(12, dim)).astype(np.float32) * 4
+    x = centres[rng.integers(0, 12, n)] + rng.normal(size=(n, dim)).astype(np.float32)
+    return x.astype(np.float32)
+
+
+def _truth(base, q, k):
+    d = ((q[:, None, :] - base[None, :, :]) ** 2).sum(-1)
+    return np.argsort(d, axis=1)[:, :k]
+
+
+def _recall(found, truth):
+    return np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found.tolist(), truth.tolist())])
+
+
+@needs_cli
+def test_an_index_on_a_memory_node_searches_saves_and_is_inspected(tmp_path):
+    x = _data(3000, 24)
+    base, q = x[:2800], x[2800:]
+    truth = _truth(base, q, 10)
+    with MemoryNode(256 << 20, log=tmp_path / "node.log") as node:
+        ix = vectide.Index(24, "l2", engine="d-hnsw", memnode=node.address, region="py1",
+                           partition_points=200, threads=2)
+        ix.add(np.arange(len(base), dtype=np.uint64), base)
+        ids, _ = ix.search(q, k=10, nprobe=14)
+        assert _recall(ids, truth) > 0.95
+        ids5, _ = ix.search(q, k=10)
+        assert _recall(ids5, truth) > 0.8
+        st = ix.stats()
+        assert st["partitions"] == 14 and st["round_trips"] > 0 and st["net_model_ns"] > 0
+        assert ix.params()["region"] == "py1"
+        # Deleted points never come back.
+        gone = np.arange(0, 2800, 7, dtype=np.uint64)
+        assert ix.delete(gone) == len(gone)
+        ids, _ = ix.search(q, k=10, nprobe=14)
+        assert not set(ids.ravel().tolist()) & set(gone.tolist())
+        # The live region, described by the CLI.
+        out = subprocess.run([cli_path(), "inspect", "--memnode", node.address, "--region", "py1", "--json"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        rows = json.loads(out.stdout)
+        assert rows["partitions"] == 14 and rows["live"] == 2800 - len(gone), rows
+        # Saved, then opened with the naive fetch: the same answers, far more round trips.
+        path = tmp_path / "i.dhnsw"
+        ix.save(str(path))
+        ids_a, _ = ix.search(q[:20], k=10, nprobe=3)
+        back = vectide.Index.load(str(path), memnode=node.address, fetch="naive")
+        before = back.stats()["round_trips"]
+        ids_b, _ = back.search(q[:20], k=10, nprobe=3)
+        assert (ids_a == ids_b).all()
+        assert back.stats()["round_trips"] - before > 20 * 3 * 10
+        with pytest.raises(ValueError, match="unknown parameter"):
+            vectide.Index.load(str(path), memnode=node.address, m=8)
+        with pytest.raises(ValueError):
+            vectide.Index.load(str(path), fetch="rdma")
+
+
+@needs_cli
+def test_a_memory_node_that_is_gone_is_a_connection_error_within_the_timeout(tmp_path):
+    node = MemoryNode(64 << 20).start()
+    ix = vectide.Index(8, "l2", engine="d-hnsw", memnode=node.address, timeout_ms=2000)
+    ix.add(np.arange(300, dtype=np.uint64), _data(300, 8))
+    node.stop()
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError):
+        ix.search(_data(4, 8, seed=9), k=5)
+    assert time.monotonic() - t0 < 30
+
+
+def test_without_a_memory_node_the_index_runs_one_inside_the_process():
+    x = _data(500, 8)
+    ix = vectide.Index(8, "l2", engine="d-hnsw")
+    ix.add(np.arange(500, dtype=np.uint64), x)
+    ids, _ = ix.search(x[:5], k=1)
+    assert ids[:, 0].tolist() == [0, 1, 2, 3, 4]
+    assert ix.params()["memnode"] == "in-process"
+
+
+@needs_cli
+def test_dhnsw_benchmark_small(tmp_path, data_root, monkeypatch):
+    from vectide.bench import dhnsw
+
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    out = tmp_path / "d.json"
+    rc = dhnsw.main(["--datasets", "clustered-20k-32-angular", "--limit", "6000", "--queries", "300",
+                     "--naive-queries", "30", "--partitions", "30", "--warm-batches", "3",
+                     "--out", str(out), "--plot", str(tmp_path / "png")])
+    assert rc == 0
+    r = json.loads(out.read_text())
+    s = r["summary"]
+    for key in ("latency_speedup_vs_naive", "network_speedup_vs_naive", "doorbell_speedup_vs_no_doorbell",
+                "pipeline_speedup", "round_trips_per_query", "bytes_per_query", "recall10_at_b5_ef48",
+                "qps_ratio_vs_local_hnsw_at_recall_0.9"):
+        assert key in s, key
+    c = r["datasets"]["clustered-20k-32-angular"]["cold"]
+    # Exact counts: every partition a batch needs in chains of K/10 = 3 READs.
+    assert c["doorbell"]["round_trips_per_query"] < c["no-doorbell"]["round_trips_per_query"]
+    assert c["naive"]["round_trips_per_query"] > 20 * c["no-doorbell"]["round_trips_per_query"]
+    assert s["latency_speedup_vs_naive"] > 1 and s["network_speedup_vs_naive"] > 1
+    assert 0.5 < s["recall10_at_b5_ef48"] <= 1.0
+    assert list((tmp_path / "png").glob("*.png"))
