@@ -189,6 +189,7 @@ impl VectorIndex for DHnsw {
                 ("meta_ns".into(), ld(&t.meta_ns)),
                 ("fetch_ns".into(), ld(&t.fetch_ns)),
                 ("sub_ns".into(), ld(&t.sub_ns)),
+                ("decode_thread_ns".into(), ld(&t.decode_ns)),
                 ("batch_ns".into(), ld(&t.batch_ns)),
                 ("partitions_fetched".into(), ld(&t.partitions_fetched)),
                 ("partitions_cached".into(), ld(&t.partitions_cached)),

@@ -20,6 +20,8 @@ const WRITE_PIECE: usize = 8 << 20;
 const CHAIN_BYTES: usize = 32 << 20;
 /// Work requests per doorbell (the node's limit is 4,096).
 const CHAIN_WRS: usize = 1024;
+/// Bytes one chain of READs may bring back (a reply frame holds 256 MiB).
+const CHAIN_READ_BYTES: u64 = 128 << 20;
 
 /// Posts `writes` (offset, bytes) in as few doorbell chains as the node's
 /// limits allow, in order.
@@ -80,13 +82,31 @@ impl DHnsw {
         mut got: impl FnMut(Vec<(u32, Vec<u8>)>) -> Result<()>,
     ) -> Result<()> {
         let rec = lay.record();
-        for c in parts.chunks(chain.max(1)) {
+        let range = |p: u32| {
+            lay.table[p as usize]
+                .range(rec)
+                .expect("ranges are checked when the table is read")
+        };
+        // Chains of at most `chain` READs whose replies fit a frame.
+        let mut chunks: Vec<&[u32]> = Vec::new();
+        let mut start = 0;
+        let mut bytes = 0u64;
+        for (i, &p) in parts.iter().enumerate() {
+            let (lo, hi) = range(p);
+            if i > start && (i - start == chain.max(1) || bytes + (hi - lo) > CHAIN_READ_BYTES) {
+                chunks.push(&parts[start..i]);
+                (start, bytes) = (i, 0);
+            }
+            bytes += hi - lo;
+        }
+        if start < parts.len() {
+            chunks.push(&parts[start..]);
+        }
+        for c in chunks {
             let wrs: Vec<Verb> = c
                 .iter()
                 .map(|&p| {
-                    let (lo, hi) = lay.table[p as usize]
-                        .range(rec)
-                        .expect("ranges are checked when the table is read");
+                    let (lo, hi) = range(p);
                     Verb::Read {
                         region: lay.region.id,
                         offset: lo,

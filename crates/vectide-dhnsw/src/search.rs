@@ -146,7 +146,9 @@ impl DHnsw {
                     chunk
                         .par_iter()
                         .map(|(p, bytes)| {
+                            let t = Instant::now();
                             let g = Arc::new(self.decode_part(lay, *p, bytes)?);
+                            Timing::add(&self.timing.decode_ns, t.elapsed().as_nanos() as u64);
                             let a = self.search_part(&g, qs, &groups[p], k, ef, filter);
                             Ok((*p, g, a))
                         })

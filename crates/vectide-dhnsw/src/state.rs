@@ -122,6 +122,9 @@ pub struct Timing {
     pub meta_ns: AtomicU64,
     pub fetch_ns: AtomicU64,
     pub sub_ns: AtomicU64,
+    /// Thread time deserialising fetched partitions (part of `sub_ns`'s
+    /// stage, summed over the pool's threads).
+    pub decode_ns: AtomicU64,
     pub batch_ns: AtomicU64,
     pub partitions_fetched: AtomicU64,
     pub partitions_cached: AtomicU64,

@@ -195,7 +195,7 @@ def run_dataset(name: str, args, node: MemoryNode, work: Path) -> Dict[str, obje
                             cache_partitions=int(res["partitions"]))
     ix.search(queries[:1], k=10)
     sweep = []
-    for b in (1, 2, 3, 5, 8, 12):
+    for b in (1, 2, 3, 5, 8, 12, 16, 24):
         for ef in (16, 32, 48, 64, 128):
             r = _batch(ix, queries, truth, args.threads, True, nprobe=b, ef=ef)
             sweep.append({"b": b, "ef": ef, "recall1": r["recall1"], "recall10": r["recall10"]})
@@ -233,14 +233,31 @@ def run_dataset(name: str, args, node: MemoryNode, work: Path) -> Dict[str, obje
     return res
 
 
+def doorbell_speedup(c: Dict[str, Dict[str, float]]) -> float:
+    """No-doorbell over doorbell batch latency under the model, both given
+    the same meta-HNSW and sub-HNSW stage times (the mean of their two
+    measurements) and each its own exactly counted network time: what the
+    doorbell changes is the round trips, and the two runs' compute differs
+    by more than that from run to run (the stage times of both are in the
+    JSON, and their plain ratio is ``doorbell_speedup_measured_stages``)."""
+    a, b = c["no-doorbell"], c["doorbell"]
+    compute = (a["meta_hnsw_ms"] + a["sub_hnsw_ms"] + b["meta_hnsw_ms"] + b["sub_hnsw_ms"]) / 2
+    return (compute + a["network_model_ms"]) / (compute + b["network_model_ms"])
+
+
 def summary(per: Dict[str, Dict[str, object]]) -> Dict[str, object]:
     main = per.get(TEXT) or next(iter(per.values()))
     c = main["cold"]
     out = {
         "dataset": main["dataset"],
+        "note": None if main["dataset"] == TEXT else f"the figures are {main['dataset']}'s: {TEXT} did not run",
+        "latency_model": "meta-HNSW + modelled network + sub-HNSW stage, measured without the pipeline "
+                         "(with it, the stage shares the 2 cores with the loopback transfers the model "
+                         "replaces); pipeline_speedup is measured wall time on loopback TCP",
         "latency_speedup_vs_naive": c["naive"]["latency_model_ms"] / c["doorbell"]["latency_model_ms"],
         "network_speedup_vs_naive": c["naive"]["network_model_ms"] / c["doorbell"]["network_model_ms"],
-        "doorbell_speedup_vs_no_doorbell": c["no-doorbell"]["latency_model_ms"] / c["doorbell"]["latency_model_ms"],
+        "doorbell_speedup_vs_no_doorbell": doorbell_speedup(c),
+        "doorbell_speedup_measured_stages": c["no-doorbell"]["latency_model_ms"] / c["doorbell"]["latency_model_ms"],
         "pipeline_speedup": c["doorbell"]["latency_wall_ms"] / c["doorbell+pipeline"]["latency_wall_ms"],
         "round_trips_per_query": c["doorbell"]["round_trips_per_query"],
         "bytes_per_query": c["doorbell"]["bytes_per_query"],
@@ -253,8 +270,7 @@ def summary(per: Dict[str, Dict[str, object]]) -> Dict[str, object]:
             out[f"{name}"] = {
                 "latency_speedup_vs_naive": cc["naive"]["latency_model_ms"] / cc["doorbell"]["latency_model_ms"],
                 "network_speedup_vs_naive": cc["naive"]["network_model_ms"] / cc["doorbell"]["network_model_ms"],
-                "doorbell_speedup_vs_no_doorbell": cc["no-doorbell"]["latency_model_ms"]
-                / cc["doorbell"]["latency_model_ms"],
+                "doorbell_speedup_vs_no_doorbell": doorbell_speedup(cc),
                 "recall10_at_b5_ef48": r["recall10_at_b5_ef48"],
                 "qps_ratio_vs_local_hnsw_at_recall_0.9": r["qps_ratio_vs_local_hnsw_at_recall_0.9"],
             }
