@@ -288,13 +288,23 @@ impl Collection {
             .map_err(DbError::from)
             .and(durable)
             .and_then(|()| {
-                vectide_core::fault::hit(&self.dir, APPLY_FAULT)?;
-                op.apply_committed(&self.engine)?;
-                if op.touches_engine() {
-                    self.engine_seq.store(seq, Ordering::Release);
-                }
-                self.store.write().apply_recorded(seq, op.changes);
-                Ok(())
+                // An engine that panics poisons the collection like one
+                // that fails: the turn still passes to the next record, so
+                // no writer (nor a `settle`) waits for it forever.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    vectide_core::fault::hit(&self.dir, APPLY_FAULT)?;
+                    op.apply_committed(&self.engine)?;
+                    if op.touches_engine() {
+                        self.engine_seq.store(seq, Ordering::Release);
+                    }
+                    self.store.write().apply_recorded(seq, op.changes);
+                    Ok(())
+                }))
+                .unwrap_or_else(|_| {
+                    Err(DbError::from(vectide_core::Error::invalid(
+                        "the engine panicked while applying the record",
+                    )))
+                })
             })
             .map_err(|e| self.poison.poison(&format!("record {seq}"), &e).into());
         *turn = seq + 1;

@@ -120,6 +120,9 @@ impl DHnsw {
         let meta = self.build_graph(&meta_labels, &centroids, seed ^ 0x3e7a)?;
         let name = self.params.region.clone().unwrap_or_else(auto_name);
         let (region, header, table) = self.write_layout(&name, &subs, &meta, n as u64, 1)?;
+        // The layout first, then the label map (the order every path
+        // takes the two locks in).
+        let mut lay = self.layout.write();
         let mut labels = self.labels.write();
         for (p, g) in subs.iter().enumerate() {
             for (node, &l) in g.labels.iter().enumerate() {
@@ -134,7 +137,7 @@ impl DHnsw {
             }
         }
         *self.cache.lock() = Lru::new(self.params.cache_for(k));
-        *self.layout.write() = Some(Layout {
+        *lay = Some(Layout {
             region,
             name,
             header,

@@ -112,15 +112,21 @@ impl VectorIndex for DHnsw {
         self.search_prepared(&qs, k, params, filter)
     }
     fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
+        // The layout's lock first: a rebuild (under its write lock) renumbers
+        // a partition's nodes and the label map together.
+        let guard = self.layout.read();
         let Some(loc) = self.labels.read().get(&id).copied() else {
+            return Ok(None);
+        };
+        let Some(lay) = guard.as_ref() else {
             return Ok(None);
         };
         if let Some(g) = self.cache.lock().peek(loc.part) {
             use vectide_graph::Graph;
-            return Ok(Some(g.vector(loc.node).to_vec()));
+            if (loc.node as usize) < g.len() {
+                return Ok(Some(g.vector(loc.node).to_vec()));
+            }
         }
-        let guard = self.layout.read();
-        let lay = guard.as_ref().expect("a label implies a layout");
         let rec = lay.record();
         let at = lay.table[loc.part as usize].node_at(u64::from(loc.node), rec)
             + 16

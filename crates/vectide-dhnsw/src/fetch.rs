@@ -103,6 +103,14 @@ impl DHnsw {
             chunks.push(&parts[start..]);
         }
         for c in chunks {
+            if let [p] = c {
+                let (lo, hi) = range(*p);
+                if hi - lo > CHAIN_READ_BYTES {
+                    // Larger than a reply frame holds: READs of pieces.
+                    got(vec![(*p, read_range(&*self.mem, lay.region, lo, hi)?)])?;
+                    continue;
+                }
+            }
             let wrs: Vec<Verb> = c
                 .iter()
                 .map(|&p| {

@@ -145,8 +145,11 @@ impl Header {
         if dim == 0 || dim as usize > vectide_core::limits::MAX_DIM {
             return bad(&format!("dimension {dim}"));
         }
-        if m == 0 || m0 == 0 || m0 > MAX_M0 || m > m0 {
+        if m < 2 || m0 > MAX_M0 || u64::from(m0) != 2 * u64::from(m) {
             return bad(&format!("degrees m {m}, m0 {m0}"));
+        }
+        if k == 0 {
+            return bad("no partitions");
         }
         if record as usize != record_bytes(dim as usize, m0 as usize) {
             return bad(&format!("record size {record}"));

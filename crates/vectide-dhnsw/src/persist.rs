@@ -178,14 +178,35 @@ pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
         h.m0 as usize,
         crate::builder::META_TAG,
     )?;
-    if meta.len() != h.k as usize {
+    let mut parts: Vec<u64> = (0..meta.len() as u32)
+        .filter(|&i| !meta.is_deleted(i))
+        .map(|i| meta.labels[i as usize])
+        .collect();
+    parts.sort_unstable();
+    if parts.len() != h.k as usize || parts.iter().enumerate().any(|(i, &p)| p != i as u64) {
         return Err(Error::corrupted(
-            "d-hnsw: the meta-HNSW does not hold one node per partition",
+            "d-hnsw: the meta-HNSW does not hold one live node per partition",
         ));
     }
     let mut locs = Vec::new();
     for (p, e) in table.iter().enumerate() {
         let (lo, hi) = e.range(rec).expect("checked");
+        // The entry must describe its blob as the blob describes itself:
+        // node addresses are computed from the entry.
+        let bh = crate::layout::BlobHeader::decode(
+            &mut ByteReader::new(&image[e.blob_off as usize..(e.blob_off + e.blob_len) as usize]),
+            h.dim,
+            h.m,
+            h.m0,
+        )?;
+        if u64::from(bh.n) != u64::from(e.n_base)
+            || bh.records_at() as u64 != e.records_at
+            || bh.bytes() as u64 != e.blob_len
+        {
+            return Err(Error::corrupted(format!(
+                "d-hnsw partition {p}: its table entry does not match its blob"
+            )));
+        }
         let g = SubGraph::decode(
             &image[lo as usize..hi as usize],
             e.count as usize,
@@ -223,6 +244,11 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
         return Ok(idx);
     }
     let (mut header, table, meta, locs) = decode_image(&s.image, s.dim, s.seq)?;
+    if (header.m as usize, header.metric) != (idx.params.m, s.metric) {
+        return Err(Error::corrupted(
+            "d-hnsw file: the region's degree or metric differs from the file's",
+        ));
+    }
     let name = idx
         .params
         .region

@@ -24,18 +24,15 @@ impl DHnsw {
     /// Inserts a checked batch (vectors normalised for cosine).
     pub(crate) fn insert_rows(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
         let _w = self.write.lock();
-        self.applied
-            .fetch_max(seq, std::sync::atomic::Ordering::AcqRel);
         // Replays of operations not newer than what a label holds are
         // skipped; an upsert of a live label deletes its old node first.
-        let dim = self.dim;
         let mut keep: Vec<usize> = Vec::with_capacity(ids.len());
         let mut replaced: Vec<u64> = Vec::new();
         {
             let labels = self.labels.read();
             for (i, id) in ids.iter().enumerate() {
                 match labels.get(id) {
-                    Some(l) if l.seq > seq => {}
+                    Some(l) if l.seq >= seq => {}
                     Some(_) => {
                         replaced.push(*id);
                         keep.push(i);
@@ -53,21 +50,39 @@ impl DHnsw {
         if rows.is_empty() {
             return Ok(());
         }
+        let done = self.insert_kept(seq, ids, vectors, &rows, &replaced);
+        if done.is_ok() {
+            self.applied
+                .fetch_max(seq, std::sync::atomic::Ordering::AcqRel);
+        }
+        done
+    }
+
+    /// [`insert_rows`](Self::insert_rows) of the rows kept.
+    fn insert_kept(
+        &self,
+        seq: Seq,
+        ids: &[u64],
+        vectors: &[f32],
+        rows: &[usize],
+        replaced: &[u64],
+    ) -> Result<()> {
+        let dim = self.dim;
         if self.layout.read().is_none() {
             let ids2: Vec<u64> = rows.iter().map(|&i| ids[i]).collect();
             let mut v = Vec::with_capacity(rows.len() * dim);
-            for &i in &rows {
+            for &i in rows {
                 v.extend_from_slice(&vectors[i * dim..(i + 1) * dim]);
             }
             return self.build(seq, &ids2, &v);
         }
-        self.delete_locked(seq, &replaced, true)?;
+        self.delete_locked(seq, replaced, true)?;
         let mut guard = self.layout.write();
         let lay = guard.as_mut().expect("built");
         // Route each row to the partition its nearest centroid heads.
         let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         let mut s = Scratch::default();
-        for &i in &rows {
+        for &i in rows {
             let mut out = Vec::with_capacity(1);
             lay.meta.search(
                 self.dist,
@@ -78,7 +93,14 @@ impl DHnsw {
                 |_| true,
                 &mut out,
             );
-            groups.entry(out[0].id as u32).or_default().push(i);
+            let p = out
+                .first()
+                .map(|n| n.id as u32)
+                .filter(|&p| (p as usize) < lay.table.len())
+                .ok_or_else(|| {
+                    vectide_core::Error::corrupted("d-hnsw: the meta-HNSW routes to no partition")
+                })?;
+            groups.entry(p).or_default().push(i);
         }
         for (p, group) in groups {
             self.insert_into(lay, p, seq, ids, vectors, &group, &mut s)?;
@@ -166,7 +188,7 @@ impl DHnsw {
             encode_list(&mut b, &g.list0_of(*nb), m0);
             writes.push((e.node_at(u64::from(*nb), rec) + RECORD_LIST_AT, b));
         }
-        let mut labels = self.labels.write();
+        let mut new_locs = Vec::with_capacity(g.len() - first_new as usize);
         for node in first_new..g.len() as u32 {
             let mut b = Vec::with_capacity(rec as usize);
             encode_record(
@@ -179,7 +201,7 @@ impl DHnsw {
             );
             let j = u64::from(node) - u64::from(e.n_base);
             writes.push((e.overflow_at(j, rec), b));
-            labels.insert(g.labels[node as usize], Loc { part: p, node, seq });
+            new_locs.push((g.labels[node as usize], Loc { part: p, node, seq }));
         }
         let count = e.count + u64::from(g.len() as u32 - first_new);
         // The count last: a reader that fetches the partition sees the
@@ -188,7 +210,9 @@ impl DHnsw {
             lay.header.table_off + u64::from(p) * ENTRY_BYTES + ENTRY_COUNT_AT,
             count.to_le_bytes().to_vec(),
         ));
+        // The map and the table change only once the node holds the writes.
         post_writes(&*self.mem, lay.region, writes)?;
+        self.labels.write().extend(new_locs);
         lay.table[p as usize].count = count;
         let g = Arc::new(g);
         let mut lru = self.cache.lock();
@@ -200,27 +224,29 @@ impl DHnsw {
     /// Deletes labels; returns how many were live.
     pub(crate) fn delete_rows(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
         let _w = self.write.lock();
+        let n = self.delete_locked(seq, ids, false)?;
         self.applied
             .fetch_max(seq, std::sync::atomic::Ordering::AcqRel);
-        self.delete_locked(seq, ids, false)
+        Ok(n)
     }
 
     /// Writes the tombstones of `ids` (one doorbell chain). `replacing`:
     /// an upsert's delete of the old node (no sequence check).
     fn delete_locked(&self, seq: Seq, ids: &[u64], replacing: bool) -> Result<usize> {
-        let guard = self.layout.read();
+        // Exclusive: a search that fetched a partition before the tombstone
+        // was written would cache the copy without it.
+        let guard = self.layout.write();
         let Some(lay) = guard.as_ref() else {
             return Ok(0);
         };
         let rec = lay.record();
-        let mut gone: Vec<Loc> = Vec::new();
+        let mut gone: Vec<(u64, Loc)> = Vec::new();
         {
-            let mut labels = self.labels.write();
+            let labels = self.labels.read();
             for id in ids {
                 if let Some(l) = labels.get(id).copied() {
                     if replacing || l.seq <= seq {
-                        labels.remove(id);
-                        gone.push(l);
+                        gone.push((*id, l));
                     }
                 }
             }
@@ -230,7 +256,7 @@ impl DHnsw {
         }
         let writes = gone
             .iter()
-            .map(|l| {
+            .map(|(_, l)| {
                 let e = &lay.table[l.part as usize];
                 (
                     e.node_at(u64::from(l.node), rec) + RECORD_FLAGS_AT,
@@ -239,8 +265,10 @@ impl DHnsw {
             })
             .collect();
         post_writes(&*self.mem, lay.region, writes)?;
+        let mut labels = self.labels.write();
         let lru = self.cache.lock();
-        for l in &gone {
+        for (id, l) in &gone {
+            labels.remove(id);
             if let Some(g) = lru.peek(l.part) {
                 g.mark_deleted(l.node);
             }

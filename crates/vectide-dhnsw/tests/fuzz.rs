@@ -39,14 +39,54 @@ fn valid_blob_with_overflow() -> Vec<u8> {
     b
 }
 
+/// Every layer-0 list a decoder accepted is inside the graph: its raw
+/// count within the list's room and its entries below the node count (the
+/// traversal's own clamping is not relied on here).
 fn check_graph(g: &SubGraph) {
-    let mut buf = Vec::new();
+    use std::sync::atomic::Ordering;
     for i in 0..g.len() as u32 {
-        for l in 0..=g.level(i) {
-            g.neighbors_into(i, l, &mut buf);
-            assert!(buf.iter().all(|&x| (x as usize) < g.len()));
+        let list = g.list(i, 0);
+        let c = list[0].load(Ordering::Relaxed) as usize;
+        assert!(c < list.len(), "node {i}: count {c}");
+        for w in &list[1..=c] {
+            assert!((w.load(Ordering::Relaxed) as usize) < g.len());
         }
     }
+    if let Some((ep, top)) = g.entry {
+        assert!((ep as usize) < g.len() && g.level(ep) >= top);
+    }
+}
+
+/// A real region image: an index of 600 points in 6 partitions, with
+/// inserts in its gaps and deletes, saved.
+fn image() -> &'static (Vec<u8>, usize) {
+    static IMG: std::sync::OnceLock<(Vec<u8>, usize)> = std::sync::OnceLock::new();
+    IMG.get_or_init(|| {
+        use vectide_core::params::params_of;
+        use vectide_core::ParamValue;
+        let dim = 4;
+        let idx = (vectide_dhnsw::DESCRIPTOR.create)(
+            dim,
+            Metric::L2,
+            &params_of([
+                ("partition_points", ParamValue::Int(100)),
+                ("m", ParamValue::Int(4)),
+            ]),
+        )
+        .unwrap();
+        let v: Vec<f32> = (0..700 * dim)
+            .map(|i| ((i * 7919) % 1000) as f32 / 100.0)
+            .collect();
+        let ids: Vec<u64> = (0..700).collect();
+        idx.insert(1, &ids[..600], &v[..600 * dim]).unwrap();
+        idx.insert(2, &ids[600..], &v[600 * dim..]).unwrap();
+        idx.delete(3, &[1, 2, 3, 650]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i.dhnsw");
+        idx.save(&path).unwrap();
+        let s = vectide_dhnsw::persist::read_saved(&path).unwrap();
+        (s.image, dim)
+    })
 }
 
 proptest! {
@@ -75,6 +115,31 @@ proptest! {
             let mut s = vectide_graph::Scratch::default();
             let mut out = Vec::new();
             g.search(Metric::L2.distance_fn(), &[0.0, 0.0, 0.0], 3, 8, &mut s, |_| true, &mut out);
+        }
+    }
+
+    #[test]
+    fn damaged_images_are_rejected_or_consistent(at in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6)) {
+        let (img, dim) = image();
+        let mut b = img.clone();
+        for (i, v) in at {
+            let n = b.len();
+            b[i % n] = v;
+        }
+        if let Ok((h, table, meta, locs)) = decode_image(&b, *dim, 0) {
+            prop_assert!(h.k as usize == table.len() && h.k >= 1);
+            prop_assert!(meta.len() >= h.k as usize);
+            let rec = u64::from(h.record);
+            for e in &table {
+                let (lo, hi) = e.range(rec).unwrap();
+                prop_assert!(lo >= 256 && hi <= h.alloc_end);
+                for id in 0..u64::from(e.n_base) + e.count {
+                    prop_assert!(e.node_at(id, rec) + rec <= h.alloc_end);
+                }
+            }
+            for (_, l) in locs {
+                prop_assert!((l.part as usize) < table.len());
+            }
         }
     }
 
