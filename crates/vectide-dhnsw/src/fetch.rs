@@ -206,21 +206,7 @@ impl<'a> RemoteGraph<'a> {
         let up_len = h.records_at() - BLOB_HEADER;
         if h.up_nodes > 0 {
             let b = mem.read(lay.region, e.blob_off + BLOB_HEADER as u64, up_len as u32)?;
-            let mut r = ByteReader::new(&b);
-            let mut index = Vec::new();
-            for _ in 0..h.up_nodes {
-                index.push((r.u32()?, r.u32()?, r.u32()?));
-            }
-            let mut words = Vec::new();
-            r.u32s(h.up_words as usize, &mut words)?;
-            for (node, level, first) in index {
-                let len = level as usize * (1 + m);
-                let s = words
-                    .get(first as usize..first as usize + len)
-                    .filter(|_| (node as usize) < h.n as usize)
-                    .ok_or_else(|| Error::corrupted("d-hnsw: upper lists out of bounds"))?;
-                upper[node as usize] = s.iter().map(|&w| AtomicU32::new(w)).collect();
-            }
+            crate::subgraph::decode_upper(&mut ByteReader::new(&b), &h, m, &mut upper)?;
         }
         let entry = if h.entry != crate::layout::NO_NODE {
             Some((h.entry, h.top as usize))

@@ -32,6 +32,35 @@ fn atomics(words: impl Iterator<Item = u32>) -> Vec<AtomicU32> {
     words.map(AtomicU32::new).collect()
 }
 
+/// Reads a blob's upper layers (its index, then its words) from `r`,
+/// positioned after the blob's header, into `upper` (one list set per node;
+/// nodes without upper layers keep theirs empty). Every node must be one of
+/// the blob's and every level at most its top.
+pub fn decode_upper(
+    r: &mut ByteReader<'_>,
+    h: &BlobHeader,
+    m: usize,
+    upper: &mut [Box<[AtomicU32]>],
+) -> Result<()> {
+    let mut index = Vec::with_capacity(h.up_nodes as usize);
+    for _ in 0..h.up_nodes {
+        index.push((r.u32()?, r.u32()?, r.u32()?));
+    }
+    let mut words = Vec::new();
+    r.u32s(h.up_words as usize, &mut words)?;
+    for (node, level, first) in index {
+        let len = level as usize * (1 + m);
+        let slice = words
+            .get(first as usize..first as usize + len)
+            .filter(|_| node < h.n && level <= h.top && (node as usize) < upper.len())
+            .ok_or_else(|| {
+                Error::corrupted(format!("d-hnsw blob {}: upper lists out of bounds", h.tag))
+            })?;
+        upper[node as usize] = atomics(slice.iter().copied()).into_boxed_slice();
+    }
+    Ok(())
+}
+
 impl SubGraph {
     /// Decodes `bytes`: `overflow` records of `backward` growth before the
     /// blob, or after it, as one READ returned them. `dim`, `m`, `m0` are
@@ -89,23 +118,7 @@ impl SubGraph {
             upper: (0..n).map(|_| Box::default()).collect(),
             wire_bytes: bytes.len(),
         };
-        let mut index = Vec::with_capacity(h.up_nodes as usize);
-        for _ in 0..h.up_nodes {
-            let (node, level, first) = (r.u32()?, r.u32()?, r.u32()?);
-            index.push((node, level, first));
-        }
-        let mut words = Vec::new();
-        r.u32s(h.up_words as usize, &mut words)?;
-        for &(node, level, first) in &index {
-            let len = level as usize * (1 + m);
-            let slice = words
-                .get(first as usize..first as usize + len)
-                .filter(|_| (node as usize) < n_base && level <= h.top)
-                .ok_or_else(|| {
-                    Error::corrupted(format!("d-hnsw blob {tag}: upper lists out of bounds"))
-                })?;
-            g.upper[node as usize] = atomics(slice.iter().copied()).into_boxed_slice();
-        }
+        decode_upper(&mut r, &h, m, &mut g.upper)?;
         if let Some((ep, top)) = g.entry {
             if g.level(ep) < top {
                 return Err(Error::corrupted(format!(
