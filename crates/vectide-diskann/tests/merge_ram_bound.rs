@@ -118,15 +118,23 @@ fn merge_ram_beyond_its_named_caches_grows_at_most_3x_the_change_set() {
     // is the RAM that follows the change set; what the smaller one needs
     // beyond the caches is the merge's fixed working set (one run's lists,
     // each thread's search and prune scratch).
-    // Each size is merged twice and the smaller peaks kept: a peak of
-    // threads running at once also holds what a starved thread has not
-    // freed yet (seen once beside a loaded test run: 4.9x for one merge,
-    // 1.2-1.5x in every other), while RAM that follows the change set
-    // shows in both runs.
+    // Each size is merged three times and the median peaks kept: a peak
+    // of threads running at once depends on how they overlapped, and one
+    // merge of either size can come out far off (seen beside loaded test
+    // runs: 4.9x and 4.1x slopes from one outlying merge, 1.2-1.5x in every
+    // other), while RAM that follows the change set shows in every run.
     let least = |changes: usize| {
-        let a = beyond_caches(&old, dir.path(), &all, changes);
-        let b = beyond_caches(&old, dir.path(), &all, changes);
-        (a.0.min(b.0), a.1.min(b.1), a.2)
+        let mut runs: Vec<(usize, usize, usize)> = (0..3)
+            .map(|_| beyond_caches(&old, dir.path(), &all, changes))
+            .collect();
+        let median = |f: fn(&(usize, usize, usize)) -> usize,
+                      runs: &mut Vec<(usize, usize, usize)>| {
+            runs.sort_by_key(f);
+            f(&runs[1])
+        };
+        let both = median(|r| r.0, &mut runs);
+        let patch = median(|r| r.1, &mut runs);
+        (both, patch, runs[0].2)
     };
     let (both_1, patch_1, change_1) = least(n / 100);
     let (both_10, patch_10, change_10) = least(n / 10);
