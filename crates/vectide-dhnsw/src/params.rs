@@ -74,7 +74,7 @@ pub static PARAMS: [ParamSpec; 18] = [
         "region",
         ParamKind::Text,
         "auto",
-        "the region's name on the memory node (auto: a new unique name)",
+        "the region's name on the memory node (auto: a new unique name, given back to the node when the index closes; a named region is kept)",
         "regions are registered by name, as RDMA memory regions are",
     ),
     spec(

@@ -163,6 +163,22 @@ pub struct DHnsw {
     pub(crate) timing: Timing,
 }
 
+impl Drop for DHnsw {
+    /// An index whose region was named for it (`region = auto`) gives the
+    /// region back to the memory node when it closes: nothing else can
+    /// find it (a save keeps the bytes in a file, and opening that file
+    /// uploads them into a new region). A region the caller named is left
+    /// for the caller. Best effort: a node that does not answer keeps it.
+    fn drop(&mut self) {
+        if self.params.region.is_some() || self._local.is_some() {
+            return;
+        }
+        if let Some(l) = self.layout.get_mut().take() {
+            let _ = self.mem.drop_region(&l.name);
+        }
+    }
+}
+
 /// Bytes an in-process memory node may hand out.
 pub const LOCAL_NODE_BYTES: u64 = 64 << 30;
 

@@ -149,6 +149,9 @@ impl SubGraph {
         Ok(g)
     }
 
+    /// Appends one record's node, its list checked against the graph's
+    /// `n` nodes (read straight into the graph's arrays: no allocation per
+    /// record).
     fn push_record(&mut self, rec: &[u8], n: u32) -> Result<()> {
         let mut r = ByteReader::new(rec);
         self.labels.push(r.u64()?);
@@ -156,17 +159,20 @@ impl SubGraph {
         self.deleted
             .push(AtomicU8::new(u8::from(flags & DELETED != 0)));
         let count = r.u32()?;
-        let mut list = Vec::with_capacity(self.m0);
-        r.u32s(self.m0, &mut list)?;
-        if count as usize > self.m0 || list[..count as usize].iter().any(|&x| x >= n) {
+        let list = r.bytes(self.m0 * 4)?;
+        let mut bad = count as usize > self.m0;
+        self.list0.push(AtomicU32::new(count));
+        for (i, c) in list.chunks_exact(4).enumerate() {
+            let id = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+            bad |= i < count as usize && id >= n;
+            self.list0.push(AtomicU32::new(id));
+        }
+        if bad {
             return Err(Error::corrupted(
                 "d-hnsw: a node's list points outside its graph",
             ));
         }
-        self.list0.push(AtomicU32::new(count));
-        self.list0.extend(atomics(list.into_iter()));
-        r.f32s(self.dim, &mut self.vectors)?;
-        Ok(())
+        r.f32s(self.dim, &mut self.vectors)
     }
 
     /// Builds the graph of `parts` directly (no bytes), as the encoder
@@ -454,6 +460,23 @@ mod tests {
             assert!(
                 SubGraph::decode(&bytes, 2, backward, 2, 2, 3, 4).is_err(),
                 "a lying count"
+            );
+        }
+        // A list entry outside the graph (4 nodes with the overflow), or a
+        // count above the list's room, in the first record: rejected.
+        let at = BlobHeader::decode(&mut ByteReader::new(&blob), 2, 2, 3)
+            .unwrap()
+            .records_at();
+        let mut fwd = blob.clone();
+        fwd.extend_from_slice(&over);
+        assert!(SubGraph::decode(&fwd, 1, false, 2, 2, 3, 4).is_ok());
+        for (word, value) in [(4, 4u32), (3, 4u32)] {
+            let mut bad = fwd.clone();
+            bad[at + 4 * word..at + 4 * word + 4].copy_from_slice(&value.to_le_bytes());
+            let e = SubGraph::decode(&bad, 1, false, 2, 2, 3, 4).err();
+            assert!(
+                e.is_some_and(|e| e.to_string().contains("outside its graph")),
+                "word {word} = {value}"
             );
         }
         let from = SubGraph::from_parts(&p);

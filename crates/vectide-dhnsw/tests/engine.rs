@@ -176,11 +176,35 @@ fn over_tcp_to_a_memory_node() {
     assert!(c.round_trips > 0 && c.bytes_received > 0 && c.model_ns > 0);
     // The same region name again is refused by the node, nothing changes.
     let again = index(&[
-        ("memnode", ParamValue::Str(addr)),
+        ("memnode", ParamValue::Str(addr.clone())),
         ("region", ParamValue::Str("t1".into())),
     ]);
     assert!(again.insert(1, &[1], &data[..DIM]).is_err());
     assert_eq!(again.len(), 0);
+    // A region named for the index (auto) goes back to the node when the
+    // index closes; one the caller named stays.
+    let names = || -> Vec<String> {
+        let mem = vectide_remote::TcpMemory::connect(&addr, Default::default()).unwrap();
+        let (regions, _) = vectide_remote::RemoteMemory::regions(&mem).unwrap();
+        regions.into_iter().map(|r| r.name).collect()
+    };
+    let auto = index(&[("memnode", ParamValue::Str(addr.clone()))]);
+    auto.insert(1, &labels[..300], &data[..300 * DIM]).unwrap();
+    let name = auto
+        .as_any()
+        .downcast_ref::<DHnsw>()
+        .unwrap()
+        .region_name()
+        .unwrap();
+    assert!(names().contains(&name), "{name} while open");
+    drop(auto);
+    drop(again);
+    drop(idx);
+    assert_eq!(
+        names(),
+        vec!["t1".to_string()],
+        "{name} given back, t1 kept"
+    );
     // A node that is gone: a transient error, not a hang.
     drop(node);
     let dead = (vectide_dhnsw::DESCRIPTOR.create)(
