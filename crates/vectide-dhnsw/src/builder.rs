@@ -4,7 +4,8 @@
 //! laid out in a new region as `[header, meta, table, sub0, GAP, sub1,
 //! sub2, GAP, sub3, …]` and written with doorbell chains of WRITEs, the
 //! header last. A partition whose gap is full is rebuilt alone at the end
-//! of the region with a gap of its own.
+//! of the region with a gap of its own; an index of automatic K that
+//! outgrows it twice over is partitioned afresh into a new region.
 
 use crate::fetch::post_writes;
 use crate::layout::{
@@ -13,6 +14,7 @@ use crate::layout::{
 use crate::state::{DHnsw, Layout, Loc, Lru};
 use crate::subgraph::SubGraph;
 use rayon::prelude::*;
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vectide_core::{Error, Result, VectorIndex};
@@ -77,9 +79,10 @@ impl DHnsw {
         ((self.params.gap * points as f64).ceil() as u64).max(MIN_ROOM)
     }
 
-    /// Builds the index from its first batch: partitions, sub-HNSWs, the
-    /// meta-HNSW, the region and its bytes. Returns the label map.
-    pub(crate) fn build(&self, seq: u64, ids: &[u64], vectors: &[f32]) -> Result<()> {
+    /// Partitions `vectors` (K from the parameters for their count) and
+    /// builds a sub-HNSW per partition and the meta-HNSW over the
+    /// centroids. Nothing is written.
+    fn plan(&self, ids: &[u64], vectors: &[f32]) -> Result<(Vec<GraphParts>, GraphParts)> {
         let n = ids.len();
         let dim = self.dim;
         let k = self.params.k_for(n);
@@ -118,8 +121,16 @@ impl DHnsw {
         })?;
         let meta_labels: Vec<u64> = (0..k as u64).collect();
         let meta = self.build_graph(&meta_labels, &centroids, seed ^ 0x3e7a)?;
+        Ok((subs, meta))
+    }
+
+    /// Builds the index from its first batch: partitions, sub-HNSWs, the
+    /// meta-HNSW, the region and its bytes, then the label map.
+    pub(crate) fn build(&self, seq: u64, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        let (subs, meta) = self.plan(ids, vectors)?;
         let name = self.params.region.clone().unwrap_or_else(auto_name);
-        let (region, header, table) = self.write_layout(&name, &subs, &meta, n as u64, 1)?;
+        let (region, header, table) =
+            self.write_layout(&name, &subs, &meta, ids.len() as u64, 1)?;
         // The layout first, then the label map (the order every path
         // takes the two locks in).
         let mut lay = self.layout.write();
@@ -136,7 +147,7 @@ impl DHnsw {
                 );
             }
         }
-        *self.cache.lock() = Lru::new(self.params.cache_for(k));
+        *self.cache.lock() = Lru::new(self.params.cache_for(subs.len()));
         *lay = Some(Layout {
             region,
             name,
@@ -144,6 +155,88 @@ impl DHnsw {
             table,
             meta: Arc::new(SubGraph::from_parts(&meta)),
         });
+        Ok(())
+    }
+
+    /// Whether an index of automatic K should be partitioned afresh before
+    /// taking `incoming` more rows: its live count would call for at least
+    /// twice the partitions it has (a first batch of 5,000 rows makes one
+    /// partition; without this, every later row would join it).
+    pub(crate) fn outgrown(&self, incoming: usize) -> bool {
+        if self.params.partitions.is_some() {
+            return false;
+        }
+        let k = self.layout.read().as_ref().map_or(0, |l| l.table.len());
+        let after = self.labels.read().len() + incoming;
+        k > 0 && self.params.k_for(after) >= 2 * k
+    }
+
+    /// Partitions the whole index afresh with `new` rows added (their
+    /// labels' old rows, if any, left out), into a new region; the old one
+    /// is dropped. Searches go on over the old region meanwhile (the
+    /// layout is only read until the switch); the caller holds the writer
+    /// lock. The label map keeps each old label's sequence number.
+    pub(crate) fn repartition(&self, seq: u64, new: (&[u64], &[f32])) -> Result<()> {
+        let dim = self.dim;
+        let fresh: HashSet<u64> = new.0.iter().copied().collect();
+        let (mut labels, mut vectors, old_name, epoch) = {
+            let guard = self.layout.read();
+            let lay = guard.as_ref().expect("built");
+            let all: Vec<u32> = (0..lay.table.len() as u32).collect();
+            let (mut labels, mut vectors) = (Vec::new(), Vec::new());
+            self.fetch_chains(lay, &all, self.params.chain_for(all.len()), |chunk| {
+                for (p, bytes) in chunk {
+                    let (l, v) = self.decode_part(lay, p, &bytes)?.live_rows();
+                    for (x, row) in l.iter().zip(v.chunks_exact(dim)) {
+                        if !fresh.contains(x) {
+                            labels.push(*x);
+                            vectors.extend_from_slice(row);
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+            (labels, vectors, lay.name.clone(), lay.header.epoch)
+        };
+        labels.extend_from_slice(new.0);
+        vectors.extend_from_slice(new.1);
+        let (subs, meta) = self.plan(&labels, &vectors)?;
+        let base = old_name.split('~').next().unwrap_or(&old_name);
+        let name = format!("{base}~{}", epoch + 1);
+        let (region, header, table) =
+            self.write_layout(&name, &subs, &meta, labels.len() as u64, epoch + 1)?;
+        let mut lay = self.layout.write();
+        let mut map = self.labels.write();
+        let old = std::mem::take(&mut *map);
+        for (p, g) in subs.iter().enumerate() {
+            for (node, &l) in g.labels.iter().enumerate() {
+                let s = match old.get(&l) {
+                    Some(o) if !fresh.contains(&l) => o.seq,
+                    _ => seq,
+                };
+                map.insert(
+                    l,
+                    Loc {
+                        part: p as u32,
+                        node: node as u32,
+                        seq: s,
+                    },
+                );
+            }
+        }
+        *self.cache.lock() = Lru::new(self.params.cache_for(subs.len()));
+        *lay = Some(Layout {
+            region,
+            name,
+            header,
+            table,
+            meta: Arc::new(SubGraph::from_parts(&meta)),
+        });
+        drop(map);
+        drop(lay);
+        let _ = self.mem.drop_region(&old_name);
+        self.timing.repartitions.fetch_add(1, Ordering::Relaxed);
+        self.timing.dead_bytes.store(0, Ordering::Relaxed);
         Ok(())
     }
 

@@ -184,6 +184,7 @@ impl VectorIndex for DHnsw {
                 ("region_dead_bytes".into(), ld(&t.dead_bytes)),
                 ("partition_rebuilds".into(), ld(&t.rebuilds)),
                 ("region_relayouts".into(), ld(&t.relayouts)),
+                ("repartitions".into(), ld(&t.repartitions)),
                 ("round_trips".into(), c.round_trips as f64),
                 ("work_requests".into(), c.work_requests as f64),
                 ("bytes_sent".into(), c.bytes_sent as f64),

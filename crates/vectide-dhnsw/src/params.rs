@@ -88,7 +88,7 @@ pub static PARAMS: [ParamSpec; 18] = [
         "partitions",
         ParamKind::Int { min: 0, max: 1_000_000 },
         "auto",
-        "partitions K (0 or absent: ceil(N / partition_points) at the first build)",
+        "partitions K (0 or absent: ceil(N / partition_points) at the first build, and again whenever the live count calls for twice the partitions there are)",
         "the authors' code: K = 160 for SIFT1M, 120 for GIST1M",
     ),
     spec(

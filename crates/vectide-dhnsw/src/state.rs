@@ -131,6 +131,8 @@ pub struct Timing {
     pub rebuilds: AtomicU64,
     /// Moves into a new region laid out afresh (a rebuild did not fit).
     pub relayouts: AtomicU64,
+    /// Times the whole index was partitioned afresh (automatic K outgrown).
+    pub repartitions: AtomicU64,
     /// Region bytes no partition uses any more (rebuilt elsewhere).
     pub dead_bytes: AtomicU64,
 }

@@ -68,13 +68,18 @@ impl DHnsw {
         replaced: &[u64],
     ) -> Result<()> {
         let dim = self.dim;
-        if self.layout.read().is_none() {
+        let first = self.layout.read().is_none();
+        if first || self.outgrown(rows.len()) {
             let ids2: Vec<u64> = rows.iter().map(|&i| ids[i]).collect();
             let mut v = Vec::with_capacity(rows.len() * dim);
             for &i in rows {
                 v.extend_from_slice(&vectors[i * dim..(i + 1) * dim]);
             }
-            return self.build(seq, &ids2, &v);
+            return if first {
+                self.build(seq, &ids2, &v)
+            } else {
+                self.repartition(seq, (&ids2, &v))
+            };
         }
         self.delete_locked(seq, replaced, true)?;
         let mut guard = self.layout.write();

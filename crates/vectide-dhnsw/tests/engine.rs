@@ -225,8 +225,10 @@ fn over_tcp_to_a_memory_node() {
 /// region does not keep what rebuilds left behind.
 #[test]
 fn growth_rebuilds_partitions_and_moves_to_a_larger_region() {
+    // K fixed at 3: automatic K would partition afresh as the index grows.
     let idx = index(&[
         ("partition_points", ParamValue::Int(100)),
+        ("partitions", ParamValue::Int(3)),
         ("gap", ParamValue::Float(0.0)),
     ]);
     let n = 3300;
@@ -278,4 +280,73 @@ fn growth_rebuilds_partitions_and_moves_to_a_larger_region() {
             assert_eq!(hit[0].id, *l);
         }
     }
+}
+
+/// Automatic K follows the live count: an index whose first batch made two
+/// partitions is partitioned afresh each time it outgrows its K twice over
+/// (upserts of live labels and deletes go on meanwhile), and searches find
+/// what a brute-force scan of the live set finds.
+#[test]
+fn automatic_partitions_follow_growth() {
+    let idx = index(&[("partition_points", ParamValue::Int(100))]);
+    let n = 2400;
+    let data = oracle::clustered(n + 100, DIM, 8, 5);
+    let (rows, qs) = data.split_at(n * DIM);
+    let mut live: std::collections::BTreeMap<u64, Vec<f32>> = Default::default();
+    let mut seq = 1;
+    let put = |live: &mut std::collections::BTreeMap<u64, Vec<f32>>,
+               idx: &dyn VectorIndex,
+               labels: &[u64],
+               from: usize,
+               seq: u64| {
+        let v = &rows[from * DIM..(from + labels.len()) * DIM];
+        idx.insert(seq, labels, v).unwrap();
+        for (l, row) in labels.iter().zip(v.chunks(DIM)) {
+            live.insert(*l, row.to_vec());
+        }
+    };
+    put(&mut live, &*idx, &(0..150).collect::<Vec<u64>>(), 0, seq);
+    let st = idx.stats().unwrap();
+    assert_eq!(st.extra_value("partitions"), Some(2.0));
+    let name0 = idx.params()["region"].clone();
+    let mut next = 150u64;
+    while (next as usize) < n {
+        seq += 1;
+        let labels: Vec<u64> = (next..next + 50).collect();
+        put(&mut live, &*idx, &labels, next as usize, seq);
+        next += 50;
+        // A live label upserted with another row, and one deleted.
+        seq += 1;
+        put(&mut live, &*idx, &[next / 3], next as usize - 1, seq);
+        seq += 1;
+        idx.delete(seq, &[next / 2 + 1]).unwrap();
+        live.remove(&(next / 2 + 1));
+    }
+    let st = idx.stats().unwrap();
+    assert_eq!(st.extra_value("partitions"), Some(16.0), "{st:?}");
+    assert_eq!(st.extra_value("repartitions"), Some(3.0), "{st:?}");
+    assert_ne!(idx.params()["region"], name0, "a new region each time");
+    assert_eq!(idx.len(), live.len());
+    assert!(idx.check_structure().unwrap().is_empty());
+    let live: Vec<(u64, Vec<f32>)> = live.into_iter().collect();
+    let r = recall(
+        &*idx,
+        &live,
+        qs,
+        &SearchParams {
+            nprobe: Some(4),
+            ef: Some(64),
+            ..Default::default()
+        },
+    );
+    assert!(r > 0.9, "recall {r}");
+    // A replay of the first batch (other rows under its labels) changes
+    // nothing: the labels kept their sequence numbers through the moves.
+    let before = idx.len();
+    idx.insert(1, &[5, 6], &rows[1000 * DIM..1002 * DIM])
+        .unwrap();
+    assert_eq!(idx.len(), before);
+    let own = &live.iter().find(|(l, _)| *l == 5).unwrap().1;
+    let hit = idx.search(own, 1, &SearchParams::default(), None).unwrap();
+    assert_eq!((hit[0].id, hit[0].distance), (5, 0.0));
 }
