@@ -123,4 +123,8 @@ def test_dhnsw_benchmark_small(tmp_path, data_root, monkeypatch):
     assert c["naive"]["round_trips_per_query"] > 20 * c["no-doorbell"]["round_trips_per_query"]
     assert s["latency_speedup_vs_naive"] > 1 and s["network_speedup_vs_naive"] > 1
     assert 0.5 < s["recall10_at_b5_ef48"] <= 1.0
+    # The default K (ceil(6000 / 6250) = 1): b = 5 probes it all.
+    assert s["default_partitions"] == 1 and s["recall10_at_b5_ef48_default_partitions"] >= s["recall10_at_b5_ef48"]
+    assert r["command"].startswith("python -m vectide.bench dhnsw --datasets clustered-20k-32-angular")
+    assert r["commit"]
     assert list((tmp_path / "png").glob("*.png"))

@@ -348,7 +348,10 @@ def main(argv=None) -> int:
     info = machine_info()
     info["simd_isa"] = vectide.simd_isa()
     res = {"benchmark": "dhnsw", "machine": info, "args": vars(args), "datasets": per,
-           "network_model": {"latency_us": 3.0, "bandwidth_gbps": 100.0}}
+           "network_model": {"latency_us": 3.0, "bandwidth_gbps": 100.0},
+           # What ran: the command and the commit the extension was built at.
+           "command": " ".join(["python", "-m", "vectide.bench", "dhnsw"] + list(sys.argv[2:] if argv is None else argv)),
+           "commit": vectide.build_commit()}
     res["summary"] = summary(per)
     write_json(res, args.out)
     if args.plot:
