@@ -8,8 +8,12 @@
 //! `maintenance_started` (jobs begun since the open). A sampler that sees
 //! the count move between two polls knows a job ran in between even when
 //! it was too short to be seen running (the soak's latency split uses both).
+//! A job that ran for [`LONG_JOB`] or more gives the C heap's free pages
+//! back to the system when it ends ([`crate::trim`]: what a merge or a
+//! rebuild allocated and freed would otherwise stay resident).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -28,7 +32,13 @@ pub struct Activity {
 pub struct Running<'a> {
     activity: &'a Activity,
     job: &'static str,
+    began: Instant,
 }
+
+/// A job at least this long trims the heap when it ends (at most once per
+/// [`TRIM_EVERY`] across the process).
+pub const LONG_JOB: Duration = Duration::from_millis(200);
+const TRIM_EVERY: Duration = Duration::from_secs(5);
 
 impl Activity {
     /// An activity with nothing running.
@@ -48,6 +58,7 @@ impl Activity {
         Running {
             activity: self,
             job,
+            began: Instant::now(),
         }
     }
 
@@ -75,6 +86,12 @@ impl Activity {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
+        // The trim is part of the job: it runs while the job still counts
+        // as running, so what it costs the writers is counted against the
+        // job.
+        if self.began.elapsed() >= LONG_JOB {
+            crate::trim::release_free_heap_at_most_every(TRIM_EVERY);
+        }
         let mut r = self.activity.running.lock();
         if let Some(i) = r.iter().position(|(j, _)| *j == self.job) {
             r[i].1 -= 1;

@@ -35,6 +35,7 @@ pub mod sched;
 pub mod scope;
 pub mod seq;
 pub mod sync;
+pub mod trim;
 pub mod validate;
 pub mod visited;
 
