@@ -14,7 +14,7 @@ use crate::layout::{
 use crate::state::{DHnsw, Layout, Loc, Lru};
 use crate::subgraph::SubGraph;
 use rayon::prelude::*;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vectide_core::{Error, Result, VectorIndex};
@@ -131,31 +131,40 @@ impl DHnsw {
         let name = self.params.region.clone().unwrap_or_else(auto_name);
         let (region, header, table) =
             self.write_layout(&name, &subs, &meta, ids.len() as u64, 1)?;
-        // The layout first, then the label map (the order every path
-        // takes the two locks in).
-        let mut lay = self.layout.write();
-        let mut labels = self.labels.write();
+        self.switch_to(
+            Layout::new(region, name, header, table, &meta),
+            &subs,
+            |_, _| seq,
+        );
+        Ok(())
+    }
+
+    /// Makes `lay` (whose partitions hold `subs`) the index's layout and
+    /// rewrites the label map from it, each label's sequence number from
+    /// `seq_of` (given the map being replaced); the LRU starts empty. The layout's lock first, then the
+    /// label map's (the order every path takes them in).
+    fn switch_to(
+        &self,
+        lay: Layout,
+        subs: &[GraphParts],
+        seq_of: impl Fn(u64, &HashMap<u64, Loc>) -> u64,
+    ) {
+        let mut guard = self.layout.write();
+        let mut map = self.labels.write();
+        let mut fresh = HashMap::with_capacity(map.len());
         for (p, g) in subs.iter().enumerate() {
             for (node, &l) in g.labels.iter().enumerate() {
-                labels.insert(
-                    l,
-                    Loc {
-                        part: p as u32,
-                        node: node as u32,
-                        seq,
-                    },
-                );
+                let loc = Loc {
+                    part: p as u32,
+                    node: node as u32,
+                    seq: seq_of(l, &map),
+                };
+                fresh.insert(l, loc);
             }
         }
+        *map = fresh;
         *self.cache.lock() = Lru::new(self.params.cache_for(subs.len()));
-        *lay = Some(Layout {
-            region,
-            name,
-            header,
-            table,
-            meta: Arc::new(SubGraph::from_parts(&meta)),
-        });
-        Ok(())
+        *guard = Some(lay);
     }
 
     /// Whether an index of automatic K should be partitioned afresh before
@@ -201,39 +210,17 @@ impl DHnsw {
         labels.extend_from_slice(new.0);
         vectors.extend_from_slice(new.1);
         let (subs, meta) = self.plan(&labels, &vectors)?;
-        let base = old_name.split('~').next().unwrap_or(&old_name);
-        let name = format!("{base}~{}", epoch + 1);
+        let name = next_region_name(&old_name, epoch + 1);
         let (region, header, table) =
             self.write_layout(&name, &subs, &meta, labels.len() as u64, epoch + 1)?;
-        let mut lay = self.layout.write();
-        let mut map = self.labels.write();
-        let old = std::mem::take(&mut *map);
-        for (p, g) in subs.iter().enumerate() {
-            for (node, &l) in g.labels.iter().enumerate() {
-                let s = match old.get(&l) {
-                    Some(o) if !fresh.contains(&l) => o.seq,
-                    _ => seq,
-                };
-                map.insert(
-                    l,
-                    Loc {
-                        part: p as u32,
-                        node: node as u32,
-                        seq: s,
-                    },
-                );
-            }
-        }
-        *self.cache.lock() = Lru::new(self.params.cache_for(subs.len()));
-        *lay = Some(Layout {
-            region,
-            name,
-            header,
-            table,
-            meta: Arc::new(SubGraph::from_parts(&meta)),
-        });
-        drop(map);
-        drop(lay);
+        self.switch_to(
+            Layout::new(region, name, header, table, &meta),
+            &subs,
+            |l, old| match old.get(&l) {
+                Some(o) if !fresh.contains(&l) => o.seq,
+                _ => seq,
+            },
+        );
         let _ = self.mem.drop_region(&old_name);
         self.timing.repartitions.fetch_add(1, Ordering::Relaxed);
         self.timing.dead_bytes.store(0, Ordering::Relaxed);
@@ -350,9 +337,8 @@ impl DHnsw {
             });
         }
         let meta = lay.meta.to_parts();
-        let base = lay.name.split('~').next().unwrap_or(&lay.name).to_string();
         let epoch = lay.header.epoch + 1;
-        let name = format!("{base}~{epoch}");
+        let name = next_region_name(&lay.name, epoch);
         let live = self.labels.read().len() as u64;
         let (region, header, table) = self.write_layout(&name, &subs, &meta, live, epoch)?;
         let old = std::mem::replace(&mut lay.name, name);
@@ -468,6 +454,13 @@ fn blob_records_at(blob: &[u8]) -> u64 {
 }
 
 /// A region name no other index on the node uses.
+/// The name of the region an index moves into at `epoch`: its first
+/// region's name, `~`, the epoch.
+fn next_region_name(name: &str, epoch: u64) -> String {
+    let base = name.split('~').next().unwrap_or(name);
+    format!("{base}~{epoch}")
+}
+
 pub(crate) fn auto_name() -> String {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let t = std::time::SystemTime::now()

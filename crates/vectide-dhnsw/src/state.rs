@@ -33,6 +33,23 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// A layout just written, its meta-HNSW deserialised from `meta`.
+    pub fn new(
+        region: Region,
+        name: String,
+        header: Header,
+        table: Vec<Entry>,
+        meta: &crate::layout::GraphParts,
+    ) -> Layout {
+        Layout {
+            region,
+            name,
+            header,
+            table,
+            meta: Arc::new(SubGraph::from_parts(meta)),
+        }
+    }
+
     pub fn record(&self) -> u64 {
         u64::from(self.header.record)
     }
