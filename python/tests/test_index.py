@@ -245,6 +245,8 @@ def test_ef_search_property_and_stats():
     s = idx.stats()
     assert s["live"] == 10 and s["memory_bytes"] > 0 and s["slots_used"] == 10
     assert vectide.simd_isa() in ("scalar", "avx2", "avx512", "neon")
+    # The product build runs on the product's allocator (vectide_core::trim).
+    assert vectide.allocator() == "mimalloc"
 
 
 def test_the_build_names_its_commit():

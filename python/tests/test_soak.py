@@ -89,7 +89,7 @@ def _run(tmp_path, engine, mode, minutes, points, *extra):
     assert proc.returncode == 0, detail
     assert s["acknowledged_ops_checked"] > 0 and s["exact_searches" if mode != "standalone" else "searches"] > 0, detail
     assert len(r["samples"]) >= 2, detail
-    for key in ("disk_over_live_last", "rss_growth", "write_p999_maintenance_over_idle"):
+    for key in ("disk_over_live_last", "rss_growth", "rss_envelope_growth", "rss_floor_growth", "write_p999_maintenance_over_idle"):
         assert key in s
     # The parts add up to the whole, sample by sample.
     for x in r["samples"]:
@@ -165,6 +165,16 @@ def test_envelope_growth_follows_the_trend_not_the_teeth():
     assert soak.envelope_growth(rising, 0) > 1.5
     assert soak.envelope_growth(rising, None) is None
     assert soak.envelope_growth([1.0], 0) is None
+
+
+def test_floor_growth_follows_the_troughs():
+    # Teeth of the same height on a rising floor (memory kept after each job).
+    rising_floor = [1.0 + 0.05 * i + (2.0 if i % 4 == 3 else 0.0) for i in range(20)]
+    assert soak.floor_growth(rising_floor, 0) > 1.5
+    flat = [1.0 + (0.8 if i % 3 == 0 else 0.0) for i in range(30)]
+    assert soak.floor_growth(flat, 0) == 1.0
+    assert soak.floor_growth(flat, None) is None
+    assert soak.floor_growth([1.0], 0) is None
 
 
 def test_the_disk_reference_follows_the_first_job_of_the_churn_not_of_the_load():

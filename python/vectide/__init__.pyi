@@ -2,6 +2,7 @@ from ._vectide import CorruptIndexError as CorruptIndexError
 from ._vectide import Index as Index
 from ._vectide import __version__ as __version__
 from ._vectide import simd_isa as simd_isa
+from ._vectide import allocator as allocator
 from ._vectide import LIMITS as LIMITS
 
 MISSING_ID: int

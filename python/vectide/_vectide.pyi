@@ -118,6 +118,10 @@ class Index:
     def threads(self) -> int: ...
     ef_search: int
 
+def allocator() -> str:
+    """``mimalloc`` (the product's allocator) or ``system`` (a build with
+    the ``system-allocator`` feature, for comparisons)."""
+
 def simd_isa() -> str:
     """The instruction set the distance kernels use: 'avx512', 'avx2', 'neon' or 'scalar'."""
 

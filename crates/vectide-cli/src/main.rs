@@ -32,6 +32,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+// The product's allocator (see `vectide_core::trim`).
+#[cfg(not(feature = "system-allocator"))]
+#[global_allocator]
+static GLOBAL: vectide_core::trim::ProductAllocator = vectide_core::trim::ProductAllocator;
+
 #[derive(Parser)]
 #[command(
     name = "vectide",

@@ -1,4 +1,5 @@
-//! Giving the C heap's free pages back to the system after a large job.
+//! Giving freed memory back to the system: the product's allocator, and a
+//! trim of the C heap after a large job.
 //!
 //! glibc's allocator keeps what a program frees: a chunk in the middle of
 //! an arena stays resident until the same process allocates it again, and
@@ -10,9 +11,27 @@
 //! long-running database's RSS climbs with every job although what it has
 //! allocated stays flat (the soak measured it: `fresh-diskann`'s heap in
 //! use 230 MB throughout, free heap 72 → 422 MB over ten minutes).
-//! [`release_free_heap`] asks glibc to advise the kernel that the free
-//! pages of every arena are unneeded (`malloc_trim(0)`); they are faulted
-//! in again, zeroed, if they are used again. Elsewhere it does nothing.
+//!
+//! Two answers, both here:
+//! - [`ProductAllocator`] (mimalloc) is the global allocator of the
+//!   product's binaries: the Python extension and the `vectide` CLI (the
+//!   server, the memory node) declare it. It allocates each size class from
+//!   pages of its own and gives a page back to the system (purges it) soon
+//!   after its last block is freed, so a job's freed memory leaves RSS
+//!   without a trim, and small long-lived blocks do not pin the pages of
+//!   large freed ones. Same 10-minute `fresh-diskann` soak: RSS between
+//!   merges stayed near 340 MB, where glibc with the trim below crept 322 →
+//!   477 MB. Test binaries and the benchmarks' counting allocators keep
+//!   the system allocator.
+//! - [`release_free_heap`] asks glibc to advise the kernel that the free
+//!   pages of every arena are unneeded (`malloc_trim(0)`); they are faulted
+//!   in again, zeroed, if they are used again. Under mimalloc it serves
+//!   what still goes to glibc (the Python interpreter's objects, C
+//!   libraries); the activity guard runs it after long jobs. Elsewhere than
+//!   glibc it does nothing.
+
+/// The global allocator of the product's binaries (see the module's docs).
+pub use mimalloc::MiMalloc as ProductAllocator;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

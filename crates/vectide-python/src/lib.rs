@@ -13,6 +13,11 @@
 //! collection whose logged write failed to apply.
 
 use numpy::ndarray::Array2;
+
+// The product's allocator (see `vectide_core::trim`).
+#[cfg(not(feature = "system-allocator"))]
+#[global_allocator]
+static GLOBAL: vectide_core::trim::ProductAllocator = vectide_core::trim::ProductAllocator;
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
     PyUntypedArrayMethods,
@@ -839,6 +844,18 @@ fn simd_isa() -> &'static str {
     vectide_core::distance::active_isa()
 }
 
+/// The allocator this build of the extension uses: `mimalloc` (the
+/// product's, `vectide_core::trim`) or `system` (feature
+/// `system-allocator`, for comparisons).
+#[pyfunction]
+fn allocator() -> &'static str {
+    if cfg!(feature = "system-allocator") {
+        "system"
+    } else {
+        "mimalloc"
+    }
+}
+
 /// The commit the extension was built at (`unknown` outside a git
 /// checkout); a build from a tree with uncommitted changes still names
 /// the commit it started from.
@@ -852,6 +869,7 @@ fn _vectide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyIndex>()?;
     db::register(m)?;
     m.add_function(wrap_pyfunction!(simd_isa, m)?)?;
+    m.add_function(wrap_pyfunction!(allocator, m)?)?;
     m.add_function(wrap_pyfunction!(build_commit, m)?)?;
     m.add_function(wrap_pyfunction!(_arm_fault, m)?)?;
     m.add_function(wrap_pyfunction!(_clear_faults, m)?)?;

@@ -109,6 +109,12 @@ def machine_info() -> Dict[str, object]:
     if hasattr(os, "sched_getaffinity"):
         info["usable_cores"] = len(os.sched_getaffinity(0))
     info["simd"] = simd_isa()
+    try:
+        import vectide
+
+        info["allocator"] = vectide.allocator()
+    except (ImportError, AttributeError):
+        info["allocator"] = None
     return info
 
 

@@ -79,9 +79,10 @@ def main(argv=None) -> int:
     report = {"command": " ".join([Path(sys.executable).name, "-m", "vectide.torture"] + (argv or sys.argv[1:])),
               "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     try:
-        from vectide import build_commit, simd_isa
+        from vectide import allocator, build_commit, simd_isa
 
         report["isa"] = simd_isa()
+        report["allocator"] = allocator()
         report["commit"] = build_commit()
     except Exception:  # noqa: BLE001
         pass
@@ -167,11 +168,12 @@ def _run_soak(args, argv) -> int:
     report["started"] = started
     report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     try:
-        from vectide import build_commit, simd_isa
+        from vectide import allocator, build_commit, simd_isa
 
         # The code that ran: the commit the extension was built at.
         report["commit"] = build_commit()
         report["isa"] = simd_isa()
+        report["allocator"] = allocator()
     except Exception:  # noqa: BLE001
         pass
     out = args.soak_out or args.out

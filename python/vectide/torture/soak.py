@@ -29,8 +29,10 @@ How it runs:
   than the k-th result present.
 - Every 2 s: directory bytes (allocated) over live vector bytes (live ×
   dim × 4, payloads excluded), the holder's RSS, and when the driver holds
-  the data (embedded, glibc) its C heap: bytes allocated and bytes the
-  allocator keeps free (``heap_in_use_growth``, ``heap_free_growth``). Every 50 ms the engine's
+  the data (embedded, glibc) its glibc heap: bytes allocated and bytes the
+  allocator keeps free (``heap_in_use_growth``, ``heap_free_growth``; the
+  product's own allocations go to mimalloc, so this is the interpreter's
+  and the C libraries' share). Every 50 ms the engine's
   maintenance stat (``maintenance``: jobs running, jobs started); a write
   or search that began in an interval where a job ran (or began) counts as
   "maintenance", else "idle".
@@ -43,7 +45,10 @@ The JSON report's ``summary`` holds ``wrong_answers``,
 first one after the first completed maintenance job; jobs the load began
 do not count, the churn has not shaped the files yet),
 ``disk_over_live_last``, ``rss_growth`` (the last sample over the one after
-warm-up) and ``write_p999_maintenance_over_idle``.
+warm-up; ``rss_envelope_growth`` compares the peaks instead, as
+``disk_over_live_envelope_growth`` does, so a job's working memory at the
+last sample does not read as growth; ``rss_floor_growth`` the troughs, where
+memory kept after the jobs shows) and ``write_p999_maintenance_over_idle``.
 """
 
 from __future__ import annotations
@@ -628,6 +633,18 @@ def envelope_growth(ratios: Sequence[float], start: Optional[int], share: float 
     return round(max(tail[-k:]) / max(tail[:k]), 4)
 
 
+def floor_growth(values: Sequence[float], start: Optional[int], share: float = 0.2) -> Optional[float]:
+    """The lowest of the last ``share`` of ``values`` over the lowest of the
+    first ``share`` from ``start`` on: what stays between jobs (memory an
+    allocator keeps after a job freed it raises the floor, a job's working
+    memory only the teeth)."""
+    if start is None or len(values) - start < 2:
+        return None
+    tail = values[start:]
+    k = max(1, int(len(tail) * share))
+    return round(min(tail[-k:]) / max(1e-30, min(tail[:k])), 4)
+
+
 def split_latencies(starts: np.ndarray, lats: np.ndarray, polls: np.ndarray) -> Dict[str, Optional[dict]]:
     """Latencies split by whether a maintenance job ran (or began) in the
     poll interval where the call began."""
@@ -850,6 +867,12 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         "disk_parts_over_live_first": None if first_done is None else parts_over_live(samples[first_done]),
         "disk_parts_over_live_last": parts_over_live(last) if samples else None,
         "rss_growth": None if warm is None else round(last["rss"] / max(1, samples[warm]["rss"]), 4),
+        # The same trend on the peaks: a merge or rebuild holds its working
+        # memory while it runs, so one sample lands high or low on the teeth
+        # depending on the phase (the last 20 % of samples' highest over the
+        # first 20 %'s from warm-up on).
+        "rss_envelope_growth": envelope_growth([float(x["rss"]) for x in samples], warm),
+        "rss_floor_growth": floor_growth([float(x["rss"]) for x in samples], warm),
         # What the engine itself reports over the same samples: RSS growth
         # that it does not share lies outside its structures (the
         # allocator, the driver).
