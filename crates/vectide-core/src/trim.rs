@@ -21,8 +21,10 @@
 //!   without a trim, and small long-lived blocks do not pin the pages of
 //!   large freed ones. Same 10-minute `fresh-diskann` soak: RSS between
 //!   merges stayed near 340 MB, where glibc with the trim below crept 322 →
-//!   477 MB. Test binaries and the benchmarks' counting allocators keep
-//!   the system allocator.
+//!   477 MB. Test binaries (but `tests/product_allocator.rs`, which checks
+//!   this) and the benchmarks' counting allocators keep the system
+//!   allocator. It is built with local-dynamic TLS: the extension is
+//!   dlopen'ed (the workspace's `Cargo.toml` says why).
 //! - [`release_free_heap`] asks glibc to advise the kernel that the free
 //!   pages of every arena are unneeded (`malloc_trim(0)`); they are faulted
 //!   in again, zeroed, if they are used again. Under mimalloc it serves
