@@ -621,16 +621,22 @@ def first_job_done(samples: Sequence[Dict], before: int) -> Optional[int]:
     return None
 
 
+def _window_growth(values: Sequence[float], start: Optional[int], share: float, pick) -> Optional[float]:
+    """``pick`` (max or min) of the last ``share`` of ``values`` over
+    ``pick`` of the first ``share`` from ``start`` on."""
+    if start is None or len(values) - start < 2:
+        return None
+    tail = values[start:]
+    k = max(1, int(len(tail) * share))
+    return round(pick(tail[-k:]) / max(1e-30, pick(tail[:k])), 4)
+
+
 def envelope_growth(ratios: Sequence[float], start: Optional[int], share: float = 0.2) -> Optional[float]:
     """The highest of the last ``share`` of ``ratios`` over the highest of
     the first ``share`` from ``start`` on: a trend the sawtooth of a log
     cut at checkpoints, or of a copy a job holds while it runs, does not
     hide or fake (a single sample lands anywhere on the teeth)."""
-    if start is None or len(ratios) - start < 2:
-        return None
-    tail = ratios[start:]
-    k = max(1, int(len(tail) * share))
-    return round(max(tail[-k:]) / max(tail[:k]), 4)
+    return _window_growth(ratios, start, share, max)
 
 
 def floor_growth(values: Sequence[float], start: Optional[int], share: float = 0.2) -> Optional[float]:
@@ -638,11 +644,7 @@ def floor_growth(values: Sequence[float], start: Optional[int], share: float = 0
     first ``share`` from ``start`` on: what stays between jobs (memory an
     allocator keeps after a job freed it raises the floor, a job's working
     memory only the teeth)."""
-    if start is None or len(values) - start < 2:
-        return None
-    tail = values[start:]
-    k = max(1, int(len(tail) * share))
-    return round(min(tail[-k:]) / max(1e-30, min(tail[:k])), 4)
+    return _window_growth(values, start, share, min)
 
 
 def split_latencies(starts: np.ndarray, lats: np.ndarray, polls: np.ndarray) -> Dict[str, Optional[dict]]:
@@ -849,6 +851,7 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
     writes = split_latencies(w[:, 0], w[:, 1], polls)
     searches = split_latencies(s[:, 0], s[:, 1], polls)
     live_bytes = [max(1, x["live"] * DIM * 4) for x in samples]
+    rss = [float(x["rss"]) for x in samples]
     ratio = [x["disk_bytes"] / lb for x, lb in zip(samples, live_bytes)]
     first_done = first_job_done(samples, int(loaded.get("jobs_before_churn", 0)))
     warm = next((i for i, x in enumerate(samples) if x["t"] >= min(60.0, 0.2 * minutes * 60.0)), None)
@@ -871,8 +874,8 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         # memory while it runs, so one sample lands high or low on the teeth
         # depending on the phase (the last 20 % of samples' highest over the
         # first 20 %'s from warm-up on).
-        "rss_envelope_growth": envelope_growth([float(x["rss"]) for x in samples], warm),
-        "rss_floor_growth": floor_growth([float(x["rss"]) for x in samples], warm),
+        "rss_envelope_growth": envelope_growth(rss, warm),
+        "rss_floor_growth": floor_growth(rss, warm),
         # What the engine itself reports over the same samples: RSS growth
         # that it does not share lies outside its structures (the
         # allocator, the driver).
