@@ -233,10 +233,10 @@ impl PHnsw {
     /// the insert writes its block as it would a new one; a crash before its
     /// NLog entry is `LOGGED` leaves it `UNLINKED` or `INSERTING`, both free
     /// at the next consolidation.
-    fn take_free_slot(&self) -> Option<super::state::FreeSlot> {
+    fn take_free_slot(&self) -> Option<u32> {
         let f = self.free.lock().pop()?;
-        if f.slot < self.opened_slot {
-            self.reused.lock().insert(f.slot);
+        if f < self.opened_slot {
+            self.reused.lock().insert(f);
         }
         self.consolidation
             .slots_reused
@@ -244,9 +244,14 @@ impl PHnsw {
         Some(f)
     }
 
-    /// Takes room for `level` upper lists, growing `upper.vtdp` first when
-    /// full (the word never passes the file, as in [`PHnsw::alloc_slot`]).
+    /// Takes room for `level` upper lists: free room a consolidation found
+    /// (no linked node owns it, and no reader still reads it), else by
+    /// bumping `upper next`, growing `upper.vtdp` first when full (the word
+    /// never passes the file, as in [`PHnsw::alloc_slot`]).
     fn alloc_upper(&self, level: usize) -> Result<u64> {
+        if let Some(at) = self.rooms.lock().take(level) {
+            return Ok(at);
+        }
         let bytes = level * self.g.upper_list_bytes();
         let word = self.meta.u64_at(M_UPPER_NEXT);
         let mut off = word.load(Ordering::Acquire) as usize;
@@ -365,27 +370,14 @@ impl PHnsw {
             .u64_at(M_LEVEL_COUNTER)
             .fetch_add(1, Ordering::Relaxed);
         let level = draw_level(self.g.seed, counter, self.g.m);
-        let (slot, upper) = match self.take_free_slot() {
-            // A reclaimed slot keeps its upper-list room when the new node's
-            // lists fit in it.
-            Some(f) if level > 0 && f.upper != 0 && level <= f.level => (f.slot, f.upper),
-            Some(f) => (
-                f.slot,
-                if level > 0 {
-                    self.alloc_upper(level)?
-                } else {
-                    0
-                },
-            ),
-            None => {
-                let slot = self.alloc_slot()?;
-                let upper = if level > 0 {
-                    self.alloc_upper(level)?
-                } else {
-                    0
-                };
-                (slot, upper)
-            }
+        let slot = match self.take_free_slot() {
+            Some(s) => s,
+            None => self.alloc_slot()?,
+        };
+        let upper = if level > 0 {
+            self.alloc_upper(level)?
+        } else {
+            0
         };
         self.labels.reserve(&self.graph, &self.meta, label)?;
         self.init_node(slot, label, seq, v, level, upper);

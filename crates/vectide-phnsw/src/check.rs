@@ -94,6 +94,7 @@ impl PHnsw {
                 }
             }
         }
+        self.check_rooms(next as u32, &mut v);
         match unpack_entry(self.meta.u64_at(M_ENTRY).load(Ordering::Acquire)) {
             None if max_live_level.is_some() => {
                 v.push("no entry point but live nodes exist".into())
@@ -170,5 +171,45 @@ impl PHnsw {
             }
         }
         Ok(checked)
+    }
+
+    /// Upper-list room: no two linked nodes own any of the same room, and
+    /// none beyond `upper next` (each lists itself into the other's lists
+    /// otherwise, or a restart's allocation hands the room out again).
+    fn check_rooms(&self, next: u32, v: &mut Vec<String>) {
+        let g = &self.graph;
+        let list_bytes = self.g.upper_list_bytes() as u64;
+        let upper_next = self
+            .meta
+            .u64_at(super::layout::M_UPPER_NEXT)
+            .load(Ordering::Acquire);
+        let mut rooms: Vec<(u64, u64, u32)> = (0..next)
+            .filter(|&s| matches!(g.state(s), LIVE | DELETED))
+            .filter_map(|s| {
+                let level = g.level(s);
+                let at = g
+                    .nodes
+                    .u64_at(g.node_off(s) + self.g.n_upper())
+                    .load(Ordering::Acquire);
+                (level > 0 && level <= MAX_LEVEL && at != 0)
+                    .then(|| (at, at.saturating_add(level as u64 * list_bytes), s))
+            })
+            .collect();
+        rooms.sort_unstable();
+        for w in rooms.windows(2) {
+            if w[1].0 < w[0].1 {
+                v.push(format!(
+                    "nodes {} and {}: upper-list rooms [{}, {}) and [{}, {}) overlap",
+                    w[0].2, w[1].2, w[0].0, w[0].1, w[1].0, w[1].1
+                ));
+            }
+        }
+        if let Some(&(at, end, s)) = rooms.iter().max_by_key(|r| r.1) {
+            if end > upper_next {
+                v.push(format!(
+                    "node {s}: upper-list room [{at}, {end}) beyond upper next {upper_next}"
+                ));
+            }
+        }
     }
 }

@@ -42,24 +42,25 @@
 //!    the free list is rebuilt
 //!    from the node states: every slot below the allocation word that is not
 //!    `LIVE` or `DELETED` (`UNLINKED`, or an insert's slot whose NLog entry a
-//!    crash discarded). An insert takes a slot from that list before it
-//!    extends `nodes.vtdp`, and the upper-list room of the slot's last node
-//!    when its own level fits (the node's checksum must verify for its room
-//!    to be trusted).
+//!    crash discarded), and with it the pool of upper-list room that no
+//!    linked node owns ([`crate::rooms`]). An insert takes a slot from that
+//!    list before it extends `nodes.vtdp`, and room from the pool before it
+//!    bumps `upper next`.
 //!
 //! The meta word `consolidating` is set → F after step 1 and cleared once
 //! step 5 is durable: a crash between them can leave a live node no list
-//! names, so an open that finds it set runs the consolidation again. Step 7
-//! gives a freed slot its room only when no
-//! linked node (and no other freed slot) owns any of it: a crash can make a
-//! discarded insert's block name room that a later insert was given.
+//! names, so an open that finds it set runs the consolidation again. Room
+//! is free when no linked node owns it, whatever other blocks name: a crash
+//! can make a discarded insert's block name room that a later insert was
+//! given.
 //!
-//! The free list lives in DRAM only: an open starts with an empty one, and
-//! the first consolidation rebuilds it.
+//! The free list and the room pool live in DRAM only: an open starts with
+//! empty ones, and the first consolidation rebuilds them.
 
 use super::layout::{pack_entry, DELETED, LIVE, M_CONSOLIDATING, M_ENTRY, NO_ENTRY, UNLINKED};
 use super::log::{LOGGED, NONE};
-use super::state::{FreeSlot, PHnsw};
+use super::rooms::RoomPool;
+use super::state::PHnsw;
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -227,11 +228,13 @@ impl PHnsw {
 
     /// Step 7 (inserts and deletes paused by the caller).
     fn rebuild_free_list(&self, next: u32) {
-        let free = self.free_slots(next);
-        // Readers that began before the unlink may still hold a dead slot:
-        // the slots go to inserts only after they all ended.
+        let (free, rooms) = self.free_slots(next);
+        // Readers that began before the unlink may still hold a dead slot
+        // or read its lists: slots and room go to inserts only after they
+        // all ended.
         drop(self.gate.write());
         *self.free.lock() = free;
+        *self.rooms.lock() = rooms;
     }
 
     fn set_consolidating(&self, v: u64, site: Site) {
@@ -405,14 +408,10 @@ impl PHnsw {
     }
 
     /// Step 7: every slot below `next` that holds no linked node, lowest
-    /// last (inserts pop from the end), with the upper-list room of its
-    /// last node when that node's checksum verifies and the room is its
-    /// own. A crash can make a room look owned twice: an insert that
-    /// recovery discarded wrote its block (and bumped `upper next` in DRAM)
-    /// but the bump never reached the media, so a later insert was given
-    /// the same room. A room that overlaps a linked node's, or one already
-    /// handed to another free slot, goes with no room.
-    fn free_slots(&self, next: u32) -> Vec<FreeSlot> {
+    /// last (inserts pop from the end), and the upper-list room no linked
+    /// node owns (see [`RoomPool`]: a block recovery discarded owns
+    /// nothing, so room a crash made look owned twice is free).
+    fn free_slots(&self, next: u32) -> (Vec<u32>, RoomPool) {
         use std::collections::BTreeMap;
         let g = &self.graph;
         let upper_next = self
@@ -420,52 +419,26 @@ impl PHnsw {
             .u64_at(super::layout::M_UPPER_NEXT)
             .load(Ordering::Acquire);
         let list_bytes = self.g.upper_list_bytes() as u64;
-        let room_of = |s: u32| -> Option<(usize, u64)> {
+        let mut taken: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut free = Vec::new();
+        for s in (0..next).rev() {
+            if !matches!(g.state(s), LIVE | DELETED) {
+                free.push(s);
+                continue;
+            }
             let level = g.level(s);
             let upper = g
                 .nodes
                 .u64_at(g.node_off(s) + self.g.n_upper())
                 .load(Ordering::Acquire);
-            (level > 0 && level <= vectide_graph::prune::MAX_LEVEL && upper != 0)
-                .then_some((level, upper))
-        };
-        // Rooms taken, start → end: the linked nodes' first.
-        let mut taken: BTreeMap<u64, u64> = (0..next)
-            .filter(|&s| matches!(g.state(s), LIVE | DELETED))
-            .filter_map(room_of)
-            .map(|(level, upper)| (upper, upper + level as u64 * list_bytes))
-            .collect();
-        let overlaps = |taken: &BTreeMap<u64, u64>, start: u64, end: u64| {
-            taken
-                .range(..end)
-                .next_back()
-                .is_some_and(|(_, &e)| e > start)
-        };
-        (0..next)
-            .rev()
-            .filter(|&s| !matches!(g.state(s), LIVE | DELETED))
-            .map(|s| {
-                let room = g
-                    .verify(s)
-                    .ok()
-                    .and_then(|()| room_of(s))
-                    .filter(|&(level, upper)| {
-                        let end = upper.checked_add(level as u64 * list_bytes);
-                        upper >= super::layout::PAGE as u64
-                            && end.is_some_and(|end| {
-                                end <= upper_next && !overlaps(&taken, upper, end)
-                            })
-                    });
-                if let Some((level, upper)) = room {
-                    taken.insert(upper, upper + level as u64 * list_bytes);
-                }
-                let (level, upper) = room.unwrap_or((0, 0));
-                FreeSlot {
-                    slot: s,
-                    level,
-                    upper,
-                }
-            })
-            .collect()
+            if level > 0 && upper != 0 {
+                let end = upper
+                    .saturating_add(level.min(vectide_graph::prune::MAX_LEVEL) as u64 * list_bytes);
+                let e = taken.entry(upper).or_insert(end);
+                *e = (*e).max(end);
+            }
+        }
+        let rooms = RoomPool::from_gaps(super::layout::PAGE as u64, upper_next, list_bytes, &taken);
+        (free, rooms)
     }
 }

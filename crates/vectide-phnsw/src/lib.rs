@@ -13,7 +13,8 @@
 //! Rooms: `layout` (the byte layout, `docs/format-phnsw.md`), `log` (NLog and
 //! NlistLog), `labels` (persistent label map), `builder` (inserts and
 //! upserts, §4.3), `update` (deletes), `consolidate` (repair around deleted
-//! nodes and slot reuse), `recovery` (§5), `state` (the
+//! nodes and slot reuse), `rooms` (the free upper-list room consolidations
+//! find and inserts reuse), `recovery` (§5), `state` (the
 //! struct the other rooms work on: state, create/open, search; it imports
 //! only the layout, the logs and the label map), `engine` (the face: the
 //! `VectorIndex` implementation), `check` (structural checker) and `crashtest` (a single-writer
@@ -90,6 +91,7 @@ mod labels;
 pub mod layout;
 mod log;
 mod recovery;
+mod rooms;
 mod state;
 #[cfg(test)]
 mod tests;

@@ -114,7 +114,10 @@ pub struct PHnsw {
     pub(crate) gate: RwLock<()>,
     /// Slots inserts take before they extend `nodes.vtdp` (DRAM only;
     /// rebuilt from the node states by every consolidation).
-    pub(crate) free: Mutex<Vec<FreeSlot>>,
+    pub(crate) free: Mutex<Vec<u32>>,
+    /// Upper-list room inserts take before they bump `upper next` (DRAM
+    /// only; rebuilt from the linked nodes' blocks with the free list).
+    pub(crate) rooms: Mutex<crate::rooms::RoomPool>,
     /// Slots below `opened_slot` that an insert reused since the open: they
     /// carry the number of their new write (see [`PHnsw::recorded_seq`]).
     pub(crate) reused: Mutex<HashSet<u32>>,
@@ -130,15 +133,6 @@ pub struct PHnsw {
     /// Set by `VectorIndex::defer_maintenance`: writers leave a due
     /// consolidation to the caller's `maintain()`.
     pub(crate) maintenance_deferred: AtomicBool,
-}
-
-/// A reclaimed slot and the upper-list room its last node owned (reused
-/// when the new node's level fits in it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FreeSlot {
-    pub slot: u32,
-    pub level: usize,
-    pub upper: u64,
 }
 
 /// What consolidations did since the open.
@@ -380,6 +374,7 @@ impl PHnsw {
             mutate: RwLock::new(()),
             gate: RwLock::new(()),
             free: Mutex::new(Vec::new()),
+            rooms: Mutex::new(Default::default()),
             reused: Mutex::new(HashSet::new()),
             activity: Default::default(),
             consolidation: Default::default(),
@@ -484,6 +479,7 @@ impl PHnsw {
             ("consolidate.paused_micros", ld(&c.paused_micros)),
             ("consolidate.paused_max_micros", ld(&c.paused_max_micros)),
             ("free_slots", self.free.lock().len() as f64),
+            ("free_upper_lists", self.rooms.lock().free_lists() as f64),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
