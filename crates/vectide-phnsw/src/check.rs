@@ -178,22 +178,13 @@ impl PHnsw {
     /// otherwise, or a restart's allocation hands the room out again).
     fn check_rooms(&self, next: u32, v: &mut Vec<String>) {
         let g = &self.graph;
-        let list_bytes = self.g.upper_list_bytes() as u64;
         let upper_next = self
             .meta
             .u64_at(super::layout::M_UPPER_NEXT)
             .load(Ordering::Acquire);
         let mut rooms: Vec<(u64, u64, u32)> = (0..next)
             .filter(|&s| matches!(g.state(s), LIVE | DELETED))
-            .filter_map(|s| {
-                let level = g.level(s);
-                let at = g
-                    .nodes
-                    .u64_at(g.node_off(s) + self.g.n_upper())
-                    .load(Ordering::Acquire);
-                (level > 0 && level <= MAX_LEVEL && at != 0)
-                    .then(|| (at, at.saturating_add(level as u64 * list_bytes), s))
-            })
+            .filter_map(|s| self.room_named(s).map(|(at, end)| (at, end, s)))
             .collect();
         rooms.sort_unstable();
         for w in rooms.windows(2) {

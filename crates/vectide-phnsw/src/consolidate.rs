@@ -426,19 +426,29 @@ impl PHnsw {
                 free.push(s);
                 continue;
             }
-            let level = g.level(s);
-            let upper = g
-                .nodes
-                .u64_at(g.node_off(s) + self.g.n_upper())
-                .load(Ordering::Acquire);
-            if level > 0 && upper != 0 {
-                let end = upper
-                    .saturating_add(level.min(vectide_graph::prune::MAX_LEVEL) as u64 * list_bytes);
-                let e = taken.entry(upper).or_insert(end);
+            if let Some((at, end)) = self.room_named(s) {
+                let e = taken.entry(at).or_insert(end);
                 *e = (*e).max(end);
             }
         }
         let rooms = RoomPool::from_gaps(super::layout::PAGE as u64, upper_next, list_bytes, &taken);
         (free, rooms)
+    }
+
+    /// The upper-list room slot `s`'s block names, as a byte range (its
+    /// level capped at `MAX_LEVEL`); `None` for a level-0 node.
+    pub(crate) fn room_named(&self, s: u32) -> Option<(u64, u64)> {
+        let g = &self.graph;
+        let level = g.level(s).min(vectide_graph::prune::MAX_LEVEL) as u64;
+        let at = g
+            .nodes
+            .u64_at(g.node_off(s) + self.g.n_upper())
+            .load(Ordering::Acquire);
+        (level > 0 && at != 0).then(|| {
+            (
+                at,
+                at.saturating_add(level * self.g.upper_list_bytes() as u64),
+            )
+        })
     }
 }
