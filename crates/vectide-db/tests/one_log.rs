@@ -8,7 +8,8 @@
 //! The syncs are counted through `vectide_core::sync`, by site, under the
 //! engine's directory: the engine's redo-log append site must never fire
 //! under the database, and must fire once per write when the same engine
-//! runs standalone (so the count can tell the two apart).
+//! runs standalone with one writer (so the count can tell the two apart);
+//! concurrent standalone writers share those syncs (group commit).
 
 use parking_lot::Mutex;
 use serde_json::json;
@@ -179,15 +180,21 @@ fn engines_that_keep_a_log_write_none_of_their_own_under_the_database() {
     }
 }
 
+/// `engine` standalone (its own log) in `root/index`, small thresholds.
+fn standalone(engine: &str, root: &Path) -> (std::path::PathBuf, vectide_engines::AnyIndex) {
+    let dir = root.join("index");
+    let mut p = small_params(engine);
+    p.insert("path".into(), ParamValue::Str(dir.display().to_string()));
+    let index = vectide_engines::create(engine, DIM, Metric::L2, &p).unwrap();
+    (dir, index)
+}
+
 #[test]
 fn the_same_engines_standalone_sync_their_own_log_once_per_write() {
     const N: u64 = 200;
     for engine in log_keepers() {
         let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("index");
-        let mut p = small_params(engine);
-        p.insert("path".into(), ParamValue::Str(dir.display().to_string()));
-        let index = vectide_engines::create(engine, DIM, Metric::L2, &p).unwrap();
+        let (dir, index) = standalone(engine, root.path());
         let counter = Arc::new(Counter::default());
         let guard = install_sync_observer(&dir, counter.clone());
         for i in 0..N {
@@ -202,6 +209,112 @@ fn the_same_engines_standalone_sync_their_own_log_once_per_write() {
         );
         assert_eq!(index.durable_seq(), N, "{engine}");
         index.close().unwrap();
+    }
+}
+
+/// Delays every redo-log append sync by a millisecond (a slow disk), and
+/// counts them.
+#[derive(Default)]
+struct SlowAppends {
+    seen: std::sync::atomic::AtomicU64,
+}
+
+impl SyncObserver for SlowAppends {
+    fn on_sync(&self, e: &SyncEvent<'_>) -> SyncDecision {
+        if e.phase == SyncPhase::Before && e.site == SYNC_APPEND {
+            self.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        SyncDecision::Proceed
+    }
+}
+
+#[test]
+fn standalone_writers_share_the_logs_syncs_and_lose_no_acknowledged_write() {
+    const THREADS: u64 = 4;
+    const EACH: u64 = 100;
+    for engine in log_keepers() {
+        let root = tempfile::tempdir().unwrap();
+        let (dir, index) = standalone(engine, root.path());
+        let slow = Arc::new(SlowAppends::default());
+        let guard = install_sync_observer(&dir, slow.clone());
+        let next = std::sync::atomic::AtomicU64::new(1);
+        // Each thread inserts its own ids and deletes every fourth of them.
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (index, next) = (&index, &next);
+                s.spawn(move || {
+                    for i in 0..EACH {
+                        let id = t * EACH + i;
+                        let seq = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        index.insert(seq, &[id], &vector(id)).unwrap();
+                        if i % 4 == 3 {
+                            let seq = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            assert_eq!(index.delete(seq, &[id]).unwrap(), 1);
+                        }
+                    }
+                });
+            }
+        });
+        drop(guard);
+        let writes = THREADS * EACH * 5 / 4;
+        let syncs = slow.seen.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            syncs <= writes / 2,
+            "{engine}: {syncs} log syncs for {writes} writes"
+        );
+        // Dropped without a close: the reopen replays the log.
+        drop(index);
+        let back = vectide_engines::open(&dir, &Params::new()).unwrap();
+        assert_eq!(back.len() as u64, THREADS * EACH * 3 / 4, "{engine}");
+        for id in 0..THREADS * EACH {
+            assert_eq!(back.contains(id).unwrap(), id % 4 != 3, "{engine}: id {id}");
+        }
+        assert_eq!(back.durable_seq(), writes, "{engine}");
+        back.close().unwrap();
+    }
+}
+
+/// Fails every redo-log append sync.
+struct FailingAppends;
+
+impl SyncObserver for FailingAppends {
+    fn on_sync(&self, e: &SyncEvent<'_>) -> SyncDecision {
+        if e.site == SYNC_APPEND {
+            SyncDecision::Fail
+        } else {
+            SyncDecision::Proceed
+        }
+    }
+}
+
+#[test]
+fn a_failed_log_sync_poisons_a_standalone_engine_until_it_is_reopened() {
+    for engine in log_keepers() {
+        let root = tempfile::tempdir().unwrap();
+        let (dir, index) = standalone(engine, root.path());
+        index.insert(1, &[1], &vector(1)).unwrap();
+        let guard = install_sync_observer(&dir, Arc::new(FailingAppends));
+        let err = index.insert(2, &[2], &vector(2)).unwrap_err();
+        assert!(
+            matches!(err, vectide_core::Error::Poisoned(_)),
+            "{engine}: {err}"
+        );
+        drop(guard);
+        // The disk works again; the index does not pretend it knows what
+        // reached it: writes are refused, reads go on.
+        let again = index.insert(3, &[3], &vector(3)).unwrap_err();
+        assert!(
+            matches!(again, vectide_core::Error::Poisoned(_)),
+            "{engine}: {again}"
+        );
+        assert!(index.contains(1).unwrap(), "{engine}");
+        drop(index);
+        let back = vectide_engines::open(&dir, &Params::new()).unwrap();
+        assert!(back.contains(1).unwrap(), "{engine}");
+        back.insert(4, &[4], &vector(4)).unwrap();
+        assert!(back.contains(4).unwrap(), "{engine}");
+        back.close().unwrap();
     }
 }
 

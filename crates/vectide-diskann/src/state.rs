@@ -130,8 +130,8 @@ pub(crate) struct Inner {
     pub threads: usize,
     pub state: RwLock<State>,
     pub writer: Mutex<Writer>,
-    /// The newest sequence number applied (with `log=own`, logged and
-    /// synced first: durable).
+    /// The newest sequence number applied (with `log=own`, written to the
+    /// log first; its call returns once the log's `fdatasync` covers it).
     pub durable: AtomicU64,
     /// The newest sequence number the manifest covers (`covered_seq` of
     /// the last freeze): with `log=database`, the durability watermark.

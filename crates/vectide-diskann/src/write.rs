@@ -11,7 +11,7 @@ use std::sync::Arc;
 use vectide_core::fault::{self, FaultSite};
 use vectide_core::validate::Checked;
 use vectide_core::{Error, Result, Seq, VectorIndex};
-use vectide_storage::durable::{select_rows, RedoLog};
+use vectide_storage::durable::{await_sync, select_rows, RedoLog};
 
 /// The fault point between a write's log and its apply (tests of the
 /// poisoned state).
@@ -82,9 +82,11 @@ impl Inner {
             .collect()
     }
 
-    /// The contract's insert: logged (standalone), then applied. A failure
-    /// of the log or of the apply poisons the index (its state may then
-    /// differ from its log).
+    /// The contract's insert: logged (standalone), applied, and synced
+    /// before it returns (the `fdatasync` outside the writer lock, shared
+    /// with the writers that logged meanwhile: group commit, `wal.rs`). A
+    /// failure of the log, its sync or the apply poisons the index (its
+    /// state may then differ from its log).
     pub(crate) fn insert(
         self: &Arc<Self>,
         seq: Seq,
@@ -96,10 +98,13 @@ impl Inner {
         self.poison.check()?;
         let rows = self.newer_rows(seq, ids);
         let (ids, vectors) = select_rows(self.dim, ids, vectors, &rows);
-        if let Some(log) = &mut w.log {
-            log.log_insert(seq, &ids, &vectors)
-                .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
-        }
+        let pending = match &mut w.log {
+            Some(log) => Some(
+                log.write_insert(seq, &ids, &vectors)
+                    .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?,
+            ),
+            None => None,
+        };
         if !ids.is_empty() {
             // Rows of a checked batch are a checked batch.
             let rows = Checked::validated_by_caller(self.dim, self.metric, &ids, &vectors);
@@ -108,15 +113,17 @@ impl Inner {
                 .map_err(|e| self.poison.poison(&format!("the apply of write {seq}"), &e))?;
         }
         self.durable.fetch_max(seq, Ordering::AcqRel);
-        if self.after_write(&mut w)? {
-            drop(w);
+        let merge = self.after_write(&mut w);
+        drop(w);
+        await_sync(pending, &self.poison, seq)?;
+        if merge? {
             self.merge()?;
         }
         Ok(())
     }
 
-    /// The contract's delete: logged (standalone), then applied; poisons
-    /// like [`Inner::insert`].
+    /// The contract's delete: logged (standalone), applied, then synced;
+    /// poisons like [`Inner::insert`].
     pub(crate) fn delete(self: &Arc<Self>, seq: Seq, ids: &[u64]) -> Result<usize> {
         let mut w = self.writer.lock();
         self.poison.check()?;
@@ -128,16 +135,21 @@ impl Inner {
                 .filter(|id| st.loc.get(id).is_some_and(|l| l.seq <= seq) && seen.insert(*id))
                 .collect()
         };
-        if let Some(log) = &mut w.log {
-            log.log_delete(seq, &targets)
-                .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
-        }
+        let pending = match &mut w.log {
+            Some(log) => Some(
+                log.write_delete(seq, &targets)
+                    .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?,
+            ),
+            None => None,
+        };
         let n = fault::hit(&self.dir, APPLY_FAULT)
             .and_then(|()| self.apply_delete(seq, &targets))
             .map_err(|e| self.poison.poison(&format!("the apply of write {seq}"), &e))?;
         self.durable.fetch_max(seq, Ordering::AcqRel);
-        if self.after_write(&mut w)? {
-            drop(w);
+        let merge = self.after_write(&mut w);
+        drop(w);
+        await_sync(pending, &self.poison, seq)?;
+        if merge? {
             self.merge()?;
         }
         Ok(n)

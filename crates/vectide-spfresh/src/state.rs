@@ -167,8 +167,8 @@ pub(crate) struct Inner {
     pub gate: RwLock<()>,
     pub writer: Mutex<Writer>,
     pub snap_lock: Mutex<()>,
-    /// The newest sequence number applied (with `log=own`, logged and
-    /// synced first: durable).
+    /// The newest sequence number applied (with `log=own`, written to the
+    /// log first; its call returns once the log's `fdatasync` covers it).
     pub durable: AtomicU64,
     /// The newest sequence number the last durable snapshot covers: with
     /// `log=database`, the durability watermark.

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::fault::{self, FaultSite};
 use vectide_core::validate::{normalize, Checked};
 use vectide_core::{Error, Result, Seq};
-use vectide_storage::durable::select_rows;
+use vectide_storage::durable::{await_sync, select_rows};
 
 /// Route attempts before a vector gets a posting of its own.
 const MAX_REROUTES: usize = 8;
@@ -49,19 +49,24 @@ impl Inner {
             .collect()
     }
 
-    /// The contract's insert: validated, logged and synced, applied. A
-    /// failure of the log or of the apply poisons the index (its state may
-    /// then differ from its log).
+    /// The contract's insert: validated, logged, applied, and synced
+    /// before it returns (the `fdatasync` outside the writer lock, shared
+    /// with the writers that logged meanwhile: group commit, `wal.rs`). A
+    /// failure of the log, its sync or the apply poisons the index (its
+    /// state may then differ from its log).
     pub(crate) fn insert(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
         let (ids, vectors) = (batch.ids(), batch.vectors());
         let mut w = self.writer.lock();
         self.poison.check()?;
         let rows = self.newer_rows(seq, ids);
         let (ids, vectors) = select_rows(self.dim, ids, vectors, &rows);
-        if let Some(wal) = &mut w.wal {
-            wal.log_insert(seq, &ids, &vectors)
-                .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
-        }
+        let pending = match &mut w.wal {
+            Some(wal) => Some(
+                wal.write_insert(seq, &ids, &vectors)
+                    .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?,
+            ),
+            None => None,
+        };
         w.rows += ids.len() as u64;
         let applied = fault::hit(&self.dir, APPLY_FAULT)
             .and_then(|()| self.apply_insert(seq, &ids, &vectors))
@@ -72,12 +77,13 @@ impl Inner {
         }
         let snap = self.snapshot_due(w.rows);
         drop(w);
+        await_sync(pending, &self.poison, seq)?;
         applied?;
         self.after_write(snap)
     }
 
-    /// The contract's delete: logged and synced, then tombstones (which
-    /// cannot fail).
+    /// The contract's delete: logged, tombstones (which cannot fail), then
+    /// synced as an insert is.
     pub(crate) fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
         let mut w = self.writer.lock();
         self.poison.check()?;
@@ -91,15 +97,19 @@ impl Inner {
                 })
                 .collect()
         };
-        if let Some(wal) = &mut w.wal {
-            wal.log_delete(seq, &targets)
-                .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
-        }
+        let pending = match &mut w.wal {
+            Some(wal) => Some(
+                wal.write_delete(seq, &targets)
+                    .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?,
+            ),
+            None => None,
+        };
         w.rows += targets.len() as u64;
         let n = self.apply_delete(seq, &targets);
         self.durable.fetch_max(seq, Ordering::AcqRel);
         let snap = self.snapshot_due(w.rows);
         drop(w);
+        await_sync(pending, &self.poison, seq)?;
         self.after_write(snap)?;
         Ok(n)
     }

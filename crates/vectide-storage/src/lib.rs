@@ -58,4 +58,4 @@ pub use media::{
     SimConfig, SimMedia, SimReport, SplitMix,
 };
 pub use region::{PersistMode, Region, Site};
-pub use wal::Wal;
+pub use wal::{Pending, Wal};

@@ -19,5 +19,7 @@ pub mod redo;
 pub mod replay;
 
 pub use envelope::Envelope;
-pub use redo::{read_calls, select_rows, summarize, LogOp, LogSummary, Recovered, RedoLog};
+pub use redo::{
+    await_sync, read_calls, select_rows, summarize, LogOp, LogSummary, Recovered, RedoLog,
+};
 pub use replay::{replay, Batcher, Replayed};

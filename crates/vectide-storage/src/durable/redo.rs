@@ -11,8 +11,9 @@
 //! its commit log is the only log) and by the `hnsw-wal` baseline.
 
 use super::record::{self, Kind};
-use crate::wal::{Wal, MAX_RECORD};
+use crate::wal::{Pending, Wal, MAX_RECORD};
 use std::path::Path;
+use vectide_core::poison::Poison;
 use vectide_core::{Error, Result, Seq};
 
 /// One logged call.
@@ -237,16 +238,20 @@ impl RedoLog {
         self.append_call(Kind::Delete, seq, ids, &[])
     }
 
-    /// Appends an insert call and syncs it.
-    pub fn log_insert(&mut self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
+    /// Appends an insert call and writes it to the file; it is durable
+    /// once the returned [`Pending`] is waited on (outside the caller's
+    /// writer lock, so that concurrent writers share one `fdatasync`:
+    /// `wal.rs`, "Group commit").
+    pub fn write_insert(&mut self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<Pending> {
         self.append_insert(seq, ids, vectors)?;
-        self.wal.sync()
+        self.wal.pending()
     }
 
-    /// Appends a delete call and syncs it.
-    pub fn log_delete(&mut self, seq: Seq, ids: &[u64]) -> Result<()> {
+    /// Appends a delete call and writes it to the file (see
+    /// [`RedoLog::write_insert`]).
+    pub fn write_delete(&mut self, seq: Seq, ids: &[u64]) -> Result<Pending> {
         self.append_delete(seq, ids)?;
-        self.wal.sync()
+        self.wal.pending()
     }
 
     /// Makes every appended call durable.
@@ -262,6 +267,18 @@ impl RedoLog {
     /// See [`RedoLog::wal`].
     pub fn wal_mut(&mut self) -> &mut Wal {
         &mut self.wal
+    }
+}
+
+/// Waits for a logged write's sync ([`RedoLog::write_insert`]; `None`
+/// when the caller's log holds the write). A failure poisons the engine:
+/// the write is applied and may be missing from its log.
+pub fn await_sync(pending: Option<Pending>, poison: &Poison, seq: Seq) -> Result<()> {
+    match pending {
+        Some(p) => p
+            .wait()
+            .map_err(|e| poison.poison(&format!("the sync of write {seq}"), &e)),
+        None => Ok(()),
     }
 }
 
@@ -291,9 +308,9 @@ mod tests {
         let LogOp::Insert { vectors, .. } = ins(1, &big, dim) else {
             unreachable!()
         };
-        log.log_insert(1, &big, &vectors).unwrap();
-        log.log_insert(2, &[], &[]).unwrap();
-        log.log_delete(3, &[4, 5]).unwrap();
+        log.write_insert(1, &big, &vectors).unwrap().wait().unwrap();
+        log.write_insert(2, &[], &[]).unwrap().wait().unwrap();
+        log.write_delete(3, &[4, 5]).unwrap().wait().unwrap();
         drop(log);
         assert_eq!(Wal::open(&path).unwrap().1.len(), 4 + 1 + 1, "frames");
         let (_, rec) = RedoLog::open(&path, dim).unwrap();
@@ -329,7 +346,10 @@ mod tests {
         {
             let (wal, _) = Wal::open(&path).unwrap();
             let mut log = RedoLog::new(wal, dim);
-            log.log_insert(1, &[1], &[1.0; 2]).unwrap();
+            log.write_insert(1, &[1], &[1.0; 2])
+                .unwrap()
+                .wait()
+                .unwrap();
             // The first frame of call 2, whose second never came.
             log.wal_mut()
                 .append(&frame(Kind::Insert, 2, true, &[2]))
@@ -346,7 +366,10 @@ mod tests {
             "the abandon record closed the cut call"
         );
         // The retry of call 2 reuses its number; it must come back alone.
-        log.log_insert(2, &[3], &[1.0; 2]).unwrap();
+        log.write_insert(2, &[3], &[1.0; 2])
+            .unwrap()
+            .wait()
+            .unwrap();
         drop(log);
         let (_, rec) = RedoLog::open(&path, dim).unwrap();
         assert!(!rec.torn);
