@@ -180,10 +180,21 @@ fn engines_that_keep_a_log_write_none_of_their_own_under_the_database() {
     }
 }
 
-/// `engine` standalone (its own log) in `root/index`, small thresholds.
-fn standalone(engine: &str, root: &Path) -> (std::path::PathBuf, vectide_engines::AnyIndex) {
+/// `engine` standalone (its own log) in `root/index`, small thresholds
+/// (`extra` overrides those of them the engine takes).
+fn standalone(
+    engine: &str,
+    root: &Path,
+    extra: &[(&str, i64)],
+) -> (std::path::PathBuf, vectide_engines::AnyIndex) {
     let dir = root.join("index");
     let mut p = small_params(engine);
+    let d = vectide_engines::descriptor(engine).unwrap();
+    for &(k, v) in extra {
+        if d.param(k).is_some() {
+            p.insert(k.into(), ParamValue::Int(v));
+        }
+    }
     p.insert("path".into(), ParamValue::Str(dir.display().to_string()));
     let index = vectide_engines::create(engine, DIM, Metric::L2, &p).unwrap();
     (dir, index)
@@ -194,7 +205,7 @@ fn the_same_engines_standalone_sync_their_own_log_once_per_write() {
     const N: u64 = 200;
     for engine in log_keepers() {
         let root = tempfile::tempdir().unwrap();
-        let (dir, index) = standalone(engine, root.path());
+        let (dir, index) = standalone(engine, root.path(), &[]);
         let counter = Arc::new(Counter::default());
         let guard = install_sync_observer(&dir, counter.clone());
         for i in 0..N {
@@ -235,7 +246,13 @@ fn standalone_writers_share_the_logs_syncs_and_lose_no_acknowledged_write() {
     const EACH: u64 = 100;
     for engine in log_keepers() {
         let root = tempfile::tempdir().unwrap();
-        let (dir, index) = standalone(engine, root.path());
+        // Snapshots, freezes and merges while writers wait for syncs.
+        let small = [
+            ("snapshot_rows", 64),
+            ("temp_points", 64),
+            ("merge_points", 256),
+        ];
+        let (dir, index) = standalone(engine, root.path(), &small);
         let slow = Arc::new(SlowAppends::default());
         let guard = install_sync_observer(&dir, slow.clone());
         let next = std::sync::atomic::AtomicU64::new(1);
@@ -260,7 +277,7 @@ fn standalone_writers_share_the_logs_syncs_and_lose_no_acknowledged_write() {
         let writes = THREADS * EACH * 5 / 4;
         let syncs = slow.seen.load(std::sync::atomic::Ordering::Relaxed);
         assert!(
-            syncs <= writes / 2,
+            syncs <= writes * 3 / 4,
             "{engine}: {syncs} log syncs for {writes} writes"
         );
         // Dropped without a close: the reopen replays the log.
@@ -292,7 +309,7 @@ impl SyncObserver for FailingAppends {
 fn a_failed_log_sync_poisons_a_standalone_engine_until_it_is_reopened() {
     for engine in log_keepers() {
         let root = tempfile::tempdir().unwrap();
-        let (dir, index) = standalone(engine, root.path());
+        let (dir, index) = standalone(engine, root.path(), &[]);
         index.insert(1, &[1], &vector(1)).unwrap();
         let guard = install_sync_observer(&dir, Arc::new(FailingAppends));
         let err = index.insert(2, &[2], &vector(2)).unwrap_err();

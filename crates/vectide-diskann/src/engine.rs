@@ -229,7 +229,7 @@ impl VectorIndex for FreshDiskann {
         if i.params.external_log {
             i.covered.load(Ordering::Acquire)
         } else {
-            i.durable.load(Ordering::Acquire)
+            i.synced.load(Ordering::Acquire)
         }
     }
 

@@ -187,6 +187,9 @@ impl FreshDiskann {
             .durable
             .store(durable, std::sync::atomic::Ordering::Release);
         inner
+            .synced
+            .store(durable, std::sync::atomic::Ordering::Release);
+        inner
             .covered
             .store(durable, std::sync::atomic::Ordering::Release);
         remove_unnamed(dir, &m);

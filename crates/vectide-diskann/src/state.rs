@@ -131,8 +131,12 @@ pub(crate) struct Inner {
     pub state: RwLock<State>,
     pub writer: Mutex<Writer>,
     /// The newest sequence number applied (with `log=own`, written to the
-    /// log first; its call returns once the log's `fdatasync` covers it).
+    /// log first; its call returns once the log's `fdatasync` covers it):
+    /// what a freeze covers.
     pub durable: AtomicU64,
+    /// With `log=own`, the newest sequence number whose call synced its
+    /// log and returned: `durable_seq()`.
+    pub synced: AtomicU64,
     /// The newest sequence number the manifest covers (`covered_seq` of
     /// the last freeze): with `log=database`, the durability watermark.
     pub covered: AtomicU64,
@@ -147,8 +151,8 @@ pub(crate) struct Inner {
     pub(crate) scratches: Mutex<Vec<Scratch>>,
     pub(crate) io: IoCounters,
     pub(crate) pool: vectide_core::pools::Pool,
-    /// Set when a logged write failed to apply (see
-    /// [`vectide_core::poison`]).
+    /// Set when a logged write failed to apply or its log failed to sync
+    /// (see [`vectide_core::poison`]).
     pub(crate) poison: vectide_core::poison::Poison,
 }
 
@@ -176,6 +180,7 @@ impl Inner {
             state: RwLock::new(state),
             writer: Mutex::new(writer),
             durable: AtomicU64::new(durable),
+            synced: AtomicU64::new(durable),
             covered: AtomicU64::new(durable),
             merge_lock: Mutex::new(()),
             freeze_lock: Mutex::new(()),

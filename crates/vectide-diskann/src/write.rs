@@ -116,6 +116,7 @@ impl Inner {
         let merge = self.after_write(&mut w);
         drop(w);
         await_sync(pending, &self.poison, seq)?;
+        self.synced.fetch_max(seq, Ordering::AcqRel);
         if merge? {
             self.merge()?;
         }
@@ -149,6 +150,7 @@ impl Inner {
         let merge = self.after_write(&mut w);
         drop(w);
         await_sync(pending, &self.poison, seq)?;
+        self.synced.fetch_max(seq, Ordering::AcqRel);
         if merge? {
             self.merge()?;
         }

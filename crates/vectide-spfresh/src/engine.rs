@@ -166,7 +166,7 @@ impl VectorIndex for Spfresh {
         if i.params.external_log {
             i.covered.load(Ordering::Acquire)
         } else {
-            i.durable.load(Ordering::Acquire)
+            i.synced.load(Ordering::Acquire)
         }
     }
 

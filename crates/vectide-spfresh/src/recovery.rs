@@ -278,6 +278,7 @@ impl Spfresh {
         inner.writer.lock().rows = rows;
         // What the WALs held was synced: durable, whoever logs from now.
         inner.durable.store(durable, Ordering::Release);
+        inner.synced.store(durable, Ordering::Release);
         inner.covered.store(durable, Ordering::Release);
         inner.mark_built();
         if inner.params.rebuild_inline {

@@ -15,9 +15,10 @@
 //!   what `get` reads), and id → vid of the live vectors.
 //!
 //! ## Locks
-//! - `writer`: one writing call at a time (WAL append and sync, then the
-//!   change applied); a snapshot holds it while it switches the WAL and
-//!   captures the state;
+//! - `writer`: one writing call at a time (its WAL records written, then
+//!   the change applied; the call waits for the WAL's sync after releasing
+//!   it, group commit); a snapshot holds it while it syncs and switches
+//!   the WAL and captures the state;
 //! - `gate`: held shared by every change to postings, versions and
 //!   centroids (a call's apply, a Local Rebuilder job), exclusively by a
 //!   snapshot's capture, so a snapshot never sees half a split or half a
@@ -26,8 +27,9 @@
 //!   a posting holds that posting's stripe. Searches take none of these.
 //!
 //! ## Durability (§4.4)
-//! A writing call is in the WAL and synced before it is applied, and
-//! durable when it returns. Every `snapshot_rows` logged rows, once the
+//! A writing call's records are written to the WAL before it is applied,
+//! and synced (an `fdatasync` shared with the writers of the same moment)
+//! before it returns: it is durable when it returns. Every `snapshot_rows` logged rows, once the
 //! blocks released since the last snapshot exceed a third of those in
 //! use (and of `GARBAGE_FLOOR`), at `close` and after `maintain`, a snapshot: a new WAL is started, the state captured under the
 //! gate, the block file synced, `snapshot.bin` replaced atomically, and the
@@ -168,8 +170,12 @@ pub(crate) struct Inner {
     pub writer: Mutex<Writer>,
     pub snap_lock: Mutex<()>,
     /// The newest sequence number applied (with `log=own`, written to the
-    /// log first; its call returns once the log's `fdatasync` covers it).
+    /// log first; its call returns once the log's `fdatasync` covers it):
+    /// what a snapshot covers.
     pub durable: AtomicU64,
+    /// With `log=own`, the newest sequence number whose call synced its
+    /// log and returned: `durable_seq()`.
+    pub synced: AtomicU64,
     /// The newest sequence number the last durable snapshot covers: with
     /// `log=database`, the durability watermark.
     pub covered: AtomicU64,
@@ -179,8 +185,8 @@ pub(crate) struct Inner {
     pub pool: vectide_core::pools::Pool,
     pub threads: usize,
     pub last_error: Mutex<Option<String>>,
-    /// Set when a logged write failed to apply (see
-    /// [`vectide_core::poison`]).
+    /// Set when a logged write failed to apply or its log failed to sync
+    /// (see [`vectide_core::poison`]).
     pub poison: Poison,
     /// The maintenance jobs running (splits, merges, snapshots, rebuilds).
     pub activity: vectide_core::activity::Activity,
@@ -252,6 +258,7 @@ impl Inner {
             writer: Mutex::new(writer),
             snap_lock: Mutex::new(()),
             durable: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
             covered: AtomicU64::new(0),
             jobs: Jobs::default(),
             counters: Counters::default(),
@@ -374,9 +381,22 @@ impl Inner {
             }
         };
         let mut w = self.writer.lock();
-        // Writes poison under the writer lock: checked again here, a write
-        // that failed since the first check is not covered.
+        // Writes poison under the writer lock (a failed log write or apply):
+        // checked again here, such a write is not covered. (A failed sync
+        // poisons after the lock; the write it covers is applied and may be
+        // covered, which loses nothing.)
         self.poison.check()?;
+        // The old log is synced before the new one takes a write: a write
+        // logged next may have been shaped by one whose sync is still
+        // pending in the old log (rows dropped as older than what the id
+        // holds, deletes of ids it holds), and a sync of the new log alone
+        // would acknowledge it while a crash could still take the other.
+        if let Some(old) = w.wal.as_mut() {
+            old.sync().map_err(|e| {
+                self.poison
+                    .poison("the sync of the log before a snapshot", &e)
+            })?;
+        }
         let prev = w.serial;
         w.wal = wal;
         w.serial = next;

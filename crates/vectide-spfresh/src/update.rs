@@ -78,6 +78,7 @@ impl Inner {
         let snap = self.snapshot_due(w.rows);
         drop(w);
         await_sync(pending, &self.poison, seq)?;
+        self.synced.fetch_max(seq, Ordering::AcqRel);
         applied?;
         self.after_write(snap)
     }
@@ -110,6 +111,7 @@ impl Inner {
         let snap = self.snapshot_due(w.rows);
         drop(w);
         await_sync(pending, &self.poison, seq)?;
+        self.synced.fetch_max(seq, Ordering::AcqRel);
         self.after_write(snap)?;
         Ok(n)
     }

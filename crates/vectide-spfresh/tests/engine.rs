@@ -987,3 +987,57 @@ fn a_static_rebuild_lets_writes_and_snapshots_go_on() {
     assert_sound(&crashed);
     assert!(crashed.len() >= 3 * n / 4);
 }
+
+/// Counts the append syncs of each log file.
+#[derive(Default)]
+struct AppendSyncs(std::sync::Mutex<BTreeMap<String, u64>>);
+
+impl vectide_core::sync::SyncObserver for AppendSyncs {
+    fn on_sync(&self, e: &vectide_core::sync::SyncEvent<'_>) -> vectide_core::SyncDecision {
+        if e.phase == vectide_core::sync::SyncPhase::Before
+            && e.site == vectide_storage::wal::SYNC_APPEND
+        {
+            let name = e.path.file_name().unwrap().to_string_lossy().into_owned();
+            *self.0.lock().unwrap().entry(name).or_default() += 1;
+        }
+        vectide_core::SyncDecision::Proceed
+    }
+}
+
+/// A write logged in the next WAL may have been shaped by one still
+/// waiting for its sync in the old (its rows dropped as older than what
+/// the id holds): the snapshot syncs the old WAL before the next one takes
+/// a write, even when every write's own sync has already returned.
+#[test]
+fn a_snapshot_syncs_the_wal_in_use_before_it_starts_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, params(true)).unwrap();
+    let data = clustered(200, DIM, 4, 3);
+    let ids: Vec<u64> = (0..200).collect();
+    idx.insert(1, &ids, &data).unwrap();
+    idx.snapshot().unwrap();
+    let seen = std::sync::Arc::new(AppendSyncs::default());
+    let guard = vectide_core::sync::install_sync_observer(dir.path(), seen.clone());
+    let old = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("wal-"))
+        .expect("a WAL in use");
+    idx.insert(2, &[1000], &data[..DIM]).unwrap();
+    assert_eq!(
+        seen.0.lock().unwrap().get(&old),
+        Some(&1),
+        "the write's own sync"
+    );
+    idx.snapshot().unwrap();
+    drop(guard);
+    let seen = seen.0.lock().unwrap().clone();
+    assert_eq!(
+        seen.get(&old),
+        Some(&2),
+        "the snapshot's sync of {old}: {seen:?}"
+    );
+    drop(idx);
+    let back = Spfresh::open(dir.path(), &open_params(true)).unwrap();
+    assert!(back.contains(1000).unwrap());
+}

@@ -292,6 +292,18 @@ impl Group {
     }
 }
 
+/// Releases a group's waiters when its leader unwinds mid-sync.
+struct Lead<'a>(&'a Group);
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.state.lock();
+        st.flushing = false;
+        st.failed.get_or_insert_with(|| "the sync panicked".into());
+        self.0.synced_cv.notify_all();
+    }
+}
+
 /// Bytes of a log written to its file but not yet synced: durable once
 /// [`Pending::wait`] returns `Ok` (see the module docs).
 #[must_use = "a pending record is durable only after `wait`"]
@@ -319,7 +331,11 @@ impl Pending {
             st.flushing = true;
             let target = st.written;
             drop(st);
+            // Should the sync panic (an observer's, in tests), the waiters
+            // are released with the failure instead of waiting forever.
+            let lead = Lead(g);
             let res = sync_file(&g.file, &g.path, g.site, true);
+            std::mem::forget(lead);
             st = g.state.lock();
             st.flushing = false;
             match res {
@@ -437,7 +453,6 @@ impl Wal {
     /// durable, shared with other writers' (module docs, "Group commit").
     pub fn pending(&mut self) -> Result<Pending> {
         self.write_out()?;
-        self.unsynced = 0;
         let st = self.group.state.lock();
         self.group.check(&st)?;
         Ok(Pending {
@@ -446,7 +461,8 @@ impl Wal {
         })
     }
 
-    /// Bytes written since the last `fdatasync` (buffered ones included).
+    /// Bytes written since the last [`Wal::sync`] of this handle (buffered
+    /// ones included; a group sync through [`Pending`] does not lower it).
     pub fn unsynced(&self) -> u64 {
         self.unsynced + self.buf.len() as u64
     }
@@ -783,6 +799,61 @@ mod tests {
         drop(w);
         let (_, recs) = Wal::open(&p).unwrap();
         assert_eq!(recs.len(), THREADS * EACH);
+    }
+
+    /// Holds the first append sync until the test lets it go.
+    struct Gate {
+        first: std::sync::atomic::AtomicBool,
+        entered: std::sync::Barrier,
+        release: std::sync::Barrier,
+    }
+
+    impl vectide_core::sync::SyncObserver for Gate {
+        fn on_sync(&self, e: &vectide_core::sync::SyncEvent<'_>) -> vectide_core::SyncDecision {
+            if e.phase == vectide_core::sync::SyncPhase::Before
+                && e.site == SYNC_APPEND
+                && self.first.swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                self.entered.wait();
+                self.release.wait();
+            }
+            vectide_core::SyncDecision::Proceed
+        }
+    }
+
+    #[test]
+    fn a_sync_that_began_before_a_record_was_written_does_not_cover_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w");
+        let (w, _) = Wal::open(&p).unwrap();
+        let gate = Arc::new(Gate {
+            first: true.into(),
+            entered: std::sync::Barrier::new(2),
+            release: std::sync::Barrier::new(2),
+        });
+        let _g = vectide_core::sync::install_sync_observer(dir.path(), gate.clone());
+        let w = Mutex::new(w);
+        let pa = {
+            let mut w = w.lock();
+            w.append(b"a").unwrap();
+            w.pending().unwrap()
+        };
+        let pb = std::thread::scope(|s| {
+            let lead = s.spawn(move || pa.wait());
+            gate.entered.wait();
+            // The leader's sync has begun; "b" is written after it.
+            let pb = {
+                let mut w = w.lock();
+                w.append(b"b").unwrap();
+                w.pending().unwrap()
+            };
+            gate.release.wait();
+            lead.join().unwrap().unwrap();
+            pb
+        });
+        assert_eq!(w.lock().syncs(), 1);
+        pb.wait().unwrap();
+        assert_eq!(w.lock().syncs(), 2, "\"b\" needed a sync of its own");
     }
 
     #[test]
