@@ -23,6 +23,20 @@ def _model(n=6, dim=4):
     return m
 
 
+def test_a_workdir_left_with_an_earlier_soaks_data_is_refused(tmp_path):
+    """A killed soak leaves its index in ``WORKDIR/data``; a soak started on
+    it would reopen that index against an empty model and report every
+    answer wrong (it did: 15,511 "wrong" in the first 30 s)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "index.vtdx").write_bytes(b"left over")
+    with pytest.raises(ValueError, match="already holds data"):
+        soak.run("flat", 0.01, "db", tmp_path)
+    r = subprocess.run([sys.executable, "-m", "vectide.torture", "--workdir", str(tmp_path), "soak",
+                        "--engine", "flat", "--minutes", "0.01"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "already holds data" in r.stderr, r.stderr
+    assert (tmp_path / "data" / "index.vtdx").read_bytes() == b"left over"
+
+
 def test_the_reader_check_catches_a_deleted_a_never_written_and_a_missed_id():
     m = _model()
     q = np.array([1, 0, 0, 0], dtype=np.float32)

@@ -231,12 +231,16 @@ impl Baseline {
                 // log, so that a retry of its number is not joined to it).
                 let (wal, rec) = RedoLog::open(&dir.join(WAL_FILE), dim)?;
                 // The log holds the calls after the snapshot (a snapshot
-                // empties it). Parallel batches, as the paper's HNSW_WAL
-                // rebuilds.
-                // Calls the snapshot holds (left by a crash between its
-                // rename and the truncation) are skipped, as before.
+                // empties it), whatever their numbers: callers number a
+                // write before they take the lock, so one numbered below
+                // the snapshot's watermark may follow it. All are replayed,
+                // in parallel batches, as the paper's HNSW_WAL rebuilds.
+                // A crash between the snapshot's rename and the truncation
+                // leaves calls the snapshot holds: replayed in log order
+                // over it, each id ends as its last call left it (an
+                // insert no newer than what the id holds is skipped).
                 let r = replay(
-                    rec.ops.into_iter().filter(|op| op.seq() > base),
+                    rec.ops,
                     base,
                     |seq, ids, vectors| inner.insert(seq, ids, vectors),
                     |seq, ids| inner.delete(seq, ids).map(drop),

@@ -162,8 +162,13 @@ def _run_soak(args, argv) -> int:
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     with tempfile.TemporaryDirectory(prefix="vectide-soak-") as tmp:
         work = args.workdir or Path(tmp)
-        report = soak.run(args.engine, args.minutes, mode, work, points=args.points, writers=args.writers,
-                          readers=args.readers, seed=args.seed, maintain_every=args.maintain_every, params=params)
+        try:
+            report = soak.run(args.engine, args.minutes, mode, work, points=args.points, writers=args.writers,
+                              readers=args.readers, seed=args.seed, maintain_every=args.maintain_every,
+                              params=params)
+        except ValueError as e:
+            print(e, file=sys.stderr)
+            return 2
     report["command"] = " ".join([Path(sys.executable).name, "-m", "vectide.torture"] + (argv or sys.argv[1:]))
     report["started"] = started
     report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
