@@ -29,7 +29,7 @@ def test_a_workdir_left_with_an_earlier_soaks_data_is_refused(tmp_path):
     answer wrong (it did: 15,511 "wrong" in the first 30 s)."""
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "index.vtdx").write_bytes(b"left over")
-    with pytest.raises(ValueError, match="already holds data"):
+    with pytest.raises(soak.UsedWorkdir, match="already holds data"):
         soak.run("flat", 0.01, "db", tmp_path)
     r = subprocess.run([sys.executable, "-m", "vectide.torture", "--workdir", str(tmp_path), "soak",
                         "--engine", "flat", "--minutes", "0.01"], capture_output=True, text=True, timeout=120)

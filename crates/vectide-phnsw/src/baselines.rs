@@ -238,7 +238,8 @@ impl Baseline {
                 // A crash between the snapshot's rename and the truncation
                 // leaves calls the snapshot holds: replayed in log order
                 // over it, each id ends as its last call left it (an
-                // insert no newer than what the id holds is skipped).
+                // insert no newer than what the id holds is skipped, and
+                // `replay` batches no call numbered at or below `base`).
                 let r = replay(
                     rec.ops,
                     base,

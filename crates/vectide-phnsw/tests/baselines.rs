@@ -60,3 +60,32 @@ fn hnsw_wal_replays_a_write_numbered_below_the_last_snapshot() {
         assert!(back.contains(id).unwrap(), "id {id} lost");
     }
 }
+
+/// The late write re-upserts an id the snapshot holds with a newer number:
+/// it was skipped when written, and the replay must skip it too, not batch
+/// it with a later call whose higher stamp would let it through.
+#[test]
+fn hnsw_wal_replays_a_late_stale_upsert_without_applying_it() {
+    use vectide_core::VectorIndex;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ix");
+    let mut p = BaselineParams::defaults(BaselineKind::Wal);
+    p.snapshot_every = 3;
+    let v = |x: f32| vec![x; 8];
+    let idx = Baseline::create(&path, BaselineKind::Wal, 8, Metric::L2, p).unwrap();
+    idx.insert(11, &[1], &v(1.0)).unwrap();
+    let two: Vec<f32> = [v(2.0), v(3.0)].concat();
+    idx.insert(12, &[2, 3], &two).unwrap(); // 3 rows: a snapshot, the log cut
+    idx.insert(10, &[1], &v(9.0)).unwrap(); // older than what id 1 holds: skipped
+    idx.insert(13, &[4], &v(4.0)).unwrap();
+    assert_eq!(idx.get(1).unwrap().unwrap(), v(1.0));
+    idx.flush().unwrap();
+    drop(idx);
+    let back = Baseline::open(&path, Some(1)).unwrap();
+    assert_eq!(
+        back.get(1).unwrap().unwrap(),
+        v(1.0),
+        "the stale upsert came back"
+    );
+    assert!(back.contains(4).unwrap());
+}

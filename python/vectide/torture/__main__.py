@@ -166,7 +166,7 @@ def _run_soak(args, argv) -> int:
             report = soak.run(args.engine, args.minutes, mode, work, points=args.points, writers=args.writers,
                               readers=args.readers, seed=args.seed, maintain_every=args.maintain_every,
                               params=params)
-        except ValueError as e:
+        except soak.UsedWorkdir as e:
             print(e, file=sys.stderr)
             return 2
     report["command"] = " ".join([Path(sys.executable).name, "-m", "vectide.torture"] + (argv or sys.argv[1:]))

@@ -724,18 +724,22 @@ def _final_state(mode: str, path: str, url: Optional[str], engine: str, params, 
     return found, opened
 
 
+class UsedWorkdir(ValueError):
+    """The soak's ``--workdir`` holds an earlier soak's data."""
+
+
 def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100_000, writers: int = 4,
         readers: int = 2, seed: int = 1, maintain_every: float = 0.0, params: Optional[dict] = None,
         progress: bool = True) -> dict:
     """Runs one soak and returns its report (see the module docs). A
     ``workdir`` whose ``data`` holds anything (an earlier soak's index, left
-    by a killed run) is refused with ``ValueError``: the model starts empty,
+    by a killed run) is refused with :class:`UsedWorkdir`: the model starts empty,
     and an index reopened from it would fail every check."""
     from .kill import _cli, _Server
 
     data = workdir / "data"
     if data.exists() and any(data.iterdir()):
-        raise ValueError(f"{data} already holds data (an earlier soak's?); give the soak an empty --workdir")
+        raise UsedWorkdir(f"{data} already holds data (an earlier soak's?); give the soak an empty --workdir")
     vecs, _ = _rows()
     params = dict(params or {})
     workdir.mkdir(parents=True, exist_ok=True)

@@ -122,8 +122,11 @@ pub fn replay(
     for (i, op) in ops.iter().enumerate().rev() {
         later[i] = later[i + 1].min(op.seq());
     }
-    // The highest number of the calls before each one.
-    let mut before = 0;
+    // The highest number of the calls before each one, and of what the
+    // checkpoint holds: a call numbered at or below `covered` (numbered
+    // before its writer took the lock, logged after the checkpoint) never
+    // joins a batch whose stamp would beat what the checkpoint stored.
+    let mut before = covered;
     let mut batch = Batcher::default();
     for (i, op) in ops.into_iter().enumerate() {
         out.calls += 1;
