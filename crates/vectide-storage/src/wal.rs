@@ -281,6 +281,19 @@ struct GroupState {
 }
 
 impl Group {
+    /// Records how a sync that covered `target` written bytes ended.
+    fn settle(st: &mut GroupState, target: u64, res: &Result<()>) {
+        match res {
+            Ok(()) => {
+                st.synced = st.synced.max(target);
+                st.syncs += 1;
+            }
+            Err(e) => {
+                st.failed.get_or_insert(e.to_string());
+            }
+        }
+    }
+
     fn check(&self, st: &GroupState) -> Result<()> {
         match &st.failed {
             Some(e) => Err(Error::io_at(
@@ -338,15 +351,7 @@ impl Pending {
             std::mem::forget(lead);
             st = g.state.lock();
             st.flushing = false;
-            match res {
-                Ok(()) => {
-                    st.synced = st.synced.max(target);
-                    st.syncs += 1;
-                }
-                Err(e) => {
-                    st.failed.get_or_insert(e.to_string());
-                }
-            }
+            Group::settle(&mut st, target, &res);
             g.synced_cv.notify_all();
         }
     }
@@ -478,18 +483,8 @@ impl Wal {
             st.written
         };
         let res = sync_file(&self.file, &self.path, self.sites.append, true);
-        let mut st = self.group.state.lock();
-        match res {
-            Ok(()) => {
-                st.synced = st.synced.max(target);
-                st.syncs += 1;
-                Ok(())
-            }
-            Err(e) => {
-                st.failed.get_or_insert(e.to_string());
-                Err(e)
-            }
-        }
+        Group::settle(&mut self.group.state.lock(), target, &res);
+        res
     }
 
     /// Drops every record (after a checkpoint made them redundant).
