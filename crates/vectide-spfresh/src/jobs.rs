@@ -20,6 +20,9 @@ pub enum Job {
     /// Drop every record of the dead vector numbers and free them for
     /// reuse (`reclaim.rs`).
     Reclaim,
+    /// Take a snapshot if one is still due (queued by the write that found
+    /// it due, which does not wait for it).
+    Snapshot,
 }
 
 impl Job {
@@ -30,6 +33,7 @@ impl Job {
             // No posting has this number.
             Job::Compact => (true, u32::MAX),
             Job::Reclaim => (true, u32::MAX - 1),
+            Job::Snapshot => (true, u32::MAX - 2),
         }
     }
 }
@@ -68,9 +72,10 @@ impl Jobs {
             if !s.queued.insert(job.key()) {
                 return;
             }
-            // A reclaim goes first: the splits and merges of a busy queue
-            // would otherwise let dead numbers pile up behind them.
-            if job == Job::Reclaim {
+            // A reclaim and a snapshot go first: the splits and merges of a
+            // busy queue would otherwise let dead numbers, and blocks held
+            // until the next snapshot, pile up behind them.
+            if matches!(job, Job::Reclaim | Job::Snapshot) {
                 s.queue.push_front(job);
             } else {
                 s.queue.push_back(job);

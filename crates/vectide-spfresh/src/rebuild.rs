@@ -170,6 +170,7 @@ impl Inner {
             // Compaction serves every mode; splits and merges only LIRE's.
             Job::Compact => self.compact(sc),
             Job::Reclaim => self.reclaim(sc).map(|_| ()),
+            Job::Snapshot => self.snapshot_if_due(),
             _ if self.mode != Mode::Fresh => Ok(()),
             Job::Split(p, depth) => {
                 let _job = self.activity.begin("split");

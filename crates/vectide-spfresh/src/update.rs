@@ -128,7 +128,8 @@ impl Inner {
         rows >= self.params.snapshot_rows || self.store.held_due(GARBAGE_FLOOR)
     }
 
-    /// After a write: a snapshot when one is due, and the queued jobs when
+    /// After a write: a snapshot when one is due (queued for the background
+    /// jobs, or taken here when they run inline), and the queued jobs when
     /// they run inline.
     fn after_write(&self, snapshot: bool) -> Result<()> {
         match self.reclaim_lag() {
@@ -145,11 +146,27 @@ impl Inner {
         }
         if self.params.rebuild_inline {
             self.drain_jobs()?;
-        }
-        if snapshot {
-            self.snapshot()?;
+            if snapshot {
+                self.snapshot()?;
+            }
+        } else if snapshot {
+            // The background job takes it: the writer that found it due
+            // neither waits for its capture and syncs nor hears of its
+            // failure (its own write is durable already).
+            self.jobs.push(Job::Snapshot);
         }
         Ok(())
+    }
+
+    /// The snapshot job: a snapshot if one is still due (one taken since
+    /// the job was queued, by an earlier job or a flush, may have made this
+    /// one moot).
+    pub(crate) fn snapshot_if_due(&self) -> Result<()> {
+        let rows = self.writer.lock().rows;
+        match self.snapshot_due(rows) {
+            true => self.snapshot(),
+            false => Ok(()),
+        }
     }
 
     /// Applies an insert of rows newer than the index's (the live path and
