@@ -869,9 +869,15 @@ impl BlockStore {
     /// counted as the handed-out ones not free or held (writes in flight
     /// included), without a walk of the mapping.
     pub fn held_due(&self, floor: u64) -> bool {
+        self.held_over(floor, 1)
+    }
+
+    /// Whether the held blocks exceed `times` the [`BlockStore::held_due`]
+    /// threshold (a snapshot that is overdue).
+    pub fn held_over(&self, floor: u64, times: u64) -> bool {
         let pool = self.pool.lock();
         let held = (pool.held.len() + pool.pending.len()) as u64;
-        held * HELD_SHARE > Self::in_use(&pool).max(floor)
+        held * HELD_SHARE > Self::in_use(&pool).max(floor).saturating_mul(times)
     }
 
     /// Captures the mapping and the pool at one instant, syncs the file so

@@ -1,6 +1,7 @@
 //! The Local Rebuilder's job queue (SPFresh §4.1): split, merge and
-//! reassign jobs, deduplicated, and the workers' stop and wait flags. The
-//! jobs themselves run in `rebuild.rs`.
+//! reassign jobs, and the engine's own compaction, reclaim and snapshot
+//! jobs, deduplicated, and the workers' stop and wait flags. The jobs
+//! themselves run in `rebuild.rs` (the snapshot in `state.rs`).
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashSet, VecDeque};
@@ -74,11 +75,14 @@ impl Jobs {
             }
             // A reclaim and a snapshot go first: the splits and merges of a
             // busy queue would otherwise let dead numbers, and blocks held
-            // until the next snapshot, pile up behind them.
-            if matches!(job, Job::Reclaim | Job::Snapshot) {
-                s.queue.push_front(job);
-            } else {
-                s.queue.push_back(job);
+            // until the next snapshot, pile up behind them. A queued
+            // snapshot stays ahead of a reclaim, which rewrites postings
+            // (releasing blocks) for as long as it runs.
+            match job {
+                Job::Snapshot => s.queue.push_front(job),
+                Job::Reclaim if s.queue.front() == Some(&Job::Snapshot) => s.queue.insert(1, job),
+                Job::Reclaim => s.queue.push_front(job),
+                _ => s.queue.push_back(job),
             }
             Self::claim_drain(&mut s)
         };
@@ -181,5 +185,39 @@ impl Jobs {
         // The runner holds the shared pool: dropped, the pool's threads end
         // once no index uses it.
         self.runner.lock().take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(jobs: &Jobs) -> Vec<Job> {
+        std::iter::from_fn(|| {
+            let j = jobs.take();
+            if j.is_some() {
+                jobs.finish();
+            }
+            j
+        })
+        .collect()
+    }
+
+    #[test]
+    fn a_snapshot_goes_first_and_stays_ahead_of_a_later_reclaim() {
+        let jobs = Jobs::default();
+        jobs.push(Job::Split(1, 0));
+        jobs.push(Job::Snapshot);
+        jobs.push(Job::Reclaim);
+        jobs.push(Job::Snapshot);
+        assert_eq!(
+            order(&jobs),
+            [Job::Snapshot, Job::Reclaim, Job::Split(1, 0)],
+            "queued once each, the snapshot first"
+        );
+        jobs.push(Job::Merge(2));
+        jobs.push(Job::Reclaim);
+        jobs.push(Job::Snapshot);
+        assert_eq!(order(&jobs), [Job::Snapshot, Job::Reclaim, Job::Merge(2)]);
     }
 }

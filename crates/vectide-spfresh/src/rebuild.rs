@@ -31,8 +31,9 @@
 //!   the deleted centroid than the survivor's are reassigned (§3.3: only
 //!   they can break NPA).
 //!
-//! Every job holds the engine's gate shared (a snapshot never sees half a
-//! job) and the locks of the postings it rewrites. A posting gone under a
+//! Every job that rewrites postings holds the engine's gate shared (the
+//! snapshot job, which takes it exclusively for its capture, never sees
+//! half of one) and the locks of the postings it rewrites. A posting gone under a
 //! job (a concurrent split or merge removed it) ends the job or makes the
 //! vector route again; it is never an error.
 

@@ -410,9 +410,9 @@ fn a_copy_taken_mid_rebuild_finds_every_id_while_jobs_run() {
 
 /// Copies the files of a live index directory while its background jobs
 /// run, as a crash would leave them: again from the start if the set of
-/// files changed meanwhile (a snapshot job started a log or removed the
-/// ones its snapshot covers, and the copy may hold the old snapshot
-/// without them).
+/// files or the snapshot changed meanwhile (a snapshot job started a log,
+/// replaced the snapshot or removed the logs it covers, and the copy may
+/// hold the old snapshot without them).
 fn copy_live(from: &std::path::Path, to: &std::path::Path) {
     let names = || {
         let mut v: Vec<_> = std::fs::read_dir(from)
@@ -422,12 +422,16 @@ fn copy_live(from: &std::path::Path, to: &std::path::Path) {
         v.sort();
         v
     };
+    // The snapshot too: one renamed in mid-copy pairs with a block file
+    // read partly before its capture.
+    let snapshot = || std::fs::read(from.join("snapshot.bin")).ok();
     for _ in 0..100 {
-        let before = names();
+        let before = (names(), snapshot());
         let copied = before
+            .0
             .iter()
             .all(|n| std::fs::copy(from.join(n), to.join(n)).is_ok());
-        if copied && names() == before {
+        if copied && (names(), snapshot()) == before {
             return;
         }
         for e in std::fs::read_dir(to).unwrap() {
@@ -794,6 +798,31 @@ fn a_write_that_makes_a_snapshot_due_does_not_wait_for_it() {
     drop(guard);
     assert!(stat(&idx, "snapshots") > snaps, "no snapshot was taken");
     assert_eq!(idx.len(), 700);
+}
+
+/// A snapshot twice overdue is the writer's again: the background job
+/// may be held up behind a long reclaim or compaction, and the log and
+/// the held blocks must not grow meanwhile. (A write of twice
+/// `snapshot_rows` finds it so at once; before, it only queued the job.)
+#[test]
+fn a_write_that_finds_a_snapshot_overdue_takes_it_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = SpannParams {
+        snapshot_rows: 100,
+        ..params(false)
+    };
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, p).unwrap();
+    let data = clustered(900, DIM, 8, 5);
+    idx.insert(1, &(0..600).collect::<Vec<u64>>(), &data[..600 * DIM])
+        .unwrap();
+    idx.drain_jobs().unwrap();
+    let snaps = stat(&idx, "snapshots");
+    idx.insert(2, &(600..900).collect::<Vec<u64>>(), &data[600 * DIM..])
+        .unwrap();
+    assert!(
+        stat(&idx, "snapshots") > snaps,
+        "the write left an overdue snapshot to the queue"
+    );
 }
 
 /// A `spann` rebuild shows readers the old index until the new one is
