@@ -103,8 +103,14 @@ def _run(tmp_path, engine, mode, minutes, points, *extra):
     assert proc.returncode == 0, detail
     assert s["acknowledged_ops_checked"] > 0 and s["exact_searches" if mode != "standalone" else "searches"] > 0, detail
     assert len(r["samples"]) >= 2, detail
-    for key in ("disk_over_live_last", "rss_growth", "rss_envelope_growth", "rss_floor_growth", "write_p999_maintenance_over_idle"):
+    for key in ("disk_over_live_last", "rss_growth", "rss_envelope_growth", "rss_floor_growth", "rss_anon_growth",
+                "write_p999_maintenance_over_idle"):
         assert key in s
+    # The resident set's parts, read from the holder's /proc status: the
+    # anonymous and the file-backed pages make up the whole.
+    for x in r["samples"]:
+        assert x["rss"] > 0 and x["rss_anon"] > 0, x
+        assert x["rss_anon"] + x["rss_file"] == x["rss"], x
     # The parts add up to the whole, sample by sample.
     for x in r["samples"]:
         assert sum(x["disk_parts"].values()) == x["disk_bytes"], x

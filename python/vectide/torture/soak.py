@@ -48,7 +48,8 @@ do not count, the churn has not shaped the files yet),
 warm-up; ``rss_envelope_growth`` compares the peaks instead, as
 ``disk_over_live_envelope_growth`` does, so a job's working memory at the
 last sample does not read as growth; ``rss_floor_growth`` the troughs, where
-memory kept after the jobs shows) and ``write_p999_maintenance_over_idle``.
+memory kept after the jobs shows; ``rss_anon_growth`` the anonymous part
+alone, without mapped files) and ``write_p999_maintenance_over_idle``.
 """
 
 from __future__ import annotations
@@ -134,15 +135,21 @@ def dir_bytes(path: Path) -> Tuple[int, int, Dict[str, int]]:
     return alloc, size, parts
 
 
-def rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int) -> Dict[str, int]:
+    """The holder's resident set from ``/proc/PID/status``: ``rss`` in all,
+    ``rss_anon`` (heap and stacks) and ``rss_file`` (mapped files and shared
+    memory, e.g. a persistent region), in bytes (0 when unreadable)."""
+    keys = {"VmRSS:": "rss", "RssAnon:": "rss_anon", "RssFile:": "rss_file", "RssShmem:": "rss_file"}
+    out = {"rss": 0, "rss_anon": 0, "rss_file": 0}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
+                key = keys.get(line.split(":", 1)[0] + ":")
+                if key:
+                    out[key] += int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return out
 
 
 def heap_bytes() -> Optional[Tuple[int, int]]:
@@ -539,7 +546,7 @@ def driver(args) -> None:
             c = dict(counts)
         heap = heap_bytes() if holder == os.getpid() else None
         sample = {"t": round(time.monotonic() - t_start, 3), "disk_bytes": alloc, "apparent_bytes": size,
-                  "live": model.n_live, "rss": rss_bytes(holder), "engine_memory": engine_memory,
+                  "live": model.n_live, **rss_bytes(holder), "engine_memory": engine_memory,
                   "heap_in_use": None if heap is None else heap[0],
                   "heap_free": None if heap is None else heap[1],
                   "maintenance_started": int(last[2]),
@@ -885,6 +892,9 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         # first 20 %'s from warm-up on).
         "rss_envelope_growth": envelope_growth(rss, warm),
         "rss_floor_growth": floor_growth(rss, warm),
+        # The anonymous part alone (heap, stacks): mapped files come and go
+        # with the page cache's reclaim, not with the process's own growth.
+        "rss_anon_growth": _growth(samples, warm, "rss_anon"),
         # What the engine itself reports over the same samples: RSS growth
         # that it does not share lies outside its structures (the
         # allocator, the driver).
