@@ -869,15 +869,20 @@ impl BlockStore {
     /// counted as the handed-out ones not free or held (writes in flight
     /// included), without a walk of the mapping.
     pub fn held_due(&self, floor: u64) -> bool {
-        self.held_over(floor, 1)
+        self.held_over(floor) >= 1
     }
 
-    /// Whether the held blocks exceed `times` the [`BlockStore::held_due`]
-    /// threshold (a snapshot that is overdue).
-    pub fn held_over(&self, floor: u64, times: u64) -> bool {
+    /// How many times over the [`BlockStore::held_due`] threshold the held
+    /// blocks are (0: not due; 2: a snapshot twice overdue), from one look
+    /// at the pool.
+    pub fn held_over(&self, floor: u64) -> u64 {
         let pool = self.pool.lock();
         let held = (pool.held.len() + pool.pending.len()) as u64;
-        held * HELD_SHARE > Self::in_use(&pool).max(floor).saturating_mul(times)
+        let threshold = Self::in_use(&pool).max(floor).max(1);
+        match held * HELD_SHARE {
+            h if h > threshold => (h - 1) / threshold,
+            _ => 0,
+        }
     }
 
     /// Captures the mapping and the pool at one instant, syncs the file so

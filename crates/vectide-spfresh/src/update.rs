@@ -144,16 +144,11 @@ impl Inner {
 
     /// [`Inner::snapshot_due`], and whether the snapshot is [`OVERDUE`].
     pub(crate) fn snapshot_need(&self, rows: u64) -> SnapshotNeed {
-        let over = |times: u64| {
-            rows >= self.params.snapshot_rows.saturating_mul(times)
-                || self.store.held_over(GARBAGE_FLOOR, times)
-        };
-        if !over(1) {
-            SnapshotNeed::No
-        } else if over(OVERDUE) {
-            SnapshotNeed::Overdue
-        } else {
-            SnapshotNeed::Due
+        let times = (rows / self.params.snapshot_rows).max(self.store.held_over(GARBAGE_FLOOR));
+        match times {
+            0 => SnapshotNeed::No,
+            t if t >= OVERDUE => SnapshotNeed::Overdue,
+            _ => SnapshotNeed::Due,
         }
     }
 

@@ -750,6 +750,22 @@ fn writers_do_not_wait_for_a_snapshot_fsync() {
     assert_eq!(idx.len(), 600);
 }
 
+/// An index with background jobs and a snapshot due every 100 rows, its
+/// first 600 of `n` clustered points loaded and its jobs run out.
+fn snapshot_every_100_rows(n: usize) -> (tempfile::TempDir, Spfresh, Vec<f32>) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = SpannParams {
+        snapshot_rows: 100,
+        ..params(false)
+    };
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, p).unwrap();
+    let data = clustered(n, DIM, 8, 5);
+    idx.insert(1, &(0..600).collect::<Vec<u64>>(), &data[..600 * DIM])
+        .unwrap();
+    idx.drain_jobs().unwrap();
+    (dir, idx, data)
+}
+
 /// A write that finds a snapshot due leaves it to the background job and
 /// returns (before, that writer took the snapshot itself and waited for
 /// its capture and syncs: in the standalone soak of `spann`, one write in
@@ -762,16 +778,8 @@ fn a_write_that_makes_a_snapshot_due_does_not_wait_for_it() {
     use std::time::{Duration, Instant};
     use vectide_core::sync::install_sync_observer;
 
-    let dir = tempfile::tempdir().unwrap();
-    let p = SpannParams {
-        snapshot_rows: 100,
-        ..params(false)
-    };
-    let idx = Arc::new(Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, p).unwrap());
-    let data = clustered(700, DIM, 8, 5);
-    idx.insert(1, &(0..600).collect::<Vec<u64>>(), &data[..600 * DIM])
-        .unwrap();
-    idx.drain_jobs().unwrap();
+    let (dir, idx, data) = snapshot_every_100_rows(700);
+    let idx = Arc::new(idx);
     let snaps = stat(&idx, "snapshots");
     let hold = Arc::new(Hold::new(|e| e.site == vectide_spfresh::BLOCK_SYNC));
     let guard = install_sync_observer(dir.path(), hold.clone());
@@ -806,16 +814,7 @@ fn a_write_that_makes_a_snapshot_due_does_not_wait_for_it() {
 /// `snapshot_rows` finds it so at once; before, it only queued the job.)
 #[test]
 fn a_write_that_finds_a_snapshot_overdue_takes_it_itself() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = SpannParams {
-        snapshot_rows: 100,
-        ..params(false)
-    };
-    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, p).unwrap();
-    let data = clustered(900, DIM, 8, 5);
-    idx.insert(1, &(0..600).collect::<Vec<u64>>(), &data[..600 * DIM])
-        .unwrap();
-    idx.drain_jobs().unwrap();
+    let (_dir, idx, data) = snapshot_every_100_rows(900);
     let snaps = stat(&idx, "snapshots");
     idx.insert(2, &(600..900).collect::<Vec<u64>>(), &data[600 * DIM..])
         .unwrap();
