@@ -13,10 +13,19 @@
 //!
 //! Both live in a directory: `baseline.vtdb` (the manifest: engine, metric,
 //! dimension, parameters), `snapshot.vtdx` and, for `hnsw-wal`, `wal.log`.
+//!
+//! The inner HNSW's delete consolidation is never run by the write that
+//! finds it due, and never under the baseline's lock (which every write
+//! takes): under a database it is left to the database's maintenance
+//! thread (`defer_maintenance`, `maintenance_due`, `maintain`), and on its
+//! own the baseline queues it on the process's shared consolidation pool.
+//! It changes no logical content, so neither the log nor a snapshot
+//! depends on it; its repair runs beside the writes, as `hnsw`'s does.
 
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use vectide_core::engine::{PATH, THREADS};
 use vectide_core::fault::{self, FaultSite};
 use vectide_core::io::ByteReader;
@@ -103,7 +112,13 @@ pub struct Baseline {
     kind: BaselineKind,
     dir: PathBuf,
     params: BaselineParams,
-    inner: Hnsw,
+    /// Shared with a queued background consolidation (which holds it weakly).
+    inner: Arc<Hnsw>,
+    /// Set by `defer_maintenance`: the caller (a database's maintenance
+    /// thread) runs the inner consolidation through `maintain`.
+    deferred: AtomicBool,
+    /// A background consolidation is queued or running.
+    consolidation_queued: Arc<AtomicBool>,
     state: Mutex<State>,
     /// Every operation up to here is durable (snapshot or synced log).
     durable: AtomicU64,
@@ -120,6 +135,10 @@ pub struct Baseline {
 /// The fault point between a baseline's log and its apply (tests of the
 /// poisoned state).
 pub const APPLY_FAULT: FaultSite = FaultSite("baseline.apply");
+
+/// The process's shared pool (`vectide-baseline-consolidate-*`, one thread
+/// per core) that runs the standalone baselines' consolidations.
+pub const CONSOLIDATION_POOL: &str = "baseline-consolidate";
 
 impl std::fmt::Debug for Baseline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -265,11 +284,17 @@ impl Baseline {
         durable: Seq,
         replayed: usize,
     ) -> Self {
+        // From here on the inner index leaves its consolidation to us (the
+        // replay above, which nobody waits on but the opener, ran them
+        // inline).
+        VectorIndex::defer_maintenance(&inner);
         Baseline {
             kind,
             dir: dir.to_path_buf(),
             params,
-            inner,
+            inner: Arc::new(inner),
+            deferred: AtomicBool::new(false),
+            consolidation_queued: Arc::default(),
             state: Mutex::new(State {
                 since_snapshot: 0,
                 wal,
@@ -360,6 +385,51 @@ impl Baseline {
         Ok(())
     }
 
+    /// After a delete, outside the baseline's lock: a consolidation that is
+    /// due is queued on the shared pool, unless a database runs it.
+    fn after_delete(&self) {
+        if self.deferred.load(Ordering::Acquire) || !self.inner.maintenance_due() {
+            return;
+        }
+        if self.consolidation_queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = match vectide_core::pools::shared(CONSOLIDATION_POOL, cores) {
+            Ok(pool) => pool,
+            Err(_) => {
+                // No thread to hand it to: the writer runs it, as before.
+                self.inner.consolidate();
+                self.consolidation_queued.store(false, Ordering::Release);
+                return;
+            }
+        };
+        let weak = Arc::downgrade(&self.inner);
+        let queued = Arc::clone(&self.consolidation_queued);
+        // The task keeps the pool alive until it ends.
+        let keep = Arc::clone(&pool);
+        pool.spawn(move || {
+            let _pool = keep;
+            // One job per index at a time: the flag stays set while it runs,
+            // and a delete that found it set is covered by the check after
+            // the clear. (A second job waiting on the consolidation lock
+            // could be stolen by this job's own parallel repair and
+            // deadlock its worker.)
+            while let Some(inner) = weak.upgrade() {
+                // A consolidation holds no error to report; a panic in it
+                // must not take the pool's thread (or the process) down.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    inner.consolidate();
+                }));
+                queued.store(false, Ordering::Release);
+                if !inner.maintenance_due() || queued.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+            }
+            queued.store(false, Ordering::Release);
+        });
+    }
+
     fn after_insert(&self, st: &mut State, rows: usize) -> Result<()> {
         st.since_snapshot += rows;
         if self.params.snapshot_every > 0 && st.since_snapshot >= self.params.snapshot_every {
@@ -396,7 +466,7 @@ impl VectorIndex for Baseline {
     }
 
     fn pool(&self) -> Option<&rayon::ThreadPool> {
-        VectorIndex::pool(&self.inner)
+        VectorIndex::pool(&*self.inner)
     }
 
     fn check_structure(&self) -> Result<Vec<String>> {
@@ -437,13 +507,33 @@ impl VectorIndex for Baseline {
     }
 
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
-        let mut st = self.state.lock();
-        self.poison.check()?;
-        self.log(&mut st, seq, false, ids, &[])
-            .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
-        fault::hit(&self.dir, APPLY_FAULT)
-            .and_then(|()| self.inner.delete(seq, ids))
-            .map_err(|e| self.poison.poison(&format!("the apply of write {seq}"), &e))
+        let removed = {
+            let mut st = self.state.lock();
+            self.poison.check()?;
+            self.log(&mut st, seq, false, ids, &[])
+                .map_err(|e| self.poison.poison(&format!("the log of write {seq}"), &e))?;
+            fault::hit(&self.dir, APPLY_FAULT)
+                .and_then(|()| self.inner.delete(seq, ids))
+                .map_err(|e| self.poison.poison(&format!("the apply of write {seq}"), &e))?
+        };
+        self.after_delete();
+        Ok(removed)
+    }
+
+    fn maintain(&self) -> Result<()> {
+        // Waits for a background consolidation that is running (they run
+        // one at a time), then runs what is left.
+        self.inner.consolidate();
+        Ok(())
+    }
+
+    fn defer_maintenance(&self) -> bool {
+        self.deferred.store(true, Ordering::Release);
+        true
+    }
+
+    fn maintenance_due(&self) -> bool {
+        self.inner.maintenance_due()
     }
 
     fn search_into(
@@ -780,5 +870,88 @@ mod tests {
             Baseline::open(&dir.path().join("s"), None),
             Err(Error::Corrupted(_))
         ));
+    }
+
+    fn filled(kind: BaselineKind, dir: &Path, n: u64) -> Baseline {
+        let mut p = BaselineParams::defaults(kind);
+        p.snapshot_every = 0;
+        let b = Baseline::create(dir, kind, 4, Metric::L2, p).unwrap();
+        let ids: Vec<u64> = (0..n).collect();
+        b.insert(1, &ids, &rows(n as usize, 4, 7)).unwrap();
+        b
+    }
+
+    #[test]
+    fn a_delete_that_makes_a_consolidation_due_leaves_it_to_the_pool() {
+        // Every worker of the shared consolidation pool waits on a gate the
+        // test holds, so a consolidation handed to the pool cannot have run
+        // when the delete returns; one run by the writer would have.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = vectide_core::pools::shared(CONSOLIDATION_POOL, cores).unwrap();
+        let gate = Arc::new(parking_lot::RwLock::new(()));
+        let held = gate.write();
+        let started = Arc::new(AtomicU64::new(0));
+        for _ in 0..cores {
+            let (gate, started) = (Arc::clone(&gate), Arc::clone(&started));
+            pool.spawn(move || {
+                started.fetch_add(1, Ordering::AcqRel);
+                drop(gate.read());
+            });
+        }
+        while started.load(Ordering::Acquire) < cores as u64 {
+            std::thread::yield_now();
+        }
+        for kind in [BaselineKind::Wal, BaselineKind::Snap] {
+            let dir = tempfile::tempdir().unwrap();
+            let b = filled(kind, dir.path(), 400);
+            let dead: Vec<u64> = (0..100).collect();
+            assert_eq!(b.delete(2, &dead).unwrap(), 100);
+            assert!(
+                b.inner().maintenance_due(),
+                "{kind:?}: the delete ran the consolidation itself"
+            );
+            assert_eq!(b.len(), 300);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let b = filled(BaselineKind::Wal, dir.path(), 400);
+        b.delete(2, &(0..100).collect::<Vec<u64>>()).unwrap();
+        drop(held);
+        let t = std::time::Instant::now();
+        while b.inner().maintenance_due() {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(60),
+                "the queued consolidation never ran"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(b.inner().stats().unwrap().maintenance_started >= 1);
+        let q = rows(1, 4, 99);
+        let got = b.search(&q, 10, &SearchParams::default(), None).unwrap();
+        assert_eq!(got.len(), 10);
+        assert!(got.iter().all(|n| n.id >= 100), "a deleted id came back");
+        // A later delete that makes one due again queues another.
+        b.delete(3, &(100..200).collect::<Vec<u64>>()).unwrap();
+        let t = std::time::Instant::now();
+        while b.inner().maintenance_due() {
+            assert!(t.elapsed() < std::time::Duration::from_secs(60));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(b.len(), 200);
+    }
+
+    #[test]
+    fn under_a_database_the_consolidation_waits_for_maintain() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = filled(BaselineKind::Snap, dir.path(), 400);
+        assert!(b.defer_maintenance());
+        assert!(!b.maintenance_due());
+        b.delete(2, &(0..100).collect::<Vec<u64>>()).unwrap();
+        // Nothing else runs it: the database's thread polls and maintains.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(b.maintenance_due());
+        b.maintain().unwrap();
+        assert!(!b.maintenance_due());
+        assert_eq!(b.len(), 300);
+        assert!(!b.contains(5).unwrap() && b.contains(105).unwrap());
     }
 }
