@@ -53,6 +53,17 @@ impl Hold {
     }
 }
 
+/// Whether the thread `h` finishes within `limit` (polled every ms): a
+/// writer that must not wait for a held sync.
+#[allow(dead_code)] // not every test binary that holds a sync has one
+pub fn finishes_within<T>(h: &std::thread::JoinHandle<T>, limit: Duration) -> bool {
+    let t0 = Instant::now();
+    while !h.is_finished() && t0.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    h.is_finished()
+}
+
 impl SyncObserver for Hold {
     fn on_sync(&self, e: &SyncEvent<'_>) -> SyncDecision {
         if e.phase == SyncPhase::Before && (self.pick)(e) {

@@ -3,7 +3,9 @@
 //! - `hnsw-snap` ([`BaselineKind::Snap`]): the volatile [`Hnsw`] plus a full
 //!   save (`docs/format-hnsw.md`: temp file, fsync, rename) every
 //!   `snapshot_every` inserted rows. Inserts wait while a snapshot is
-//!   written. After a crash it comes back as of its last snapshot.
+//!   written (not for its `fsync`, which the writer that took it runs after
+//!   releasing the lock). After a crash it comes back as of its last
+//!   snapshot.
 //! - `hnsw-wal` ([`BaselineKind::Wal`]): the volatile [`Hnsw`] plus a
 //!   write-ahead log of every insert and delete (`docs/format-wal.md`),
 //!   written to the file per operation and `fdatasync`ed once `wal_buffer`
@@ -334,26 +336,38 @@ impl Baseline {
 
     /// Writes a snapshot now (and, for `hnsw-wal`, truncates the log).
     pub fn snapshot(&self) -> Result<()> {
-        let mut st = self.state.lock();
-        self.snapshot_locked(&mut st)
+        let staged = self.snapshot_locked(&mut self.state.lock())?;
+        staged.commit(self)
     }
 
-    fn snapshot_locked(&self, st: &mut State) -> Result<()> {
+    /// A snapshot, taken with the baseline's lock held (`st`): writers wait
+    /// while the index is written beside its file. `hnsw-snap` puts it in
+    /// place (fsync, rename) when the returned snapshot is committed, after
+    /// the caller released the lock, so that writers do not wait for the
+    /// disk. `hnsw-wal` does it all here: its log may be truncated only once
+    /// the snapshot is durable, and only of what the snapshot holds.
+    fn snapshot_locked(&self, st: &mut State) -> Result<StagedSnapshot<'_>> {
         // A poisoned index lacks a logged call: a snapshot would cover it
         // and truncate the log that holds it.
         self.poison.check()?;
-        let _job = self.activity.begin("snapshot");
-        if let Some(wal) = st.wal.as_mut() {
-            wal.sync()?;
-        }
-        self.inner.save(&self.dir.join(SNAPSHOT_FILE))?;
-        if let Some(wal) = st.wal.as_mut() {
-            wal.wal_mut().truncate()?;
-        }
+        let job = self.activity.begin("snapshot");
         st.since_snapshot = 0;
+        let path = self.dir.join(SNAPSHOT_FILE);
+        let Some(wal) = st.wal.as_mut() else {
+            return Ok(StagedSnapshot {
+                save: Some(self.inner.save_staged(&path)?),
+                _job: job,
+            });
+        };
+        wal.sync()?;
+        self.inner.save(&path)?;
+        wal.wal_mut().truncate()?;
         self.durable
             .fetch_max(self.inner.durable_seq(), Ordering::AcqRel);
-        Ok(())
+        Ok(StagedSnapshot {
+            save: None,
+            _job: job,
+        })
     }
 
     /// Logs a call (`vectors` empty: a delete) without waiting for the
@@ -430,10 +444,33 @@ impl Baseline {
         });
     }
 
-    fn after_insert(&self, st: &mut State, rows: usize) -> Result<()> {
+    /// Counts an insert's rows; a snapshot when they make one due (to be
+    /// committed once the lock is released).
+    fn after_insert(&self, st: &mut State, rows: usize) -> Result<Option<StagedSnapshot<'_>>> {
         st.since_snapshot += rows;
         if self.params.snapshot_every > 0 && st.since_snapshot >= self.params.snapshot_every {
-            self.snapshot_locked(st)?;
+            return self.snapshot_locked(st).map(Some);
+        }
+        Ok(None)
+    }
+}
+
+/// A snapshot written under the baseline's lock and not yet in place (see
+/// `Baseline::snapshot_locked`); its job counts as running until the commit.
+#[must_use = "a staged snapshot is durable only once committed"]
+struct StagedSnapshot<'a> {
+    save: Option<vectide_core::StagedSave<'a>>,
+    _job: vectide_core::activity::Running<'a>,
+}
+
+impl StagedSnapshot<'_> {
+    /// Syncs the snapshot and puts it in place, then moves the durable
+    /// watermark to what it holds.
+    fn commit(self, b: &Baseline) -> Result<()> {
+        if let Some(save) = self.save {
+            let covers = save.covers();
+            save.commit()?;
+            b.durable.fetch_max(covers, Ordering::AcqRel);
         }
         Ok(())
     }
@@ -503,7 +540,12 @@ impl VectorIndex for Baseline {
         fault::hit(&self.dir, APPLY_FAULT)
             .and_then(|()| self.inner.insert_checked(seq, batch))
             .map_err(|e| self.poison.poison(&format!("the apply of write {seq}"), &e))?;
-        self.after_insert(&mut st, ids.len())
+        let staged = self.after_insert(&mut st, ids.len())?;
+        drop(st);
+        match staged {
+            Some(snapshot) => snapshot.commit(self),
+            None => Ok(()),
+        }
     }
 
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
@@ -576,7 +618,11 @@ impl VectorIndex for Baseline {
                 self.durable.fetch_max(a, Ordering::AcqRel);
                 Ok(())
             }
-            None => self.snapshot_locked(&mut st),
+            None => {
+                let staged = self.snapshot_locked(&mut st)?;
+                drop(st);
+                staged.commit(self)
+            }
         }
     }
 

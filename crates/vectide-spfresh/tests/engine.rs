@@ -775,7 +775,7 @@ fn snapshot_every_100_rows(n: usize) -> (tempfile::TempDir, Spfresh, Vec<f32>) {
 fn a_write_that_makes_a_snapshot_due_does_not_wait_for_it() {
     use hold_sync::Hold;
     use std::sync::Arc;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     use vectide_core::sync::install_sync_observer;
 
     let (dir, idx, data) = snapshot_every_100_rows(700);
@@ -791,11 +791,7 @@ fn a_write_that_makes_a_snapshot_due_does_not_wait_for_it() {
     };
     // Whoever takes the snapshot is inside its block file sync now.
     hold.wait_held(|| false);
-    let t0 = Instant::now();
-    while !writer.is_finished() && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let returned_during_sync = writer.is_finished();
+    let returned_during_sync = hold_sync::finishes_within(&writer, Duration::from_secs(5));
     hold.release();
     writer.join().unwrap().unwrap();
     assert!(
