@@ -351,17 +351,19 @@ impl Baseline {
         // and truncate the log that holds it.
         self.poison.check()?;
         let job = self.activity.begin("snapshot");
-        st.since_snapshot = 0;
         let path = self.dir.join(SNAPSHOT_FILE);
         let Some(wal) = st.wal.as_mut() else {
+            let save = self.inner.save_staged(&path)?;
+            st.since_snapshot = 0;
             return Ok(StagedSnapshot {
-                save: Some(self.inner.save_staged(&path)?),
+                save: Some(save),
                 _job: job,
             });
         };
         wal.sync()?;
         self.inner.save(&path)?;
         wal.wal_mut().truncate()?;
+        st.since_snapshot = 0;
         self.durable
             .fetch_max(self.inner.durable_seq(), Ordering::AcqRel);
         Ok(StagedSnapshot {
@@ -465,11 +467,16 @@ struct StagedSnapshot<'a> {
 
 impl StagedSnapshot<'_> {
     /// Syncs the snapshot and puts it in place, then moves the durable
-    /// watermark to what it holds.
+    /// watermark to what it holds. When that fails, the next insert tries
+    /// a snapshot again (as when the write under the lock fails).
     fn commit(self, b: &Baseline) -> Result<()> {
         if let Some(save) = self.save {
             let covers = save.covers();
-            save.commit()?;
+            if let Err(e) = save.commit() {
+                let mut st = b.state.lock();
+                st.since_snapshot = st.since_snapshot.max(b.params.snapshot_every);
+                return Err(e);
+            }
             b.durable.fetch_max(covers, Ordering::AcqRel);
         }
         Ok(())
@@ -999,5 +1006,40 @@ mod tests {
         assert!(!b.maintenance_due());
         assert_eq!(b.len(), 300);
         assert!(!b.contains(5).unwrap() && b.contains(105).unwrap());
+    }
+
+    /// Fails every sync of a snapshot's temp file while set.
+    struct FailSnapshotSync(AtomicBool);
+
+    impl vectide_core::sync::SyncObserver for FailSnapshotSync {
+        fn on_sync(&self, e: &vectide_core::sync::SyncEvent<'_>) -> vectide_core::SyncDecision {
+            let ours = e.phase == vectide_core::sync::SyncPhase::Before
+                && e.site == vectide_core::io::ATOMIC_WRITE_FILE;
+            match ours && self.0.load(Ordering::SeqCst) {
+                true => vectide_core::SyncDecision::Fail,
+                false => vectide_core::SyncDecision::Proceed,
+            }
+        }
+    }
+
+    #[test]
+    fn a_snapshot_whose_fsync_failed_is_tried_again_by_the_next_insert() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = BaselineParams::defaults(BaselineKind::Snap);
+        p.snapshot_every = 100;
+        let b = Baseline::create(dir.path(), BaselineKind::Snap, 4, Metric::L2, p).unwrap();
+        let fail = Arc::new(FailSnapshotSync(AtomicBool::new(true)));
+        let guard = vectide_core::sync::install_sync_observer(dir.path(), fail.clone());
+        let v = rows(101, 4, 3);
+        let ids: Vec<u64> = (0..100).collect();
+        assert!(b.insert(1, &ids, &v[..400]).is_err(), "the failed fsync");
+        assert_eq!(b.durable_seq(), 0);
+        fail.0.store(false, Ordering::SeqCst);
+        // One row: not 100 since the last snapshot, yet it takes one.
+        b.insert(2, &[100], &v[400..]).unwrap();
+        drop(guard);
+        assert_eq!(b.durable_seq(), 2);
+        drop(b);
+        assert_eq!(Baseline::open(dir.path(), None).unwrap().len(), 101);
     }
 }
