@@ -3,9 +3,10 @@
 //! - `hnsw-snap` ([`BaselineKind::Snap`]): the volatile [`Hnsw`] plus a full
 //!   save (`docs/format-hnsw.md`: temp file, fsync, rename) every
 //!   `snapshot_every` inserted rows. Inserts wait while a snapshot is
-//!   written (not for its `fsync`, which the writer that took it runs after
-//!   releasing the lock). After a crash it comes back as of its last
-//!   snapshot.
+//!   written, not for its `fsync`, which the writer that took it runs after
+//!   releasing the lock (unless the next snapshot falls due before that
+//!   `fsync` ends: it waits for it, under the lock). After a crash it comes
+//!   back as of its last snapshot.
 //! - `hnsw-wal` ([`BaselineKind::Wal`]): the volatile [`Hnsw`] plus a
 //!   write-ahead log of every insert and delete (`docs/format-wal.md`),
 //!   written to the file per operation and `fdatasync`ed once `wal_buffer`
@@ -16,13 +17,15 @@
 //! Both live in a directory: `baseline.vtdb` (the manifest: engine, metric,
 //! dimension, parameters), `snapshot.vtdx` and, for `hnsw-wal`, `wal.log`.
 //!
-//! The inner HNSW's delete consolidation is never run by the write that
-//! finds it due, and never under the baseline's lock (which every write
-//! takes): under a database it is left to the database's maintenance
-//! thread (`defer_maintenance`, `maintenance_due`, `maintain`), and on its
-//! own the baseline queues it on the process's shared consolidation pool.
-//! It changes no logical content, so neither the log nor a snapshot
-//! depends on it; its repair runs beside the writes, as `hnsw`'s does.
+//! The inner HNSW's delete consolidation never runs under the baseline's
+//! lock (which every write takes): under a database it is left to the
+//! database's maintenance thread (`defer_maintenance`, `maintenance_due`,
+//! `maintain`); on its own the baseline queues it for the process's
+//! consolidation thread (or, when no thread can be started, the writer
+//! that found it due runs it after releasing the lock). It changes no
+//! logical content, so neither the log nor a snapshot depends on it; its
+//! repair runs beside the writes, as `hnsw`'s does, so a snapshot may catch
+//! it half done, and an open relinks what that left unreachable.
 
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
@@ -121,6 +124,9 @@ pub struct Baseline {
     deferred: AtomicBool,
     /// A background consolidation is queued or running.
     consolidation_queued: Arc<AtomicBool>,
+    /// Background consolidations that panicked (the stats' extra
+    /// `consolidation_panics`).
+    consolidation_panics: Arc<AtomicU64>,
     state: Mutex<State>,
     /// Every operation up to here is durable (snapshot or synced log).
     durable: AtomicU64,
@@ -138,9 +144,48 @@ pub struct Baseline {
 /// poisoned state).
 pub const APPLY_FAULT: FaultSite = FaultSite("baseline.apply");
 
-/// The process's shared pool (`vectide-baseline-consolidate-*`, one thread
-/// per core) that runs the standalone baselines' consolidations.
-pub const CONSOLIDATION_POOL: &str = "baseline-consolidate";
+/// The process's thread (`vectide-baseline-consolidate`, started on first
+/// use) that runs the standalone baselines' consolidations, one after the
+/// other. A plain thread, not a rayon worker: a consolidation holds its
+/// index's locks across its parallel repair, and a rayon worker waiting
+/// inside that repair may pick up another queued job meanwhile — another
+/// index's whole consolidation, with the first index's locks still held.
+/// Each consolidation's repair runs on its index's pool as before.
+mod consolidation_thread {
+    use parking_lot::Mutex;
+    use std::sync::mpsc::{channel, Sender};
+
+    pub type Job = Box<dyn FnOnce() + Send>;
+
+    static QUEUE: Mutex<Option<Sender<Job>>> = Mutex::new(None);
+
+    /// Queues `job`; gives it back when no thread can be started.
+    pub fn submit(job: Job) -> Result<(), Job> {
+        let mut q = QUEUE.lock();
+        let job = match q.as_ref() {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return Ok(()),
+                // The thread is gone: start another.
+                Err(e) => e.0,
+            },
+            None => job,
+        };
+        let (tx, rx) = channel::<Job>();
+        let started = std::thread::Builder::new()
+            .name("vectide-baseline-consolidate".into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            });
+        if started.is_err() {
+            return Err(job);
+        }
+        let _ = tx.send(job);
+        *q = Some(tx);
+        Ok(())
+    }
+}
 
 impl std::fmt::Debug for Baseline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -232,7 +277,14 @@ impl Baseline {
         params.hnsw.threads = threads;
         let snap = dir.join(SNAPSHOT_FILE);
         let inner = if snap.exists() {
-            Hnsw::load(&snap, threads)?
+            let inner = Hnsw::load(&snap, threads)?;
+            // A snapshot may have been written while a consolidation was
+            // repairing lists (it runs beside the writes): a live node whose
+            // in-edges were mid-repair can be unreachable in it until the
+            // next consolidation. Relinked here, as a consolidation's end
+            // would.
+            inner.repair_reachability();
+            inner
         } else {
             Hnsw::new(dim, metric, params.hnsw.clone())?
         };
@@ -297,6 +349,7 @@ impl Baseline {
             inner: Arc::new(inner),
             deferred: AtomicBool::new(false),
             consolidation_queued: Arc::default(),
+            consolidation_panics: Arc::default(),
             state: Mutex::new(State {
                 since_snapshot: 0,
                 wal,
@@ -402,7 +455,8 @@ impl Baseline {
     }
 
     /// After a delete, outside the baseline's lock: a consolidation that is
-    /// due is queued on the shared pool, unless a database runs it.
+    /// due is queued for the process's consolidation thread, unless a
+    /// database runs it.
     fn after_delete(&self) {
         if self.deferred.load(Ordering::Acquire) || !self.inner.maintenance_due() {
             return;
@@ -410,40 +464,34 @@ impl Baseline {
         if self.consolidation_queued.swap(true, Ordering::AcqRel) {
             return;
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let pool = match vectide_core::pools::shared(CONSOLIDATION_POOL, cores) {
-            Ok(pool) => pool,
-            Err(_) => {
-                // No thread to hand it to: the writer runs it, as before.
-                self.inner.consolidate();
-                self.consolidation_queued.store(false, Ordering::Release);
-                return;
-            }
-        };
         let weak = Arc::downgrade(&self.inner);
         let queued = Arc::clone(&self.consolidation_queued);
-        // The task keeps the pool alive until it ends.
-        let keep = Arc::clone(&pool);
-        pool.spawn(move || {
-            let _pool = keep;
+        let panics = Arc::clone(&self.consolidation_panics);
+        let job = move || {
             // One job per index at a time: the flag stays set while it runs,
             // and a delete that found it set is covered by the check after
-            // the clear. (A second job waiting on the consolidation lock
-            // could be stolen by this job's own parallel repair and
-            // deadlock its worker.)
+            // the clear.
             while let Some(inner) = weak.upgrade() {
-                // A consolidation holds no error to report; a panic in it
-                // must not take the pool's thread (or the process) down.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // A consolidation returns no error; a panic in it must not
+                // end the thread (it is counted in the stats' extras).
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     inner.consolidate();
                 }));
+                if r.is_err() {
+                    panics.fetch_add(1, Ordering::Relaxed);
+                }
                 queued.store(false, Ordering::Release);
                 if !inner.maintenance_due() || queued.swap(true, Ordering::AcqRel) {
                     return;
                 }
             }
             queued.store(false, Ordering::Release);
-        });
+        };
+        if let Err(job) = consolidation_thread::submit(Box::new(job)) {
+            // No thread to hand it to: this writer runs it (still outside
+            // the baseline's lock).
+            job();
+        }
     }
 
     /// Counts an insert's rows; a snapshot when they make one due (to be
@@ -645,6 +693,10 @@ impl VectorIndex for Baseline {
             .map(|m| m.len())
             .sum();
         self.activity.fill(&mut s);
+        s.extra.push((
+            "consolidation_panics".into(),
+            self.consolidation_panics.load(Ordering::Relaxed) as f64,
+        ));
         Ok(s)
     }
 }
@@ -935,23 +987,22 @@ mod tests {
     }
 
     #[test]
-    fn a_delete_that_makes_a_consolidation_due_leaves_it_to_the_pool() {
-        // Every worker of the shared consolidation pool waits on a gate the
-        // test holds, so a consolidation handed to the pool cannot have run
-        // when the delete returns; one run by the writer would have.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let pool = vectide_core::pools::shared(CONSOLIDATION_POOL, cores).unwrap();
+    fn a_delete_that_makes_a_consolidation_due_leaves_it_to_the_thread() {
+        // The consolidation thread runs a job that waits on a gate the test
+        // holds, so a consolidation queued behind it cannot have run when
+        // the delete returns; one run by the writer would have.
         let gate = Arc::new(parking_lot::RwLock::new(()));
         let held = gate.write();
-        let started = Arc::new(AtomicU64::new(0));
-        for _ in 0..cores {
+        let started = Arc::new(AtomicBool::new(false));
+        let blocker = {
             let (gate, started) = (Arc::clone(&gate), Arc::clone(&started));
-            pool.spawn(move || {
-                started.fetch_add(1, Ordering::AcqRel);
+            Box::new(move || {
+                started.store(true, Ordering::Release);
                 drop(gate.read());
-            });
-        }
-        while started.load(Ordering::Acquire) < cores as u64 {
+            })
+        };
+        assert!(consolidation_thread::submit(blocker).is_ok());
+        while !started.load(Ordering::Acquire) {
             std::thread::yield_now();
         }
         for kind in [BaselineKind::Wal, BaselineKind::Snap] {
