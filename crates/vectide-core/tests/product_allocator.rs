@@ -49,3 +49,57 @@ fn freed_blocks_leave_rss_without_a_trim() {
         assert!(s.iter().all(|&b| b == (i % 13) as u8 + 1));
     }
 }
+
+/// The `VmFlags` of the mapping of `/proc/self/smaps` that holds `addr`.
+#[cfg(target_os = "linux")]
+fn vm_flags_of(addr: usize) -> Option<String> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        // A mapping's first line: `start-end perms offset dev inode [path]`.
+        if let Some((range, _)) = line.split_once(' ') {
+            if let Some((lo, hi)) = range.split_once('-') {
+                if let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                {
+                    inside = lo <= addr && addr < hi;
+                    continue;
+                }
+            }
+        }
+        if inside {
+            if let Some(flags) = line.strip_prefix("VmFlags:") {
+                return Some(flags.trim().to_string());
+            }
+        }
+    }
+    None
+}
+
+/// The allocator does not advise the kernel to back its memory with
+/// transparent huge pages (`MADV_HUGEPAGE`, the `hg` flag of the mapping).
+/// With the advice, khugepaged collapses any 2 MiB range that still has a
+/// resident page back into a whole huge page, refilling what the allocator
+/// had purged: a server soak's RSS climbed 118 -> 168 MB with its huge
+/// pages while the engine's memory stayed at 62 MB. Fails when mimalloc is
+/// built without its `no_thp` feature.
+#[cfg(target_os = "linux")]
+#[test]
+fn heap_memory_is_not_advised_into_huge_pages() {
+    // Small blocks (from the allocator's arenas) and a large one (its own
+    // mapping): neither may carry the advice.
+    let small: Vec<Vec<u8>> = (0..256).map(|i| vec![i as u8; 1024]).collect();
+    let large = vec![1u8; 64 << 20];
+    for (what, addr) in [
+        ("a 1 KiB block", small[128].as_ptr() as usize),
+        ("a 64 MiB block", large.as_ptr() as usize),
+    ] {
+        let flags = vm_flags_of(addr).expect("the block's mapping is in /proc/self/smaps");
+        assert!(
+            !flags.split_whitespace().any(|f| f == "hg"),
+            "{what}'s mapping is advised into huge pages: VmFlags {flags}"
+        );
+    }
+    assert_eq!(small[255][0], 255);
+    assert_eq!(large[(64 << 20) - 1], 1);
+}
