@@ -111,6 +111,9 @@ def _run(tmp_path, engine, mode, minutes, points, *extra):
     for x in r["samples"]:
         assert x["rss"] > 0 and x["rss_anon"] > 0, x
         assert x["rss_anon"] + x["rss_file"] == x["rss"], x
+        # Huge pages are part of the anonymous memory (read a moment apart
+        # from it: one huge page of slack).
+        assert 0 <= x["rss_anon_huge"] <= x["rss_anon"] + (2 << 20), x
     # The parts add up to the whole, sample by sample.
     for x in r["samples"]:
         assert sum(x["disk_parts"].values()) == x["disk_bytes"], x

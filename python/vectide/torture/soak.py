@@ -137,8 +137,9 @@ def dir_bytes(path: Path) -> Tuple[int, int, Dict[str, int]]:
 
 def rss_bytes(pid: int) -> Dict[str, int]:
     """The holder's resident set from ``/proc/PID/status``: ``rss`` in all,
-    ``rss_anon`` (heap and stacks) and ``rss_file`` (mapped files and shared
-    memory, e.g. a persistent region), in bytes (0 when unreadable)."""
+    ``rss_anon`` (heap and stacks), ``rss_file`` (mapped files and shared
+    memory, e.g. a persistent region) and ``rss_anon_huge`` (the anonymous
+    bytes in transparent huge pages), in bytes (0 when unreadable)."""
     keys = {"VmRSS:": "rss", "RssAnon:": "rss_anon", "RssFile:": "rss_file", "RssShmem:": "rss_file"}
     out = {"rss": 0, "rss_anon": 0, "rss_file": 0}
     try:
@@ -147,6 +148,16 @@ def rss_bytes(pid: int) -> Dict[str, int]:
                 key = keys.get(line.split(":", 1)[0] + ":")
                 if key:
                     out[key] += int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    # Transparent huge pages among the anonymous ones (``smaps_rollup``):
+    # RSS that moves with them is the kernel's collapsing, not allocation.
+    out["rss_anon_huge"] = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    out["rss_anon_huge"] = int(line.split()[1]) * 1024
     except OSError:
         pass
     return out
@@ -895,6 +906,9 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         # The anonymous part alone (heap, stacks): mapped files come and go
         # with the page cache's reclaim, not with the process's own growth.
         "rss_anon_growth": _growth(samples, warm, "rss_anon"),
+        # Of the last sample's anonymous bytes, those in transparent huge
+        # pages (the product's allocator asks for none; `vectide_core::trim`).
+        "rss_anon_huge_last": last.get("rss_anon_huge"),
         # What the engine itself reports over the same samples: RSS growth
         # that it does not share lies outside its structures (the
         # allocator, the driver).
