@@ -108,7 +108,7 @@ def test_dhnsw_benchmark_small(tmp_path, data_root, monkeypatch):
     monkeypatch.setenv("VECTIDE_DATA", str(data_root))
     out = tmp_path / "d.json"
     rc = dhnsw.main(["--datasets", "clustered-20k-32-angular", "--limit", "6000", "--queries", "300",
-                     "--naive-queries", "30", "--partitions", "30", "--warm-batches", "3",
+                     "--naive-queries", "30", "--partitions", "30", "--warm-batches", "3", "--cold-batches", "3",
                      "--out", str(out), "--plot", str(tmp_path / "png")])
     assert rc == 0
     r = json.loads(out.read_text())
@@ -122,6 +122,11 @@ def test_dhnsw_benchmark_small(tmp_path, data_root, monkeypatch):
     assert c["doorbell"]["round_trips_per_query"] < c["no-doorbell"]["round_trips_per_query"]
     assert c["naive"]["round_trips_per_query"] > 20 * c["no-doorbell"]["round_trips_per_query"]
     assert s["latency_speedup_vs_naive"] > 1 and s["network_speedup_vs_naive"] > 1
+    # Cold figures: the median of the measured batches (naive: one).
+    for key, n in (("doorbell", 3), ("no-doorbell+pipeline", 3), ("naive", 1)):
+        each = c[key]["latency_model_ms_each"]
+        assert c[key]["batches_measured"] == n == len(each), key
+        assert c[key]["latency_model_ms"] == sorted(each)[n // 2], key
     assert 0.5 < s["recall10_at_b5_ef48"] <= 1.0
     # The default K (ceil(6000 / 6250) = 1): b = 5 probes it all.
     assert s["default_partitions"] == 1 and s["recall10_at_b5_ef48_default_partitions"] >= s["recall10_at_b5_ef48"]
