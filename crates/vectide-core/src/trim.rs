@@ -30,13 +30,16 @@
 //!   khugepaged then collapses any 2 MiB range that still holds a resident
 //!   page back into a whole huge page, filling in again the 4 KiB pages
 //!   mimalloc had purged. A server soak showed it (session 39, flat engine,
-//!   `/proc/PID/smaps_rollup` every 10 s): anonymous memory minus
-//!   `AnonHugePages` stayed at 88–93 MB throughout while the huge pages
-//!   moved between 50 and 78 MB, and the rises of RSS were theirs (session
-//!   38's `p-hnsw` server soak: 118 -> 168 MB with the engine's own memory
-//!   at 62 MB). On a machine whose THP setting is `always` rather than
-//!   `madvise`, the kernel does it without being asked; `MIMALLOC_ALLOW_THP=0`
-//!   in the environment turns THP off for the process there.
+//!   `/proc/PID/smaps_rollup` every 10 s over its last six minutes):
+//!   anonymous memory less `AnonHugePages` stayed within 89–96 MB (one
+//!   sample 103) while the huge pages moved between 50 and 68 MB, and the
+//!   rises of RSS were theirs (session 38's `p-hnsw` server soak: 118 ->
+//!   168 MB with the engine's own memory at 62 MB). On a machine whose THP
+//!   setting is `always` rather than `madvise`, the kernel does it without
+//!   being asked; there `MIMALLOC_ALLOW_THP=0` in the environment makes
+//!   mimalloc turn THP off for the whole process (`PR_SET_THP_DISABLE`,
+//!   inherited by child processes), the huge pages `HugeArray` asks for
+//!   included.
 //! - [`release_free_heap`] asks glibc to advise the kernel that the free
 //!   pages of every arena are unneeded (`malloc_trim(0)`); they are faulted
 //!   in again, zeroed, if they are used again. Under mimalloc it serves

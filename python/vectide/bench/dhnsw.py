@@ -23,7 +23,7 @@ LRU (``cache_partitions=0``), so every partition a batch needs is fetched:
 the figures of record. After one unmeasured batch (the process's first
 touch of its buffers is start-up, not cache state: on synthetic 384-d data
 it tripled the first batch's decode time), ``cold-batches`` batches are
-measured and the median (by modelled latency) reported, each one's latency
+measured (an odd number) and the median (by modelled latency) reported, each one's latency
 beside it. ``naive`` runs ``naive-queries`` queries once, after ten
 unmeasured ones, and is scaled to the batch (its queries share nothing). Then **warm**: the default
 LRU (K/20 sub-HNSWs) over ``warm-batches`` batches, the first excluded.
@@ -180,7 +180,7 @@ def run_dataset(name: str, args, node: MemoryNode, work: Path) -> Dict[str, obje
                                     cache_partitions=0, threads=args.threads)
             q, t = (queries, truth)
             scale = 1.0
-            reps = max(1, args.cold_batches)
+            reps = max(1, args.cold_batches) | 1  # odd: the median is one batch
             if mode == "naive":
                 n = min(args.naive_queries, len(queries))
                 q, t, scale = queries[:n], truth[:n], len(queries) / n
@@ -195,6 +195,7 @@ def run_dataset(name: str, args, node: MemoryNode, work: Path) -> Dict[str, obje
             r = dict(sorted(runs, key=lambda x: x["latency_model_ms"])[len(runs) // 2])
             r["batches_measured"] = len(runs)
             r["latency_model_ms_each"] = [x["latency_model_ms"] for x in runs]
+            r["latency_wall_ms_each"] = [x["latency_wall_ms"] for x in runs]
             key = f"{mode}{'' if mode == 'naive' else ('+pipeline' if pipeline else '')}"
             cold[key] = r
             _log(f"  cold {key:22s} model {r['latency_model_ms']:9.1f} ms, wall {r['latency_wall_ms']:9.1f} ms, "
@@ -347,7 +348,8 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", type=int, default=2000)
     ap.add_argument("--naive-queries", type=int, default=200)
     ap.add_argument("--cold-batches", type=int, default=3,
-                    help="cold batches measured per configuration after an unmeasured one; the median is reported")
+                    help="cold batches measured per configuration after an unmeasured one (rounded up to odd); "
+                         "the median is reported")
     ap.add_argument("--warm-batches", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, default=0)

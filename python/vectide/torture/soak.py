@@ -49,7 +49,9 @@ warm-up; ``rss_envelope_growth`` compares the peaks instead, as
 ``disk_over_live_envelope_growth`` does, so a job's working memory at the
 last sample does not read as growth; ``rss_floor_growth`` the troughs, where
 memory kept after the jobs shows; ``rss_anon_growth`` the anonymous part
-alone, without mapped files) and ``write_p999_maintenance_over_idle``.
+alone, without mapped files; ``rss_anon_huge_last`` the last sample's
+anonymous bytes in transparent huge pages, 0 also when unreadable) and
+``write_p999_maintenance_over_idle``.
 """
 
 from __future__ import annotations
