@@ -22,10 +22,11 @@ each with the pipeline (fetch overlapping search) on and off, **cold**: no
 LRU (``cache_partitions=0``), so every partition a batch needs is fetched:
 the figures of record. After one unmeasured batch (the process's first
 touch of its buffers is start-up, not cache state: on synthetic 384-d data
-it tripled the first batch's decode time), ``cold-batches`` batches are
-measured (an odd number) and the median (by modelled latency) reported, each one's latency
-beside it. ``naive`` runs ``naive-queries`` queries once, after ten
-unmeasured ones, and is scaled to the batch (its queries share nothing). Then **warm**: the default
+the first batch's decode took 3-8 times as long as the next ones'),
+``cold-batches`` batches are measured (an odd number) and the median (by
+modelled latency) reported, each one's latency beside it. ``naive`` runs
+``naive-queries`` queries once, after ten unmeasured ones, and is scaled
+to the batch (its queries share nothing). Then **warm**: the default
 LRU (K/20 sub-HNSWs) over ``warm-batches`` batches, the first excluded.
 
 Per configuration: the batch's latency under the network model (3 us + bytes

@@ -909,7 +909,8 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         # with the page cache's reclaim, not with the process's own growth.
         "rss_anon_growth": _growth(samples, warm, "rss_anon"),
         # Of the last sample's anonymous bytes, those in transparent huge
-        # pages (the product's allocator asks for none; `vectide_core::trim`).
+        # pages: the in-memory graphs' arrays (`HugeArray`) ask for them,
+        # the product's allocator does not (`vectide_core::trim`).
         "rss_anon_huge_last": last.get("rss_anon_huge"),
         # What the engine itself reports over the same samples: RSS growth
         # that it does not share lies outside its structures (the
