@@ -190,8 +190,8 @@ def run_dataset(name: str, args, node: MemoryNode, work: Path) -> Dict[str, obje
             # process's first touch of its decode buffers and thread pool
             # is start-up, not the cache state; with no LRU every batch
             # after it is as cold (every partition fetched and decoded).
-            _batch(ix, q[: len(q) if mode != "naive" else 10], t[: len(t) if mode != "naive" else 10],
-                   args.threads, pipeline)
+            warm = slice(10) if mode == "naive" else slice(None)
+            _batch(ix, q[warm], t[warm], args.threads, pipeline)
             runs = [_batch(ix, q, t, args.threads, pipeline, scale) for _ in range(reps)]
             r = dict(sorted(runs, key=lambda x: x["latency_model_ms"])[len(runs) // 2])
             r["batches_measured"] = len(runs)
