@@ -1,7 +1,7 @@
 //! StreamingMerge's RAM beyond its named caches grows by at most 3x the
 //! change set's vector bytes (issue 35, item 5): heap bytes counted per
-//! phase with a counting allocator, over a 50-d LTI with 1 % and then
-//! 10 % of it deleted and as many points inserted, the engine's merge
+//! phase with a counting allocator, over a 50-d LTI with 5 % and then
+//! 15 % of it deleted and as many points inserted, the engine's merge
 //! knobs. The
 //! Delete and Insert phases run at once and hold every named cache (the
 //! records near the start, each Insert thread's recent records, the
@@ -112,18 +112,23 @@ fn beyond_caches(
 fn merge_ram_beyond_its_named_caches_grows_at_most_3x_the_change_set() {
     let n = 12_000usize;
     let dir = tempfile::tempdir().unwrap();
-    let all = oracle::clustered(n + n / 10, DIM, 24, 3);
+    let all = oracle::clustered(n + 3 * n / 20, DIM, 24, 3);
     let old = lti_fixture::build_lti(dir.path(), &all, n, DIM, 25);
-    // 1 % and 10 % of the index changed: what the larger change set adds
+    // 5 % and 15 % of the index changed: what the larger change set adds
     // is the RAM that follows the change set; what the smaller one needs
     // beyond the caches is the merge's fixed working set (one run's lists,
-    // each thread's search and prune scratch).
-    // Each size is merged three times and the median peaks kept: a peak
-    // of threads running at once depends on how they overlapped, and one
-    // merge of either size can come out far off (seen beside loaded test
-    // runs: 4.9x and 4.1x slopes from one outlying merge, 1.2-1.5x in every
-    // other), while RAM that follows the change set shows in every run.
-    let least = |changes: usize| {
+    // each thread's search and prune scratch), which the Delete and Insert
+    // phases hold at once only while they overlap. With 1 % the Insert
+    // phase was short enough to end before the Delete phase's peak beside
+    // a loaded test run (the Delete phase runs at a lower priority): CI
+    // measured 6.3, 7.4 and 6.3 MB where an idle machine measures 7.3-7.4
+    // MB in each of 12 merges, a 3.68x slope of what was 1.3x whenever the
+    // phases overlapped. From 5 % on they always overlap (five merges of
+    // each size with three busy loops on the two cores: 10.76-10.84 MB).
+    // Each size is still merged three times and the median peaks kept: a
+    // peak of threads running at once depends on how they overlapped,
+    // while RAM that follows the change set shows in every run.
+    let median_peaks = |changes: usize| {
         let mut runs: Vec<(usize, usize, usize)> = (0..3)
             .map(|_| beyond_caches(&old, dir.path(), &all, changes))
             .collect();
@@ -136,27 +141,27 @@ fn merge_ram_beyond_its_named_caches_grows_at_most_3x_the_change_set() {
         let patch = median(|r| r.1, &mut runs);
         (both, patch, runs[0].2)
     };
-    let (both_1, patch_1, change_1) = least(n / 100);
-    let (both_10, patch_10, change_10) = least(n / 10);
-    let grew = change_10 - change_1;
+    let (both_5, patch_5, change_5) = median_peaks(n / 20);
+    let (both_15, patch_15, change_15) = median_peaks(3 * n / 20);
+    let grew = change_15 - change_5;
     let slope = |a: usize, b: usize| b.saturating_sub(a) as f64 / grew as f64;
     eprintln!(
-        "beyond the caches: delete + insert {both_1} -> {both_10} B ({:.2}x the change set's \
-         growth), patch {patch_1} -> {patch_10} B ({:.2}x)",
-        slope(both_1, both_10),
-        slope(patch_1, patch_10)
+        "beyond the caches: delete + insert {both_5} -> {both_15} B ({:.2}x the change set's \
+         growth), patch {patch_5} -> {patch_15} B ({:.2}x)",
+        slope(both_5, both_15),
+        slope(patch_5, patch_15)
     );
     assert!(
-        slope(both_1, both_10) <= 3.0,
-        "Delete + Insert phases: {both_1} -> {both_10} B beyond the caches for {grew} B more changes"
+        slope(both_5, both_15) <= 3.0,
+        "Delete + Insert phases: {both_5} -> {both_15} B beyond the caches for {grew} B more changes"
     );
     assert!(
-        slope(patch_1, patch_10) <= 3.0,
-        "Patch phase: {patch_1} -> {patch_10} B beyond its buffers for {grew} B more changes"
+        slope(patch_5, patch_15) <= 3.0,
+        "Patch phase: {patch_5} -> {patch_15} B beyond its buffers for {grew} B more changes"
     );
     // The fixed working set stays small next to the caches' bounds.
     assert!(
-        both_1 < 4 << 20 && patch_1 < 4 << 20,
-        "{both_1} / {patch_1} B fixed"
+        both_5 < 4 << 20 && patch_5 < 4 << 20,
+        "{both_5} / {patch_5} B fixed"
     );
 }
