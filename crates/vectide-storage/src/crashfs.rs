@@ -13,7 +13,9 @@
 //! ## Model
 //! **Data.** Per file (per inode), the simulator remembers the length that
 //! its last sync made durable: the length the file had when that sync
-//! started, recorded when it returned. In an image every file holds its
+//! started, recorded when it returned. Of two syncs that overlap, the one
+//! that started later decides, whichever returns last (what it covered is
+//! durable once it returns). In an image every file holds its
 //! current bytes up to that durable length, and its *unsynced tail* (the
 //! bytes beyond) is, by a seeded draw, kept whole, dropped, torn (cut at a
 //! random 8-byte aligned offset inside it), or zeroed: the file keeps its
@@ -214,6 +216,8 @@ enum Pending {
     File {
         inode: Inode,
         len: u64,
+        /// The sync point number of its `Before` call (see `after`).
+        point: u64,
         dir: PathBuf,
         name: OsString,
         entry: Durable,
@@ -235,6 +239,10 @@ struct State {
     rng: u64,
     on_crash: Option<Callback>,
     durable_len: HashMap<Inode, u64>,
+    /// The sync point (`Before` order) of the sync that set each
+    /// `durable_len`: a sync that began earlier and returned later does not
+    /// lower it.
+    durable_point: HashMap<Inode, u64>,
     /// Durable entries per directory (relative to the root).
     entries: HashMap<PathBuf, BTreeMap<OsString, Durable>>,
     /// Syncs between their `Before` and `After` calls, by event id.
@@ -381,6 +389,7 @@ impl FileSim {
                 rng: config.seed ^ 0xf11e_5eed,
                 on_crash: None,
                 durable_len,
+                durable_point: HashMap::new(),
                 entries,
                 pending: HashMap::new(),
             }),
@@ -510,6 +519,7 @@ impl FileSim {
             Pending::File {
                 inode,
                 len: m.len(),
+                point: n,
                 dir: dir.map(Path::to_path_buf).unwrap_or_default(),
                 name: name.to_os_string(),
                 entry: Durable { inode, handle },
@@ -523,11 +533,20 @@ impl FileSim {
             Some(Pending::File {
                 inode,
                 len,
+                point,
                 dir,
                 name,
                 entry,
             }) => {
-                s.durable_len.insert(inode, len);
+                // Two syncs of one file can overlap (a group commit's leader
+                // and a direct sync of the same log): the one that began
+                // later covers the bytes written before it began, whichever
+                // returns first, so an earlier one's return must not take
+                // its shorter length back.
+                if s.durable_point.get(&inode).is_none_or(|&p| point > p) {
+                    s.durable_len.insert(inode, len);
+                    s.durable_point.insert(inode, point);
+                }
                 s.entries.entry(dir).or_default().insert(name, entry);
             }
             Some(Pending::Dir { dir, listing }) => {
@@ -884,6 +903,54 @@ mod tests {
                 .unwrap();
             assert_eq!(std::fs::read(img.dir.join("sub/old")).unwrap(), chunk(1));
             assert_eq!(std::fs::read(img.dir.join("top")).unwrap(), chunk(2));
+        }
+    }
+
+    /// Two syncs of one log overlap (a group commit's leader and a direct
+    /// sync of the same file): the one that began later returns first.
+    /// What it covered stays durable when the earlier one returns (the
+    /// simulator used to take the earlier one's shorter length back, and a
+    /// write acknowledged after the later sync vanished from the images).
+    #[test]
+    fn an_earlier_sync_returning_last_does_not_take_durable_bytes_back() {
+        let root = tempfile::tempdir().unwrap();
+        let images = tempfile::tempdir().unwrap();
+        let path = root.path().join("log");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&chunk(0)).unwrap();
+        let sim = FileSim::new(
+            root.path(),
+            FileSimConfig {
+                seed: 5,
+                image_dir: images.path().to_path_buf(),
+                ..FileSimConfig::default()
+            },
+        )
+        .unwrap();
+        let event = |id, phase| SyncEvent {
+            id,
+            path: &path,
+            file: &f,
+            site: APPEND,
+            kind: SyncKind::Data,
+            phase,
+        };
+        // The first sync begins at 20 bytes; 20 more are written; a second
+        // sync begins at 40 bytes and returns; then the first returns.
+        sim.on_sync(&event(1_000_001, SyncPhase::Before));
+        (&f).write_all(&chunk(1)).unwrap();
+        sim.on_sync(&event(1_000_002, SyncPhase::Before));
+        sim.on_sync(&event(1_000_002, SyncPhase::After));
+        sim.on_sync(&event(1_000_001, SyncPhase::After));
+        // Unsynced bytes after both: any tail fate leaves the 40 synced.
+        (&f).write_all(&chunk(2)).unwrap();
+        for k in 0..8 {
+            let img = sim.image_now(&images.path().join(format!("i{k}"))).unwrap();
+            let file = img.file("log").unwrap();
+            assert_eq!(file.durable_len, 40, "image {k}");
+            let bytes = std::fs::read(img.dir.join("log")).unwrap();
+            assert_eq!(bytes[..20], chunk(0)[..], "image {k}");
+            assert_eq!(bytes[20..40], chunk(1)[..], "image {k}");
         }
     }
 
