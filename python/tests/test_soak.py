@@ -89,7 +89,9 @@ def _run(tmp_path, engine, mode, minutes, points, *extra):
     cmd = [sys.executable, "-m", "vectide.torture", "--workdir", str(tmp_path / "work"), "soak", "--engine", engine,
            "--minutes", str(minutes), "--points", str(points), "--out", str(out), *extra]
     if mode == "server":
-        cmd.append("--server")
+        # Through the server nothing asks for a job: the settle waits for
+        # its own schedule, here no longer than the test needs.
+        cmd += ["--server", "--settle-max", "15"]
     elif mode == "standalone":
         cmd.append("--standalone")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -114,8 +116,19 @@ def _run(tmp_path, engine, mode, minutes, points, *extra):
         # Huge pages are part of the anonymous memory (read a moment apart
         # from it: one huge page of slack).
         assert 0 <= x["rss_anon_huge"] <= x["rss_anon"] + (2 << 20), x
+    # The settled sample: taken with the writers parked (no write between
+    # parking and the sample), between jobs where the holder could be
+    # asked for its quiet-time work (not through the server).
+    q = r["settled_sample"]
+    assert q is not None and q["paused"], detail
+    assert q["writes_at_park"] == sum(q[k] for k in soak.WRITE_KINDS), q
+    if mode != "server":
+        assert s["settled"] and not q["maintenance_running"], detail
+    assert s["disk_over_live_last"] == round(q["disk_bytes"] / (q["live"] * soak.DIM * 4), 3), detail
+    # Writes went on after it: the kill came mid-stream.
+    assert s["writes_begun_after_settle"] > 0, detail
     # The parts add up to the whole, sample by sample.
-    for x in r["samples"]:
+    for x in r["samples"] + [q]:
         assert sum(x["disk_parts"].values()) == x["disk_bytes"], x
     # The driver's C heap is sampled when it holds the data (embedded,
     # glibc), and never a server's (another process).
@@ -206,8 +219,11 @@ def test_the_disk_reference_follows_the_first_job_of_the_churn_not_of_the_load()
     # Eight jobs began during the load; the ninth is the churn's first.
     samples = [s(8, False), s(9, True), s(9, True), s(9, False), s(10, True)]
     assert soak.first_job_done(samples, 8) == 3
-    # A second job beginning means the first one ended (they run in turn).
+    # Jobs back to back: a second job beginning means the first one ended
+    # (they run in turn).
     assert soak.first_job_done([s(8, True), s(10, True)], 8) == 1
     assert soak.first_job_done([s(8, False), s(9, True)], 8) is None
     # Without load-time jobs, the first sample past one finished job.
     assert soak.first_job_done([s(0, False), s(1, True), s(1, False)], 0) == 2
+    # The reference is a sample between jobs: not one where the second runs.
+    assert soak.first_job_done([s(0, False), s(1, True), s(2, True), s(2, False)], 0) == 3

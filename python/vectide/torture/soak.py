@@ -36,19 +36,31 @@ How it runs:
   maintenance stat (``maintenance``: jobs running, jobs started); a write
   or search that began in an interval where a job ran (or began) counts as
   "maintenance", else "idle".
-- At the end the holder of the data (the driver, or the server) is
-  SIGKILLed mid-stream, the data reopened and every id compared with the
+- At the end the writers park (readers go on) while the holder does what a
+  quiet moment gives it (the engine's pending maintenance, and in the
+  database a checkpoint; through the server its own schedule) and no job
+  runs: one "settled" sample. Then the writers resume, and 1-3 s later
+  the holder of the data (the driver, or the server) is SIGKILLed
+  mid-stream, the data reopened and every id compared with the
   acknowledged history.
 
 The JSON report's ``summary`` holds ``wrong_answers``,
-``acked_writes_lost``, ``disk_over_live_growth`` (the last sample over the
-first one after the first completed maintenance job; jobs the load began
-do not count, the churn has not shaped the files yet),
-``disk_over_live_last``, ``rss_growth`` (the last sample over the one after
+``acked_writes_lost``, ``disk_over_live_growth`` (the settled sample over
+the reference: the first sample between jobs once the first maintenance
+job the churn began had completed; jobs the load began do not count, the
+churn has not shaped the files yet. Both are taken between jobs, so a job
+that copies its files, or a log between two checkpoints, does not put one
+of them on a tooth of the sawtooth; ``disk_over_live_growth_under_load``
+is the last sample under load over the same reference, and
+``disk_over_live_envelope_growth`` the peaks' trend),
+``disk_over_live_last`` (the settled sample's; ``settled`` says whether no
+job ran when it was taken, ``settle_s`` how long that took),
+``rss_growth`` (the last sample under load over the one after
 warm-up; ``rss_envelope_growth`` compares the peaks instead, as
 ``disk_over_live_envelope_growth`` does, so a job's working memory at the
 last sample does not read as growth; ``rss_floor_growth`` the troughs, where
-memory kept after the jobs shows; ``rss_anon_growth`` the anonymous part
+memory kept after the jobs shows; ``rss_settled_growth`` the settled
+sample; ``rss_anon_growth`` the anonymous part
 alone, without mapped files; ``rss_anon_huge_last`` the last sample's
 anonymous bytes in transparent huge pages, 0 also when unreadable) and
 ``write_p999_maintenance_over_idle``.
@@ -79,9 +91,17 @@ K = 10
 EXACT_EVERY = 5
 SAMPLE_S = 2.0
 POLL_S = 0.05
+# The settle before the kill: how long it may wait for the writers to park
+# and for the maintenance jobs to end. Through the server nothing asks for
+# a job: the database's checkpoint interval (60 s, with writes since the
+# last) starts one, so it waits that long and a little more.
+PARK_S = 60.0
+SETTLE_S = 300.0
+SETTLE_SERVER_S = 90.0
 # Cosine distances computed by the engine (f32 kernels) and by numpy agree
 # to about 1e-6; a wrong vector is off by far more.
 TOL = 2e-4
+WRITE_KINDS = ("upsert_new", "reupsert", "delete", "payload")
 
 
 # ---------------------------------------------------------------- shared
@@ -343,6 +363,20 @@ class _Target:
         elif self.mode == "db":
             self.col.maintain()
 
+    def settle(self) -> bool:
+        """Asks for the work a quiet moment gives the holder: the engine's
+        pending maintenance, and in the database a checkpoint (which cuts
+        the log). False through the server, which has no call for it (its
+        own schedule runs both)."""
+        if self.mode == "server":
+            return False
+        self.maintain()
+        if self.mode == "db":
+            self.col.checkpoint()
+        elif self.at_flush:
+            self.flush()
+        return True
+
 
 def driver(args) -> None:
     """Runs the load, then the writers, readers and samplers until killed."""
@@ -373,6 +407,10 @@ def driver(args) -> None:
     holder = args.holder_pid or os.getpid()
     work = Path(args.work)
     stop = threading.Event()
+    # The settle before the kill (see ``settle``): writers park while it runs.
+    pause = threading.Event()
+    resume = threading.Event()
+    parked = threading.Semaphore(0)
     op_no = iter(range(1, 2**62))
     op_lock = threading.Lock()
 
@@ -393,6 +431,10 @@ def driver(args) -> None:
         absent = [i for i in range(args.points + (w - args.points) % args.writers, n_ids, args.writers)]
         mine = lat_w[w]
         while not stop.is_set():
+            if pause.is_set():
+                parked.release()
+                resume.wait()
+                continue
             r = rng.random()
             if r < 0.3 and live:
                 kind, pool = "delete", live
@@ -537,6 +579,74 @@ def driver(args) -> None:
         return moved[-width:]
 
     last = [0.0, 0.0, 0.0]
+
+    def take_sample() -> dict:
+        alloc, size, parts = dir_bytes(data_dir)
+        try:
+            engine_memory = t.engine_memory()
+        except Exception as e:  # noqa: BLE001
+            say(f"E engine stats: {type(e).__name__}: {str(e)[:300]}")
+            engine_memory = None
+        with count_lock:
+            c = dict(counts)
+        heap = heap_bytes() if holder == os.getpid() else None
+        return {"t": round(time.monotonic() - t_start, 3), "disk_bytes": alloc, "apparent_bytes": size,
+                "live": model.n_live, **rss_bytes(holder), "engine_memory": engine_memory,
+                "heap_in_use": None if heap is None else heap[0],
+                "heap_free": None if heap is None else heap[1],
+                "maintenance_started": int(last[2]),
+                "maintenance_running": bool(last[1]), "paused": pause.is_set(), "disk_parts": parts, **c}
+
+    def settle() -> None:
+        """Parks the writers (readers go on), asks for the holder's quiet-time
+        work (``_Target.settle``), waits until no maintenance job runs, and
+        reports that state as one sample (``Q``); then the writers resume.
+        The disk reference is a sample between jobs too (``first_job_done``),
+        so the two compare the same point of the jobs' sawtooth: a job that
+        copies its files, or a log between two checkpoints, puts a sample
+        taken under load anywhere on the teeth."""
+        t0 = time.monotonic()
+        pause.set()
+        alive = sum(th.is_alive() for th in threads[:args.writers])
+        parked_all = all(parked.acquire(timeout=PARK_S) for _ in range(alive))
+        with count_lock:
+            writes_at_park = sum(counts[k] for k in WRITE_KINDS)
+        # What the writers left unflushed, the flusher acknowledges.
+        while t.at_flush and time.monotonic() - t0 < PARK_S:
+            with unflushed_lock:
+                if not unflushed:
+                    break
+            time.sleep(0.05)
+        settled = False
+        running, started = True, None
+        try:
+            _, started0 = t.maintenance()
+            asked = t.settle()
+            limit = t0 + (args.settle_max if args.settle_max is not None
+                          else SETTLE_S if asked else SETTLE_SERVER_S)
+            while time.monotonic() < limit:
+                running, started = t.maintenance()
+                if not running and (asked or started > started0):
+                    settled = True
+                    break
+                time.sleep(0.2)
+        except Exception as e:  # noqa: BLE001
+            say(f"E settle: {type(e).__name__}: {str(e)[:300]}")
+        x = take_sample()
+        if started is not None:
+            x.update({"maintenance_running": bool(running), "maintenance_started": int(started)})
+        x.update({"settle_s": round(time.monotonic() - t0, 3), "settled": settled and parked_all,
+                  "writes_at_park": writes_at_park})
+        say("Q " + json.dumps(x))
+        pause.clear()
+        resume.set()
+
+    def control() -> None:
+        for line in sys.stdin:
+            if line.strip() == "Q":
+                settle()
+
+    threading.Thread(target=control, daemon=True).start()
     while True:
         time.sleep(SAMPLE_S)
         # Latencies and polls so far go to files (the parent reads them
@@ -549,22 +659,7 @@ def driver(args) -> None:
                 drain(xs, 3, f)
         with open(files["maint"], "ab") as f:
             last = drain(polls, 3, f) or last
-        alloc, size, parts = dir_bytes(data_dir)
-        try:
-            engine_memory = t.engine_memory()
-        except Exception as e:  # noqa: BLE001
-            say(f"E engine stats: {type(e).__name__}: {str(e)[:300]}")
-            engine_memory = None
-        with count_lock:
-            c = dict(counts)
-        heap = heap_bytes() if holder == os.getpid() else None
-        sample = {"t": round(time.monotonic() - t_start, 3), "disk_bytes": alloc, "apparent_bytes": size,
-                  "live": model.n_live, **rss_bytes(holder), "engine_memory": engine_memory,
-                  "heap_in_use": None if heap is None else heap[0],
-                  "heap_free": None if heap is None else heap[1],
-                  "maintenance_started": int(last[2]),
-                  "maintenance_running": bool(last[1]), "disk_parts": parts, **c}
-        say("S " + json.dumps(sample))
+        say("S " + json.dumps(take_sample()))
 
 
 def _growth(samples: List[Dict], warm: Optional[int], key: str) -> Optional[float]:
@@ -631,12 +726,16 @@ def _percentiles(x: np.ndarray) -> Optional[Dict[str, float]]:
 
 
 def first_job_done(samples: Sequence[Dict], before: int) -> Optional[int]:
-    """The first sample after the first maintenance job that began once the
-    churn did (``before`` jobs began during the load) had completed: one
-    more began after it, or none runs."""
+    """The first sample between jobs after the first maintenance job that
+    began once the churn did (``before`` jobs began during the load) had
+    completed: one began, and none runs. Where no such sample exists (jobs
+    run back to back), the first one after a second job began (the first
+    one ended: jobs of a kind run in turn)."""
     for i, x in enumerate(samples):
-        n = x["maintenance_started"] - before
-        if n > 1 or (n == 1 and not x["maintenance_running"]):
+        if x["maintenance_started"] - before >= 1 and not x["maintenance_running"]:
+            return i
+    for i, x in enumerate(samples):
+        if x["maintenance_started"] - before > 1:
             return i
     return None
 
@@ -750,7 +849,7 @@ class UsedWorkdir(ValueError):
 
 def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100_000, writers: int = 4,
         readers: int = 2, seed: int = 1, maintain_every: float = 0.0, params: Optional[dict] = None,
-        progress: bool = True) -> dict:
+        progress: bool = True, settle_max: Optional[float] = None) -> dict:
     """Runs one soak and returns its report (see the module docs). A
     ``workdir`` whose ``data`` holds anything (an earlier soak's index, left
     by a killed run) is refused with :class:`UsedWorkdir`: the model starts empty,
@@ -773,6 +872,8 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
            "--dir", str(data), "--data-dir", str(data), "--work", str(workdir), "--points", str(points),
            "--writers", str(writers), "--readers", str(readers), "--seed", str(seed),
            "--maintain-every", str(maintain_every), "--params", json.dumps(params)]
+    if settle_max is not None:
+        cmd += ["--settle-max", str(settle_max)]
     if server:
         cmd += ["--url", url, "--holder-pid", str(server.proc.pid)]
     oracle = Oracle(id_space(points))
@@ -793,7 +894,11 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
     env = dict(os.environ)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            bufsize=1, env=env)
+    settled: Dict[str, dict] = {}
+    after_settle = [0]
+    settled_seen = threading.Event()
     stderr_tail: List[str] = []
 
     def drain_stderr() -> None:
@@ -811,8 +916,13 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
                 op, id_, kind, s = rest.split()
                 s = int(s)
                 oracle.begin(int(op), int(id_), kind, s)
+                if settled_seen.is_set():
+                    after_settle[0] += 1
             elif tag == "A":
                 oracle.ack(int(rest))
+            elif tag == "Q":
+                settled["sample"] = json.loads(rest)
+                settled_seen.set()
             elif tag == "S":
                 samples.append(json.loads(rest))
                 if progress and len(samples) % 15 == 0:
@@ -852,8 +962,22 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         t_end = time.monotonic() + minutes * 60.0
         while time.monotonic() < t_end and proc.poll() is None:
             time.sleep(min(0.5, max(0.0, t_end - time.monotonic())))
-        # A random moment inside the last second, mid-stream.
-        time.sleep(random.Random(seed).uniform(0.0, 1.0))
+        # The settled sample: the writers park until the jobs end (the
+        # driver's ``settle``), then resume.
+        if progress:
+            print(f"  soak {engine} ({mode}): settling (writers parked until no job runs)", flush=True)
+        try:
+            proc.stdin.write("Q\n")
+            proc.stdin.flush()
+        except OSError:
+            pass
+        give_up = time.monotonic() + PARK_S + max(SETTLE_S, settle_max or 0.0) + 60.0
+        while not settled_seen.wait(0.5):
+            if proc.poll() is not None or time.monotonic() > give_up:
+                errors.append("the driver did not report a settled sample")
+                break
+        # A random moment inside the 1-3 s after the writers resumed, mid-stream.
+        time.sleep(random.Random(seed).uniform(1.0, 3.0))
         killed.set()
         if server:
             server.kill()
@@ -879,31 +1003,54 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
     polls = _read_f64(workdir / "maint.f64", 3)
     writes = split_latencies(w[:, 0], w[:, 1], polls)
     searches = split_latencies(s[:, 0], s[:, 1], polls)
+    # The samples under load: those before the settle began (the few taken
+    # while the writers were parked, or after they resumed, are not).
+    q = settled.get("sample")
+    all_samples = samples
+    if q is not None:
+        began = q["t"] - q["settle_s"]
+        samples = [x for x in samples if x["t"] < began]
     live_bytes = [max(1, x["live"] * DIM * 4) for x in samples]
     rss = [float(x["rss"]) for x in samples]
     ratio = [x["disk_bytes"] / lb for x, lb in zip(samples, live_bytes)]
     first_done = first_job_done(samples, int(loaded.get("jobs_before_churn", 0)))
     warm = next((i for i, x in enumerate(samples) if x["t"] >= min(60.0, 0.2 * minutes * 60.0)), None)
     last = samples[-1] if samples else {}
-    total_writes = sum(last.get(k, 0) for k in ("upsert_new", "reupsert", "delete", "payload"))
+    q_ratio = None if q is None else q["disk_bytes"] / max(1, q["live"] * DIM * 4)
+    end_ratio = q_ratio if q_ratio is not None else (ratio[-1] if ratio else None)
+    ref = None if first_done is None else ratio[first_done]
+    total_writes = sum(last.get(k, 0) for k in WRITE_KINDS)
     mw, iw = writes["maintenance"], writes["idle"]
     summary = {
         "wrong_answers": n_violations,
         "acked_writes_lost": len(lost),
         "errors": len(errors),
-        "disk_over_live_growth": None if first_done is None or not ratio else round(ratio[-1] / ratio[first_done], 4),
-        "disk_over_live_first": None if first_done is None else round(ratio[first_done], 3),
-        "disk_over_live_last": round(ratio[-1], 3) if ratio else None,
+        # The settled sample (writers parked, no job running) over the
+        # reference (the first sample between jobs once the churn's first
+        # one ended); the last sample under load beside it.
+        "disk_over_live_growth": None if ref is None or end_ratio is None else round(end_ratio / ref, 4),
+        "disk_over_live_growth_under_load": None if ref is None or not ratio else round(ratio[-1] / ref, 4),
+        "disk_over_live_first": None if ref is None else round(ref, 3),
+        "disk_over_live_last": None if end_ratio is None else round(end_ratio, 3),
+        "disk_over_live_last_under_load": round(ratio[-1], 3) if ratio else None,
+        "settled": None if q is None else bool(q["settled"]),
+        "settle_s": None if q is None else q["settle_s"],
+        "writes_begun_after_settle": after_settle[0],
         "disk_over_live_envelope_growth": envelope_growth(ratio, first_done),
         # Where the bytes are (over live vector bytes), to explain the level.
         "disk_parts_over_live_first": None if first_done is None else parts_over_live(samples[first_done]),
         "disk_parts_over_live_last": parts_over_live(last) if samples else None,
+        "disk_parts_over_live_settled": None if q is None else parts_over_live(q),
         "rss_growth": None if warm is None else round(last["rss"] / max(1, samples[warm]["rss"]), 4),
         # The same trend on the peaks: a merge or rebuild holds its working
         # memory while it runs, so one sample lands high or low on the teeth
         # depending on the phase (the last 20 % of samples' highest over the
         # first 20 %'s from warm-up on).
         "rss_envelope_growth": envelope_growth(rss, warm),
+        # The settled sample's RSS over the warm one (a merge's working
+        # memory freed, and no write in flight).
+        "rss_settled_growth": None if warm is None or q is None
+        else round(q["rss"] / max(1, samples[warm]["rss"]), 4),
         "rss_floor_growth": floor_growth(rss, warm),
         # The anonymous part alone (heap, stacks): mapped files come and go
         # with the page cache's reclaim, not with the process's own growth.
@@ -940,7 +1087,8 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         "summary": summary,
         "write_latency": writes,
         "search_latency": searches,
-        "samples": samples,
+        "samples": all_samples,
+        "settled_sample": q,
         "wrong_answer_examples": violations,
         "lost_examples": lost[:50],
         "error_examples": errors[:50],
@@ -961,6 +1109,9 @@ def add_arguments(p) -> None:
                    help="also call maintain() every this many seconds (0: the engine's own schedule only)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="an engine parameter (repeatable)")
+    p.add_argument("--settle-max", type=float, default=None, metavar="SECONDS",
+                   help="how long the settle before the kill may wait for the jobs to end (default "
+                        f"{SETTLE_S:.0f} s embedded or standalone, {SETTLE_SERVER_S:.0f} s through the server)")
     p.add_argument("--out", dest="soak_out", type=Path, help="write the JSON report here")
 
 
@@ -972,6 +1123,7 @@ def add_driver_arguments(p) -> None:
     for a, d in (("--points", 100_000), ("--writers", 4), ("--readers", 2), ("--seed", 1)):
         p.add_argument(a, type=int, default=d)
     p.add_argument("--maintain-every", type=float, default=0.0)
+    p.add_argument("--settle-max", type=float, default=None)
 
 
 def parse_params(items: List[str]) -> Dict[str, object]:
