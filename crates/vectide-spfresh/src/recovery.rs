@@ -110,6 +110,7 @@ impl Spfresh {
         };
         let writer = Writer {
             wal,
+            prev: None,
             serial: 1,
             rows: 0,
         };
@@ -213,6 +214,7 @@ impl Spfresh {
         };
         let writer = Writer {
             wal,
+            prev: None,
             serial,
             rows: 0,
         };

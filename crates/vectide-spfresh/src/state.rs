@@ -17,8 +17,10 @@
 //! ## Locks
 //! - `writer`: one writing call at a time (its WAL records written, then
 //!   the change applied; the call waits for the WAL's sync after releasing
-//!   it, group commit); a snapshot holds it while it syncs and switches
-//!   the WAL and captures the state;
+//!   it, group commit); a snapshot holds it while it switches the WAL
+//!   and captures the state, and syncs the old WAL after releasing it (a
+//!   write logged in the new WAL meanwhile is acknowledged once both are
+//!   durable: `Writer::prev`);
 //! - `gate`: held shared by every change to postings, versions and
 //!   centroids (a call's apply, a Local Rebuilder job), exclusively by a
 //!   snapshot's capture, so a snapshot never sees half a split or half a
@@ -91,6 +93,12 @@ pub(crate) struct Ids {
 /// commit log is the only log) and its serial.
 pub(crate) struct Writer {
     pub wal: Option<RedoLog>,
+    /// The sync of the log a snapshot switched away from, while it may
+    /// still run: a write logged in the log in use may have been shaped by
+    /// one waiting in the old log (rows dropped as older than what an id
+    /// holds, deletes of ids it holds), so it is acknowledged only once
+    /// this is durable too (`Inner::await_logs`).
+    pub prev: Option<vectide_storage::Pending>,
     pub serial: u64,
     /// Rows written since the last snapshot.
     pub rows: u64,
@@ -386,17 +394,18 @@ impl Inner {
         // poisons after the lock; the write it covers is applied and may be
         // covered, which loses nothing.)
         self.poison.check()?;
-        // The old log is synced before the new one takes a write: a write
-        // logged next may have been shaped by one whose sync is still
-        // pending in the old log (rows dropped as older than what the id
-        // holds, deletes of ids it holds), and a sync of the new log alone
-        // would acknowledge it while a crash could still take the other.
-        if let Some(old) = w.wal.as_mut() {
-            old.sync().map_err(|e| {
+        // The old log's writes go to its file here, and its sync runs after
+        // the writer lock is released: the writes logged next in the new
+        // log wait for it before they are acknowledged (`Writer::prev`), so
+        // no writer stands behind an fsync to log and apply.
+        let old_sync = match w.wal.as_mut() {
+            Some(old) => Some(old.pending().map_err(|e| {
                 self.poison
-                    .poison("the sync of the log before a snapshot", &e)
-            })?;
-        }
+                    .poison("the write of the log before a snapshot", &e)
+            })?),
+            None => None,
+        };
+        w.prev = old_sync.clone();
         let prev = w.serial;
         w.wal = wal;
         w.serial = next;
@@ -453,6 +462,16 @@ impl Inner {
             )
         };
         drop(w);
+        if let Some(t) = old_sync {
+            t.wait().map_err(|e| {
+                self.store.snapshot_abandoned();
+                self.poison
+                    .poison("the sync of the log before a snapshot", &e)
+            })?;
+            // Durable now: later writes need not look at it (snapshots run
+            // one at a time, so `prev` is still this one's).
+            self.writer.lock().prev = None;
+        }
         self.store.sync_capture()?;
         let path = self.dir.join(SNAPSHOT);
         match snapshot::ENVELOPE.write(&path, &bytes) {

@@ -19,6 +19,7 @@ use vectide_core::fault::{self, FaultSite};
 use vectide_core::validate::{normalize, Checked};
 use vectide_core::{Error, Result, Seq};
 use vectide_storage::durable::{await_sync, select_rows};
+use vectide_storage::Pending;
 
 /// Route attempts before a vector gets a posting of its own.
 const MAX_REROUTES: usize = 8;
@@ -90,8 +91,9 @@ impl Inner {
             self.durable.fetch_max(seq, Ordering::AcqRel);
         }
         let snap = self.snapshot_need(w.rows);
+        let prev = w.prev.clone();
         drop(w);
-        await_sync(pending, &self.poison, seq)?;
+        self.await_logs(prev, pending, seq)?;
         self.synced.fetch_max(seq, Ordering::AcqRel);
         applied?;
         self.after_write(snap)
@@ -123,11 +125,20 @@ impl Inner {
         let n = self.apply_delete(seq, &targets);
         self.durable.fetch_max(seq, Ordering::AcqRel);
         let snap = self.snapshot_need(w.rows);
+        let prev = w.prev.clone();
         drop(w);
-        await_sync(pending, &self.poison, seq)?;
+        self.await_logs(prev, pending, seq)?;
         self.synced.fetch_max(seq, Ordering::AcqRel);
         self.after_write(snap)?;
         Ok(n)
+    }
+
+    /// Waits until write `seq` is durable: its own log's sync (`pending`,
+    /// shared with the writers of the same moment) and, while a snapshot
+    /// has just switched logs, the old log's (`prev`: see `Writer::prev`).
+    fn await_logs(&self, prev: Option<Pending>, pending: Option<Pending>, seq: Seq) -> Result<()> {
+        await_sync(prev, &self.poison, seq)?;
+        await_sync(pending, &self.poison, seq)
     }
 
     /// A snapshot is due after `rows` logged rows, or once the blocks

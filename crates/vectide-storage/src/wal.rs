@@ -318,9 +318,10 @@ impl Drop for Lead<'_> {
 }
 
 /// Bytes of a log written to its file but not yet synced: durable once
-/// [`Pending::wait`] returns `Ok` (see the module docs).
+/// [`Pending::wait`] returns `Ok` (see the module docs). A clone waits for
+/// the same bytes: several callers may wait on one ticket.
 #[must_use = "a pending record is durable only after `wait`"]
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Pending {
     group: Arc<Group>,
     upto: u64,

@@ -254,6 +254,13 @@ impl RedoLog {
         self.wal.pending()
     }
 
+    /// Writes every appended call to the file and returns the ticket that
+    /// makes them durable (shared with the writers' group commit), without
+    /// waiting for it.
+    pub fn pending(&mut self) -> Result<Pending> {
+        self.wal.pending()
+    }
+
     /// Makes every appended call durable.
     pub fn sync(&mut self) -> Result<()> {
         self.wal.sync()
