@@ -715,6 +715,17 @@ fn a_failed_apply_poisons_the_index_until_the_reopen_replays_the_log() {
     );
 }
 
+/// An index whose jobs run inline, shared between threads, with the first
+/// 600 of 700 clustered points loaded.
+fn inline_with_600_of_700() -> (tempfile::TempDir, std::sync::Arc<Spfresh>, Vec<f32>) {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, params(true)).unwrap();
+    let data = clustered(700, DIM, 8, 5);
+    let ids: Vec<u64> = (0..600).collect();
+    idx.insert(1, &ids, &data[..600 * DIM]).unwrap();
+    (dir, std::sync::Arc::new(idx), data)
+}
+
 /// A snapshot keeps writers waiting only for its capture: while its block
 /// file sync is held up, an insert and a delete go through (before, the
 /// snapshot held the writer lock through the fsync, and this test's
@@ -725,12 +736,7 @@ fn writers_do_not_wait_for_a_snapshot_fsync() {
     use std::sync::Arc;
     use vectide_core::sync::install_sync_observer;
 
-    let dir = tempfile::tempdir().unwrap();
-    let idx =
-        Arc::new(Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, params(true)).unwrap());
-    let data = clustered(700, DIM, 8, 5);
-    let ids: Vec<u64> = (0..600).collect();
-    idx.insert(1, &ids, &data[..600 * DIM]).unwrap();
+    let (dir, idx, data) = inline_with_600_of_700();
     let hold = Arc::new(Hold::new(|e| e.site == vectide_spfresh::BLOCK_SYNC));
     let _g = install_sync_observer(dir.path(), hold.clone());
     let snap = {
@@ -765,12 +771,7 @@ fn a_snapshot_syncs_the_old_log_outside_the_writer_lock() {
     use vectide_core::sync::install_sync_observer;
 
     static OLD_LOG: OnceLock<std::path::PathBuf> = OnceLock::new();
-    let dir = tempfile::tempdir().unwrap();
-    let idx =
-        Arc::new(Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, params(true)).unwrap());
-    let data = clustered(700, DIM, 8, 5);
-    let ids: Vec<u64> = (0..600).collect();
-    idx.insert(1, &ids, &data[..600 * DIM]).unwrap();
+    let (dir, idx, data) = inline_with_600_of_700();
     // The log in use now: the one the next snapshot switches away from.
     let serial = |p: &std::path::Path| {
         let n = p.file_name().unwrap().to_string_lossy().to_string();
