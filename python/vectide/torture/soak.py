@@ -38,8 +38,8 @@ How it runs:
   "maintenance", else "idle".
 - At the end the writers park (readers go on) while the holder does what a
   quiet moment gives it (the engine's pending maintenance, and in the
-  database a checkpoint; through the server its own schedule) and no job
-  runs: one "settled" sample. Then the writers resume, and 1-3 s later
+  database a checkpoint; through the server its own schedule) until no job
+  has run for a second: one "settled" sample. Then the writers resume, and 1-3 s later
   the holder of the data (the driver, or the server) is SIGKILLed
   mid-stream, the data reopened and every id compared with the
   acknowledged history.
@@ -98,6 +98,7 @@ POLL_S = 0.05
 PARK_S = 60.0
 SETTLE_S = 300.0
 SETTLE_SERVER_S = 90.0
+QUIET_S = 1.0
 # Cosine distances computed by the engine (f32 kernels) and by numpy agree
 # to about 1e-6; a wrong vector is off by far more.
 TOL = 2e-4
@@ -599,7 +600,8 @@ def driver(args) -> None:
 
     def settle() -> None:
         """Parks the writers (readers go on), asks for the holder's quiet-time
-        work (``_Target.settle``), waits until no maintenance job runs, and
+        work (``_Target.settle``), waits until no maintenance job has run or
+        begun for ``QUIET_S``, and
         reports that state as one sample (``Q``); then the writers resume.
         The disk reference is a sample between jobs too (``first_job_done``),
         so the two compare the same point of the jobs' sawtooth: a job that
@@ -624,12 +626,22 @@ def driver(args) -> None:
             asked = t.settle()
             limit = t0 + (args.settle_max if args.settle_max is not None
                           else SETTLE_S if asked else SETTLE_SERVER_S)
+            # Quiet for QUIET_S: no job running and none begun meanwhile (a
+            # job that one queued, e.g. a compaction after a snapshot, has
+            # not begun yet the moment its predecessor ends).
+            quiet = None
             while time.monotonic() < limit:
                 running, started = t.maintenance()
+                now = time.monotonic()
                 if not running and (asked or started > started0):
-                    settled = True
-                    break
-                time.sleep(0.2)
+                    if quiet is None or quiet[1] != started:
+                        quiet = (now, started)
+                    elif now - quiet[0] >= QUIET_S:
+                        settled = True
+                        break
+                else:
+                    quiet = None
+                time.sleep(0.1)
         except Exception as e:  # noqa: BLE001
             say(f"E settle: {type(e).__name__}: {str(e)[:300]}")
         x = take_sample()
@@ -965,7 +977,7 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         # The settled sample: the writers park until the jobs end (the
         # driver's ``settle``), then resume.
         if progress:
-            print(f"  soak {engine} ({mode}): settling (writers parked until no job runs)", flush=True)
+            print(f"  soak {engine} ({mode}): settling (writers parked until no job has run for a second)", flush=True)
         try:
             proc.stdin.write("Q\n")
             proc.stdin.flush()
