@@ -556,12 +556,10 @@ impl Inner {
     /// changed it since its build, and `spfresh` sweeps: every posting gets
     /// the merge job's check (merged when small, its garbage collected
     /// whenever that saves a block), the jobs that queues run out, again
-    /// while a pass changes anything; then `spfresh` and `spann-inplace`
-    /// clean up ([`Inner::clean_up`]: a reclaim of every dead number, a
-    /// snapshot that returns the blocks released, a compaction when due).
-    /// Searches queue the merge checks lazily as they meet postings (§3.2);
-    /// after a sweep none is left for the next searches to run in the
-    /// background.
+    /// while a pass changes anything, and a snapshot returns the blocks
+    /// they released. Searches queue those
+    /// checks lazily as they meet postings (§3.2); after a sweep none is
+    /// left for the next searches to run in the background.
     pub(crate) fn maintain(&self) -> Result<()> {
         self.drain_jobs()?;
         match self.mode {
@@ -592,31 +590,20 @@ impl Inner {
                 })();
                 self.give_back(sc);
                 swept?;
-                self.clean_up()
+                self.snapshot()?;
+                // The sweep may have left the file mostly free: compact
+                // now, and the next snapshot gives the end back.
+                if self.store.compaction_due() {
+                    let mut sc = self.scratch();
+                    let r = self.compact(&mut sc);
+                    self.give_back(sc);
+                    r?;
+                    self.snapshot()?;
+                }
+                Ok(())
             }
-            Mode::Inplace => self.clean_up(),
+            Mode::Inplace => Ok(()),
         }
-    }
-
-    /// The cleanup `maintain()` runs in the updatable modes (after the
-    /// sweep in `spfresh`): every dead vector number's records dropped and
-    /// the numbers freed (a reclaim, due or not), a snapshot (which gives
-    /// the blocks held since the last one back), and a compaction when the
-    /// file is mostly free, whose freed end the next snapshot cuts off.
-    fn clean_up(&self) -> Result<()> {
-        let mut sc = self.scratch();
-        let r = self.reclaim_now(&mut sc);
-        self.give_back(sc);
-        r?;
-        self.snapshot()?;
-        if self.store.compaction_due() {
-            let mut sc = self.scratch();
-            let r = self.compact(&mut sc);
-            self.give_back(sc);
-            r?;
-            self.snapshot()?;
-        }
-        Ok(())
     }
 
     pub(crate) fn stats(&self) -> Result<IndexStats> {

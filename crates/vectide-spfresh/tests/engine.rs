@@ -715,44 +715,6 @@ fn a_failed_apply_poisons_the_index_until_the_reopen_replays_the_log() {
     );
 }
 
-/// `maintain()` in the updatable modes gives back what deletes left: every
-/// dead vector number's records dropped and the number freed, though too
-/// few are dead for the background reclaim (a tenth of the live count,
-/// under its quarter), and a snapshot that returns the held blocks. Before,
-/// `spann-inplace`'s `maintain()` did nothing and `spfresh`'s left the
-/// numbers for the next due reclaim.
-#[test]
-fn maintain_reclaims_every_dead_number_in_the_updatable_modes() {
-    for mode in [Mode::Fresh, Mode::Inplace] {
-        let dir = tempfile::tempdir().unwrap();
-        let idx = Spfresh::create(dir.path(), DIM, Metric::L2, mode, params(false)).unwrap();
-        let data = clustered(2000, DIM, 8, 9);
-        idx.insert(1, &(0..2000).collect::<Vec<u64>>(), &data)
-            .unwrap();
-        let gone: Vec<u64> = (0..2000).step_by(10).collect();
-        assert_eq!(idx.delete(2, &gone).unwrap(), 200);
-        idx.drain_jobs().unwrap();
-        let dead = |idx: &Spfresh| stat(idx, "vids") - stat(idx, "vids_free") - idx.len() as f64;
-        assert_eq!(dead(&idx), 200.0, "{mode:?}: no reclaim was due");
-        let reclaims = stat(&idx, "reclaims");
-        idx.maintain().unwrap();
-        assert_eq!(
-            dead(&idx),
-            0.0,
-            "{mode:?}: dead numbers left after maintain()"
-        );
-        assert!(stat(&idx, "reclaims") > reclaims, "{mode:?}");
-        assert_eq!(stat(&idx, "blocks_held"), 0.0, "{mode:?}: held blocks");
-        assert_eq!(idx.len(), 1800);
-        // Still exact for what is live: each point finds itself.
-        for i in (1..2000u64).step_by(97).filter(|i| i % 10 != 0) {
-            let v = &data[i as usize * DIM..(i as usize + 1) * DIM];
-            let hits = idx.search(v, 1, &SearchParams::default(), None).unwrap();
-            assert_eq!(hits[0].id, i, "{mode:?}");
-        }
-    }
-}
-
 /// An index whose jobs run inline, shared between threads, with the first
 /// 600 of 700 clustered points loaded.
 fn inline_with_600_of_700() -> (tempfile::TempDir, std::sync::Arc<Spfresh>, Vec<f32>) {
