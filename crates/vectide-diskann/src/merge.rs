@@ -75,9 +75,9 @@
 //! and new points) from 1 % to 10 % of a 50-d index changed (1.5x and
 //! 2.8x with the map of lists and whole deleted lists), and grows by 0.3x
 //! and 1.1x from 5 % to 15 % (the sizes the test uses since a loaded
-//! machine let the 1 % merge's phases miss each other); the 5-11x that `bench freshdiskann` used to
-//! report was the near-start cache (10x the vector bytes of 50-d new
-//! points) and the 4 MiB of I/O buffers.
+//! machine let the 1 % merge's phases miss each other); the 5-11x that
+//! `bench freshdiskann` used to report was the near-start cache (10x the
+//! vector bytes of 50-d new points) and the 4 MiB of I/O buffers.
 //!
 //! ## Where we deviate from the paper
 //! - **Links among new points.** The paper's Insert phase searches only the

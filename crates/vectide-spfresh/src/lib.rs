@@ -57,8 +57,8 @@ pub use builder::BUILD_FAULT;
 pub use engine::Spfresh;
 pub use layout::{encode_record, Records};
 pub use params::{Mode, SpannParams, PARAMS};
-pub use recovery::inspect_rows;
-pub use state::{BLOCKS, BLOCK_SYNC, SNAPSHOT};
+pub use recovery::{inspect_rows, wal_serials};
+pub use state::{wal_file, BLOCKS, BLOCK_SYNC, SNAPSHOT};
 pub use update::APPLY_FAULT;
 pub use versions::VersionMap;
 

@@ -57,8 +57,8 @@ fn start(inner: Inner) -> Result<Spfresh> {
     Ok(Spfresh { inner })
 }
 
-/// WAL files of `dir`, by serial.
-fn wal_serials(dir: &Path) -> Vec<u64> {
+/// The serials of the WAL files in `dir`, ascending (see [`wal_file`]).
+pub fn wal_serials(dir: &Path) -> Vec<u64> {
     let mut out: Vec<u64> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()

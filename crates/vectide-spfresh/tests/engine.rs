@@ -773,23 +773,10 @@ fn a_snapshot_syncs_the_old_log_outside_the_writer_lock() {
     static OLD_LOG: OnceLock<std::path::PathBuf> = OnceLock::new();
     let (dir, idx, data) = inline_with_600_of_700();
     // The log in use now: the one the next snapshot switches away from.
-    let serial = |p: &std::path::Path| {
-        let n = p.file_name().unwrap().to_string_lossy().to_string();
-        n.strip_prefix("wal-")
-            .and_then(|n| n.strip_suffix(".log"))
-            .and_then(|n| n.parse::<u64>().ok())
-    };
-    let logs = || -> Vec<u64> {
-        let mut v: Vec<u64> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter_map(|e| serial(&e.unwrap().path()))
-            .collect();
-        v.sort();
-        v
-    };
+    let logs = || vectide_spfresh::wal_serials(dir.path());
     let old = *logs().last().unwrap();
     OLD_LOG
-        .set(dir.path().join(format!("wal-{old}.log")))
+        .set(vectide_spfresh::wal_file(dir.path(), old))
         .unwrap();
     let hold = Arc::new(Hold::new(|e| {
         e.site.0 == "wal.append" && OLD_LOG.get().is_some_and(|p| e.path == p.as_path())

@@ -228,6 +228,16 @@ enum Pending {
     },
 }
 
+/// A file's durable length and the sync that recorded it: a sync that
+/// began earlier and returned later does not lower it.
+#[derive(Debug, Clone, Copy)]
+struct DurableLen {
+    len: u64,
+    /// The sync point (`Before` order) that recorded it; `None` for a file
+    /// adopted as durable when the simulator started.
+    point: Option<u64>,
+}
+
 struct State {
     report: FileSimReport,
     crash_before: BTreeSet<u64>,
@@ -238,11 +248,7 @@ struct State {
     aimed_paths: BTreeSet<PathBuf>,
     rng: u64,
     on_crash: Option<Callback>,
-    durable_len: HashMap<Inode, u64>,
-    /// The sync point (`Before` order) of the sync that set each
-    /// `durable_len`: a sync that began earlier and returned later does not
-    /// lower it.
-    durable_point: HashMap<Inode, u64>,
+    durable_len: HashMap<Inode, DurableLen>,
     /// Durable entries per directory (relative to the root).
     entries: HashMap<PathBuf, BTreeMap<OsString, Durable>>,
     /// Syncs between their `Before` and `After` calls, by event id.
@@ -308,13 +314,19 @@ pub fn scratch_dir(root: &Path, tag: &str) -> Result<tempfile::TempDir> {
 fn adopt_existing(
     dir: &Path,
     rel: PathBuf,
-    durable_len: &mut HashMap<Inode, u64>,
+    durable_len: &mut HashMap<Inode, DurableLen>,
     entries: &mut HashMap<PathBuf, BTreeMap<OsString, Durable>>,
 ) {
     let files = listing(dir);
     for (name, d) in &files {
         if let Ok(m) = std::fs::metadata(dir.join(name)) {
-            durable_len.insert(d.inode, m.len());
+            durable_len.insert(
+                d.inode,
+                DurableLen {
+                    len: m.len(),
+                    point: None,
+                },
+            );
         }
     }
     entries.insert(rel.clone(), files);
@@ -389,7 +401,6 @@ impl FileSim {
                 rng: config.seed ^ 0xf11e_5eed,
                 on_crash: None,
                 durable_len,
-                durable_point: HashMap::new(),
                 entries,
                 pending: HashMap::new(),
             }),
@@ -543,9 +554,13 @@ impl FileSim {
                 // later covers the bytes written before it began, whichever
                 // returns first, so an earlier one's return must not take
                 // its shorter length back.
-                if s.durable_point.get(&inode).is_none_or(|&p| point > p) {
-                    s.durable_len.insert(inode, len);
-                    s.durable_point.insert(inode, point);
+                let newer = s
+                    .durable_len
+                    .get(&inode)
+                    .is_none_or(|d| d.point.is_none_or(|p| point > p));
+                if newer {
+                    let point = Some(point);
+                    s.durable_len.insert(inode, DurableLen { len, point });
                 }
                 s.entries.entry(dir).or_default().insert(name, entry);
             }
@@ -685,7 +700,7 @@ impl FileSim {
             };
             if let (Some(bytes), Some(inode)) = (bytes, inode) {
                 let len = bytes.len() as u64;
-                let durable_len = s.durable_len.get(&inode).copied().unwrap_or(0).min(len);
+                let durable_len = s.durable_len.get(&inode).map_or(0, |d| d.len).min(len);
                 let whole = self
                     .in_place
                     .iter()

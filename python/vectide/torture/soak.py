@@ -683,9 +683,19 @@ def _growth(samples: List[Dict], warm: Optional[int], key: str) -> Optional[floa
     return None if not a or b is None else round(b / a, 4)
 
 
+def live_bytes(sample: Dict) -> int:
+    """A sample's live vector bytes (live x dim x 4; at least 1)."""
+    return max(1, sample["live"] * DIM * 4)
+
+
+def disk_over_live(sample: Dict) -> float:
+    """A sample's directory bytes over its live vector bytes."""
+    return sample["disk_bytes"] / live_bytes(sample)
+
+
 def parts_over_live(sample: Dict) -> Dict[str, float]:
     """A sample's bytes per part over its live vector bytes."""
-    lb = max(1, sample["live"] * DIM * 4)
+    lb = live_bytes(sample)
     return {k: round(v / lb, 3) for k, v in sorted(sample.get("disk_parts", {}).items())}
 
 
@@ -1022,14 +1032,12 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
     if q is not None:
         began = q["t"] - q["settle_s"]
         samples = [x for x in samples if x["t"] < began]
-    live_bytes = [max(1, x["live"] * DIM * 4) for x in samples]
     rss = [float(x["rss"]) for x in samples]
-    ratio = [x["disk_bytes"] / lb for x, lb in zip(samples, live_bytes)]
+    ratio = [disk_over_live(x) for x in samples]
     first_done = first_job_done(samples, int(loaded.get("jobs_before_churn", 0)))
     warm = next((i for i, x in enumerate(samples) if x["t"] >= min(60.0, 0.2 * minutes * 60.0)), None)
     last = samples[-1] if samples else {}
-    q_ratio = None if q is None else q["disk_bytes"] / max(1, q["live"] * DIM * 4)
-    end_ratio = q_ratio if q_ratio is not None else (ratio[-1] if ratio else None)
+    end_ratio = disk_over_live(q) if q is not None else (ratio[-1] if ratio else None)
     ref = None if first_done is None else ratio[first_done]
     total_writes = sum(last.get(k, 0) for k in WRITE_KINDS)
     mw, iw = writes["maintenance"], writes["idle"]
