@@ -122,3 +122,22 @@ def test_collections_are_created_listed_and_deleted(db):
     with pytest.raises(KeyError):
         db.get_collection("d")
     assert len(db.get_collection("c")) == 5
+
+
+def _engine_stats(c):
+    info = c.info()
+    return (info.get("vectide") or info)["engine_stats"]
+
+
+def test_maintain_and_checkpoint_do_their_work_now(db, tmp_path):
+    c = db.create_collection("m", dim=2, metric="l2", engine="hnsw")
+    c.upsert(list(range(300)), np.stack([np.arange(300), np.ones(300)], axis=1).astype(np.float32))
+    assert c.delete(list(range(100))) == 100
+    assert _engine_stats(c)["pending_deletes"] == 100
+    c.maintain()
+    assert _engine_stats(c)["pending_deletes"] == 0
+    wal = tmp_path / "db" / "collections" / "m" / "wal"
+    logged = sum(f.stat().st_size for f in wal.iterdir())
+    c.checkpoint()
+    assert sum(f.stat().st_size for f in wal.iterdir()) < logged / 10
+    assert c.count() == 200 and [h.id for h in c.search([150, 1], k=1)[0]] == [150]

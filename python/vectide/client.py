@@ -3,7 +3,8 @@
 The same methods as :mod:`vectide.db` (``create_collection``,
 ``get_collection``, ``list_collections``, ``delete_collection``; on a
 collection ``upsert``, ``search``, ``search_numpy``, ``get``, ``delete``,
-``count``, ``scroll``, ``set_payload``, ``create_index``), talking to
+``count``, ``scroll``, ``set_payload``, ``create_index``, ``maintain``,
+``checkpoint``), talking to
 ``vectide serve`` through its REST API (the Qdrant-shaped subset), with the
 standard library's ``http.client`` only. Each thread keeps one persistent
 (keep-alive) connection; a request that finds its reused connection closed
@@ -276,3 +277,15 @@ class RemoteCollection:
 
     def create_index(self, field: str, schema: str = "keyword") -> None:
         self._c._call("PUT", self._path("/index?wait=true"), {"field_name": field, "field_schema": schema})
+
+    def maintain(self) -> None:
+        """Runs the engine's pending maintenance now (a delete
+        consolidation, a merge, a rebuild) and returns once none is in
+        flight; writes and searches go on (Vectide's own endpoint,
+        ``POST /collections/{name}/vectide/maintain``)."""
+        self._c._call("POST", self._path("/vectide/maintain"))
+
+    def checkpoint(self) -> None:
+        """A checkpoint now: the engine's state made durable and the commit
+        log cut behind it (``POST /collections/{name}/vectide/checkpoint``)."""
+        self._c._call("POST", self._path("/vectide/checkpoint"))

@@ -66,6 +66,12 @@ class CollectionProtocol(Protocol):
 
     def create_index(self, field: str, schema: str = "keyword") -> None: ...
 
+    def maintain(self) -> None:
+        """Runs the engine's pending maintenance now; returns once none is in flight."""
+
+    def checkpoint(self) -> None:
+        """Makes the engine's state durable and cuts the commit log behind it."""
+
 
 @runtime_checkable
 class DatabaseProtocol(Protocol):

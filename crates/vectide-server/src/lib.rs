@@ -381,4 +381,67 @@ mod tests {
         .await;
         assert_eq!(code, 200);
     }
+
+    fn dir_bytes(p: &std::path::Path) -> u64 {
+        std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn maintain_and_checkpoint_run_on_request() {
+        let f = fixture(None);
+        let body =
+            br#"{"vectors": {"size": 2, "distance": "Euclid"}, "vectide": {"engine": "hnsw"}}"#;
+        let (code, doc) = call(&f.app, "PUT", "/collections/c", body, &[]).await;
+        assert_eq!(code, 200, "{doc}");
+        let points: Vec<String> = (0..300)
+            .map(|i| format!(r#"{{"id": {i}, "vector": [{i}, 1]}}"#))
+            .collect();
+        let body = format!(r#"{{"points": [{}]}}"#, points.join(","));
+        let (code, _) = call(&f.app, "PUT", "/collections/c/points", body.as_bytes(), &[]).await;
+        assert_eq!(code, 200);
+        let ids: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+        let body = format!(r#"{{"points": [{}]}}"#, ids.join(","));
+        let (code, _) = call(
+            &f.app,
+            "POST",
+            "/collections/c/points/delete",
+            body.as_bytes(),
+            &[],
+        )
+        .await;
+        assert_eq!(code, 200);
+        let pending =
+            |doc: &Value| doc["result"]["vectide"]["engine_stats"]["pending_deletes"].clone();
+        let (_, doc) = call(&f.app, "GET", "/collections/c", b"", &[]).await;
+        assert_eq!(pending(&doc), json!(100), "{doc}");
+        let (code, doc) = call(&f.app, "POST", "/collections/c/vectide/maintain", b"", &[]).await;
+        assert_eq!((code, &doc["result"]), (200, &json!(true)), "{doc}");
+        let (_, doc) = call(&f.app, "GET", "/collections/c", b"", &[]).await;
+        assert_eq!(pending(&doc), json!(0), "{doc}");
+        let wal = f._dir.path().join("collections/c/wal");
+        let logged = dir_bytes(&wal);
+        let (code, doc) = call(
+            &f.app,
+            "POST",
+            "/collections/c/vectide/checkpoint",
+            b"",
+            &[],
+        )
+        .await;
+        assert_eq!((code, &doc["result"]), (200, &json!(true)), "{doc}");
+        assert!(
+            dir_bytes(&wal) < logged / 10,
+            "the log was not cut: {logged} bytes before"
+        );
+        let (_, doc) = call(&f.app, "POST", "/collections/c/points/count", b"{}", &[]).await;
+        assert_eq!(doc["result"]["count"], 200);
+        for verb in ["maintain", "checkpoint"] {
+            let uri = format!("/collections/nope/vectide/{verb}");
+            let (code, doc) = call(&f.app, "POST", &uri, b"", &[]).await;
+            assert!(code == 404 && error(&doc).contains("nope"), "{doc}");
+        }
+    }
 }

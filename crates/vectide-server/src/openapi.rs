@@ -105,7 +105,9 @@ pub fn document() -> Value {
             "/collections/{name}/points/delete": {"post": op("Delete points by id or filter", Some(r("Selector")), update.clone())},
             "/collections/{name}/points/scroll": {"post": op("Page through points in id order", Some(r("ScrollRequest")), json!({"type": "object", "properties": {"points": points, "next_page_offset": r("PointId")}}))},
             "/collections/{name}/points/payload": {"post": op("Merge keys into payloads", Some(r("SetPayload")), update.clone())},
-            "/collections/{name}/index": {"put": op("Declare a payload index", Some(r("CreateIndex")), update)}
+            "/collections/{name}/index": {"put": op("Declare a payload index", Some(r("CreateIndex")), update)},
+            "/collections/{name}/vectide/maintain": {"post": op("Vectide's own: run the engine's pending maintenance now (consolidation, merge, rebuild); answers when none is in flight", None, json!({"type": "boolean"}))},
+            "/collections/{name}/vectide/checkpoint": {"post": op("Vectide's own: take a checkpoint now (engine state durable, commit log cut)", None, json!({"type": "boolean"}))}
         },
         "components": {"schemas": {
             "Error": {"type": "object", "properties": {"status": {"type": "object", "properties": {"error": {"type": "string"}}}, "time": {"type": "number"}}},

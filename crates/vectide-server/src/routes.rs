@@ -274,6 +274,29 @@ async fn create_index(call: OnCollection<CreateIndex>) -> ApiResult {
     .await
 }
 
+// ---------------------------------------------------------------- vectide's own
+
+/// `POST /collections/{name}/vectide/maintain` (not in Qdrant's API): runs
+/// the engine's pending maintenance now (a delete consolidation, a merge, a
+/// rebuild) and answers once none is in flight. Writes and searches go on
+/// meanwhile; the server's own schedule runs the same work when it is due.
+async fn maintain(State(app): State<Arc<App>>, Path(name): Path<String>) -> ApiResult {
+    let t0 = Instant::now();
+    let c = collection(&app, &name)?;
+    blocking(move || Ok(c.maintain()?)).await?;
+    ok(true, t0)
+}
+
+/// `POST /collections/{name}/vectide/checkpoint` (not in Qdrant's API):
+/// a checkpoint now (the engine's state made durable, the commit log cut
+/// behind it), as the server's schedule takes one when enough is logged.
+async fn checkpoint(State(app): State<Arc<App>>, Path(name): Path<String>) -> ApiResult {
+    let t0 = Instant::now();
+    let c = collection(&app, &name)?;
+    blocking(move || Ok(c.checkpoint()?)).await?;
+    ok(true, t0)
+}
+
 // ---------------------------------------------------------------- points
 
 async fn upsert_points(call: OnCollection<Upsert>) -> ApiResult {
@@ -618,6 +641,8 @@ pub fn router(db: Arc<Database>, config: ServerConfig) -> Router {
         .route("/collections/{name}/points/scroll", post(scroll_points))
         .route("/collections/{name}/points/payload", post(set_payload))
         .route("/collections/{name}/index", put(create_index))
+        .route("/collections/{name}/vectide/maintain", post(maintain))
+        .route("/collections/{name}/vectide/checkpoint", post(checkpoint))
         .fallback(middleware::not_found)
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),

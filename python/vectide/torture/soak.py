@@ -37,9 +37,9 @@ How it runs:
   or search that began in an interval where a job ran (or began) counts as
   "maintenance", else "idle".
 - At the end the writers park (readers go on) while the holder does what a
-  quiet moment gives it (the engine's pending maintenance, and in the
-  database a checkpoint; through the server its own schedule) until no job
-  has run for a second: one "settled" sample. Then the writers resume, and 1-3 s later
+  quiet moment gives it (the engine's pending maintenance and, through the
+  database or the server, a checkpoint; the server has Vectide's own
+  endpoints for both) until no job has run for a second: one "settled" sample. Then the writers resume, and 1-3 s later
   the holder of the data (the driver, or the server) is SIGKILLed
   mid-stream, the data reopened and every id compared with the
   acknowledged history.
@@ -92,12 +92,9 @@ EXACT_EVERY = 5
 SAMPLE_S = 2.0
 POLL_S = 0.05
 # The settle before the kill: how long it may wait for the writers to park
-# and for the maintenance jobs to end. Through the server nothing asks for
-# a job: the database's checkpoint interval (60 s, with writes since the
-# last) starts one, so it waits that long and a little more.
+# and for the maintenance jobs to end.
 PARK_S = 60.0
 SETTLE_S = 300.0
-SETTLE_SERVER_S = 90.0
 QUIET_S = 1.0
 # Cosine distances computed by the engine (f32 kernels) and by numpy agree
 # to about 1e-6; a wrong vector is off by far more.
@@ -361,22 +358,27 @@ class _Target:
     def maintain(self) -> None:
         if self.mode == "standalone":
             self.idx.maintain()
-        elif self.mode == "db":
+        else:
             self.col.maintain()
 
-    def settle(self) -> bool:
+    def settle(self) -> None:
         """Asks for the work a quiet moment gives the holder: the engine's
-        pending maintenance, and in the database a checkpoint (which cuts
-        the log). False through the server, which has no call for it (its
-        own schedule runs both)."""
+        pending maintenance, and in the database (embedded or through the
+        server's endpoints) a checkpoint, which cuts the log. Through the
+        server on a connection of its own that waits as long as the settle
+        may (a merge can outlast the writers' timeout)."""
         if self.mode == "server":
-            return False
+            import vectide
+
+            col = vectide.Client(self.db.url, timeout=SETTLE_S).get_collection(NAME)
+            col.maintain()
+            col.checkpoint()
+            return
         self.maintain()
         if self.mode == "db":
             self.col.checkpoint()
         elif self.at_flush:
             self.flush()
-        return True
 
 
 def driver(args) -> None:
@@ -622,10 +624,8 @@ def driver(args) -> None:
         settled = False
         running, started = True, None
         try:
-            _, started0 = t.maintenance()
-            asked = t.settle()
-            limit = t0 + (args.settle_max if args.settle_max is not None
-                          else SETTLE_S if asked else SETTLE_SERVER_S)
+            t.settle()
+            limit = t0 + (args.settle_max if args.settle_max is not None else SETTLE_S)
             # Quiet for QUIET_S: no job running and none begun meanwhile (a
             # job that one queued, e.g. a compaction after a snapshot, has
             # not begun yet the moment its predecessor ends).
@@ -633,7 +633,7 @@ def driver(args) -> None:
             while time.monotonic() < limit:
                 running, started = t.maintenance()
                 now = time.monotonic()
-                if not running and (asked or started > started0):
+                if not running:
                     if quiet is None or quiet[1] != started:
                         quiet = (now, started)
                     elif now - quiet[0] >= QUIET_S:
@@ -1131,7 +1131,7 @@ def add_arguments(p) -> None:
                    help="an engine parameter (repeatable)")
     p.add_argument("--settle-max", type=float, default=None, metavar="SECONDS",
                    help="how long the settle before the kill may wait for the jobs to end (default "
-                        f"{SETTLE_S:.0f} s embedded or standalone, {SETTLE_SERVER_S:.0f} s through the server)")
+                        f"{SETTLE_S:.0f} s)")
     p.add_argument("--out", dest="soak_out", type=Path, help="write the JSON report here")
 
 
