@@ -849,6 +849,39 @@ mod tests {
     }
 
     #[test]
+    fn open_relinks_live_nodes_its_snapshot_left_unreachable() {
+        // Pruning with m = 2 drops some nodes' last in-edge on layer 0 (a
+        // consolidation would relink them; none runs without deletes), so
+        // the snapshot holds live nodes the entry point cannot reach.
+        let dir = tempfile::tempdir().unwrap();
+        let dim = 2;
+        let mut p = BaselineParams::defaults(BaselineKind::Snap);
+        p.hnsw.m = 2;
+        p.hnsw.ef_construction = 8;
+        p.hnsw.threads = Some(1);
+        let s = Baseline::create(dir.path(), BaselineKind::Snap, dim, Metric::L2, p).unwrap();
+        let n = 3000;
+        let ids: Vec<u64> = (0..n as u64).collect();
+        let v: Vec<f32> = (0..n * dim)
+            .map(|i| {
+                ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as f32 / (1u64 << 24) as f32
+            })
+            .collect();
+        s.insert(1, &ids, &v).unwrap();
+        s.snapshot().unwrap();
+        drop(s);
+        let saved = Hnsw::load(&dir.path().join(SNAPSHOT_FILE), Some(1)).unwrap();
+        let g = saved.check_graph();
+        assert!(
+            g.reachable < g.live,
+            "no unreachable node was planted: {g:?}"
+        );
+        let s = Baseline::open(dir.path(), Some(1)).unwrap();
+        let g = s.inner().check_graph();
+        assert_eq!((g.live, g.reachable), (n, n), "{g:?}");
+    }
+
+    #[test]
     fn wal_watermark_survives_operations_logged_out_of_sequence_order() {
         // Two writers numbered 5 and 6; the one holding 6 logs first.
         let dir = tempfile::tempdir().unwrap();
