@@ -153,14 +153,38 @@ impl FreshDiskann {
         st.ro_dead = m.ro_dead.clone();
         // The redo log of the RW-TempIndex. Under the database (whose
         // commit log is the only log) there is none, unless a standalone
-        // index left one: its calls are replayed all the same.
+        // index left one: its calls are replayed all the same. A
+        // standalone freeze that a crash cut before its manifest left the
+        // next serial's log too (`Inner::freeze_switch`): it holds the
+        // writes after the freeze began, and becomes the RW log once the
+        // freeze is finished below.
         let path = manifest::log_file(dir, m.rw);
-        let (log, calls) = match (params.external_log, path.exists()) {
-            (true, false) => (None, Vec::new()),
-            (true, true) => (None, RedoLog::open(&path, m.dim)?.1.ops),
-            (false, _) => {
-                let (log, rec) = RedoLog::open(&path, m.dim)?;
-                (Some(log), rec.ops)
+        let cut_path = manifest::log_file(dir, m.rw + 1);
+        let cut = cut_path.exists();
+        let read = |p: &Path| RedoLog::open(p, m.dim);
+        let (log, calls, cut_calls) = match (params.external_log, path.exists(), cut) {
+            (true, false, false) => (None, Vec::new(), Vec::new()),
+            (true, _, _) => (
+                None,
+                if path.exists() {
+                    read(&path)?.1.ops
+                } else {
+                    Vec::new()
+                },
+                if cut {
+                    read(&cut_path)?.1.ops
+                } else {
+                    Vec::new()
+                },
+            ),
+            (false, _, false) => {
+                let (log, rec) = read(&path)?;
+                (Some(log), rec.ops, Vec::new())
+            }
+            (false, _, true) => {
+                let calls = read(&path)?.1.ops;
+                let (log, rec) = read(&cut_path)?;
+                (Some(log), calls, rec.ops)
             }
         };
         let (dim, metric, rw, covered) = (m.dim, m.metric, m.rw, m.covered_seq);
@@ -169,19 +193,35 @@ impl FreshDiskann {
             manifest: m.clone(),
         };
         let inner = Inner::new(dir, dim, metric, params, st, writer, covered)?;
-        let temp = inner.new_temp(rw)?;
-        inner.state.write().temps.push(temp);
-        // Every call of the log follows the manifest's checkpoint.
-        let durable = replay(
-            calls,
-            covered,
-            // Rows read back from the log are checked as they enter again.
-            |seq, ids, vectors| {
-                inner.apply_insert(seq, Checked::new(dim, metric, ids, vectors)?, None)
-            },
-            |seq, ids| inner.apply_delete(seq, ids).map(drop),
-        )?
-        .watermark;
+        // Every call of a log follows the manifest's checkpoint; each log's
+        // calls go to its own temp index, as they did when written.
+        let mut durable = covered;
+        let mut frozen = None;
+        let logs = [(rw, calls), (rw + 1, cut_calls)];
+        for (serial, calls) in logs.into_iter().take(if cut { 2 } else { 1 }) {
+            let temp = inner.new_temp(serial)?;
+            inner.state.write().temps.push(temp.clone());
+            frozen = frozen.or(Some(temp));
+            durable = replay(
+                calls,
+                durable,
+                // Rows read back from the log are checked as they enter again.
+                |seq, ids, vectors| {
+                    inner.apply_insert(seq, Checked::new(dim, metric, ids, vectors)?, None)
+                },
+                |seq, ids| inner.apply_delete(seq, ids).map(drop),
+            )?
+            .watermark;
+        }
+        if cut {
+            // The cut freeze's last steps: `temp-rw.fv` saved, the manifest
+            // naming it. A crash before the manifest's rename leaves both
+            // logs as they were, for the next open to do again.
+            if let Some(frozen) = frozen {
+                frozen.index.save(&manifest::temp_file(dir, rw))?;
+            }
+            inner.name_frozen(&mut inner.writer.lock(), rw, durable)?;
+        }
         // What the redo log held was synced: durable, whoever logs from now.
         inner
             .durable
@@ -192,7 +232,7 @@ impl FreshDiskann {
         inner
             .covered
             .store(durable, std::sync::atomic::Ordering::Release);
-        remove_unnamed(dir, &m);
+        remove_unnamed(dir, &inner.writer.lock().manifest);
         Ok(FreshDiskann {
             inner: Arc::new(inner),
         })

@@ -195,19 +195,18 @@ impl Inner {
         m
     }
 
-    /// Freezes the RW-TempIndex: snapshot, a new redo log, the manifest
-    /// naming both, then the old log removed. With `log=database` and an
-    /// empty RW index, only the manifest is rewritten (so that it covers
-    /// the deletes since the last freeze). Refused once poisoned: the
-    /// state in memory lacks a logged write, and the freeze would drop the
-    /// log that holds it.
+    /// Freezes the RW-TempIndex: snapshot, a new redo log (standalone),
+    /// the manifest naming both, then the old log removed. With
+    /// `log=database` and an empty RW index, only the manifest is
+    /// rewritten (so that it covers the deletes since the last freeze).
+    /// Refused once poisoned: the state in memory lacks a logged write, and
+    /// the freeze would drop the log that holds it.
     ///
     /// One freeze at a time: a freeze that finds another in flight waits
     /// for it without the writer lock (the other needs the lock to end).
-    /// Under the database the frozen index is saved without the writer
-    /// lock ([`Inner::freeze_beside`]); standalone the save, the new log
-    /// and the manifest happen under it (writers wait: the new log must
-    /// not take writes before a manifest names it).
+    /// The frozen index is saved without the writer lock, a new RW index
+    /// taking the writes meanwhile ([`Inner::freeze_switch`]); writers
+    /// wait only while the indexes are switched and the manifest written.
     pub(crate) fn freeze(&self, w: &mut MutexGuard<'_, Writer>) -> Result<()> {
         let _one = match self.freeze_lock.try_lock() {
             Some(g) => g,
@@ -235,51 +234,72 @@ impl Inner {
                 "fresh-diskann: 2^32 - 1 temp indexes frozen; no serial is left",
             ));
         }
-        if self.params.external_log {
-            return self.freeze_beside(w, rw, next);
-        }
-        rw.index.save(&manifest::temp_file(&self.dir, rw.serial))?;
-        // Standalone: the next RW index's own log.
-        let (log, stale) = RedoLog::open(&manifest::log_file(&self.dir, next), self.dim)?;
-        if !stale.ops.is_empty() || stale.torn {
-            return Err(Error::corrupted(format!(
-                "{} holds records of a log the manifest does not name",
-                manifest::log_file(&self.dir, next).display()
-            )));
-        }
-        let mut m = self.manifest_now(w, self.durable.load(Ordering::Acquire));
-        m.ro.push(rw.serial);
-        m.rw = next;
+        self.freeze_switch(w, rw, next)
+    }
+
+    /// The manifest naming the frozen `serial` as a snapshot and `serial +
+    /// 1` as the RW serial, covering `covered`, written and put in force
+    /// (the last step of every freeze, and of a recovery that finishes
+    /// one a crash cut).
+    pub(crate) fn name_frozen(&self, w: &mut Writer, serial: u64, covered: Seq) -> Result<()> {
+        let mut m = self.manifest_now(w, covered);
+        m.ro.push(serial);
+        m.rw = serial + 1;
         m.write(&self.dir)?;
-        let covered = m.covered_seq;
-        let temp = self.new_temp(next)?;
-        self.state.write().temps.push(temp);
         w.manifest = m;
         self.covered.fetch_max(covered, Ordering::AcqRel);
-        w.log = Some(log);
-        let _ = std::fs::remove_file(manifest::log_file(&self.dir, rw.serial));
         Ok(())
     }
 
-    /// The freeze under the database's log, in three steps: (1) under the
-    /// writer lock a new RW-TempIndex takes the writes and the frozen one
-    /// stays searchable (it changes no more: deletes of its points go to
-    /// the RO dead list); (2) without the lock, the frozen index is saved;
-    /// (3) under the lock again, the manifest naming it is written and
-    /// only then does `durable_seq()` (`covered`) move to the writes it
-    /// holds. A crash before (3) leaves the old manifest and watermark:
-    /// the database replays those writes. A failure after (1) poisons the
-    /// index: the state in memory has a frozen temp index no manifest
-    /// names, and a later manifest would drop it (the reopen replays).
-    fn freeze_beside(
+    /// The freeze of a non-empty RW-TempIndex `S`, in steps: (0)
+    /// standalone, without the writer lock, `redo-(S+1).log` is created
+    /// (its header synced); (1) under the lock a new RW-TempIndex `S+1`
+    /// takes the writes (standalone, logged in the new log) and the frozen
+    /// `S` stays searchable (it changes no more: deletes of its points go
+    /// to the RO dead list); (2) without the lock, `temp-S.fv` is saved;
+    /// (3) under the lock again, the manifest naming `S` as a snapshot and
+    /// `S+1` as the RW serial is written; standalone `redo-S.log` is then
+    /// removed.
+    ///
+    /// Under the database the manifest covers the watermark of (1): only
+    /// then does `durable_seq()` (`covered`) move to the writes `S` holds,
+    /// and a crash before (3) leaves the old manifest and watermark, for
+    /// the database to replay those writes. Standalone it covers the
+    /// watermark of (3) (the writes after (1) are in the log it names),
+    /// and a crash before (3) leaves the old manifest beside both logs:
+    /// recovery replays `redo-S.log` into `S`, `redo-(S+1).log` into
+    /// `S+1`, and finishes the freeze (`recovery.rs`). A failure after (1)
+    /// poisons the index: the state in memory has a frozen temp index no
+    /// manifest names, and a later manifest would drop it (the reopen
+    /// replays).
+    fn freeze_switch(
         &self,
         w: &mut MutexGuard<'_, Writer>,
         rw: Arc<Temp>,
         next: u64,
     ) -> Result<()> {
-        let covered = self.durable.load(Ordering::Acquire);
+        let log = match self.params.external_log {
+            true => None,
+            false => {
+                let path = manifest::log_file(&self.dir, next);
+                let (log, stale) = MutexGuard::unlocked(w, || RedoLog::open(&path, self.dim))?;
+                if !stale.ops.is_empty() || stale.torn {
+                    return Err(Error::corrupted(format!(
+                        "{} holds records of a log the manifest does not name",
+                        path.display()
+                    )));
+                }
+                // A write may have failed while the lock was let go.
+                self.poison.check()?;
+                Some(log)
+            }
+        };
+        let at_switch = self.durable.load(Ordering::Acquire);
         let temp = self.new_temp(next)?;
         self.state.write().temps.push(temp);
+        // Writers that logged in the old log wait for its sync on their
+        // own tickets; the old log is closed once no manifest names it.
+        let old = log.map(|l| w.log.replace(l));
         let serial = rw.serial;
         let why = |e: &Error| {
             self.poison
@@ -287,12 +307,15 @@ impl Inner {
         };
         MutexGuard::unlocked(w, || rw.index.save(&manifest::temp_file(&self.dir, serial)))
             .map_err(|e| why(&e))?;
-        let mut m = self.manifest_now(w, covered);
-        m.ro.push(serial);
-        m.rw = next;
-        m.write(&self.dir).map_err(|e| why(&e))?;
-        w.manifest = m;
-        self.covered.fetch_max(covered, Ordering::AcqRel);
+        let covered = match old {
+            None => at_switch,
+            Some(_) => self.durable.load(Ordering::Acquire),
+        };
+        self.name_frozen(w, serial, covered).map_err(|e| why(&e))?;
+        if let Some(old) = old {
+            drop(old);
+            let _ = std::fs::remove_file(manifest::log_file(&self.dir, serial));
+        }
         Ok(())
     }
 }

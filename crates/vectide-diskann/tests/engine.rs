@@ -307,13 +307,24 @@ fn a_failed_apply_poisons_the_index_until_the_reopen_replays_the_log() {
     );
 }
 
+/// Holds a freeze's save of the frozen index (an atomic write of
+/// `temp-N.fv`) in its fsync.
+fn hold_temp_save() -> std::sync::Arc<hold_sync::Hold> {
+    std::sync::Arc::new(hold_sync::Hold::new(|e| {
+        e.site == vectide_core::io::ATOMIC_WRITE_FILE
+            && e.path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(".temp-"))
+    }))
+}
+
 /// Under the database's log, a freeze saves the frozen temp index without
 /// the writer lock: writes go on while its file is synced, and the
 /// watermark moves to the frozen writes only once the manifest names them
 /// (the save is held in its fsync until a second writer finished).
 #[test]
 fn writers_do_not_wait_for_a_freeze_to_save_the_frozen_index() {
-    use hold_sync::Hold;
     use std::sync::Arc;
     use vectide_core::sync::install_sync_observer;
 
@@ -328,14 +339,7 @@ fn writers_do_not_wait_for_a_freeze_to_save_the_frozen_index() {
         ix.insert(i + 1, &[i], &data[at..at + DIM]).unwrap();
     }
     let before = ix.durable_seq();
-    // The frozen index's save: an atomic write of `temp-N.fv`.
-    let hold = Arc::new(Hold::new(|e| {
-        e.site == vectide_core::io::ATOMIC_WRITE_FILE
-            && e.path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(".temp-"))
-    }));
+    let hold = hold_temp_save();
     let _g = install_sync_observer(&path, hold.clone());
     // The 100th point fills the RW index: its write freezes it.
     let freezer = {
@@ -377,4 +381,74 @@ fn writers_do_not_wait_for_a_freeze_to_save_the_frozen_index() {
         assert!(again.contains(i).unwrap(), "{i} lost");
     }
     assert!(again.check_structure().unwrap().is_empty());
+}
+
+/// Standalone too, the frozen index is saved without the writer lock:
+/// writes go on, logged in the next serial's log, while the save is held
+/// in its fsync. A copy of the directory taken then is the state a crash
+/// before the freeze's manifest leaves (the old manifest beside both
+/// logs): opened, it holds every write of both logs and has finished the
+/// freeze (the manifest names the snapshot, the new log is the RW log).
+#[test]
+fn a_standalone_freeze_lets_writers_go_on_and_a_crash_before_its_manifest_loses_nothing() {
+    use std::sync::Arc;
+    use vectide_core::sync::install_sync_observer;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ix");
+    let ix =
+        Arc::new(FreshDiskann::create(&path, DIM, Metric::L2, params(100, 1_000_000)).unwrap());
+    let data = oracle::clustered(200, DIM, 4, 12);
+    let row = |i: u64| data[i as usize * DIM..(i as usize + 1) * DIM].to_vec();
+    for i in 0..99u64 {
+        ix.insert(i + 1, &[i], &row(i)).unwrap();
+    }
+    let hold = hold_temp_save();
+    let _g = install_sync_observer(&path, hold.clone());
+    let freezer = {
+        let ix = ix.clone();
+        let v = row(99);
+        std::thread::spawn(move || ix.insert(100, &[99], &v))
+    };
+    hold.wait_held(|| freezer.is_finished());
+    // Inside the save's fsync: these are logged in redo-2.log and synced.
+    ix.insert(101, &[100], &row(100)).unwrap();
+    assert_eq!(ix.delete(102, &[0]).unwrap(), 1);
+    ix.insert(103, &[5], &row(150)).unwrap();
+    let crashed = dir.path().join("crashed");
+    std::fs::create_dir(&crashed).unwrap();
+    for e in std::fs::read_dir(&path).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), crashed.join(e.file_name())).unwrap();
+    }
+    hold.release();
+    freezer.join().unwrap().unwrap();
+    assert!(
+        hold.released_during_sync(),
+        "the writes waited for the freeze's save"
+    );
+    assert!(!crashed.join("temp-1.fv").exists() && crashed.join("redo-2.log").exists());
+    let check = |ix: &FreshDiskann| {
+        assert_eq!(ix.len(), 100);
+        assert!(!ix.contains(0).unwrap());
+        for i in 1..=100u64 {
+            assert!(ix.contains(i).unwrap(), "{i} lost");
+        }
+        assert_eq!(ix.get(5).unwrap().unwrap(), row(150));
+        assert_eq!(ix.get(100).unwrap().unwrap(), row(100));
+        assert!(ix.durable_seq() >= 103, "{}", ix.durable_seq());
+        assert!(ix.check_structure().unwrap().is_empty());
+    };
+    check(&ix);
+    drop(ix);
+    let again = FreshDiskann::open(&crashed, OpenKnobs::threads(2)).unwrap();
+    check(&again);
+    // The freeze is finished: its snapshot saved and named, the old log gone.
+    assert!(crashed.join("temp-1.fv").exists() && !crashed.join("redo-1.log").exists());
+    again.insert(104, &[150], &row(151)).unwrap();
+    drop(again);
+    let again = FreshDiskann::open(&crashed, OpenKnobs::threads(2)).unwrap();
+    assert_eq!(again.len(), 101);
+    assert_eq!(again.get(150).unwrap().unwrap(), row(151));
+    assert_eq!(again.get(5).unwrap().unwrap(), row(150));
 }
