@@ -556,14 +556,20 @@ impl Inner {
     /// changed it since its build, and `spfresh` sweeps: every posting gets
     /// the merge job's check (merged when small, its garbage collected
     /// whenever that saves a block), the jobs that queues run out, again
-    /// while a pass changes anything, and a snapshot returns the blocks
-    /// they released. Searches queue those
+    /// while a pass changes anything. Then a snapshot returns the blocks
+    /// the rebuild or the sweep released, and a file left mostly free is
+    /// compacted (`give_blocks_back`). Searches queue those
     /// checks lazily as they meet postings (§3.2); after a sweep none is
     /// left for the next searches to run in the background.
     pub(crate) fn maintain(&self) -> Result<()> {
         self.drain_jobs()?;
         match self.mode {
-            Mode::Static => self.rebuild_static(),
+            Mode::Static => {
+                self.rebuild_static()?;
+                // The old index's postings went: their blocks come back
+                // as after a sweep.
+                self.give_blocks_back()
+            }
             Mode::Fresh => {
                 // A merge's reassigns can leave another posting small, so
                 // the sweep goes again while it changes anything.
@@ -590,20 +596,24 @@ impl Inner {
                 })();
                 self.give_back(sc);
                 swept?;
-                self.snapshot()?;
-                // The sweep may have left the file mostly free: compact
-                // now, and the next snapshot gives the end back.
-                if self.store.compaction_due() {
-                    let mut sc = self.scratch();
-                    let r = self.compact(&mut sc);
-                    self.give_back(sc);
-                    r?;
-                    self.snapshot()?;
-                }
-                Ok(())
+                self.give_blocks_back()
             }
             Mode::Inplace => Ok(()),
         }
+    }
+
+    /// A snapshot, which frees the blocks released so far; then, if that
+    /// left the file mostly free, a compaction (whose own snapshot cuts
+    /// the end off).
+    fn give_blocks_back(&self) -> Result<()> {
+        self.snapshot()?;
+        if self.store.compaction_due() {
+            let mut sc = self.scratch();
+            let r = self.compact(&mut sc);
+            self.give_back(sc);
+            r?;
+        }
+        Ok(())
     }
 
     pub(crate) fn stats(&self) -> Result<IndexStats> {
