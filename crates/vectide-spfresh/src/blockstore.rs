@@ -818,10 +818,13 @@ impl BlockStore {
     }
 
     /// Whether the file is worth compacting: past [`COMPACT_FLOOR`] blocks
-    /// and more than a quarter of it not in use.
+    /// and more than a quarter of it free.
     pub fn compaction_due(&self) -> bool {
         let pool = self.pool.lock();
-        u64::from(pool.end) >= COMPACT_FLOOR && Self::in_use(&pool) * 4 < u64::from(pool.end) * 3
+        // Free blocks, not held ones: those come back only with a
+        // snapshot (the held trigger's), and a compaction has nowhere to
+        // move postings to before it.
+        u64::from(pool.end) >= COMPACT_FLOOR && pool.free.len() as u64 * 4 > u64::from(pool.end)
     }
 
     /// The postings to move when compacting: those with a block past the

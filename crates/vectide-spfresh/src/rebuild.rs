@@ -182,7 +182,11 @@ impl Inner {
                 self.merge(p, false, sc)
             }
         };
-        self.after_job();
+        // A compaction that found nothing to move must not queue itself
+        // again.
+        if job != Job::Compact {
+            self.after_job();
+        }
         r
     }
 
