@@ -281,19 +281,26 @@ async fn create_index(call: OnCollection<CreateIndex>) -> ApiResult {
 /// rebuild) and answers once none is in flight. Writes and searches go on
 /// meanwhile; the server's own schedule runs the same work when it is due.
 async fn maintain(State(app): State<Arc<App>>, Path(name): Path<String>) -> ApiResult {
-    let t0 = Instant::now();
-    let c = collection(&app, &name)?;
-    blocking(move || Ok(c.maintain()?)).await?;
-    ok(true, t0)
+    run_now(&app, &name, Collection::maintain).await
 }
 
 /// `POST /collections/{name}/vectide/checkpoint` (not in Qdrant's API):
 /// a checkpoint now (the engine's state made durable, the commit log cut
 /// behind it), as the server's schedule takes one when enough is logged.
 async fn checkpoint(State(app): State<Arc<App>>, Path(name): Path<String>) -> ApiResult {
+    run_now(&app, &name, Collection::checkpoint).await
+}
+
+/// Vectide's own on-request work on one collection (`maintain`,
+/// `checkpoint`): run on the blocking pool, answered `true` once done.
+async fn run_now(
+    app: &App,
+    name: &str,
+    work: fn(&Collection) -> vectide_db::Result<()>,
+) -> ApiResult {
     let t0 = Instant::now();
-    let c = collection(&app, &name)?;
-    blocking(move || Ok(c.checkpoint()?)).await?;
+    let c = collection(app, name)?;
+    blocking(move || Ok(work(&c)?)).await?;
     ok(true, t0)
 }
 

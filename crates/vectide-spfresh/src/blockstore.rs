@@ -144,6 +144,12 @@ impl ReadScratch {
     }
 }
 
+/// Whether posting `e` has a block at or past `target` (a compaction's
+/// candidate).
+fn reaches(e: &Posting, target: u32) -> bool {
+    e.blocks.iter().any(|r| r.block >= target)
+}
+
 /// Checks a block read for posting `pid` as entry ref `r` names it, with
 /// `want_used` payload bytes; its payload, or why not.
 fn check_block(
@@ -827,32 +833,47 @@ impl BlockStore {
         u64::from(pool.end) >= COMPACT_FLOOR && pool.free.len() as u64 * 4 > u64::from(pool.end)
     }
 
-    /// The postings to move when compacting: those with a block past the
-    /// file's share of blocks in use (plus an eighth).
-    pub fn compaction_candidates(&self) -> Vec<u32> {
+    /// The postings to move when compacting, and the block they must end
+    /// below: those with a block past the file's share of blocks in use
+    /// (plus an eighth).
+    pub fn compaction_candidates(&self) -> (u32, Vec<u32>) {
         let target = {
             let pool = self.pool.lock();
             let used = Self::in_use(&pool);
             (1 + used + used / 8) as u32
         };
         let map = self.map.read();
-        (0..map.len() as u32)
+        let pids = (0..map.len() as u32)
             .filter(|&p| {
                 map[p as usize]
                     .entry
                     .load()
                     .as_ref()
-                    .is_some_and(|e| e.blocks.iter().any(|r| r.block >= target))
+                    .is_some_and(|e| reaches(e, target))
             })
-            .collect()
+            .collect();
+        (target, pids)
     }
 
     /// Moves posting `pid` into the lowest free blocks by a PUT of its own
-    /// records (a posting that changes meanwhile keeps its change and is
-    /// left where it is). Its old blocks are released as any PUT's are:
-    /// the next durable snapshot frees them and cuts the file's free end
-    /// off ([`BlockStore::snapshot_durable`]). Returns whether it moved.
-    pub fn relocate(&self, pid: u32, recs: &mut Records, sc: &mut ReadScratch) -> Result<bool> {
+    /// records, if it still has a block at or past `target` (an earlier
+    /// move or a write may have put it below since the candidates were
+    /// taken; moving it again would spend the low free blocks that the
+    /// postings still at the end need). A posting that changes meanwhile
+    /// keeps its change and is left where it is. Its old blocks are
+    /// released as any PUT's are: the next durable snapshot frees them and
+    /// cuts the file's free end off ([`BlockStore::snapshot_durable`]).
+    /// Returns whether it moved.
+    pub fn relocate(
+        &self,
+        pid: u32,
+        target: u32,
+        recs: &mut Records,
+        sc: &mut ReadScratch,
+    ) -> Result<bool> {
+        if !self.entry(pid).is_some_and(|e| reaches(&e, target)) {
+            return Ok(false);
+        }
         let Some(e) = self.get(pid, recs, sc)? else {
             return Ok(false);
         };

@@ -177,6 +177,8 @@ pub(crate) struct Inner {
     pub gate: RwLock<()>,
     pub writer: Mutex<Writer>,
     pub snap_lock: Mutex<()>,
+    /// Held by a compaction (one at a time).
+    pub compact_lock: Mutex<()>,
     /// The newest sequence number applied (with `log=own`, written to the
     /// log first; its call returns once the log's `fdatasync` covers it):
     /// what a snapshot covers.
@@ -265,6 +267,7 @@ impl Inner {
             gate: RwLock::new(()),
             writer: Mutex::new(writer),
             snap_lock: Mutex::new(()),
+            compact_lock: Mutex::new(()),
             durable: AtomicU64::new(0),
             synced: AtomicU64::new(0),
             covered: AtomicU64::new(0),
@@ -556,9 +559,10 @@ impl Inner {
     /// changed it since its build, and `spfresh` sweeps: every posting gets
     /// the merge job's check (merged when small, its garbage collected
     /// whenever that saves a block), the jobs that queues run out, again
-    /// while a pass changes anything. Then a snapshot returns the blocks
-    /// the rebuild or the sweep released, and a file left mostly free is
-    /// compacted (`give_blocks_back`). Searches queue those
+    /// while a pass changes anything (`spann-inplace` has neither). Then a
+    /// snapshot returns the blocks the rebuild, the sweep or the drained
+    /// jobs released, and a file left mostly free is compacted
+    /// (`give_blocks_back`). Searches queue those
     /// checks lazily as they meet postings (§3.2); after a sweep none is
     /// left for the next searches to run in the background.
     pub(crate) fn maintain(&self) -> Result<()> {
@@ -598,7 +602,9 @@ impl Inner {
                 swept?;
                 self.give_blocks_back()
             }
-            Mode::Inplace => Ok(()),
+            // Postings only grow (no splits); the jobs drained above
+            // released blocks a snapshot returns.
+            Mode::Inplace => self.give_blocks_back(),
         }
     }
 
