@@ -122,6 +122,8 @@ def _run(tmp_path, engine, mode, minutes, points, *extra):
     assert q["writes_at_park"] == sum(q[k] for k in soak.WRITE_KINDS), q
     assert s["settled"] and not q["maintenance_running"], detail
     assert s["disk_over_live_last"] == round(q["disk_bytes"] / (q["live"] * soak.DIM * 4), 3), detail
+    # The engine's own stats at that moment, its live count the model's.
+    assert q["engine_stats"]["live"] == q["live"], q.get("engine_stats")
     # Writes went on after it: the kill came mid-stream.
     assert s["writes_begun_after_settle"] > 0, detail
     # The parts add up to the whole, sample by sample.

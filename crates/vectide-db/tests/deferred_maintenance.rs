@@ -95,6 +95,51 @@ fn a_p_hnsw_delete_past_the_threshold_leaves_the_consolidation_to_the_background
     a_delete_past_the_threshold_leaves_the_consolidation_to_the_background("p-hnsw");
 }
 
+/// A `spann` collection rebuilds in the background once a quarter of it
+/// has changed since its build (it never rebuilt under the database or
+/// the server before: nothing asked for its `maintain()`).
+#[test]
+fn a_spann_collection_is_rebuilt_by_the_background_thread_once_a_quarter_changed() {
+    let root = tempfile::tempdir().unwrap();
+    let opts = Options {
+        checkpoint_bytes: u64::MAX,
+        checkpoint_min_bytes: u64::MAX,
+        checkpoint_interval: Duration::from_secs(3600),
+        ..Options::default()
+    };
+    let db = Database::open(root.path(), opts).unwrap();
+    let c = db
+        .create_collection(
+            "docs",
+            CollectionConfig::new(4, vectide_core::Metric::L2, "spann"),
+        )
+        .unwrap();
+    let rebuilds = || c.stats().unwrap().extra_value("rebuilds").unwrap();
+    // The first upsert into the empty collection is its static build.
+    c.upsert(&points(4_000)).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!c.maintenance_due());
+    assert_eq!(rebuilds(), 0.0, "a rebuild ran with nothing changed");
+    // 900 deletes: under the floor of 1,000 rows.
+    let gone: Vec<ExtId> = (0..900u64).map(ExtId::Num).collect();
+    c.delete(Some(&gone), None).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(rebuilds(), 0.0, "a rebuild ran before a quarter changed");
+    // 100 more: 1,000 rows changed, a quarter of the 3,000 live and more.
+    let gone: Vec<ExtId> = (900..1_000u64).map(ExtId::Num).collect();
+    c.delete(Some(&gone), None).unwrap();
+    let t0 = Instant::now();
+    while rebuilds() < 1.0 || c.maintenance_due() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no background rebuild: {:?}",
+            c.stats().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(c.count(None), 3_000);
+}
+
 /// Dropping the last handles while the background thread runs a job waits
 /// for that job and releases the directory lock before the drop returns:
 /// an open right after it succeeds (it failed with `Locked` while the

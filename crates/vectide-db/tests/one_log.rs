@@ -165,10 +165,14 @@ fn engines_that_keep_a_log_write_none_of_their_own_under_the_database() {
             "{engine}: a log file in the engine's directory"
         );
         // What is left are the engine's own checkpoints (freezes,
-        // snapshots, merges), every thousand rows or so: far fewer than
-        // one per write.
+        // snapshots, merges): far fewer than one per write. The most is
+        // `spann`'s since the database rebuilds it as it grows: a write
+        // rewrites the tail block of each posting holding a replica, and
+        // the blocks so released bring a snapshot once they pass a third
+        // of those in use (95 snapshots, 285 syncs; 18 while it was never
+        // rebuilt, its first build of one point taking every write).
         assert!(
-            c.total() > 0 && c.total() < N / 50,
+            c.total() > 0 && c.total() < N / 25,
             "{engine}: {} engine syncs over {N} writes: {sites:?}",
             c.total()
         );

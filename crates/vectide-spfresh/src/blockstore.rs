@@ -889,6 +889,12 @@ impl BlockStore {
 
     // ---- snapshots ----
 
+    /// Blocks held back for the next snapshot (released, not yet free).
+    pub fn held(&self) -> u64 {
+        let pool = self.pool.lock();
+        (pool.held.len() + pool.pending.len()) as u64
+    }
+
     /// Whether the blocks held back for the next snapshot exceed a
     /// [`HELD_SHARE`]-th of both the blocks in use and `floor`: the point
     /// where a snapshot (which returns them to the pool) keeps the file

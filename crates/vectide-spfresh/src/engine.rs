@@ -178,6 +178,17 @@ impl VectorIndex for Spfresh {
         self.inner.maintain()
     }
 
+    /// `spann` leaves its rebuild to the caller's `maintain()` (it never
+    /// runs one on its own); the others' jobs run in their background
+    /// drain.
+    fn defer_maintenance(&self) -> bool {
+        self.inner.mode == Mode::Static
+    }
+
+    fn maintenance_due(&self) -> bool {
+        self.inner.rebuild_due()
+    }
+
     fn close(&self) -> Result<()> {
         self.inner.jobs.stop_workers();
         self.inner.drain_jobs()?;

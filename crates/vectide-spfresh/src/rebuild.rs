@@ -610,6 +610,7 @@ impl Inner {
             }
         }
         self.built_at.store(changes(), Ordering::Relaxed);
+        c.rebuilds.fetch_add(1, Ordering::Relaxed);
         drop(_g);
         drop(w);
         // The snapshot is a job of its own.

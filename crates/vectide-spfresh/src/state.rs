@@ -80,6 +80,14 @@ pub(crate) const STRIPES: usize = 1024;
 /// Passes of `maintain()`'s sweep at most (each goes over every posting;
 /// a pass that changes nothing ends it).
 pub(crate) const SWEEP_ROUNDS: usize = 4;
+/// A `spann` rebuild is due once the rows inserted or deleted since the
+/// last build reach this share of the live vectors (Vectide's choice: a
+/// quarter keeps the appended share of the postings small while the
+/// rebuilds' total work stays within a few times the live set's).
+pub const REBUILD_SHARE: f64 = 0.25;
+/// The fewest rows that make a `spann` rebuild due (a small index is not
+/// rebuilt every few writes).
+pub const REBUILD_FLOOR: u64 = 1000;
 
 /// The id maps (module docs).
 #[derive(Default)]
@@ -128,6 +136,8 @@ pub(crate) struct Counters {
     pub postings_read: AtomicU64,
     pub blocks_read: AtomicU64,
     pub snapshots: AtomicU64,
+    /// `spann` rebuilds swapped in.
+    pub rebuilds: AtomicU64,
     /// Reclaims that freed vector numbers, the numbers they freed, the
     /// postings they rewrote, the bytes those PUTs wrote and the time they
     /// took (`reclaim.rs`).
@@ -341,6 +351,25 @@ impl Inner {
             .read()
             .get(vid as usize)
             .map(|h| h.load(Ordering::Acquire) as u32)
+    }
+
+    /// Whether a `spann` rebuild is due: the rows inserted or deleted
+    /// since the last build reach [`REBUILD_SHARE`] of the live vectors
+    /// (at least [`REBUILD_FLOOR`]), and none runs. The database's and the
+    /// server's background pass polls it and runs `maintain()` (the
+    /// engine's `defer_maintenance`); before, a `spann` collection there
+    /// never rebuilt, its postings growing by appends from its first build
+    /// on (a bulk load into an empty collection: about a hundred postings
+    /// of a thousand vectors each).
+    pub(crate) fn rebuild_due(&self) -> bool {
+        if self.mode != Mode::Static || self.rebuild_lock.is_locked() {
+            return false;
+        }
+        let c = &self.counters;
+        let changes = c.inserts.load(Ordering::Relaxed) + c.deletes.load(Ordering::Relaxed);
+        let since = changes.saturating_sub(self.built_at.load(Ordering::Relaxed));
+        let live = self.ids.read().ext.len() as f64;
+        since >= REBUILD_FLOOR.max((live * REBUILD_SHARE) as u64)
     }
 
     /// Records that the index is as built (`spann`'s `maintain` rebuilds
@@ -608,11 +637,15 @@ impl Inner {
         }
     }
 
-    /// A snapshot, which frees the blocks released so far; then, if that
+    /// A snapshot when blocks are held, which frees them; then, if that
     /// left the file mostly free, a compaction (whose own snapshot cuts
     /// the end off).
     fn give_blocks_back(&self) -> Result<()> {
-        self.snapshot()?;
+        // Held blocks come back with a snapshot; none held (a rebuild
+        // ends with its own snapshot), none needed.
+        if self.store.held() > 0 {
+            self.snapshot()?;
+        }
         if self.store.compaction_due() {
             let mut sc = self.scratch();
             let r = self.compact(&mut sc);
@@ -668,6 +701,7 @@ impl Inner {
             ("cascade_max".into(), load(&c.cascade_max)),
             ("jobs_failed".into(), load(&c.jobs_failed)),
             ("snapshots".into(), load(&c.snapshots)),
+            ("rebuilds".into(), load(&c.rebuilds)),
             ("queries".into(), load(&c.queries)),
             ("search_restarts".into(), load(&c.search_restarts)),
             (

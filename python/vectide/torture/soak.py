@@ -39,7 +39,9 @@ How it runs:
 - At the end the writers park (readers go on) while the holder does what a
   quiet moment gives it (the engine's pending maintenance and, through the
   database or the server, a checkpoint; the server has Vectide's own
-  endpoints for both) until no job has run for a second: one "settled" sample. Then the writers resume, and 1-3 s later
+  endpoints for both) until no job has run for a second: one "settled" sample,
+  which also holds the engine's own stats (``engine_stats``: a block store's
+  blocks in use, free and held, postings, slots). Then the writers resume, and 1-3 s later
   the holder of the data (the driver, or the server) is SIGKILLed
   mid-stream, the data reopened and every id compared with the
   acknowledged history.
@@ -345,14 +347,18 @@ class _Target:
         m = (info.get("vectide", {}) if self.mode == "server" else info).get("maintenance") or {}
         return bool(m.get("running")), int(m.get("started", 0))
 
-    def engine_memory(self) -> Optional[int]:
-        """The bytes the engine says its structures hold (None: unknown)."""
+    def engine_stats(self) -> Dict[str, float]:
+        """The engine's own stats (the contract's and its extra figures)."""
         if self.mode == "standalone":
             s = self.idx.stats()
         else:
             info = self.col.info()
             s = (info.get("vectide", {}) if self.mode == "server" else info).get("engine_stats") or {}
-        m = s.get("memory_bytes")
+        return {k: v for k, v in s.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    def engine_memory(self) -> Optional[int]:
+        """The bytes the engine says its structures hold (None: unknown)."""
+        m = self.engine_stats().get("memory_bytes")
         return None if m is None else int(m)
 
     def maintain(self) -> None:
@@ -645,6 +651,13 @@ def driver(args) -> None:
         except Exception as e:  # noqa: BLE001
             say(f"E settle: {type(e).__name__}: {str(e)[:300]}")
         x = take_sample()
+        # What the engine says it holds at the settled moment (a block
+        # store's blocks in use, free and held; postings; slots), so the
+        # level of disk over live can be explained from the JSON.
+        try:
+            x["engine_stats"] = t.engine_stats()
+        except Exception as e:  # noqa: BLE001
+            say(f"E engine stats: {type(e).__name__}: {str(e)[:300]}")
         if started is not None:
             x.update({"maintenance_running": bool(running), "maintenance_started": int(started)})
         x.update({"settle_s": round(time.monotonic() - t0, 3), "settled": settled and parked_all,
