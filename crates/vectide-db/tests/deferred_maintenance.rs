@@ -19,6 +19,17 @@ fn points(n: u64) -> Vec<PointInput> {
         .collect()
 }
 
+/// Options under which no checkpoint falls due (they count as maintenance
+/// jobs too).
+fn no_checkpoints() -> Options {
+    Options {
+        checkpoint_bytes: u64::MAX,
+        checkpoint_min_bytes: u64::MAX,
+        checkpoint_interval: Duration::from_secs(3600),
+        ..Options::default()
+    }
+}
+
 /// Creates an `engine` collection of 3,000 points and deletes a third of
 /// them (far past the 5 % threshold of hnsw and p-hnsw) in a database whose
 /// background thread runs checkpoints only: the delete returns without
@@ -28,13 +39,7 @@ fn points(n: u64) -> Vec<PointInput> {
 /// consolidation, which leaves `pending_deletes` at 0.
 fn a_delete_past_the_threshold_leaves_the_consolidation_to_the_background(engine: &str) {
     let root = tempfile::tempdir().unwrap();
-    // No checkpoint falls due (they count as maintenance jobs too).
-    let opts = Options {
-        checkpoint_bytes: u64::MAX,
-        checkpoint_min_bytes: u64::MAX,
-        checkpoint_interval: Duration::from_secs(3600),
-        ..Options::default()
-    };
+    let opts = no_checkpoints();
     let gone: Vec<ExtId> = (0..3_000u64).step_by(3).map(ExtId::Num).collect();
     {
         let db = Database::open(
@@ -101,12 +106,7 @@ fn a_p_hnsw_delete_past_the_threshold_leaves_the_consolidation_to_the_background
 #[test]
 fn a_spann_collection_is_rebuilt_by_the_background_thread_once_a_quarter_changed() {
     let root = tempfile::tempdir().unwrap();
-    let opts = Options {
-        checkpoint_bytes: u64::MAX,
-        checkpoint_min_bytes: u64::MAX,
-        checkpoint_interval: Duration::from_secs(3600),
-        ..Options::default()
-    };
+    let opts = no_checkpoints();
     let db = Database::open(root.path(), opts).unwrap();
     let c = db
         .create_collection(
