@@ -289,7 +289,7 @@ fn bad_input_is_an_error_and_changes_nothing() {
 #[test]
 fn tiny_postings_under_reused_ids_stay_exact() {
     use rand::{Rng, SeedableRng};
-    for inline in [false] {
+    for inline in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let p = SpannParams {
             posting_vectors: 4,
@@ -485,7 +485,7 @@ fn untouched_ids_stay_found_while_the_rebuilder_moves_them() {
                 }
             });
         }
-        for round in 0..2 {
+        for round in 0..4 {
             three_writers(&idx, 300, 100 + round);
         }
         done.store(true, Ordering::Release);
