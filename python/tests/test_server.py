@@ -157,6 +157,8 @@ def test_qdrant_client_end_to_end(server):
     status, body = _http("GET", server.url + "/collections/docs")
     st = body["result"]["vectide"]["engine_stats"]
     assert status == 200 and st["live"] == 99 and st["memory_bytes"] > 0
+    # ... and its own figures by name (none for the default engine).
+    assert isinstance(st["extra"], dict) and all(isinstance(v, (int, float)) for v in st["extra"].values()), st
     batch = client.query_batch_points("docs", requests=[m.QueryRequest(query=X[5].tolist(), limit=3), m.QueryRequest(query=X[7].tolist(), limit=2)])
     assert [len(b.points) for b in batch] == [3, 2] and batch[0].points[0].id == 5
     assert client.delete_collection("docs")

@@ -124,6 +124,10 @@ def _run(tmp_path, engine, mode, minutes, points, *extra):
     assert s["disk_over_live_last"] == round(q["disk_bytes"] / (q["live"] * soak.DIM * 4), 3), detail
     # The engine's own stats at that moment, its live count the model's.
     assert q["engine_stats"]["live"] == q["live"], q.get("engine_stats")
+    # ... and the engine's own figures, through the database and the server
+    # too (a block store's blocks explain its level of disk over live).
+    if engine in ("spfresh", "spann", "spann-inplace"):
+        assert q["engine_stats"]["blocks_used"] > 0, q["engine_stats"]
     # Writes went on after it: the kill came mid-stream.
     assert s["writes_begun_after_settle"] > 0, detail
     # The parts add up to the whole, sample by sample.

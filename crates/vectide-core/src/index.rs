@@ -277,7 +277,8 @@ pub trait VectorIndex: Send + Sync {
     /// write that passes the threshold, and those queued behind it, do not
     /// wait for the job). Returns whether the engine will; the default,
     /// for engines whose jobs run in their own threads or not at all,
-    /// declines.
+    /// declines. (`spann` accepts for its rebuild, which it never starts
+    /// itself: the caller's poll is what runs it.)
     fn defer_maintenance(&self) -> bool {
         false
     }

@@ -493,18 +493,27 @@ impl Collection {
     /// The engine's stats as the front ends show them, from one call:
     /// the maintenance jobs (`{"running": [names], "started": count}`)
     /// and the size counters (live vectors, slots used and allocated,
-    /// deletes not yet reclaimed, memory and disk bytes); both null when
-    /// the engine's stats fail.
+    /// deletes not yet reclaimed, memory and disk bytes, and the engine's
+    /// own figures by name under `extra`: a block store's blocks in use,
+    /// free and held, postings, rebuilds); both null when the engine's
+    /// stats fail.
     pub fn stats_json(&self) -> (serde_json::Value, serde_json::Value) {
         match self.stats() {
-            Ok(s) => (
-                serde_json::json!({"running": s.maintenance, "started": s.maintenance_started}),
-                serde_json::json!({
-                    "live": s.live, "slots_used": s.slots_used, "capacity": s.capacity,
-                    "pending_deletes": s.pending_deletes, "memory_bytes": s.memory_bytes,
-                    "disk_bytes": s.disk_bytes,
-                }),
-            ),
+            Ok(s) => {
+                let extra: serde_json::Map<String, serde_json::Value> = s
+                    .extra
+                    .iter()
+                    .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+                    .collect();
+                (
+                    serde_json::json!({"running": s.maintenance, "started": s.maintenance_started}),
+                    serde_json::json!({
+                        "live": s.live, "slots_used": s.slots_used, "capacity": s.capacity,
+                        "pending_deletes": s.pending_deletes, "memory_bytes": s.memory_bytes,
+                        "disk_bytes": s.disk_bytes, "extra": extra,
+                    }),
+                )
+            }
             Err(_) => (serde_json::Value::Null, serde_json::Value::Null),
         }
     }

@@ -610,6 +610,7 @@ impl Inner {
             }
         }
         self.built_at.store(changes(), Ordering::Relaxed);
+        self.rebuild_failed_at.store(u64::MAX, Ordering::Relaxed);
         c.rebuilds.fetch_add(1, Ordering::Relaxed);
         drop(_g);
         drop(w);
@@ -623,6 +624,11 @@ impl Inner {
     /// still recorded as building, so no snapshot in between records one;
     /// no home points at them (homes move only at the swap).
     fn abandon_rebuild(&self) {
+        let c = &self.counters;
+        self.rebuild_failed_at.store(
+            c.inserts.load(Ordering::Relaxed) + c.deletes.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         let building: Vec<u32> = self
             .rebuilding
             .lock()

@@ -212,6 +212,11 @@ pub(crate) struct Inner {
     pub activity: vectide_core::activity::Activity,
     /// Inserts + deletes applied when a `spann` index was last built.
     pub built_at: AtomicU64,
+    /// The inserts and deletes counted when a `spann` rebuild last failed
+    /// (`u64::MAX`: none since the last success): the next is due only
+    /// [`REBUILD_FLOOR`] rows later, so a caller polling `rebuild_due`
+    /// does not start a failing rebuild again every pass.
+    pub rebuild_failed_at: AtomicU64,
     /// A `spann` rebuild in progress (see `rebuild.rs`): the postings it
     /// builds beside the index in use, which no snapshot records, and the
     /// vectors inserted since it began, which it places again before it
@@ -290,6 +295,7 @@ impl Inner {
             poison: Poison::default(),
             activity: Default::default(),
             built_at: AtomicU64::new(0),
+            rebuild_failed_at: AtomicU64::new(u64::MAX),
             rebuilding: Mutex::new(None),
             rebuild_lock: Mutex::new(()),
             free: Mutex::new(Vec::new()),
@@ -367,6 +373,10 @@ impl Inner {
         }
         let c = &self.counters;
         let changes = c.inserts.load(Ordering::Relaxed) + c.deletes.load(Ordering::Relaxed);
+        let failed = self.rebuild_failed_at.load(Ordering::Relaxed);
+        if failed != u64::MAX && changes.saturating_sub(failed) < REBUILD_FLOOR {
+            return false;
+        }
         let since = changes.saturating_sub(self.built_at.load(Ordering::Relaxed));
         let live = self.ids.read().ext.len() as f64;
         since >= REBUILD_FLOOR.max((live * REBUILD_SHARE) as u64)

@@ -1001,6 +1001,43 @@ fn a_failed_static_rebuild_leaves_the_index_in_use_whole() {
     assert_sound(&idx);
 }
 
+/// A `spann` rebuild falls due once a quarter of the index changed (at
+/// least 1,000 rows); one that fails is not due again until 1,000 more
+/// rows came (the database's background pass polls every 200 ms and would
+/// otherwise start it again at once, forever).
+#[test]
+fn a_failed_rebuild_is_not_due_again_at_once() {
+    use vectide_core::fault::{install_faults, Faults};
+    let dir = tempfile::tempdir().unwrap();
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Static, params(true)).unwrap();
+    let data = clustered(3500, DIM, 8, 4);
+    let rows = |a: usize, b: usize| &data[a * DIM..b * DIM];
+    idx.insert(1, &(0..1000).collect::<Vec<u64>>(), rows(0, 1000))
+        .unwrap();
+    assert!(!idx.maintenance_due(), "due right after the build");
+    idx.insert(2, &(1000..1999).collect::<Vec<u64>>(), rows(1000, 1999))
+        .unwrap();
+    assert!(!idx.maintenance_due(), "due after 999 rows");
+    idx.insert(3, &[1999], rows(1999, 2000)).unwrap();
+    assert!(idx.maintenance_due());
+    let plan = Faults::new();
+    let guard = install_faults(dir.path(), plan.clone());
+    plan.arm(vectide_spfresh::BUILD_FAULT, 1);
+    assert!(idx.maintain().is_err());
+    drop(guard);
+    assert!(
+        !idx.maintenance_due(),
+        "a failed rebuild is due again at once"
+    );
+    idx.insert(4, &(2000..3000).collect::<Vec<u64>>(), rows(2000, 3000))
+        .unwrap();
+    assert!(idx.maintenance_due());
+    idx.maintain().unwrap();
+    assert!(!idx.maintenance_due());
+    assert_eq!(stat(&idx, "rebuilds"), 1.0);
+    assert_eq!(idx.len(), 3000);
+}
+
 /// A `spann` rebuild writes a new copy of every posting and drops the old
 /// ones: `maintain()` gives their blocks back (a snapshot frees them, a
 /// compaction moves the new postings down, its snapshot cuts the end off),

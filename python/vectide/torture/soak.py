@@ -354,6 +354,9 @@ class _Target:
         else:
             info = self.col.info()
             s = (info.get("vectide", {}) if self.mode == "server" else info).get("engine_stats") or {}
+        # Through the database the engine's own figures come under "extra"
+        # (standalone, beside the contract's).
+        s = {**s, **(s.get("extra") or {})}
         return {k: v for k, v in s.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def engine_memory(self) -> Optional[int]:
