@@ -100,7 +100,7 @@ pub struct Options {
     /// collection's WAL (`log=database`; the default). `false` keeps both
     /// logs, as before there was one: for comparisons only.
     pub one_log: bool,
-    /// Whether the database's background thread runs the maintenance that
+    /// Whether the database's maintenance thread runs the maintenance that
     /// engines defer from their writes (an hnsw delete consolidation; the
     /// default). `false` leaves it to explicit `maintain()` calls, for
     /// users who choose when the work runs; checkpoints stay in the
@@ -519,7 +519,7 @@ impl Collection {
     }
 
     /// Whether the engine has deferred maintenance due (see
-    /// `VectorIndex::defer_maintenance`; the database's background thread
+    /// `VectorIndex::defer_maintenance`; the database's maintenance thread
     /// runs it).
     pub fn maintenance_due(&self) -> bool {
         !self.closed.load(Ordering::Acquire)

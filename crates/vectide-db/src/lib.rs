@@ -160,14 +160,18 @@ pub struct Database {
     /// The flock'ed LOCK file; `None` once closed.
     lock: Mutex<Option<File>>,
     opts: Options,
-    /// Shared with the background thread, which never holds the database
-    /// itself: the drop of the last user handle stops and joins it there
-    /// and then, not later on that thread, releases the directory lock.
+    /// Shared with the background threads, which never hold the database
+    /// itself: the drop of the last user handle stops and joins them there
+    /// and then, not later on one of them, releases the directory lock.
     collections: Arc<RwLock<BTreeMap<String, Arc<Collection>>>>,
     /// Serialises catalog rewrites and collection creation/removal.
     catalog: Mutex<()>,
     stop: Arc<AtomicBool>,
-    checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The background threads: checkpoints, and (with
+    /// [`Options::background_maintenance`]) the engines' deferred
+    /// maintenance on a thread of its own, so that a long job (a `spann`
+    /// rebuild) does not hold up the checkpoints that cut the log.
+    background: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Database {
@@ -339,7 +343,7 @@ impl Database {
             collections: Arc::new(RwLock::new(collections)),
             catalog: Mutex::new(()),
             stop: Arc::new(AtomicBool::new(false)),
-            checkpointer: Mutex::new(None),
+            background: Mutex::new(Vec::new()),
         });
         if version < CATALOG_VERSION {
             // Every collection was migrated by its open.
@@ -350,23 +354,41 @@ impl Database {
     }
 
     fn start_checkpointer(self: &Arc<Self>) {
-        let collections = self.collections.clone();
-        let stop = self.stop.clone();
-        let maintain = self.opts.background_maintenance;
-        let handle = std::thread::Builder::new()
-            .name("vectide-checkpoint".into())
-            .spawn(move || {
-                while !stop.load(Ordering::Acquire) {
-                    // Woken early by a close or drop (which unpark it).
-                    std::thread::park_timeout(Duration::from_millis(200));
-                    if stop.load(Ordering::Acquire) {
-                        break;
+        let mut kinds = vec![(Pass::Checkpoints, "vectide-checkpoint")];
+        if self.opts.background_maintenance {
+            kinds.push((Pass::Maintenance, "vectide-maintain"));
+        }
+        let mut threads = self.background.lock();
+        for (pass, name) in kinds {
+            let collections = self.collections.clone();
+            let stop = self.stop.clone();
+            let handle = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Acquire) {
+                        // Woken early by a close or drop (which unpark it).
+                        std::thread::park_timeout(Duration::from_millis(200));
+                        if stop.load(Ordering::Acquire) {
+                            break;
+                        }
+                        background_pass(&collections, &stop, pass);
                     }
-                    background_pass(&collections, &stop, maintain);
-                }
-            })
-            .ok();
-        *self.checkpointer.lock() = handle;
+                });
+            threads.extend(handle.ok());
+        }
+    }
+
+    /// Stops the background threads and waits for the jobs they run (not
+    /// when called on one of them).
+    fn stop_background(&self) {
+        self.stop.store(true, Ordering::Release);
+        let threads = std::mem::take(&mut *self.background.lock());
+        for h in threads {
+            h.thread().unpark();
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
     }
 
     /// The database directory.
@@ -404,13 +426,7 @@ impl Database {
         if self.lock.lock().is_none() {
             return Ok(());
         }
-        self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.checkpointer.lock().take() {
-            h.thread().unpark();
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
+        self.stop_background();
         let cols = std::mem::take(&mut *self.collections.write());
         let mut first_err = None;
         for c in cols.values() {
@@ -499,56 +515,57 @@ impl Database {
 
 impl Drop for Database {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.checkpointer.lock().take() {
-            h.thread().unpark();
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
+        self.stop_background();
     }
 }
 
-/// One pass of the database's background thread: the checkpoints that are
-/// due, then the maintenance the engines deferred from their writes (an
-/// hnsw consolidation), off the write path; no job starts once the database
-/// is stopping (a close or the drop of its last handle waits for the job
-/// that runs). `maintain` false: checkpoints only
-/// ([`Options::background_maintenance`]).
+/// What a background thread runs.
+#[derive(Clone, Copy)]
+enum Pass {
+    /// The checkpoints that are due.
+    Checkpoints,
+    /// The maintenance the engines deferred from their writes (an hnsw
+    /// consolidation) or leave to the caller (a `spann` rebuild).
+    Maintenance,
+}
+
+/// One pass of a background thread: the checkpoints that are due, or the
+/// deferred maintenance that is, off the write path; no job starts once
+/// the database is stopping (a close or the drop of its last handle waits
+/// for the job that runs). The maintenance thread runs only with
+/// [`Options::background_maintenance`].
 fn background_pass(
     collections: &RwLock<BTreeMap<String, Arc<Collection>>>,
     stop: &AtomicBool,
-    maintain: bool,
+    pass: Pass,
 ) {
     type Due = fn(&Collection) -> bool;
     type Job = fn(&Collection) -> Result<()>;
-    let jobs: [(Due, Job, &str); 2] = [
-        (
+    let job: (Due, Job, &str) = match pass {
+        Pass::Checkpoints => (
             Collection::checkpoint_due,
             Collection::checkpoint,
             "checkpoint",
         ),
-        (
+        Pass::Maintenance => (
             Collection::maintenance_due,
             Collection::maintain,
             "maintenance",
         ),
-    ];
-    let jobs = if maintain { &jobs[..] } else { &jobs[..1] };
-    for &(due, run, what) in jobs {
-        let picked: Vec<Arc<Collection>> = collections
-            .read()
-            .values()
-            .filter(|c| due(c))
-            .cloned()
-            .collect();
-        for c in picked {
-            if stop.load(Ordering::Acquire) {
-                return;
-            }
-            if let Err(e) = run(&c) {
-                eprintln!("vectide: {what} of collection {:?} failed: {e}", c.name());
-            }
+    };
+    let (due, run, what) = job;
+    let picked: Vec<Arc<Collection>> = collections
+        .read()
+        .values()
+        .filter(|c| due(c))
+        .cloned()
+        .collect();
+    for c in picked {
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = run(&c) {
+            eprintln!("vectide: {what} of collection {:?} failed: {e}", c.name());
         }
     }
 }

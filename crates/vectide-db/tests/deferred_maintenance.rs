@@ -140,6 +140,66 @@ fn a_spann_collection_is_rebuilt_by_the_background_thread_once_a_quarter_changed
     assert_eq!(c.count(None), 3_000);
 }
 
+/// A long maintenance job (a `spann` rebuild) does not hold up another
+/// collection's checkpoint: they run on threads of their own. Before, the
+/// one background thread ran the rebuild and every checkpoint waited, the
+/// logs growing meanwhile.
+#[test]
+fn a_rebuild_does_not_hold_up_the_checkpoints() {
+    let root = tempfile::tempdir().unwrap();
+    let db = Database::open(
+        root.path(),
+        Options {
+            checkpoint_bytes: 1,
+            checkpoint_min_bytes: 1,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let dim = 32;
+    let slow = db
+        .create_collection(
+            "slow",
+            CollectionConfig::new(dim, vectide_core::Metric::L2, "spann"),
+        )
+        .unwrap();
+    let fast = db
+        .create_collection(
+            "fast",
+            CollectionConfig::new(4, vectide_core::Metric::L2, "hnsw"),
+        )
+        .unwrap();
+    let n = 40_000u64;
+    let big: Vec<PointInput> = (0..n)
+        .map(|i| PointInput {
+            id: ExtId::Num(i),
+            vector: (0..dim)
+                .map(|j| ((i * 31 + j as u64 * 17) % 1000) as f32)
+                .collect(),
+            payload: json!({}),
+        })
+        .collect();
+    slow.upsert(&big).unwrap();
+    // A quarter deleted: the background thread starts a rebuild.
+    let gone: Vec<ExtId> = (0..n / 4).map(ExtId::Num).collect();
+    slow.delete(Some(&gone), None).unwrap();
+    let t0 = Instant::now();
+    let rebuilding = || slow.stats().unwrap().maintenance.contains(&"rebuild");
+    while !rebuilding() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no rebuild began");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    fast.upsert(&points(10)).unwrap();
+    assert!(fast.wal_tail_bytes() > 0);
+    while fast.wal_tail_bytes() > 0 {
+        assert!(
+            rebuilding(),
+            "the other collection's checkpoint waited for the whole rebuild"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Dropping the last handles while the background thread runs a job waits
 /// for that job and releases the directory lock before the drop returns:
 /// an open right after it succeeds (it failed with `Locked` while the
