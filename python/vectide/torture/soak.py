@@ -379,9 +379,13 @@ class _Target:
         if self.mode == "server":
             import vectide
 
-            col = vectide.Client(self.db.url, timeout=SETTLE_S).get_collection(NAME)
-            col.maintain()
-            col.checkpoint()
+            client = vectide.Client(self.db.url, timeout=SETTLE_S)
+            try:
+                col = client.get_collection(NAME)
+                col.maintain()
+                col.checkpoint()
+            finally:
+                client.close()
             return
         self.maintain()
         if self.mode == "db":
