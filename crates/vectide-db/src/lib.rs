@@ -383,8 +383,12 @@ impl Database {
     fn stop_background(&self) {
         self.stop.store(true, Ordering::Release);
         let threads = std::mem::take(&mut *self.background.lock());
-        for h in threads {
+        // All woken first, so that none waits out its period while another
+        // is joined.
+        for h in &threads {
             h.thread().unpark();
+        }
+        for h in threads {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
             }
