@@ -545,7 +545,7 @@ fn background_pass(
 ) {
     type Due = fn(&Collection) -> bool;
     type Job = fn(&Collection) -> Result<()>;
-    let job: (Due, Job, &str) = match pass {
+    let (due, run, what): (Due, Job, &str) = match pass {
         Pass::Checkpoints => (
             Collection::checkpoint_due,
             Collection::checkpoint,
@@ -557,7 +557,6 @@ fn background_pass(
             "maintenance",
         ),
     };
-    let (due, run, what) = job;
     let picked: Vec<Arc<Collection>> = collections
         .read()
         .values()

@@ -371,7 +371,7 @@ impl BlockStore {
             postings,
             blocks_used,
             blocks_free: pool.free.len() as u64,
-            blocks_held: (pool.held.len() + pool.pending.len()) as u64,
+            blocks_held: Self::held_in(&pool),
             blocks_end: pool.end as u64,
             postings_read: c.postings_read.load(Ordering::Relaxed),
             blocks_read: c.blocks_read.load(Ordering::Relaxed),
@@ -817,7 +817,7 @@ impl BlockStore {
 
     /// Blocks in use: handed out, neither free nor held.
     fn in_use(pool: &Pool) -> u64 {
-        let held = (pool.held.len() + pool.pending.len()) as u64;
+        let held = Self::held_in(pool);
         u64::from(pool.end)
             .saturating_sub(1)
             .saturating_sub(held + pool.free.len() as u64)
@@ -891,7 +891,12 @@ impl BlockStore {
 
     /// Blocks held back for the next snapshot (released, not yet free).
     pub fn held(&self) -> u64 {
-        let pool = self.pool.lock();
+        Self::held_in(&self.pool.lock())
+    }
+
+    /// The held blocks of `pool`: released, waiting for a snapshot (or
+    /// for the one in flight).
+    fn held_in(pool: &Pool) -> u64 {
         (pool.held.len() + pool.pending.len()) as u64
     }
 
@@ -910,7 +915,7 @@ impl BlockStore {
     /// at the pool.
     pub fn held_over(&self, floor: u64) -> u64 {
         let pool = self.pool.lock();
-        let held = (pool.held.len() + pool.pending.len()) as u64;
+        let held = Self::held_in(&pool);
         let threshold = Self::in_use(&pool).max(floor).max(1);
         match held * HELD_SHARE {
             h if h > threshold => (h - 1) / threshold,
