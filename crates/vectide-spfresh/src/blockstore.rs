@@ -27,6 +27,14 @@
 //! writes the image and calls [`BlockStore::snapshot_durable`], which
 //! returns the blocks released before the capture to the pool.
 //!
+//! **Posting ids are reused**: a new posting takes the lowest free id, so
+//! the id space (and every table indexed by it: the mapping, the
+//! centroids, the snapshot's) follows the live postings rather than every
+//! posting ever made. An id is free when absent at the open, or once the
+//! engine says nothing can reach it ([`BlockStore::free_id`]); a reader
+//! that meets a reused id reads the new posting's blocks (each names its
+//! posting and gen), whose records carry their own vector numbers.
+//!
 //! A reader holding an entry from before a swap may meet a block that a
 //! later snapshot let a write reuse: the block's gen differs from the
 //! entry's, and the read starts again from the current entry. A block that
@@ -192,6 +200,9 @@ pub struct BlockStore {
     file: Box<dyn BlockFile>,
     dim: usize,
     map: RwLock<Vec<Slot>>,
+    /// Ids of removed postings that may be handed out again, lowest first
+    /// (those absent at the open, and those given [`BlockStore::free_id`]).
+    free_pids: Mutex<BTreeSet<u32>>,
     pool: Mutex<Pool>,
     /// Shrinks so far (PUTs and removals: the swaps that may drop a
     /// record); see [`BlockStore::shrunk_since`].
@@ -279,6 +290,11 @@ impl BlockStore {
     }
 
     fn assemble(file: Box<dyn BlockFile>, dim: usize, image: MapImage) -> Self {
+        let free_pids = (0u32..)
+            .zip(&image.postings)
+            .filter(|(_, p)| p.is_none())
+            .map(|(pid, _)| pid)
+            .collect();
         let map = image
             .postings
             .into_iter()
@@ -291,6 +307,7 @@ impl BlockStore {
             file,
             dim,
             map: RwLock::new(map),
+            free_pids: Mutex::new(free_pids),
             pool: Mutex::new(Pool {
                 free: image.free.into_iter().collect(),
                 end: image.end.max(1),
@@ -314,7 +331,8 @@ impl BlockStore {
         record_bytes(self.dim)
     }
 
-    /// Posting ids handed out so far (live or removed).
+    /// The posting-id space: every id handed out is below it (live, or
+    /// removed and free for the next new posting).
     pub fn posting_ids(&self) -> u32 {
         self.map.read().len() as u32
     }
@@ -779,15 +797,27 @@ impl BlockStore {
         Ok(s)
     }
 
-    /// A new posting holding `recs`; its id.
+    /// A new posting holding `recs`; its id: the lowest one free (that
+    /// of a removed posting), else a new one past the others.
     pub fn create_posting(&self, recs: &[u8]) -> Result<u32> {
         let records = self.check_records(recs)?;
-        let pid = {
-            let mut map = self.map.write();
-            map.push(Slot::default());
-            (map.len() - 1) as u32
+        let reused = self.free_pids.lock().pop_first();
+        let pid = match reused {
+            Some(pid) => pid,
+            None => {
+                let mut map = self.map.write();
+                map.push(Slot::default());
+                (map.len() - 1) as u32
+            }
         };
-        let fresh = self.write_fresh(pid, recs)?;
+        let fresh = match self.write_fresh(pid, recs) {
+            Ok(f) => f,
+            Err(e) => {
+                // The id goes back (a new slot stays, empty and free).
+                self.free_pids.lock().insert(pid);
+                return Err(e);
+            }
+        };
         let new = Arc::new(Posting {
             records,
             blocks: fresh.clone(),
@@ -798,7 +828,8 @@ impl BlockStore {
                 Ok(pid)
             }
             _ => {
-                // Unreachable while only this call may fill a new id.
+                // Unreachable while only this call may fill a free id
+                // (taken off the free set, or new, above).
                 self.discard(fresh.iter().map(|r| r.block));
                 Err(Error::invalid(
                     "block store: a new posting id was taken twice",
@@ -808,9 +839,20 @@ impl BlockStore {
     }
 
     /// Removes posting `pid` by CAS against `expected`; its blocks are
-    /// released.
+    /// released. Its id is not handed out again before [`Self::free_id`].
     pub fn remove(&self, pid: u32, expected: &Arc<Posting>) -> Swap {
         self.swap(pid, &Some(expected.clone()), None, &expected.blocks, true)
+    }
+
+    /// Lets [`Self::create_posting`] hand out the id of removed posting
+    /// `pid` again: the caller's word that nothing can reach the id any
+    /// more (no centroid in use names it, and no writer holds a route to
+    /// it), since a writer holding an old route would append to the new
+    /// posting. A live posting's id is not freed.
+    pub fn free_id(&self, pid: u32) {
+        if self.entry(pid).is_none() && pid < self.posting_ids() {
+            self.free_pids.lock().insert(pid);
+        }
     }
 
     // ---- compaction ----

@@ -210,7 +210,9 @@ pub(crate) struct Inner {
     pub poison: Poison,
     /// The maintenance jobs running (splits, merges, snapshots, rebuilds).
     pub activity: vectide_core::activity::Activity,
-    /// Inserts + deletes applied when a `spann` index was last built.
+    /// The changes ([`Inner::changes`]) applied when the input of the
+    /// last `spann` build was taken: those a rebuild placed as it went
+    /// (inserted or deleted while it ran) count as changes since.
     pub built_at: AtomicU64,
     /// The inserts and deletes counted when a `spann` rebuild last failed
     /// (`u64::MAX`: none since the last success): the next is due only
@@ -371,8 +373,7 @@ impl Inner {
         if self.mode != Mode::Static || self.rebuild_lock.is_locked() {
             return false;
         }
-        let c = &self.counters;
-        let changes = c.inserts.load(Ordering::Relaxed) + c.deletes.load(Ordering::Relaxed);
+        let changes = self.changes();
         let failed = self.rebuild_failed_at.load(Ordering::Relaxed);
         if failed != u64::MAX && changes.saturating_sub(failed) < REBUILD_FLOOR {
             return false;
@@ -385,11 +386,13 @@ impl Inner {
     /// Records that the index is as built (`spann`'s `maintain` rebuilds
     /// only after updates since).
     pub(crate) fn mark_built(&self) {
+        self.built_at.store(self.changes(), Ordering::Relaxed);
+    }
+
+    /// Inserts and deletes applied so far (since the open).
+    pub(crate) fn changes(&self) -> u64 {
         let c = &self.counters;
-        self.built_at.store(
-            c.inserts.load(Ordering::Relaxed) + c.deletes.load(Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
+        c.inserts.load(Ordering::Relaxed) + c.deletes.load(Ordering::Relaxed)
     }
 
     /// Squared L2, the routing distance (centroids, replica rule, NPA).
@@ -684,6 +687,14 @@ impl Inner {
         }
         let extra = vec![
             ("postings".to_string(), st.postings as f64),
+            // The id space (live postings and the free ids below it).
+            ("posting_ids".into(), f64::from(self.store.posting_ids())),
+            // What a `spann` rebuild is due on (`rebuild_due`).
+            (
+                "changes_since_build".into(),
+                self.changes()
+                    .saturating_sub(self.built_at.load(Ordering::Relaxed)) as f64,
+            ),
             ("centroids".into(), self.heads.count() as f64),
             ("posting_limit".into(), self.limit as f64),
             ("posting_records_max".into(), f64::from(max_len)),
