@@ -32,16 +32,17 @@ How it runs:
   the data (embedded, glibc) its glibc heap: bytes allocated and bytes the
   allocator keeps free (``heap_in_use_growth``, ``heap_free_growth``; the
   product's own allocations go to mimalloc, so this is the interpreter's
-  and the C libraries' share). Every 50 ms the engine's
+  and the C libraries' share), and the engine's own stats
+  (``engine_stats``: a block store's blocks in use, free and held,
+  postings, slots, its memory). Every 50 ms the engine's
   maintenance stat (``maintenance``: jobs running, jobs started); a write
   or search that began in an interval where a job ran (or began) counts as
   "maintenance", else "idle".
 - At the end the writers park (readers go on) while the holder does what a
   quiet moment gives it (the engine's pending maintenance and, through the
   database or the server, a checkpoint; the server has Vectide's own
-  endpoints for both) until no job has run for a second: one "settled" sample,
-  which also holds the engine's own stats (``engine_stats``: a block store's
-  blocks in use, free and held, postings, slots). Then the writers resume, and 1-3 s later
+  endpoints for both) until no job has run for a second: one "settled" sample.
+  Then the writers resume, and 1-3 s later
   the holder of the data (the driver, or the server) is SIGKILLed
   mid-stream, the data reopened and every id compared with the
   acknowledged history.
@@ -359,11 +360,6 @@ class _Target:
         s = {**s, **(s.get("extra") or {})}
         return {k: v for k, v in s.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
-    def engine_memory(self) -> Optional[int]:
-        """The bytes the engine says its structures hold (None: unknown)."""
-        m = self.engine_stats().get("memory_bytes")
-        return None if m is None else int(m)
-
     def maintain(self) -> None:
         if self.mode == "standalone":
             self.idx.maintain()
@@ -598,11 +594,16 @@ def driver(args) -> None:
 
     def take_sample() -> dict:
         alloc, size, parts = dir_bytes(data_dir)
+        # What the engine says it holds (a block store's blocks in use, free
+        # and held; postings; slots; its memory), so that the level of disk
+        # over live can be explained from the JSON at every sample.
         try:
-            engine_memory = t.engine_memory()
+            stats = t.engine_stats()
         except Exception as e:  # noqa: BLE001
             say(f"E engine stats: {type(e).__name__}: {str(e)[:300]}")
-            engine_memory = None
+            stats = {}
+        m = stats.get("memory_bytes")
+        engine_memory = None if m is None else int(m)
         with count_lock:
             c = dict(counts)
         heap = heap_bytes() if holder == os.getpid() else None
@@ -611,7 +612,8 @@ def driver(args) -> None:
                 "heap_in_use": None if heap is None else heap[0],
                 "heap_free": None if heap is None else heap[1],
                 "maintenance_started": int(last[2]),
-                "maintenance_running": bool(last[1]), "paused": pause.is_set(), "disk_parts": parts, **c}
+                "maintenance_running": bool(last[1]), "paused": pause.is_set(), "disk_parts": parts, **c,
+                "engine_stats": stats}
 
     def settle() -> None:
         """Parks the writers (readers go on), asks for the holder's quiet-time
@@ -658,13 +660,6 @@ def driver(args) -> None:
         except Exception as e:  # noqa: BLE001
             say(f"E settle: {type(e).__name__}: {str(e)[:300]}")
         x = take_sample()
-        # What the engine says it holds at the settled moment (a block
-        # store's blocks in use, free and held; postings; slots), so the
-        # level of disk over live can be explained from the JSON.
-        try:
-            x["engine_stats"] = t.engine_stats()
-        except Exception as e:  # noqa: BLE001
-            say(f"E engine stats: {type(e).__name__}: {str(e)[:300]}")
         if started is not None:
             x.update({"maintenance_running": bool(running), "maintenance_started": int(started)})
         x.update({"settle_s": round(time.monotonic() - t0, 3), "settled": settled and parked_all,
