@@ -12,6 +12,10 @@ pub(crate) struct HeadVecs {
     pub(crate) dim: usize,
     pub(crate) vecs: Vec<f32>,
     pub(crate) alive: Vec<bool>,
+    /// Per posting id, its incarnation: bumped each time the id is given
+    /// a centroid, so that a writer holding a route to a removed posting
+    /// does not append to a new one that reused its id.
+    pub(crate) incarnation: Vec<u32>,
     pub(crate) count: usize,
 }
 
@@ -19,6 +23,13 @@ impl HeadVecs {
     /// Posting ids ever given a centroid (live or not).
     pub fn len(&self) -> usize {
         self.alive.len()
+    }
+
+    /// The incarnation of posting `pid`, if it has a centroid.
+    #[inline]
+    pub fn incarnation(&self, pid: u32) -> Option<u32> {
+        let p = pid as usize;
+        (self.alive.get(p) == Some(&true)).then(|| self.incarnation[p])
     }
 
     /// The centroid of posting `pid`, if it has one.
@@ -57,6 +68,7 @@ impl Heads {
                 dim,
                 vecs: Vec::new(),
                 alive: Vec::new(),
+                incarnation: Vec::new(),
                 count: 0,
             }),
             seq: AtomicU64::new(0),
@@ -93,7 +105,9 @@ impl Heads {
 
     pub fn memory_bytes(&self) -> usize {
         let v = self.vecs.read();
-        v.vecs.len() * 4 + v.alive.len() + self.index.load().stats().map_or(0, |s| s.memory_bytes)
+        v.vecs.len() * 4
+            + v.alive.len() * 5
+            + self.index.load().stats().map_or(0, |s| s.memory_bytes)
     }
 
     /// Adds centroids `data` (`pids.len() × dim`) for postings `pids`.
@@ -105,10 +119,12 @@ impl Heads {
                 let p = p as usize;
                 if v.alive.len() <= p {
                     v.alive.resize(p + 1, false);
+                    v.incarnation.resize(p + 1, 0);
                     v.vecs.resize((p + 1) * dim, 0.0);
                 }
                 if !v.alive[p] {
                     v.count += 1;
+                    v.incarnation[p] = v.incarnation[p].wrapping_add(1);
                 }
                 v.alive[p] = true;
                 v.vecs[p * dim..(p + 1) * dim].copy_from_slice(&data[i * dim..(i + 1) * dim]);

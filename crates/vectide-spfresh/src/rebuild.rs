@@ -308,6 +308,9 @@ impl Inner {
                 }
             }
             self.heads.remove(pid)?;
+            // Under its lock, with its centroid gone: a writer still
+            // holding a route to it finds its incarnation gone.
+            self.store.free_id(pid);
             self.counters.splits.fetch_add(1, Ordering::Relaxed);
             self.counters
                 .cascade_max
@@ -505,6 +508,7 @@ impl Inner {
                     )));
                 }
                 self.heads.remove(gone)?;
+                self.store.free_id(gone);
                 for (&v, &ver) in union.vids.iter().zip(&union.versions) {
                     self.set_home(v, survivor, ver);
                 }
@@ -529,6 +533,7 @@ impl Inner {
                 if kept.is_empty() && self.heads.count() > 1 {
                     if matches!(self.store.remove(pid, &entry), Swap::Done(_)) {
                         self.heads.remove(pid)?;
+                        self.store.free_id(pid);
                     }
                 } else if changed {
                     self.store.put(pid, &encoded(&kept, dim), &Some(entry))?;

@@ -158,6 +158,8 @@ pub(crate) struct Scratch {
     pub pids: Vec<u32>,
     pub cands: Vec<(f32, u32)>,
     pub sel: Vec<u32>,
+    /// The incarnation of each posting in `sel` when it was routed to.
+    pub sel_inc: Vec<u32>,
     /// Vectors a search has scored.
     pub seen: HashSet<u32>,
     /// (vector, version) pairs a garbage collection has kept.

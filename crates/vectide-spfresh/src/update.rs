@@ -311,14 +311,18 @@ impl Inner {
         encode_record(&mut rec, vid, 0, v);
         let res = (|| {
             self.route_in(heads, v, sc)?;
-            let sel = std::mem::take(&mut sc.sel);
+            let (sel, inc) = (std::mem::take(&mut sc.sel), std::mem::take(&mut sc.sel_inc));
             let mut home = None;
-            for &pid in &sel {
-                if self.append_locked(pid, &rec, &[], 0, sc)?.is_some() && home.is_none() {
+            for (&pid, &i) in sel.iter().zip(&inc) {
+                if self
+                    .append_locked(heads, (pid, i), &rec, &[], 0, sc)?
+                    .is_some()
+                    && home.is_none()
+                {
                     home = Some(pid);
                 }
             }
-            sc.sel = sel;
+            (sc.sel, sc.sel_inc) = (sel, inc);
             let pid = match home {
                 Some(pid) => pid,
                 None => {
@@ -400,23 +404,37 @@ impl Inner {
             self.params.rng_factor,
             &mut sc.sel,
         );
+        sc.sel_inc.clear();
+        sc.sel_inc.extend(
+            sc.sel
+                .iter()
+                .map(|&p| cents.incarnation(p).expect("selected from the candidates")),
+        );
         Ok(())
     }
 
     /// APPEND under the posting's lock: the posting's new length, or
-    /// `None` when it is gone. On success, posting `pid` becomes the home
-    /// of `vids` (records at `version`) while the lock is still held (a
-    /// split of it cannot slip in between and leave them pointing at a
-    /// removed posting).
+    /// `None` when it is gone. `to` is the posting as routed: its id and
+    /// its incarnation in `heads`, the centroid index of the route; a
+    /// posting removed since is gone even when a new one has taken its id.
+    /// On success, posting `pid` becomes the home of `vids` (records at
+    /// `version`) while the lock is still held (a split of it cannot slip
+    /// in between and leave them pointing at a removed posting).
     pub(crate) fn append_locked(
         &self,
-        pid: u32,
+        heads: &Heads,
+        to: (u32, u32),
         recs: &[u8],
         vids: &[u32],
         version: u8,
         sc: &mut Scratch,
     ) -> Result<Option<u32>> {
+        let (pid, incarnation) = to;
         let _l = self.lock(pid);
+        // Removals and the frees of ids that follow them hold the lock.
+        if heads.read().incarnation(pid) != Some(incarnation) {
+            return Ok(None);
+        }
         Ok(match self.store.append(pid, recs, &mut sc.read)? {
             Swap::Done(n) => {
                 for &v in vids {
@@ -448,20 +466,26 @@ impl Inner {
     fn place_batch(&self, vids: &[u32], data: &[f32]) -> Result<()> {
         let dim = self.dim;
         let n = data.len() / dim;
-        let route_row = |sc: &mut Scratch, r: usize| -> Result<Vec<(u32, u32)>> {
+        // (posting, its incarnation, row) per copy.
+        let route_row = |sc: &mut Scratch, r: usize| -> Result<Vec<(u32, u32, u32)>> {
             self.route(&data[r * dim..(r + 1) * dim], sc)?;
-            Ok(sc.sel.iter().map(|&p| (p, r as u32)).collect())
+            Ok(sc
+                .sel
+                .iter()
+                .zip(&sc.sel_inc)
+                .map(|(&p, &i)| (p, i, r as u32))
+                .collect())
         };
-        let append_group = |sc: &mut Scratch, g: &[(u32, u32)]| -> Result<()> {
-            let pid = g[0].0;
+        let append_group = |sc: &mut Scratch, g: &[(u32, u32, u32)]| -> Result<()> {
+            let (pid, inc) = (g[0].0, g[0].1);
             let mut rec = std::mem::take(&mut sc.rec);
             rec.clear();
-            let homed: Vec<u32> = g.iter().map(|&(_, r)| vids[r as usize]).collect();
-            for &(_, r) in g {
+            let homed: Vec<u32> = g.iter().map(|&(_, _, r)| vids[r as usize]).collect();
+            for &(_, _, r) in g {
                 let r = r as usize;
                 encode_record(&mut rec, vids[r], 0, &data[r * dim..(r + 1) * dim]);
             }
-            let got = self.append_locked(pid, &rec, &homed, 0, sc);
+            let got = self.append_locked(&self.heads, (pid, inc), &rec, &homed, 0, sc);
             sc.rec = rec;
             if let Some(len) = got? {
                 if self.maybe_split(pid, len, g.len(), 0) {
@@ -471,7 +495,7 @@ impl Inner {
             Ok(())
         };
         let inline = n < INLINE_ROWS;
-        let mut pairs: Vec<(u32, u32)> = if inline {
+        let mut pairs: Vec<(u32, u32, u32)> = if inline {
             let mut sc = self.scratch();
             let mut pairs = Vec::new();
             let routed = (0..n).try_for_each(|r| -> Result<()> {
@@ -491,7 +515,8 @@ impl Inner {
             })?
         };
         pairs.sort_unstable();
-        let groups: Vec<&[(u32, u32)]> = pairs.chunk_by(|a, b| a.0 == b.0).collect();
+        let groups: Vec<&[(u32, u32, u32)]> =
+            pairs.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)).collect();
         if inline {
             let mut sc = self.scratch();
             let appended = groups.iter().try_for_each(|g| append_group(&mut sc, g));
@@ -542,16 +567,18 @@ impl Inner {
                 if sc.sel.is_empty() {
                     break;
                 }
-                let sel = std::mem::take(&mut sc.sel);
+                let (sel, inc) = (std::mem::take(&mut sc.sel), std::mem::take(&mut sc.sel_inc));
                 let mut any = false;
-                for &pid in &sel {
+                for (&pid, &i) in sel.iter().zip(&inc) {
                     let home: &[u32] = if any { &[] } else { &[vid] };
-                    if let Some(len) = self.append_locked(pid, &rec, home, version, sc)? {
+                    if let Some(len) =
+                        self.append_locked(&self.heads, (pid, i), &rec, home, version, sc)?
+                    {
                         any = true;
                         self.maybe_split(pid, len, 1, depth);
                     }
                 }
-                sc.sel = sel;
+                (sc.sel, sc.sel_inc) = (sel, inc);
                 if any {
                     return Ok(());
                 }
