@@ -593,3 +593,68 @@ impl Inner {
         res
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::layout::encode_record;
+    use crate::{Mode, SpannParams, Spfresh};
+    use vectide_core::{Metric, VectorIndex};
+
+    /// A writer holding a route to a posting that a split removed, whose
+    /// id a new posting then took, does not append to the new posting:
+    /// its APPEND finds the incarnation it routed to gone. Without the
+    /// check, the vector would land in a posting whose centroid is
+    /// elsewhere, where searches near it never look.
+    #[test]
+    fn an_append_by_an_old_route_misses_a_posting_that_reused_the_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = SpannParams {
+            rebuild_inline: true,
+            threads: Some(1),
+            ..SpannParams::default()
+        };
+        let idx = Spfresh::create(dir.path(), 4, Metric::L2, Mode::Fresh, p).unwrap();
+        let data: Vec<f32> = (0..32 * 4).map(|i| ((i * 7) % 13) as f32).collect();
+        idx.insert(1, &(0..32).collect::<Vec<u64>>(), &data)
+            .unwrap();
+        let inner = idx.inner.clone();
+        let v = [1.0f32, 2.0, 3.0, 4.0];
+        let mut sc = inner.scratch();
+        inner.route(&v, &mut sc).unwrap();
+        let (pid, old) = (sc.sel[0], sc.sel_inc[0]);
+        // What a split does under the posting's lock, then a new posting
+        // (another split's half) taking the freed id.
+        {
+            let _l = inner.lock(pid);
+            let entry = inner.store.entry(pid).unwrap();
+            assert!(matches!(
+                inner.store.remove(pid, &entry),
+                crate::blockstore::Swap::Done(_)
+            ));
+            inner.heads.remove(pid).unwrap();
+            inner.store.free_id(pid);
+        }
+        let mut rec = Vec::new();
+        encode_record(&mut rec, 0, 0, &[9.0, 9.0, 9.0, 9.0]);
+        assert_eq!(
+            inner.store.create_posting(&rec).unwrap(),
+            pid,
+            "the freed id is taken again"
+        );
+        inner.heads.add(&[pid], &[9.0, 9.0, 9.0, 9.0]).unwrap();
+        let new = inner.heads.read().incarnation(pid).unwrap();
+        assert_ne!(new, old);
+        let mut mine = Vec::new();
+        encode_record(&mut mine, 1, 0, &v);
+        let by_old = inner.append_locked(&inner.heads, (pid, old), &mine, &[], 0, &mut sc);
+        assert_eq!(
+            by_old.unwrap(),
+            None,
+            "appended by a route to the removed posting"
+        );
+        assert_eq!(inner.store.entry(pid).unwrap().records, 1);
+        let by_new = inner.append_locked(&inner.heads, (pid, new), &mine, &[], 0, &mut sc);
+        assert_eq!(by_new.unwrap(), Some(2));
+        inner.give_back(sc);
+    }
+}
