@@ -30,7 +30,9 @@
 //! A `spann` rebuild reads the vectors numbered before it began and writes
 //! postings beside the index in use; the reclaim holds `rebuild_lock`, so
 //! the two never overlap (a reclaim due during a rebuild waits for the
-//! next write), and inserts take no free number while a rebuild runs.
+//! next write): a number free while a rebuild runs has no record, and a
+//! record of it that the rebuild reads is the new vector's (inserts take
+//! free numbers then too; `rebuild.rs`, `build_beside`).
 //!
 //! Crashes: the free list is in the snapshot, captured under the gate with
 //! the block mapping; a number is on it only after its PUTs, so a snapshot

@@ -232,11 +232,12 @@ impl Inner {
             data.chunks_exact_mut(dim).for_each(normalize);
         }
         let _g = self.gate.read();
-        let may_reuse = self.rebuilding.lock().is_none();
+        // Free numbers are taken while a `spann` rebuild runs too (see
+        // `build_beside`).
         let vids = {
             let mut m = self.ids.write();
             let mut vids = Vec::with_capacity(n);
-            if may_reuse {
+            {
                 let mut free = self.free.lock();
                 let homes = self.homes.read();
                 while vids.len() < n {

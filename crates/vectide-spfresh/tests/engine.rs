@@ -1129,6 +1129,82 @@ fn the_block_file_shrinks_when_the_live_set_does() {
     assert_sound(&again);
 }
 
+/// Inserts take free vector numbers while a `spann` rebuild runs, and
+/// each such vector is in the rebuilt index once, found by its own vector.
+/// Before, they took new numbers whenever a rebuild ran: with rebuilds
+/// running most of the time under a steady churn, the numbers went from
+/// 160K to 518K for 100K live vectors in a 30-minute soak.
+#[test]
+fn inserts_take_free_numbers_while_a_rebuild_runs() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let idx =
+        Arc::new(Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Static, params(true)).unwrap());
+    let n = 16_000u64;
+    let data = clustered(20_000, DIM, 32, 13);
+    let row = |i: u64| data[i as usize * DIM..(i as usize + 1) * DIM].to_vec();
+    idx.insert(1, &(0..n).collect::<Vec<u64>>(), &data[..n as usize * DIM])
+        .unwrap();
+    // Half deleted: the inline reclaim frees their numbers.
+    idx.delete(2, &(0..n / 2).collect::<Vec<u64>>()).unwrap();
+    let free = stat(&idx, "vids_free");
+    assert!(free >= 3000.0, "{free} numbers free after the deletes");
+    // (A rebuild of the 8,000 left takes long enough for hundreds of
+    // inserts beside it.)
+    let rebuilding = |idx: &Spfresh| idx.stats().unwrap().maintenance.contains(&"rebuild");
+    let done = Arc::new(AtomicBool::new(false));
+    let maintainer = {
+        let (idx, done) = (idx.clone(), done.clone());
+        std::thread::spawn(move || {
+            idx.maintain().unwrap();
+            done.store(true, Ordering::Release);
+        })
+    };
+    while !rebuilding(&idx) && !done.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    let (mut next, mut seq, mut during) = (n, 3u64, 0usize);
+    while !done.load(Ordering::Acquire) && next < n + 3000 {
+        let before = rebuilding(&idx);
+        let ids: Vec<u64> = (next..next + 10).collect();
+        let rows: Vec<f32> = ids.iter().flat_map(|&i| row(i)).collect();
+        idx.insert(seq, &ids, &rows).unwrap();
+        during += usize::from(before && rebuilding(&idx)) * ids.len();
+        (next, seq) = (next + 10, seq + 1);
+    }
+    maintainer.join().unwrap();
+    assert!(
+        during >= 100,
+        "{during} inserts completed while the rebuild ran"
+    );
+    assert_eq!(stat(&idx, "rebuilds"), 1.0);
+    let vids = stat(&idx, "vids");
+    assert_eq!(
+        vids, n as f64,
+        "{vids} vector numbers for {} vectors inserted in all ({} of them while the rebuild ran), {free} free before",
+        next, during
+    );
+    assert_sound(&idx);
+    let sp = SearchParams {
+        nprobe: Some(16),
+        ..SearchParams::default()
+    };
+    for id in n..next {
+        let v = row(id);
+        assert_eq!(idx.get(id).unwrap().as_deref(), Some(&v[..]), "id {id}");
+        let hits = idx.search(&v, 2, &sp, None).unwrap();
+        assert_eq!(hits[0].id, id, "id {id} not found first by its own vector");
+        assert_ne!(
+            hits.get(1).map(|h| h.id),
+            Some(id),
+            "id {id} twice in one answer"
+        );
+    }
+    assert_eq!(idx.len(), (n / 2 + next - n) as usize);
+}
+
 /// A `spann` rebuild runs beside the writers: inserts, deletes and
 /// snapshots complete while it runs (before, it held the writer lock from
 /// its first read to its swap, and every write waited the whole rebuild:
