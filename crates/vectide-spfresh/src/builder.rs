@@ -103,7 +103,9 @@ impl Inner {
                         if sc.sel.is_empty() {
                             // Only when the centroid search found nothing.
                             let (c, _) = cents.nearest(v);
-                            sc.sel.push(pids[c as usize]);
+                            let p = pids[c as usize];
+                            sc.sel.push(p);
+                            sc.sel_inc.extend(heads.read().incarnation(p));
                         }
                         let heads = heads.read();
                         Ok(sc

@@ -647,16 +647,22 @@ impl Inner {
             .as_ref()
             .map(|r| r.building.iter().copied().collect())
             .unwrap_or_default();
-        // Their ids are free at once: only this rebuild's own index, now
-        // dropped, named them.
+        let mut removed = Vec::with_capacity(building.len());
         for p in building {
             let _l = self.lock(p);
             if let Some(entry) = self.store.entry(p) {
                 self.store.remove(p, &entry);
-                self.store.free_id(p);
+                removed.push(p);
             }
         }
         *self.rebuilding.lock() = None;
+        // Their ids are free only now: only this rebuild's own index, now
+        // dropped, named them, and a new posting that took one while it
+        // was still recorded as building would be left out of a snapshot
+        // that records its centroid.
+        for p in removed {
+            self.store.free_id(p);
+        }
     }
 
     /// Steps 2 and 3 of [`Inner::rebuild_static`] (all but the last round

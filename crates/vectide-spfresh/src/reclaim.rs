@@ -22,7 +22,8 @@
 //!    old number: no new record of these numbers appears.
 //! 3. Every posting holding one of their records is PUT without them, each
 //!    under the gate's read side and its posting lock (as a job's PUT).
-//!    Postings created meanwhile are visited too.
+//!    A posting created meanwhile (it may take an id the scan has passed)
+//!    holds none of their records, by step 2.
 //! 4. `readers` is taken exclusively for a moment: every search or get
 //!    that read a posting before its PUT has answered.
 //! 5. The numbers go onto the free list, their homes cleared.

@@ -828,8 +828,20 @@ impl Inner {
         for chunk in pids.chunks(256) {
             self.store.parallel_get(chunk, &mut sc.read)?;
             for (i, recs) in sc.read.records.iter().enumerate() {
+                // A `spann` posting holds a vector's copy once. (In
+                // `spfresh` the Local Rebuilder's reassigns can leave two
+                // copies of one version in a posting: space only, since a
+                // search counts a vector once; seen before session 43's
+                // changes too, and left alone.)
+                let mut copies = HashSet::with_capacity(recs.len());
                 for j in 0..recs.len() {
                     let v = recs.vids[j];
+                    if self.mode != Mode::Fresh && !copies.insert((v, recs.versions[j])) {
+                        problems.push(format!(
+                            "posting {}: two records of vector {v} at version {}",
+                            chunk[i], recs.versions[j]
+                        ));
+                    }
                     if (v as usize) >= vids {
                         problems.push(format!(
                             "posting {}: record of unknown vector {v}",

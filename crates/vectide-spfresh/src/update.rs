@@ -217,10 +217,9 @@ impl Inner {
     /// Applies an insert of rows newer than the index's (the live path and
     /// the WAL replay): vector numbers (freed ones first, from the end of
     /// the free list; new ones after), then the static build of a first
-    /// load or the placement of each vector. While a `spann` rebuild runs
-    /// no freed number is taken: the rebuild reads the vectors numbered
-    /// before it began, and a reused number among them would be placed
-    /// twice.
+    /// load or the placement of each vector. Freed numbers are taken while
+    /// a `spann` rebuild runs too: a vector the rebuild read is not placed
+    /// again (`rebuild.rs`, `build_beside`).
     pub(crate) fn apply_insert(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
         let n = ids.len();
         if n == 0 {
