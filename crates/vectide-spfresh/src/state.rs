@@ -380,7 +380,7 @@ impl Inner {
         if failed != u64::MAX && changes.saturating_sub(failed) < REBUILD_FLOOR {
             return false;
         }
-        let since = changes.saturating_sub(self.built_at.load(Ordering::Relaxed));
+        let since = self.changes_since_build();
         let live = self.ids.read().ext.len() as f64;
         since >= REBUILD_FLOOR.max((live * REBUILD_SHARE) as u64)
     }
@@ -389,6 +389,13 @@ impl Inner {
     /// only after updates since).
     pub(crate) fn mark_built(&self) {
         self.built_at.store(self.changes(), Ordering::Relaxed);
+    }
+
+    /// Changes applied since the input of the last `spann` build was taken
+    /// (what [`Inner::rebuild_due`] weighs).
+    pub(crate) fn changes_since_build(&self) -> u64 {
+        self.changes()
+            .saturating_sub(self.built_at.load(Ordering::Relaxed))
     }
 
     /// Inserts and deletes applied so far (since the open).
@@ -694,8 +701,7 @@ impl Inner {
             // What a `spann` rebuild is due on (`rebuild_due`).
             (
                 "changes_since_build".into(),
-                self.changes()
-                    .saturating_sub(self.built_at.load(Ordering::Relaxed)) as f64,
+                self.changes_since_build() as f64,
             ),
             ("centroids".into(), self.heads.count() as f64),
             ("posting_limit".into(), self.limit as f64),
