@@ -277,8 +277,9 @@ pub trait VectorIndex: Send + Sync {
     /// write that passes the threshold, and those queued behind it, do not
     /// wait for the job). Returns whether the engine will; the default,
     /// for engines whose jobs run in their own threads or not at all,
-    /// declines. (`spann` accepts for its rebuild, which it never starts
-    /// itself: the caller's poll is what runs it.)
+    /// declines. (`spann` accepts for its rebuild: from then on the
+    /// caller's poll is what runs it; an index never asked starts its due
+    /// rebuild itself, in the background.)
     fn defer_maintenance(&self) -> bool {
         false
     }

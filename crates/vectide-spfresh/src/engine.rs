@@ -178,11 +178,15 @@ impl VectorIndex for Spfresh {
         self.inner.maintain()
     }
 
-    /// `spann` leaves its rebuild to the caller's `maintain()` (it never
-    /// runs one on its own); the others' jobs run in their background
-    /// drain.
+    /// `spann` leaves its rebuild to the caller's `maintain()` from now on
+    /// (without this call it starts a due rebuild itself, in the
+    /// background); the others' jobs run in their background drain.
     fn defer_maintenance(&self) -> bool {
-        self.inner.mode == Mode::Static
+        let static_mode = self.inner.mode == Mode::Static;
+        if static_mode {
+            self.inner.deferred.store(true, Ordering::Release);
+        }
+        static_mode
     }
 
     fn maintenance_due(&self) -> bool {

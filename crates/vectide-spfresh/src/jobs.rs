@@ -50,11 +50,25 @@ pub(crate) struct JobState {
     background: bool,
     /// A background drain is queued or running (at most one per index).
     draining: bool,
+    /// A background `spann` rebuild is queued or running (at most one per
+    /// index; [`Jobs::start_rebuild`]).
+    rebuilding: bool,
 }
 
-/// Starts a background drain (a task on the process's shared rebuild pool
-/// that calls [`Jobs::take_background`] until it returns `None`).
-pub(crate) type Runner = Box<dyn Fn() + Send + Sync>;
+/// What a background task runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Task {
+    /// Calls [`Jobs::take_background`] until it returns `None`, running
+    /// each job.
+    Drain,
+    /// A `spann` rebuild, then [`Jobs::rebuild_ended`]. It runs beside the
+    /// drain, not in it: a rebuild takes seconds, and the snapshots and
+    /// reclaims queued meanwhile must not wait for it.
+    Rebuild,
+}
+
+/// Starts a background task on the process's shared rebuild pool.
+pub(crate) type Runner = Box<dyn Fn(Task) + Send + Sync>;
 
 /// The job queue (a posting is queued at most once per kind).
 #[derive(Default)]
@@ -105,8 +119,42 @@ impl Jobs {
 
     fn start_drain(&self) {
         if let Some(run) = &*self.runner.lock() {
-            run();
+            run(Task::Drain);
         }
+    }
+
+    /// Starts a background rebuild unless one is queued or running, or no
+    /// runner is installed (or it is stopping); whether it started one.
+    pub(crate) fn start_rebuild(&self) -> bool {
+        {
+            let mut s = self.state.lock();
+            if !s.background || s.stop || s.rebuilding {
+                return false;
+            }
+            s.rebuilding = true;
+        }
+        match &*self.runner.lock() {
+            Some(run) => {
+                run(Task::Rebuild);
+                true
+            }
+            None => {
+                self.rebuild_ended();
+                false
+            }
+        }
+    }
+
+    /// Whether the runner is being stopped (a background task should end).
+    pub(crate) fn stopping(&self) -> bool {
+        self.state.lock().stop
+    }
+
+    /// Called by the background rebuild as it ends (however it ends).
+    pub(crate) fn rebuild_ended(&self) {
+        let mut s = self.state.lock();
+        s.rebuilding = false;
+        self.retired.notify_all();
     }
 
     /// Installs the background runner: from now on, queued jobs are run in
@@ -171,13 +219,14 @@ impl Jobs {
         }
     }
 
-    /// Stops the background runner and waits for its drain to end (queued
-    /// jobs stay queued; later ones are run by whoever drains them).
+    /// Stops the background runner and waits for its drain and its
+    /// rebuild to end (queued jobs stay queued; later ones are run by
+    /// whoever drains them).
     pub fn stop_workers(&self) {
         let mut s = self.state.lock();
         s.stop = true;
         s.background = false;
-        while s.draining {
+        while s.draining || s.rebuilding {
             self.retired.wait(&mut s);
         }
         s.stop = false;

@@ -60,12 +60,13 @@ pub(crate) fn start_background(inner: &Arc<Inner>) -> Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let pool = vectide_core::pools::shared("spfresh-rebuild", cores)?;
     let weak = Arc::downgrade(inner);
-    inner.jobs.set_runner(Box::new(move || {
+    inner.jobs.set_runner(Box::new(move |task| {
         let weak = weak.clone();
-        pool.spawn(move || {
-            if let Some(me) = weak.upgrade() {
-                me.drain_background();
-            }
+        pool.spawn(move || match (weak.upgrade(), task) {
+            (Some(me), Task::Drain) => me.drain_background(),
+            (Some(me), Task::Rebuild) => me.rebuild_background(),
+            // The index is gone; nobody waits for the task.
+            (None, _) => {}
         });
     }));
     Ok(())
@@ -134,6 +135,31 @@ impl Inner {
             self.jobs.finish();
         }
         self.give_back(sc);
+    }
+
+    /// The background `spann` rebuild a write started (`after_write`),
+    /// and the blocks it released given back, as `maintain()` does; again
+    /// while the changes made meanwhile make another due (the writes that
+    /// passed the threshold during one found it running and started none,
+    /// and no write may come to start it). Its failure is recorded as a
+    /// job's (the next is due only [`crate::state::REBUILD_FLOOR`] changes
+    /// later); a panic too.
+    fn rebuild_background(&self) {
+        loop {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.rebuild_static()?;
+                self.give_blocks_back()
+            }))
+            .unwrap_or_else(|_| Err(Error::invalid("the spann rebuild panicked")));
+            if let Err(e) = r {
+                self.note_error(&e);
+                break;
+            }
+            if self.jobs.stopping() || !self.rebuild_due() {
+                break;
+            }
+        }
+        self.jobs.rebuild_ended();
     }
 
     /// Runs every queued job to completion on this thread (and waits for

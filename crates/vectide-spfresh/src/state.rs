@@ -47,7 +47,7 @@ use crate::versions::VersionMap;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use vectide_core::heap::{Candidate, TopK};
 use vectide_core::poison::Poison;
 use vectide_core::sync::SyncSite;
@@ -221,6 +221,11 @@ pub(crate) struct Inner {
     /// [`REBUILD_FLOOR`] rows later, so a caller polling `rebuild_due`
     /// does not start a failing rebuild again every pass.
     pub rebuild_failed_at: AtomicU64,
+    /// Set by `defer_maintenance`: a holder (a database's maintenance
+    /// thread) polls `rebuild_due` and runs the `spann` rebuild. Unset
+    /// (a standalone index), the write that finds a rebuild due starts
+    /// one in the background itself (`update.rs`, `after_write`).
+    pub deferred: AtomicBool,
     /// A `spann` rebuild in progress (see `rebuild.rs`): the postings it
     /// builds beside the index in use, which no snapshot records, and the
     /// vectors inserted since it began, which it places again before it
@@ -300,6 +305,7 @@ impl Inner {
             activity: Default::default(),
             built_at: AtomicU64::new(0),
             rebuild_failed_at: AtomicU64::new(u64::MAX),
+            deferred: AtomicBool::new(false),
             rebuilding: Mutex::new(None),
             rebuild_lock: Mutex::new(()),
             free: Mutex::new(Vec::new()),
@@ -662,7 +668,7 @@ impl Inner {
     /// A snapshot when blocks are held, which frees them; then, if that
     /// left the file mostly free, a compaction (whose own snapshot cuts
     /// the end off).
-    fn give_blocks_back(&self) -> Result<()> {
+    pub(crate) fn give_blocks_back(&self) -> Result<()> {
         // Held blocks come back with a snapshot; none held (a rebuild
         // ends with its own snapshot), none needed.
         if self.store.held() > 0 {
@@ -789,7 +795,13 @@ impl Inner {
     /// centroid a posting; every live vector has a current record in some
     /// posting, its home among them; no current record names a deleted or
     /// unknown vector.
+    ///
+    /// It waits for a `spann` rebuild in progress and holds the next one
+    /// (and a reclaim) off: the postings a rebuild builds beside the
+    /// index in use have no centroid in use until its swap, and were
+    /// reported as "stored but no centroid".
     pub(crate) fn check_structure(&self) -> Result<Vec<String>> {
+        let _no_rebuild = self.rebuild_lock.lock();
         let _g = self.gate.write();
         let mut problems = Vec::new();
         let n = self.store.posting_ids();

@@ -910,6 +910,8 @@ fn a_static_rebuild_never_shows_readers_a_partial_index() {
     let dir = tempfile::tempdir().unwrap();
     let idx =
         Arc::new(Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Static, params(true)).unwrap());
+    // Its rebuild is the caller's, as under a database.
+    idx.defer_maintenance();
     let data = clustered(4000, DIM, 16, 9);
     let ids: Vec<u64> = (0..3000).collect();
     idx.insert(1, &ids, &data[..3000 * DIM]).unwrap();
@@ -1010,6 +1012,8 @@ fn a_failed_rebuild_is_not_due_again_at_once() {
     use vectide_core::fault::{install_faults, Faults};
     let dir = tempfile::tempdir().unwrap();
     let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Static, params(true)).unwrap();
+    // Its rebuild is the caller's, as under a database.
+    idx.defer_maintenance();
     let data = clustered(3500, DIM, 8, 4);
     let rows = |a: usize, b: usize| &data[a * DIM..b * DIM];
     idx.insert(1, &(0..1000).collect::<Vec<u64>>(), rows(0, 1000))
@@ -1142,6 +1146,8 @@ fn inserts_take_free_numbers_while_a_rebuild_runs() {
     let dir = tempfile::tempdir().unwrap();
     let idx =
         Arc::new(Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Static, params(true)).unwrap());
+    // Its rebuild is the caller's, as under a database.
+    idx.defer_maintenance();
     let n = 16_000u64;
     let data = clustered(20_000, DIM, 32, 13);
     let row = |i: u64| data[i as usize * DIM..(i as usize + 1) * DIM].to_vec();
@@ -1217,6 +1223,8 @@ fn a_static_rebuild_lets_writes_and_snapshots_go_on() {
     let idx = Arc::new(
         Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Static, params(false)).unwrap(),
     );
+    // Its rebuild is the caller's, as under a database.
+    idx.defer_maintenance();
     let n = 10_000;
     let data = clustered(n + 10_000, DIM, 32, 11);
     let row = |i: u64| data[i as usize * DIM..(i as usize + 1) * DIM].to_vec();
@@ -1471,6 +1479,87 @@ fn maintain_gives_the_blocks_back_round_after_round_in_every_mode() {
             );
             assert_eq!(idx.len(), 6000);
         }
+        assert_sound(&idx);
+    }
+}
+
+/// A standalone `spann` (no holder called `defer_maintenance`) rebuilds
+/// itself once the changes since its build are due: in the background
+/// (the writes go on and `maintain()` is never called), and in the writer
+/// when jobs run inline. A holder that deferred it sees no rebuild until
+/// its own `maintain()`. Before, nothing rebuilt a standalone index: its
+/// postings grew by appends, 230 records each after a 10-minute soak.
+#[test]
+fn a_standalone_spann_rebuilds_itself_when_due() {
+    let data = clustered(6000, DIM, 16, 31);
+    let rows = |a: u64, b: u64| &data[a as usize * DIM..b as usize * DIM];
+    for (inline, deferred) in [(false, false), (true, false), (false, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let idx =
+            Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Static, params(inline)).unwrap();
+        if deferred {
+            assert!(idx.defer_maintenance());
+        }
+        idx.insert(1, &(0..3000).collect::<Vec<u64>>(), rows(0, 3000))
+            .unwrap();
+        // Half replaced in batches of 100: due at 1,000 changes, and
+        // writes go on past it.
+        let mut seq = 2;
+        for b in 0..15u64 {
+            let gone: Vec<u64> = (b * 100..(b + 1) * 100).collect();
+            idx.delete(seq, &gone).unwrap();
+            let new: Vec<u64> = (3000 + b * 100..3000 + (b + 1) * 100).collect();
+            idx.insert(seq + 1, &new, rows(3000 + b * 100, 3000 + (b + 1) * 100))
+                .unwrap();
+            seq += 2;
+        }
+        let what = format!("inline {inline}, deferred {deferred}");
+        if inline {
+            assert!(stat(&idx, "rebuilds") >= 1.0, "{what}: no rebuild");
+        } else if !deferred {
+            // The writes outran the first rebuild (most were placed one by
+            // one while it ran): another is due, with no write to start
+            // it; the first's end does.
+            let settled =
+                || stat(&idx, "rebuilds") >= 1.0 && stat(&idx, "changes_since_build") < 1000.0;
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while !settled() && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert!(settled(), "{what}: not rebuilt in 60 s");
+        } else {
+            assert_eq!(stat(&idx, "rebuilds"), 0.0, "{what}: rebuilt by itself");
+            assert!(idx.maintenance_due());
+            idx.maintain().unwrap();
+            assert_eq!(stat(&idx, "rebuilds"), 1.0);
+        }
+        assert_eq!(idx.last_job_error(), None, "{what}");
+        assert_sound(&idx);
+        eprintln!(
+            "{what}: rebuilds {} since {} max {} postings {}",
+            stat(&idx, "rebuilds"),
+            stat(&idx, "changes_since_build"),
+            stat(&idx, "posting_records_max"),
+            stat(&idx, "postings")
+        );
+        assert!(
+            stat(&idx, "posting_records_max") <= idx.posting_limit() as f64 + 10.0,
+            "{what}: postings of {} records after the rebuild",
+            stat(&idx, "posting_records_max")
+        );
+        assert_eq!(idx.len(), 3000, "{what}");
+        // Every live point is found (an exact match: its own vector).
+        for id in [1500u64, 2999, 3000, 4499] {
+            let hit = idx
+                .search(rows(id, id + 1), 1, &SearchParams::default(), None)
+                .unwrap();
+            assert_eq!(hit[0].id, id, "{what}");
+        }
+        // A drop waits for a background rebuild in progress: the
+        // directory reopens whole at once.
+        drop(idx);
+        let idx = Spfresh::open(dir.path(), &open_params(inline)).unwrap();
+        assert_eq!(idx.len(), 3000, "{what}");
         assert_sound(&idx);
     }
 }
