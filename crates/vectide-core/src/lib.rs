@@ -26,6 +26,7 @@ pub mod heap;
 pub mod hugemem;
 pub mod index;
 pub mod io;
+pub mod job_thread;
 pub mod limits;
 pub mod metric;
 pub mod params;

@@ -144,46 +144,16 @@ pub struct Baseline {
 /// poisoned state).
 pub const APPLY_FAULT: FaultSite = FaultSite("baseline.apply");
 
-/// The process's thread (`vectide-baseline-consolidate`, started on first
-/// use) that runs the standalone baselines' consolidations, one after the
-/// other. A plain thread, not a rayon worker: a consolidation holds its
-/// index's locks across its parallel repair, and a rayon worker waiting
-/// inside that repair may pick up another queued job meanwhile — another
-/// index's whole consolidation, with the first index's locks still held.
-/// Each consolidation's repair runs on its index's pool as before.
+/// The process's job thread for the standalone baselines' consolidations
+/// (`vectide-baseline-consolidate`, one after the other; see
+/// [`vectide_core::job_thread`] for why a plain thread). Each
+/// consolidation's repair runs on its index's pool as before.
 mod consolidation_thread {
-    use parking_lot::Mutex;
-    use std::sync::mpsc::{channel, Sender};
-
-    pub type Job = Box<dyn FnOnce() + Send>;
-
-    static QUEUE: Mutex<Option<Sender<Job>>> = Mutex::new(None);
+    pub use vectide_core::job_thread::Job;
 
     /// Queues `job`; gives it back when no thread can be started.
     pub fn submit(job: Job) -> Result<(), Job> {
-        let mut q = QUEUE.lock();
-        let job = match q.as_ref() {
-            Some(tx) => match tx.send(job) {
-                Ok(()) => return Ok(()),
-                // The thread is gone: start another.
-                Err(e) => e.0,
-            },
-            None => job,
-        };
-        let (tx, rx) = channel::<Job>();
-        let started = std::thread::Builder::new()
-            .name("vectide-baseline-consolidate".into())
-            .spawn(move || {
-                for job in rx {
-                    job();
-                }
-            });
-        if started.is_err() {
-            return Err(job);
-        }
-        let _ = tx.send(job);
-        *q = Some(tx);
-        Ok(())
+        vectide_core::job_thread::submit("baseline-consolidate", job)
     }
 }
 

@@ -62,12 +62,27 @@ pub(crate) fn start_background(inner: &Arc<Inner>) -> Result<()> {
     let weak = Arc::downgrade(inner);
     inner.jobs.set_runner(Box::new(move |task| {
         let weak = weak.clone();
-        pool.spawn(move || match (weak.upgrade(), task) {
-            (Some(me), Task::Drain) => me.drain_background(),
-            (Some(me), Task::Rebuild) => me.rebuild_background(),
-            // The index is gone; nobody waits for the task.
-            (None, _) => {}
-        });
+        match task {
+            Task::Drain => pool.spawn(move || {
+                if let Some(me) = weak.upgrade() {
+                    me.drain_background();
+                }
+            }),
+            // A rebuild holds its lock for seconds across parallel work:
+            // on the process's plain job thread, not a rayon worker (see
+            // `vectide_core::job_thread`), one rebuild at a time.
+            Task::Rebuild => {
+                let job = Box::new(move || {
+                    if let Some(me) = weak.upgrade() {
+                        me.rebuild_background();
+                    }
+                });
+                if let Err(job) = vectide_core::job_thread::submit("spann-rebuild", job) {
+                    // No thread to hand it to: this writer runs it.
+                    job();
+                }
+            }
+        }
     }));
     Ok(())
 }
@@ -137,29 +152,56 @@ impl Inner {
         self.give_back(sc);
     }
 
-    /// The background `spann` rebuild a write started (`after_write`),
-    /// and the blocks it released given back, as `maintain()` does; again
-    /// while the changes made meanwhile make another due (the writes that
-    /// passed the threshold during one found it running and started none,
-    /// and no write may come to start it). Its failure is recorded as a
-    /// job's (the next is due only [`crate::state::REBUILD_FLOOR`] changes
-    /// later); a panic too.
+    /// The background `spann` rebuild a write started
+    /// (`start_rebuild_if_due`), and the blocks it released given back,
+    /// as `maintain()` does; again while the changes made meanwhile make
+    /// another due (the writes that passed the threshold during one found
+    /// it running and started none, and no write may come to start it),
+    /// with the dead vector numbers reclaimed between two (a reclaim never
+    /// runs beside a rebuild). It ends when the index is closing or a
+    /// holder has taken the rebuilds over. A failed or panicked rebuild is
+    /// recorded as a job's error; the next is due only
+    /// [`crate::state::REBUILD_FLOOR`] changes later.
     fn rebuild_background(&self) {
-        loop {
+        while !self.jobs.stopping() && !self.deferred.load(Ordering::Acquire) {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.rebuild_static()?;
-                self.give_blocks_back()
+                self.rebuild_static_if_due()
             }))
             .unwrap_or_else(|_| Err(Error::invalid("the spann rebuild panicked")));
-            if let Err(e) = r {
-                self.note_error(&e);
-                break;
+            match r {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    self.note_error(&e);
+                    break;
+                }
             }
-            if self.jobs.stopping() || !self.rebuild_due() {
-                break;
+            if self.reclaim_lag() > 0 {
+                let mut sc = self.scratch();
+                if let Err(e) = self.reclaim_now(&mut sc) {
+                    self.note_error(&e);
+                }
+                self.give_back(sc);
             }
         }
         self.jobs.rebuild_ended();
+        // A write that came between the last check and the end found this
+        // rebuild still running and started none.
+        self.start_rebuild_if_due();
+    }
+
+    /// A rebuild (and its blocks given back) if one is due and none runs;
+    /// whether it ran.
+    pub(crate) fn rebuild_static_if_due(&self) -> Result<bool> {
+        let Some(one) = self.rebuild_lock.try_lock() else {
+            return Ok(false);
+        };
+        if !self.rebuild_counts_due() {
+            return Ok(false);
+        }
+        self.rebuild_static_locked(one)?;
+        self.give_blocks_back()?;
+        Ok(true)
     }
 
     /// Runs every queued job to completion on this thread (and waits for
@@ -586,7 +628,11 @@ impl Inner {
     ///    in, the new postings stop being building ones (both in one step
     ///    for a snapshot), the old postings are removed.
     pub(crate) fn rebuild_static(&self) -> Result<()> {
-        let _one = self.rebuild_lock.lock();
+        self.rebuild_static_locked(self.rebuild_lock.lock())
+    }
+
+    /// [`Inner::rebuild_static`] under the rebuild lock `_one`.
+    fn rebuild_static_locked(&self, _one: parking_lot::MutexGuard<'_, ()>) -> Result<()> {
         let (pids, vid_end, input_at) = {
             let _w = self.writer.lock();
             let input_at = self.changes();
@@ -599,26 +645,21 @@ impl Inner {
                 .collect();
             (pids, self.versions.len(), input_at)
         };
-        let job = self.activity.begin("rebuild");
-        let (heads, read) = match self
-            .heads
-            .fresh()
-            .and_then(|h| self.build_beside(&h, &pids, vid_end).map(|read| (h, read)))
-        {
-            Ok(built) => built,
-            Err(e) => {
-                self.abandon_rebuild();
-                return Err(e);
-            }
+        // From here until the swap, an error or a panic abandons it.
+        let mut abandon = Abandon {
+            inner: self,
+            armed: true,
         };
+        let job = self.activity.begin("rebuild");
+        let h = self.heads.fresh()?;
+        let read = self.build_beside(&h, &pids, vid_end)?;
+        let heads = h;
         let w = self.writer.lock();
         let last = self.place_inserted(&heads, &read);
         drop(read);
         let _g = self.gate.read();
-        if let Err(e) = last {
-            self.abandon_rebuild();
-            return Err(e);
-        }
+        last?;
+        abandon.armed = false;
         self.heads.replace(heads);
         let Rebuilding {
             building: built,
@@ -660,8 +701,8 @@ impl Inner {
         self.snapshot()
     }
 
-    /// A failed rebuild's postings go again (no centroid in use names
-    /// them), and writers stop recording for it. They are removed while
+    /// A failed (or panicked) rebuild's postings go again (no centroid in
+    /// use names them), and writers stop recording for it. They are removed while
     /// still recorded as building, so no snapshot in between records one;
     /// no home points at them (homes move only at the swap).
     fn abandon_rebuild(&self) {
@@ -760,6 +801,23 @@ impl Inner {
         })();
         self.give_back(sc);
         placed
+    }
+}
+
+/// Abandons the rebuild in progress when dropped armed: on an error's
+/// return or a panic's unwind before the swap (a panic caught above left
+/// its half-built postings stored and writers recording for it, and a
+/// failure was not counted).
+struct Abandon<'a> {
+    inner: &'a Inner,
+    armed: bool,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.inner.abandon_rebuild();
+        }
     }
 }
 

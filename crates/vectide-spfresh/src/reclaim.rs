@@ -107,7 +107,13 @@ impl Inner {
         if !self.reclaim_due() {
             return Ok(None);
         }
-        self.reclaim_now(sc)
+        let r = self.reclaim_now(sc);
+        // A write that made a standalone `spann` rebuild due while this
+        // held the rebuild lock found none due and started none.
+        if !self.params.rebuild_inline {
+            self.start_rebuild_if_due();
+        }
+        r
     }
 
     /// A reclaim of every dead number now, due or not; `None` when a

@@ -221,10 +221,11 @@ pub(crate) struct Inner {
     /// [`REBUILD_FLOOR`] rows later, so a caller polling `rebuild_due`
     /// does not start a failing rebuild again every pass.
     pub rebuild_failed_at: AtomicU64,
-    /// Set by `defer_maintenance`: a holder (a database's maintenance
-    /// thread) polls `rebuild_due` and runs the `spann` rebuild. Unset
-    /// (a standalone index), the write that finds a rebuild due starts
-    /// one in the background itself (`update.rs`, `after_write`).
+    /// Set by `defer_maintenance` (and from the open with `log=database`):
+    /// a holder (a database's maintenance thread) polls `rebuild_due` and
+    /// runs the `spann` rebuild. Unset (a standalone index), the write
+    /// that finds a rebuild due starts one itself (`update.rs`,
+    /// `start_rebuild_if_due`).
     pub deferred: AtomicBool,
     /// A `spann` rebuild in progress (see `rebuild.rs`): the postings it
     /// builds beside the index in use, which no snapshot records, and the
@@ -275,6 +276,9 @@ impl Inner {
             .unwrap_or_else(rayon::current_num_threads)
             .max(1);
         let pool = vectide_core::engine::pool_of("spann", threads)?;
+        // A database's index (its log) always has a holder, from its
+        // log's replay on: the replay's writes must not start a rebuild.
+        let deferred = AtomicBool::new(params.external_log);
         Ok(Inner {
             dir: dir.to_path_buf(),
             dim,
@@ -305,7 +309,7 @@ impl Inner {
             activity: Default::default(),
             built_at: AtomicU64::new(0),
             rebuild_failed_at: AtomicU64::new(u64::MAX),
-            deferred: AtomicBool::new(false),
+            deferred,
             rebuilding: Mutex::new(None),
             rebuild_lock: Mutex::new(()),
             free: Mutex::new(Vec::new()),
@@ -378,7 +382,14 @@ impl Inner {
     /// on (a bulk load into an empty collection: about a hundred postings
     /// of a thousand vectors each).
     pub(crate) fn rebuild_due(&self) -> bool {
-        if self.mode != Mode::Static || self.rebuild_lock.is_locked() {
+        !self.rebuild_lock.is_locked() && self.rebuild_counts_due()
+    }
+
+    /// [`Inner::rebuild_due`] but for the rebuild lock: whether the
+    /// changes since the build make a rebuild due (for a caller holding
+    /// the lock).
+    pub(crate) fn rebuild_counts_due(&self) -> bool {
+        if self.mode != Mode::Static {
             return false;
         }
         let changes = self.changes();

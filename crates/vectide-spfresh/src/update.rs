@@ -167,7 +167,13 @@ impl Inner {
     /// jobs, or taken here when they run inline), and the queued jobs when
     /// they run inline.
     fn after_write(&self, snapshot: SnapshotNeed) -> Result<()> {
+        let r = self.after_write_jobs(snapshot);
         self.start_rebuild_if_due();
+        r
+    }
+
+    /// [`Inner::after_write`] but for the rebuild.
+    fn after_write_jobs(&self, snapshot: SnapshotNeed) -> Result<()> {
         match self.reclaim_lag() {
             0 => {}
             // Far behind (the background drain starved by a busy queue or
@@ -213,13 +219,14 @@ impl Inner {
     /// its disk over live vectors from the reference to 1.67 times it.
     /// A failed rebuild is recorded, not this write's error (the write is
     /// durable already).
-    fn start_rebuild_if_due(&self) {
+    pub(crate) fn start_rebuild_if_due(&self) {
         if self.mode != Mode::Static || self.deferred.load(Ordering::Acquire) || !self.rebuild_due()
         {
             return;
         }
         if self.params.rebuild_inline {
-            if let Err(e) = self.rebuild_static().and_then(|()| self.give_blocks_back()) {
+            // One writer rebuilds; one that finds it running goes on.
+            if let Err(e) = self.rebuild_static_if_due() {
                 self.note_error(&e);
             }
         } else {
