@@ -636,7 +636,7 @@ impl Inner {
         let (pids, vid_end, input_at) = {
             let _w = self.writer.lock();
             let input_at = self.changes();
-            if self.built_at.load(Ordering::Relaxed) == input_at {
+            if self.changes_since_build() == 0 {
                 return Ok(());
             }
             *self.rebuilding.lock() = Some(Rebuilding::default());
@@ -692,6 +692,7 @@ impl Inner {
         // 136 records each against a split limit of 59, and no rebuild
         // was due again until 25K more changes.)
         self.built_at.store(input_at, Ordering::Relaxed);
+        self.carried.store(0, Ordering::Relaxed);
         self.rebuild_failed_at.store(u64::MAX, Ordering::Relaxed);
         self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
         drop(_g);

@@ -282,7 +282,13 @@ impl Spfresh {
         inner.durable.store(durable, Ordering::Release);
         inner.synced.store(durable, Ordering::Release);
         inner.covered.store(durable, Ordering::Release);
-        inner.mark_built();
+        // The changes since the last build: those the snapshot recorded,
+        // then those its logs replayed (counted as they were applied).
+        // Before, an open counted from nothing, and an index that had a
+        // rebuild due before a restart waited for another quarter of
+        // changes after it.
+        inner.built_at.store(0, Ordering::Relaxed);
+        inner.carried.store(head.since_build, Ordering::Relaxed);
         if inner.params.rebuild_inline {
             inner.drain_jobs()?;
         }

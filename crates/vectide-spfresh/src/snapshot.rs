@@ -14,7 +14,8 @@
 //! ‖ vids u32 ‖ ext_id u64 × vids ‖ seq u64 × vids ‖ home u32 × vids
 //! ‖ version map (its own sealed section, `versions.rs`)
 //! ‖ pids u32 ‖ present u8 × pids ‖ centroid f32 × dim per present pid
-//! ‖ free u32 ‖ free vid u32 × free                     (version 2 only)
+//! ‖ free u32 ‖ free vid u32 × free                     (versions 2 and 3)
+//! ‖ since_build u64                                    (version 3)
 //! ‖ block mapping (its own sealed section, `docs/format-blockstore.md`)
 //! ‖ crc32 u32 of everything before ‖ END "VTSPEND\0"
 //! ```
@@ -29,10 +30,11 @@ use vectide_storage::durable::Envelope;
 pub const MAGIC: &[u8; 8] = b"VTSPSNP\0";
 /// Last bytes of a snapshot.
 pub const END: &[u8; 8] = b"VTSPEND\0";
-/// The snapshot format version this build writes. It reads it and
-/// version 1 (no free list: every dead number stays unfree until a
-/// reclaim).
-pub const VERSION: u32 = 2;
+/// The snapshot format version this build writes. It reads it, version
+/// 2 (no changes since the build: a `spann` index counts them from its
+/// open) and version 1 (no free list either: every dead number stays
+/// unfree until a reclaim).
+pub const VERSION: u32 = 3;
 
 /// The snapshot's sealed envelope.
 pub const ENVELOPE: Envelope = Envelope {
@@ -45,6 +47,12 @@ pub const ENVELOPE: Envelope = Envelope {
 /// The envelope of a version-1 snapshot (read only).
 const ENVELOPE_V1: Envelope = Envelope {
     version: 1,
+    ..ENVELOPE
+};
+
+/// The envelope of a version-2 snapshot (read only).
+const ENVELOPE_V2: Envelope = Envelope {
+    version: 2,
     ..ENVELOPE
 };
 
@@ -73,6 +81,10 @@ pub struct SnapHead {
     pub serial: u64,
     /// Every operation up to this sequence number is in the snapshot.
     pub covered_seq: u64,
+    /// The inserts and deletes applied since the input of the last
+    /// `spann` build was taken, as of the capture (what makes its next
+    /// rebuild due; 0 from a version 1 or 2 snapshot).
+    pub since_build: u64,
 }
 
 /// A decoded snapshot.
@@ -119,7 +131,7 @@ pub fn encode(
     let dim = head.dim;
     let present = centroids.iter().flatten().count();
     let mut b = ENVELOPE.begin(
-        132 + 21 * ext.len() + 4 * free.len() + centroids.len() + present * 4 * dim + map.len(),
+        140 + 21 * ext.len() + 4 * free.len() + centroids.len() + present * 4 * dim + map.len(),
     );
     b.push(head.mode.code());
     b.push(head.metric as u8);
@@ -161,6 +173,7 @@ pub fn encode(
     for v in free {
         b.extend_from_slice(&v.to_le_bytes());
     }
+    b.extend_from_slice(&head.since_build.to_le_bytes());
     b.extend_from_slice(map);
     ENVELOPE.seal(b)
 }
@@ -168,13 +181,16 @@ pub fn encode(
 /// Parses a snapshot: envelope (magic, version, CRC, end marker), then
 /// every field through the bounds-checked reader.
 pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
-    // Version 1 has no free list; anything else but 2 is a version error.
+    // Version 1 has no free list, 2 no changes since the build; anything
+    // else but 3 is a version error.
     let version = match bytes.get(8..12) {
         Some(v) if v == 1u32.to_le_bytes() => 1,
+        Some(v) if v == 2u32.to_le_bytes() => 2,
         _ => VERSION,
     };
     let mut r = match version {
         1 => ENVELOPE_V1.open(bytes)?,
+        2 => ENVELOPE_V2.open(bytes)?,
         _ => ENVELOPE.open(bytes)?,
     };
     let mode = Mode::from_code(r.u8()?)?;
@@ -273,6 +289,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
             }
         }
     }
+    let since_build = if version >= 3 { r.u64()? } else { 0 };
     let map = r.bytes(r.remaining())?.to_vec();
     Ok(Snapshot {
         head: SnapHead {
@@ -282,6 +299,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot> {
             params,
             serial,
             covered_seq,
+            since_build,
         },
         ext,
         seqs,
@@ -306,6 +324,7 @@ mod tests {
             params: SpannParams::default(),
             serial: 4,
             covered_seq: 77,
+            since_build: 1234,
         }
     }
 
@@ -330,10 +349,21 @@ mod tests {
         )
     }
 
-    /// The same state in the version-1 layout (no free list), as an
-    /// older build wrote it.
-    fn sample_v1() -> Vec<u8> {
+    /// The same state in the version-2 layout (no changes since the
+    /// build), as an older build wrote it.
+    fn sample_v2() -> Vec<u8> {
         let mut b = sample();
+        b.truncate(b.len() - 12);
+        let map_at = b.len() - b"MAPBYTES".len();
+        // The changes since the build sit just before the map.
+        b.drain(map_at - 8..map_at);
+        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        ENVELOPE_V2.seal(b)
+    }
+
+    /// The same state in the version-1 layout (no free list either).
+    fn sample_v1() -> Vec<u8> {
+        let mut b = sample_v2();
         b.truncate(b.len() - 12);
         let map_at = b.len() - b"MAPBYTES".len();
         // The free list (count 1, vid 2) sits before the map.
@@ -354,7 +384,8 @@ mod tests {
             (vec![10, 11, 12], vec![5, 6, 7], vec![3, 0, u32::MAX])
         );
         assert!(s.versions.get(1).unwrap().deleted && !s.versions.get(0).unwrap().deleted);
-        assert_eq!((s.free, s.version), (vec![2], 2));
+        assert_eq!((s.free, s.version), (vec![2], 3));
+        assert_eq!(s.head.since_build, 1234);
         assert_eq!(s.centroids, vec![Some(vec![0.5, 1.0, -2.0]), None]);
         assert_eq!(s.map, b"MAPBYTES");
     }
@@ -370,9 +401,19 @@ mod tests {
         for cut in 0..good.len() {
             assert!(decode(&good[..cut]).is_err(), "cut at {cut}");
         }
-        let mut v3 = good.clone();
-        v3[8] = 3;
-        assert!(matches!(decode(&v3), Err(Error::Version { found: 3, .. })));
+        let mut v4 = good.clone();
+        v4[8] = 4;
+        assert!(matches!(decode(&v4), Err(Error::Version { found: 4, .. })));
+    }
+
+    #[test]
+    fn a_version_2_snapshot_opens_with_no_changes_since_the_build() {
+        let s = decode(&sample_v2()).unwrap();
+        assert_eq!(s.version, 2);
+        assert_eq!(s.head.since_build, 0);
+        assert_eq!(s.free, vec![2]);
+        assert_eq!(s.ext, vec![10, 11, 12]);
+        assert_eq!(s.map, b"MAPBYTES");
     }
 
     #[test]

@@ -216,6 +216,10 @@ pub(crate) struct Inner {
     /// last `spann` build was taken: those a rebuild placed as it went
     /// (inserted or deleted while it ran) count as changes since.
     pub built_at: AtomicU64,
+    /// The changes since the build that the snapshot an open read
+    /// recorded (counted before this process's changes; 0 once a build
+    /// completes here).
+    pub carried: AtomicU64,
     /// The inserts and deletes counted when a `spann` rebuild last failed
     /// (`u64::MAX`: none since the last success): the next is due only
     /// [`REBUILD_FLOOR`] rows later, so a caller polling `rebuild_due`
@@ -308,6 +312,7 @@ impl Inner {
             poison: Poison::default(),
             activity: Default::default(),
             built_at: AtomicU64::new(0),
+            carried: AtomicU64::new(0),
             rebuild_failed_at: AtomicU64::new(u64::MAX),
             deferred,
             rebuilding: Mutex::new(None),
@@ -406,12 +411,13 @@ impl Inner {
     /// only after updates since).
     pub(crate) fn mark_built(&self) {
         self.built_at.store(self.changes(), Ordering::Relaxed);
+        self.carried.store(0, Ordering::Relaxed);
     }
 
     /// Changes applied since the input of the last `spann` build was taken
     /// (what [`Inner::rebuild_due`] weighs).
     pub(crate) fn changes_since_build(&self) -> u64 {
-        self.changes()
+        (self.changes() + self.carried.load(Ordering::Relaxed))
             .saturating_sub(self.built_at.load(Ordering::Relaxed))
     }
 
@@ -491,6 +497,7 @@ impl Inner {
                 params: self.params.clone(),
                 serial: next,
                 covered_seq: covered,
+                since_build: self.changes_since_build(),
             };
             // A rebuild's new postings are not recorded (no centroid in
             // use names them yet; the vectors are in the old ones), nor

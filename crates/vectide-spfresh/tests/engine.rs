@@ -1579,3 +1579,46 @@ fn a_standalone_spann_rebuilds_itself_when_due() {
         assert_sound(&idx);
     }
 }
+
+/// The changes since a `spann` build survive a reopen: those a snapshot
+/// recorded and those its log replays. Before, an open counted from
+/// nothing, and a restart put off a due rebuild by another quarter of the
+/// index's changes.
+#[test]
+fn the_changes_since_a_build_survive_a_reopen() {
+    let data = clustered(4000, DIM, 16, 41);
+    let rows = |a: u64, b: u64| &data[a as usize * DIM..b as usize * DIM];
+    let dir = tempfile::tempdir().unwrap();
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Static, params(true)).unwrap();
+    idx.defer_maintenance();
+    idx.insert(1, &(0..3000).collect::<Vec<u64>>(), rows(0, 3000))
+        .unwrap();
+    // 600 changes in the snapshot, 300 in the log after it.
+    idx.delete(2, &(0..300).collect::<Vec<u64>>()).unwrap();
+    idx.insert(3, &(3000..3300).collect::<Vec<u64>>(), rows(3000, 3300))
+        .unwrap();
+    idx.snapshot().unwrap();
+    idx.delete(4, &(300..450).collect::<Vec<u64>>()).unwrap();
+    idx.insert(5, &(3300..3450).collect::<Vec<u64>>(), rows(3300, 3450))
+        .unwrap();
+    assert_eq!(stat(&idx, "changes_since_build"), 900.0);
+    drop(idx);
+    let idx = Spfresh::open(dir.path(), &open_params(true)).unwrap();
+    idx.defer_maintenance();
+    assert_eq!(stat(&idx, "changes_since_build"), 900.0);
+    assert!(!idx.maintenance_due());
+    idx.insert(6, &(3450..3550).collect::<Vec<u64>>(), rows(3450, 3550))
+        .unwrap();
+    assert!(
+        idx.maintenance_due(),
+        "not due at 1,000 changes since the build"
+    );
+    idx.maintain().unwrap();
+    assert_eq!(stat(&idx, "changes_since_build"), 0.0);
+    // A snapshot after the rebuild records none; the reopen finds none.
+    idx.snapshot().unwrap();
+    drop(idx);
+    let idx = Spfresh::open(dir.path(), &open_params(true)).unwrap();
+    assert_eq!(stat(&idx, "changes_since_build"), 0.0);
+    assert_eq!(idx.len(), 3100);
+}

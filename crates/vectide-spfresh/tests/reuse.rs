@@ -224,7 +224,7 @@ fn recovery_keeps_free_and_reused_numbers_apart() {
             .unwrap()
             .into_iter()
             .collect();
-        assert!(rows["snapshot"].starts_with("version 2 "), "{rows:?}");
+        assert!(rows["snapshot"].starts_with("version 3 "), "{rows:?}");
         assert!(rows["vectors"].contains("free for reuse"), "{rows:?}");
         println!(
             "{mode:?}: inspect: {} / {}",
