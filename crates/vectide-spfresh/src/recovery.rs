@@ -387,6 +387,14 @@ pub fn inspect_rows(dir: &Path) -> Result<Vec<(String, String)>> {
         ),
         ("replicas".into(), h.params.replicas.to_string()),
         ("posting_pages".into(), h.params.posting_pages.to_string()),
+        (
+            "changes_since_build".into(),
+            if s.version >= 3 {
+                h.since_build.to_string()
+            } else {
+                "not recorded (version 1 or 2)".into()
+            },
+        ),
         ("nprobe".into(), h.params.nprobe.to_string()),
     ];
     for sv in wal_serials(dir).into_iter().filter(|&x| x >= h.serial) {
