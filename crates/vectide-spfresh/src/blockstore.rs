@@ -62,6 +62,15 @@ const MAX_RETRIES: usize = 1000;
 /// postings after 90 % of 6,000 vectors were deleted.)
 pub const COMPACT_FLOOR: u64 = 256;
 
+/// The background jobs compact once more than a `1/COMPACT_SHARE` of the
+/// file is free.
+pub const COMPACT_SHARE: u64 = 4;
+
+/// `maintain()` compacts once more than a `1/MAINTAIN_COMPACT_SHARE` of
+/// the file is free: the explicit call gives back what the background
+/// jobs leave for the next writes to reuse.
+pub const MAINTAIN_COMPACT_SHARE: u64 = 8;
+
 /// A snapshot is forced once the blocks held back for it exceed this
 /// share of the blocks in use (or of the caller's floor): held blocks are
 /// file space that serves nothing until the snapshot returns them.
@@ -866,13 +875,20 @@ impl BlockStore {
     }
 
     /// Whether the file is worth compacting: past [`COMPACT_FLOOR`] blocks
-    /// and more than a quarter of it free.
+    /// and more than a quarter of it free (the background jobs' test).
     pub fn compaction_due(&self) -> bool {
+        self.compaction_due_at(COMPACT_SHARE)
+    }
+
+    /// Whether more than a `1/share` of the file is free (and it is past
+    /// [`COMPACT_FLOOR`] blocks). A compaction leaves an eighth of the
+    /// blocks in use free, so `share` ≥ 8 is never due right after one.
+    pub fn compaction_due_at(&self, share: u64) -> bool {
         let pool = self.pool.lock();
         // Free blocks, not held ones: those come back only with a
         // snapshot (the held trigger's), and a compaction has nowhere to
         // move postings to before it.
-        u64::from(pool.end) >= COMPACT_FLOOR && pool.free.len() as u64 * 4 > u64::from(pool.end)
+        u64::from(pool.end) >= COMPACT_FLOOR && pool.free.len() as u64 * share > u64::from(pool.end)
     }
 
     /// The postings to move when compacting, and the block they must end

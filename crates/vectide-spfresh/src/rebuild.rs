@@ -289,13 +289,18 @@ impl Inner {
     /// file's free end off (the point of the job: without it the file kept
     /// its length until some later snapshot).
     pub(crate) fn compact(&self, sc: &mut Scratch) -> Result<()> {
+        self.compact_at(sc, crate::blockstore::COMPACT_SHARE)
+    }
+
+    /// [`Inner::compact`] once more than a `1/share` of the file is free.
+    pub(crate) fn compact_at(&self, sc: &mut Scratch, share: u64) -> Result<()> {
         // One compaction at a time: two at once moved the same postings
         // twice, spending the free blocks below the target on postings
         // already there, and left the rest at the file's end (a `spann`
         // `maintain()` with the background drain left 2,030 blocks with
         // 714 in use). A second caller waits and then finds it not due.
         let _one = self.compact_lock.lock();
-        if !self.store.compaction_due() {
+        if !self.store.compaction_due_at(share) {
             return Ok(());
         }
         let _job = self.activity.begin("compact");

@@ -82,7 +82,7 @@ pub struct ReclaimReport {
 
 impl Inner {
     /// Dead numbers that are not free yet.
-    fn dead_unfree(&self) -> (usize, usize) {
+    pub(crate) fn dead_unfree(&self) -> (usize, usize) {
         let live = self.ids.read().ext.len();
         let free = self.free.lock().len();
         let vids = self.versions.len() as usize;

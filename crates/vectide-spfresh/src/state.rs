@@ -647,7 +647,7 @@ impl Inner {
                 self.rebuild_static()?;
                 // The old index's postings went: their blocks come back
                 // as after a sweep.
-                self.give_blocks_back()
+                self.give_space_back()
             }
             Mode::Fresh => {
                 // A merge's reassigns can leave another posting small, so
@@ -675,26 +675,52 @@ impl Inner {
                 })();
                 self.give_back(sc);
                 swept?;
-                self.give_blocks_back()
+                self.give_space_back()
             }
             // Postings only grow (no splits); the jobs drained above
             // released blocks a snapshot returns.
-            Mode::Inplace => self.give_blocks_back(),
+            Mode::Inplace => self.give_space_back(),
         }
+    }
+
+    /// `maintain()`'s end: every dead vector number's records dropped (a
+    /// reclaim, due or not: the background one waits for a quarter of the
+    /// live count), the blocks that and the jobs before released returned
+    /// by a snapshot, and the file compacted once an eighth of it is free
+    /// (the background jobs wait for a quarter). What the background jobs
+    /// leave for the next writes to reuse, the explicit call gives back:
+    /// before, a `spann-inplace` collection through the server settled at
+    /// 1.18 times its disk reference after a 10-minute churn, its postings
+    /// holding the records of 4% of its numbers dead and a quarter of its
+    /// file free.
+    fn give_space_back(&self) -> Result<()> {
+        if self.dead_unfree().0 > 0 {
+            let mut sc = self.scratch();
+            let r = self.reclaim_now(&mut sc);
+            self.give_back(sc);
+            r?;
+        }
+        self.give_blocks_back_at(crate::blockstore::MAINTAIN_COMPACT_SHARE)
     }
 
     /// A snapshot when blocks are held, which frees them; then, if that
     /// left the file mostly free, a compaction (whose own snapshot cuts
     /// the end off).
     pub(crate) fn give_blocks_back(&self) -> Result<()> {
+        self.give_blocks_back_at(crate::blockstore::COMPACT_SHARE)
+    }
+
+    /// [`Inner::give_blocks_back`], compacting once more than a `1/share`
+    /// of the file is free.
+    fn give_blocks_back_at(&self, share: u64) -> Result<()> {
         // Held blocks come back with a snapshot; none held (a rebuild
         // ends with its own snapshot), none needed.
         if self.store.held() > 0 {
             self.snapshot()?;
         }
-        if self.store.compaction_due() {
+        if self.store.compaction_due_at(share) {
             let mut sc = self.scratch();
-            let r = self.compact(&mut sc);
+            let r = self.compact_at(&mut sc, share);
             self.give_back(sc);
             r?;
         }

@@ -1539,8 +1539,11 @@ fn a_standalone_spann_rebuilds_itself_when_due() {
             }
             assert!(settled(), "{what}: not rebuilt in 60 s");
         } else {
+            // (A reclaim in the background holds the rebuild lock, and
+            // no rebuild is due while it runs: the jobs end first.)
+            idx.drain_jobs().unwrap();
             assert_eq!(stat(&idx, "rebuilds"), 0.0, "{what}: rebuilt by itself");
-            assert!(idx.maintenance_due());
+            assert!(idx.maintenance_due(), "{what}");
             idx.maintain().unwrap();
             assert_eq!(stat(&idx, "rebuilds"), 1.0);
         }
@@ -1631,4 +1634,58 @@ fn the_changes_since_a_build_survive_a_reopen() {
     let idx = Spfresh::open(dir.path(), &open_params(true)).unwrap();
     assert_eq!(stat(&idx, "changes_since_build"), 0.0);
     assert_eq!(idx.len(), 3100);
+}
+
+/// `maintain()` gives back what the background jobs leave for the next
+/// writes to reuse: every dead vector number's records dropped (the
+/// background reclaim waits for a quarter of the live count) and the file
+/// compacted once an eighth of it is free (the background jobs wait for a
+/// quarter). Before, a `spann-inplace` collection settled at 1.18 times
+/// its disk reference after a 10-minute soak through the server.
+#[test]
+fn maintain_reclaims_every_dead_number_and_compacts_an_eighth_free_file() {
+    let n = 12_000u64;
+    let data = clustered(n as usize + 1500, DIM, 24, 51);
+    let rows = |a: u64, b: u64| &data[a as usize * DIM..b as usize * DIM];
+    for mode in [Mode::Inplace, Mode::Fresh, Mode::Static] {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = Spfresh::create(dir.path(), DIM, Metric::L2, mode, params(false)).unwrap();
+        idx.defer_maintenance();
+        idx.insert(1, &(0..n).collect::<Vec<u64>>(), rows(0, n))
+            .unwrap();
+        // An eighth replaced: fewer dead numbers than the background
+        // reclaim waits for.
+        let mut seq = 2;
+        for b in 0..15u64 {
+            idx.delete(seq, &(b * 100..(b + 1) * 100).collect::<Vec<u64>>())
+                .unwrap();
+            let new = n + b * 100..n + (b + 1) * 100;
+            idx.insert(
+                seq + 1,
+                &new.clone().collect::<Vec<u64>>(),
+                rows(new.start, new.end),
+            )
+            .unwrap();
+            seq += 2;
+        }
+        idx.drain_jobs().unwrap();
+        idx.maintain().unwrap();
+        let dead = stat(&idx, "vids") - stat(&idx, "vids_free") - idx.len() as f64;
+        assert_eq!(dead, 0.0, "{mode:?}: dead numbers left after maintain()");
+        let file = std::fs::metadata(dir.path().join("blocks.dat"))
+            .unwrap()
+            .len()
+            / 4096;
+        assert!(
+            file >= 256,
+            "{mode:?}: a file of {file} blocks is below the compaction floor"
+        );
+        let free = stat(&idx, "blocks_free");
+        assert!(
+            free * 8.0 <= file as f64,
+            "{mode:?}: {free} of {file} blocks free after maintain()"
+        );
+        assert_eq!(idx.len() as u64, n, "{mode:?}");
+        assert_sound(&idx);
+    }
 }
