@@ -79,6 +79,11 @@ impl TopK {
         self.heap.clear();
     }
 
+    /// The bytes its heap holds (its capacity).
+    pub fn capacity_bytes(&self) -> usize {
+        self.heap.capacity() * std::mem::size_of::<Candidate>()
+    }
+
     pub fn len(&self) -> usize {
         self.heap.len()
     }

@@ -42,7 +42,7 @@
 
 use crate::layout::{
     blocks_for, decode_map, encode_map, open_block, record_bytes, seal_block, BlockHead, BlockRef,
-    MapImage, Posting, Records, StoreHeader, PAYLOAD,
+    MapImage, Posting, Records, RecordsView, StoreHeader, PAYLOAD,
 };
 use crate::tails::{Tails, TAIL_CACHE_POSTINGS};
 use arc_swap::ArcSwapOption;
@@ -141,13 +141,23 @@ struct Counters {
 }
 
 /// Per-thread buffers of reads.
+///
+/// A ParallelGET decodes its whole batch into one [`Records`] and names
+/// each posting's part of it (`spans`), so that what a reused scratch
+/// keeps is the largest batch it read, not the sum over its slots of the
+/// largest posting each slot ever held (which crept towards the batch
+/// size times the largest posting: session 44's `spann-inplace` soak
+/// through the server).
 #[derive(Default)]
 pub struct ReadScratch {
     buf: Option<AlignedBuf>,
     payload: Vec<u8>,
-    /// Decoded postings of the last [`BlockStore::parallel_get`], in the
-    /// order asked.
-    pub records: Vec<Records>,
+    /// The records of the last [`BlockStore::parallel_get`], every
+    /// posting's in one run.
+    all: Records,
+    /// Posting `i`'s records in `all`: (start, count).
+    spans: Vec<(usize, usize)>,
+    dim: usize,
 }
 
 impl ReadScratch {
@@ -158,6 +168,32 @@ impl ReadScratch {
             Some(b) if b.blocks() >= blocks => b,
             _ => AlignedBuf::new(blocks.max(1).next_power_of_two()),
         }
+    }
+
+    /// How many postings the last ParallelGET asked for.
+    pub fn postings(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The records of the `i`-th posting the last ParallelGET asked for
+    /// (empty for one that did not exist).
+    pub fn posting(&self, i: usize) -> RecordsView<'_> {
+        let (start, n) = self.spans[i];
+        self.all.slice(start..start + n, self.dim)
+    }
+
+    /// The records of every posting the last ParallelGET asked for, in
+    /// the order asked.
+    pub fn records(&self) -> impl Iterator<Item = RecordsView<'_>> + '_ {
+        (0..self.spans.len()).map(|i| self.posting(i))
+    }
+
+    /// The bytes its buffers hold.
+    pub fn capacity_bytes(&self) -> usize {
+        self.buf.as_ref().map_or(0, |b| b.blocks() * BLOCK)
+            + self.payload.capacity()
+            + self.all.capacity_bytes()
+            + self.spans.capacity() * std::mem::size_of::<(usize, usize)>()
     }
 }
 
@@ -463,14 +499,16 @@ impl BlockStore {
     }
 
     /// ParallelGET: postings `pids` in one batch of reads, decoded into
-    /// `sc.records[i]` (empty for a posting that does not exist); the
-    /// blocks the batch read. A posting swapped under the batch is read
-    /// again on its own.
+    /// `sc` (`sc.posting(i)`, empty for a posting that does not exist);
+    /// the blocks the batch read. A posting swapped under the batch is
+    /// read again on its own.
     pub fn parallel_get(&self, pids: &[u32], sc: &mut ReadScratch) -> Result<usize> {
         let entries: Vec<Option<Arc<Posting>>> = pids.iter().map(|&p| self.entry(p)).collect();
         let total: usize = entries.iter().flatten().map(|e| e.blocks.len()).sum();
-        sc.records.resize_with(pids.len(), Records::default);
-        sc.records.iter_mut().for_each(Records::clear);
+        sc.dim = self.dim;
+        sc.all.clear();
+        sc.spans.clear();
+        sc.spans.resize(pids.len(), (0, 0));
         let mut buf = sc.take_buf(total);
         {
             let mut parts: Vec<(&[BlockRef], &mut [u8])> = Vec::with_capacity(pids.len());
@@ -489,7 +527,9 @@ impl BlockStore {
             let bytes = &buf[at * BLOCK..(at + e.blocks.len()) * BLOCK];
             at += e.blocks.len();
             if self.assemble_posting(pid, e, bytes, &mut sc.payload)? {
-                sc.records[i].decode_from(&sc.payload, self.dim)?;
+                let start = sc.all.len();
+                sc.all.decode_from(&sc.payload, self.dim)?;
+                sc.spans[i] = (start, sc.all.len() - start);
                 self.counters.postings_read.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
@@ -497,10 +537,11 @@ impl BlockStore {
             }
         }
         sc.buf = Some(buf);
+        let mut r = Records::default();
         for i in again {
-            let mut r = std::mem::take(&mut sc.records[i]);
             self.get(pids[i], &mut r, sc)?;
-            sc.records[i] = r;
+            sc.spans[i] = (sc.all.len(), r.len());
+            sc.all.extend_from(&r);
         }
         Ok(total)
     }

@@ -182,11 +182,52 @@ impl Records {
         }
         Ok(())
     }
+    /// Appends every record of `other`.
+    pub fn extend_from(&mut self, other: &Records) {
+        self.vids.extend_from_slice(&other.vids);
+        self.versions.extend_from_slice(&other.versions);
+        self.vectors.extend_from_slice(&other.vectors);
+    }
+    /// The bytes its buffers hold (their capacity, not their length).
+    pub fn capacity_bytes(&self) -> usize {
+        self.vids.capacity() * 4 + self.versions.capacity() + self.vectors.capacity() * 4
+    }
+    /// Records `range` of it, as a posting's view.
+    pub fn slice(&self, range: std::ops::Range<usize>, dim: usize) -> RecordsView<'_> {
+        RecordsView {
+            vids: &self.vids[range.clone()],
+            versions: &self.versions[range.clone()],
+            vectors: &self.vectors[range.start * dim..range.end * dim],
+        }
+    }
     /// Encodes every record (as [`encode_record`] would, in order).
     pub fn encode(&self, dim: usize, out: &mut Vec<u8>) {
         for i in 0..self.len() {
             encode_record(out, self.vids[i], self.versions[i], self.vector(i, dim));
         }
+    }
+}
+
+/// The decoded records of one posting, borrowed from the [`Records`] a
+/// ParallelGET decoded a whole batch into.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordsView<'a> {
+    pub vids: &'a [u32],
+    pub versions: &'a [u8],
+    /// `vids.len() * dim` values.
+    pub vectors: &'a [f32],
+}
+
+impl<'a> RecordsView<'a> {
+    pub fn len(&self) -> usize {
+        self.vids.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.vids.is_empty()
+    }
+    /// Record `i`'s vector.
+    pub fn vector(&self, i: usize, dim: usize) -> &'a [f32] {
+        &self.vectors[i * dim..(i + 1) * dim]
     }
 }
 

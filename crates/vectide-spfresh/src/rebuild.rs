@@ -440,7 +440,7 @@ impl Inner {
             );
             self.store.parallel_get(&sc.pids, &mut sc.read)?;
             let heads = self.heads.read();
-            for (i, recs) in sc.read.records.iter().enumerate() {
+            for (i, recs) in sc.read.records().enumerate() {
                 let b = sc.pids[i];
                 let Some(cb) = heads.get(b) else { continue };
                 for j in 0..recs.len() {
@@ -750,14 +750,16 @@ impl Inner {
     /// build reads is its new vector's: built once, and not placed again.
     fn build_beside(&self, heads: &Heads, pids: &[u32], vid_end: u32) -> Result<HashSet<u32>> {
         let dim = self.dim;
-        let mut sc = self.scratch();
+        // Read in chunks of 256 postings: a scratch of its own, not
+        // the pool's, so that no pooled scratch keeps a buffer that size.
+        let mut sc = Scratch::default();
         let mut vids = Vec::new();
         let mut data = Vec::new();
         let mut seen = HashSet::new();
         let read = (|| -> Result<()> {
             for chunk in pids.chunks(256) {
                 self.store.parallel_get(chunk, &mut sc.read)?;
-                for recs in &sc.read.records {
+                for recs in sc.read.records() {
                     for j in 0..recs.len() {
                         let v = recs.vids[j];
                         if v < vid_end
@@ -772,7 +774,7 @@ impl Inner {
             }
             Ok(())
         })();
-        self.give_back(sc);
+        drop(sc);
         read?;
         self.build(heads, &vids, &data, true)?;
         // Rounds of the vectors inserted meanwhile, while writers go on,

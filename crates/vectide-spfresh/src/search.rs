@@ -87,7 +87,7 @@ impl Inner {
         top.reset(k);
         seen.clear();
         let ids = self.ids.read();
-        for (i, recs) in read.records.iter().enumerate() {
+        for (i, recs) in read.records().enumerate() {
             let mut live = 0usize;
             for j in 0..recs.len() {
                 let vid = recs.vids[j];
@@ -215,7 +215,7 @@ impl Inner {
                 break;
             }
             self.store.parallel_get(chunk, &mut sc.read)?;
-            for recs in &sc.read.records {
+            for recs in sc.read.records() {
                 for j in 0..recs.len() {
                     if let Some(id) = want.remove(&recs.vids[j]) {
                         out.push(Neighbor::new(id, dist(&q, recs.vector(j, self.dim))));

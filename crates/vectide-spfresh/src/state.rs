@@ -171,6 +171,25 @@ pub(crate) struct Scratch {
     pub rec: Vec<u8>,
 }
 
+impl Scratch {
+    /// The bytes its buffers hold (capacities; a hash set's entries plus
+    /// its one control byte each).
+    pub fn capacity_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.read.capacity_bytes()
+            + self.hits.capacity() * size_of::<Neighbor>()
+            + (self.pids.capacity() + self.sel.capacity() + self.sel_inc.capacity()) * 4
+            + self.cands.capacity() * size_of::<(f32, u32)>()
+            + self.seen.capacity() * (size_of::<u32>() + 1)
+            + self.kept.capacity() * (size_of::<(u32, u8)>() + 1)
+            + self.top.as_ref().map_or(0, TopK::capacity_bytes)
+            + self.sorted.capacity() * size_of::<Candidate>()
+            + self.recs.capacity_bytes()
+            + self.qbuf.capacity() * 4
+            + self.rec.capacity()
+    }
+}
+
 pub(crate) struct Inner {
     pub dir: PathBuf,
     pub dim: usize,
@@ -333,6 +352,15 @@ impl Inner {
 
     pub(crate) fn scratch(&self) -> Scratch {
         self.scratches.lock().pop().unwrap_or_default()
+    }
+
+    /// The bytes the pooled scratches hold.
+    pub(crate) fn scratch_bytes(&self) -> usize {
+        self.scratches
+            .lock()
+            .iter()
+            .map(Scratch::capacity_bytes)
+            .sum()
     }
 
     pub(crate) fn give_back(&self, sc: Scratch) {
@@ -610,11 +638,13 @@ impl Inner {
             live: self.ids.read().ext.len() as u64,
             ..Census::default()
         };
-        let mut sc = self.scratch();
+        // Read in chunks of 256 postings: a scratch of its own, not
+        // the pool's, so that no pooled scratch keeps a buffer that size.
+        let mut sc = Scratch::default();
         let r = (|| {
             for chunk in pids.chunks(256) {
                 self.store.parallel_get(chunk, &mut sc.read)?;
-                for recs in &sc.read.records {
+                for recs in sc.read.records() {
                     let cur = (0..recs.len())
                         .filter(|&j| self.versions.is_current(recs.vids[j], recs.versions[j]))
                         .count() as u64;
@@ -625,7 +655,7 @@ impl Inner {
             }
             Ok(())
         })();
-        self.give_back(sc);
+        drop(sc);
         r.map(|()| c)
     }
 
@@ -744,7 +774,7 @@ impl Inner {
                 sum_len += u64::from(e.records);
             }
         }
-        let extra = vec![
+        let mut extra = vec![
             ("postings".to_string(), st.postings as f64),
             // The id space (live postings and the free ids below it).
             ("posting_ids".into(), f64::from(self.store.posting_ids())),
@@ -810,6 +840,8 @@ impl Inner {
             ("reclaim_bytes_written".into(), load(&c.reclaim_bytes)),
             ("reclaim_seconds".into(), load(&c.reclaim_micros) / 1e6),
         ];
+        let scratch = self.scratch_bytes();
+        extra.push(("scratch_bytes".into(), scratch as f64));
         let io = self.store.io_stats();
         let mut stats = IndexStats {
             live,
@@ -821,7 +853,8 @@ impl Inner {
                 + live * 24
                 + self.heads.memory_bytes()
                 + self.store.posting_ids() as usize * 48
-                + st.tail_bytes as usize,
+                + st.tail_bytes as usize
+                + scratch,
             disk_bytes: st.blocks_end * BLOCK as u64,
             reads: io.reads,
             bytes_read: io.blocks_read * BLOCK as u64,
@@ -886,10 +919,12 @@ impl Inner {
                 problems.push(format!("vector {v} is free but live"));
             }
         }
-        let mut sc = self.scratch();
+        // Read in chunks of 256 postings: a scratch of its own, not
+        // the pool's, so that no pooled scratch keeps a buffer that size.
+        let mut sc = Scratch::default();
         for chunk in pids.chunks(256) {
             self.store.parallel_get(chunk, &mut sc.read)?;
-            for (i, recs) in sc.read.records.iter().enumerate() {
+            for (i, recs) in sc.read.records().enumerate() {
                 // A `spann` posting holds a vector's copy once. (In
                 // `spfresh` the Local Rebuilder's reassigns can leave two
                 // copies of one version in a posting: space only, since a
@@ -926,7 +961,7 @@ impl Inner {
                 }
             }
         }
-        self.give_back(sc);
+        drop(sc);
         for (&id, &v) in &ids.ext {
             if !found[v as usize] {
                 problems.push(format!("id {id} (vector {v}) has no current record"));

@@ -58,7 +58,7 @@ fn check(store: &BlockStore, oracle: &Oracle) -> Result<(), String> {
     store
         .parallel_get(&pids, &mut sc)
         .map_err(|e| format!("parallel_get: {e}"))?;
-    for (pid, got) in pids.iter().zip(&sc.records) {
+    for (pid, got) in pids.iter().zip(sc.records()) {
         let want = oracle.get(pid).cloned().unwrap_or_default();
         if got.vids != want {
             return Err(format!("parallel_get {pid}: {:?} != {want:?}", got.vids));
@@ -394,7 +394,7 @@ fn snapshots_and_puts_racing_appends_and_reads_lose_nothing() {
             let mut sc = ReadScratch::default();
             while !done.load(std::sync::atomic::Ordering::Acquire) {
                 store.parallel_get(&pids, &mut sc).unwrap();
-                for r in &sc.records {
+                for r in sc.records() {
                     for (i, &v) in r.vids.iter().enumerate() {
                         assert_eq!(r.vector(i, DIM)[0], v as f32);
                     }
@@ -422,6 +422,51 @@ fn snapshots_and_puts_racing_appends_and_reads_lose_nothing() {
 /// A reader's guard against copies dropped under it: PUTs and removals
 /// mark their posting as shrunk past the count a reader took; creates and
 /// APPENDs (which drop nothing) do not.
+/// A scratch reused for batches that each hold one big posting in a
+/// different place keeps about one batch's records, not the big posting's
+/// size in every place (session 44's `spann-inplace` server soak: the
+/// pooled scratches of 64-posting searches crept up).
+#[test]
+fn a_reused_read_scratch_keeps_one_batch_not_the_largest_posting_per_place() {
+    const PLACES: usize = 16;
+    const BIG: u32 = 400;
+    let store = BlockStore::create(Box::new(SimBlockFile::new(5)), DIM).unwrap();
+    let big = store.create_posting(&recs(0..BIG)).unwrap();
+    let small: Vec<u32> = (0..PLACES as u32 - 1)
+        .map(|i| store.create_posting(&recs([BIG + i])).unwrap())
+        .collect();
+    let mut sc = ReadScratch::default();
+    let mut largest_batch = 0;
+    for place in 0..PLACES {
+        let mut pids = small.clone();
+        pids.insert(place, big);
+        store.parallel_get(&pids, &mut sc).unwrap();
+        assert_eq!(sc.postings(), PLACES);
+        for (i, r) in sc.records().enumerate() {
+            let want = if i == place { BIG as usize } else { 1 };
+            assert_eq!(r.len(), want, "posting {i} of batch {place}");
+            for (j, &v) in r.vids.iter().enumerate() {
+                assert_eq!(r.vector(j, DIM)[0], v as f32);
+            }
+        }
+        largest_batch = largest_batch.max(sc.records().map(|r| r.len()).sum::<usize>());
+    }
+    let record = 4 + 1 + DIM * 4;
+    let one_batch = largest_batch * record;
+    // The blocks read (a power of two of them), the payload of the largest
+    // posting, and the decoded batch twice over (a vector's growth).
+    let bound = (BIG as usize * record / BLOCK + PLACES).next_power_of_two() * BLOCK
+        + BIG as usize * record
+        + 2 * one_batch
+        + 4096;
+    assert!(
+        sc.capacity_bytes() <= bound,
+        "{} bytes kept, at most {bound} expected (the big posting in all {PLACES} places would be {})",
+        sc.capacity_bytes(),
+        PLACES * BIG as usize * record
+    );
+}
+
 #[test]
 fn puts_and_removals_and_only_they_mark_a_posting_shrunk() {
     let store = BlockStore::create(Box::new(SimBlockFile::new(3)), DIM).unwrap();
