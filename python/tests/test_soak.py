@@ -160,6 +160,21 @@ FAST = [("fresh-diskann", "db"), ("spfresh", "db"), ("spann", "db"), ("p-hnsw", 
 def test_a_short_soak_has_no_wrong_answer_and_loses_no_write(tmp_path, engine, mode):
     r = _run(tmp_path, engine, mode, 0.25, 5_000, *SMALL[engine])
     assert r["summary"]["maintenance_jobs"] > 0, "no maintenance job ran: the soak did not test it"
+    if mode == "standalone" and engine == "fresh-diskann":
+        # Its merges cannot be held (pause_maintenance declines): never
+        # held, and said so in every sample.
+        assert {x["quiet"] for x in r["samples"]} == {None}
+
+
+def test_a_standalone_soak_holds_the_jobs_that_never_stop_for_idle_windows(tmp_path):
+    # spfresh's splits, merges and reassigns run without a pause under the
+    # soak's churn: the held windows are where its idle writes come from.
+    r = _run(tmp_path, "spfresh", "standalone", 0.25, 5_000, *SMALL["spfresh"], "--quiet-every", "4.5")
+    assert r["quiet_every_s"] == 4.5 and r["quiet_window_s"] == 1.5, r["quiet_window_s"]
+    quiet = [x["quiet"] for x in r["samples"]]
+    assert True in quiet and False in quiet, quiet
+    assert r["write_latency"]["idle"] is not None and r["write_latency"]["idle"]["n"] > 0, r["write_latency"]
+    assert r["summary"]["write_p999_maintenance_over_idle"] is not None
 
 
 def _every(mode):

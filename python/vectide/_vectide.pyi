@@ -68,6 +68,8 @@ class Index:
         """Insert thread-seconds by phase (search, update, logging), for engines that report it."""
     def maintain(self) -> None:
         """Runs pending maintenance now (delete consolidation for graph engines)."""
+    def pause_maintenance(self, paused: bool) -> bool:
+        """Holds (True) or releases (False) the engine's background jobs; whether it has any to hold."""
     def check(self) -> list[str]:
         """Structural violations (empty when sound); ValueError for engines without a checker."""
     def add(self, ids: _Ids, vectors: npt.ArrayLike) -> None:

@@ -283,6 +283,21 @@ pub trait VectorIndex: Send + Sync {
     fn defer_maintenance(&self) -> bool {
         false
     }
+    /// Holds the engine's background maintenance (`true`: no job starts
+    /// until it is released; one running finishes) or releases it
+    /// (`false`: the work that fell due meanwhile starts). Returns whether
+    /// the engine has background jobs to hold; the default, for engines
+    /// with none (or whose jobs run in the caller), declines and does
+    /// nothing. Writes and searches go on while held; an engine's
+    /// backstops that bound its log or its dead space (a writer that finds
+    /// them far behind runs them) still run. For a quiet stretch (a bulk
+    /// load, a peak hour) and for a same-run baseline of writes beside no
+    /// job (the soak's idle windows, for an engine whose jobs never stop
+    /// under churn).
+    fn pause_maintenance(&self, paused: bool) -> bool {
+        let _ = paused;
+        false
+    }
     /// Whether deferred maintenance is due (see
     /// [`VectorIndex::defer_maintenance`]).
     fn maintenance_due(&self) -> bool {

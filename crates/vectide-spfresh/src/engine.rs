@@ -193,6 +193,14 @@ impl VectorIndex for Spfresh {
         self.inner.rebuild_due()
     }
 
+    /// Holds the background drain (splits, merges, reassigns, compaction,
+    /// reclaims, snapshots) and the background `spann` rebuild. The
+    /// writers' backstops still run: a reclaim four times overdue, an
+    /// overdue snapshot.
+    fn pause_maintenance(&self, paused: bool) -> bool {
+        self.inner.jobs.pause(paused)
+    }
+
     fn close(&self) -> Result<()> {
         self.inner.jobs.stop_workers();
         self.inner.drain_jobs()?;

@@ -53,6 +53,9 @@ pub(crate) struct JobState {
     /// A background `spann` rebuild is queued or running (at most one per
     /// index; [`Jobs::start_rebuild`]).
     rebuilding: bool,
+    /// The holder paused the background jobs ([`Jobs::pause`]): no drain
+    /// or rebuild starts, a drain running ends after its current job.
+    paused: bool,
 }
 
 /// What a background task runs.
@@ -109,7 +112,7 @@ impl Jobs {
     /// one started): jobs are queued, a runner is installed, and no drain is
     /// queued or running already.
     fn claim_drain(s: &mut JobState) -> bool {
-        if s.background && !s.stop && !s.draining && !s.queue.is_empty() {
+        if s.background && !s.stop && !s.paused && !s.draining && !s.queue.is_empty() {
             s.draining = true;
             true
         } else {
@@ -128,7 +131,7 @@ impl Jobs {
     pub(crate) fn start_rebuild(&self) -> bool {
         {
             let mut s = self.state.lock();
-            if !s.background || s.stop || s.rebuilding {
+            if !s.background || s.stop || s.paused || s.rebuilding {
                 return false;
             }
             s.rebuilding = true;
@@ -143,6 +146,31 @@ impl Jobs {
                 false
             }
         }
+    }
+
+    /// Pauses the background jobs (`true`) or resumes them (`false`, and
+    /// a drain starts if jobs queued meanwhile); whether a background
+    /// runner is installed (without one, jobs run in their callers and
+    /// there is nothing to pause). A rebuild running goes on to its end;
+    /// a due one starts at the first write after the resume.
+    pub(crate) fn pause(&self, paused: bool) -> bool {
+        let start = {
+            let mut s = self.state.lock();
+            if !s.background {
+                return false;
+            }
+            s.paused = paused;
+            Self::claim_drain(&mut s)
+        };
+        if start {
+            self.start_drain();
+        }
+        true
+    }
+
+    /// Whether the holder paused the background jobs.
+    pub(crate) fn paused(&self) -> bool {
+        self.state.lock().paused
     }
 
     /// Whether the runner is being stopped (a background task should end).
@@ -195,7 +223,11 @@ impl Jobs {
     /// queueing merges).
     pub(crate) fn take_background(&self) -> Option<Job> {
         let mut s = self.state.lock();
-        let job = if s.stop { None } else { Self::pop(&mut s) };
+        let job = if s.stop || s.paused {
+            None
+        } else {
+            Self::pop(&mut s)
+        };
         if job.is_none() {
             s.draining = false;
             self.retired.notify_all();
@@ -268,5 +300,37 @@ mod tests {
         jobs.push(Job::Reclaim);
         jobs.push(Job::Snapshot);
         assert_eq!(order(&jobs), [Job::Snapshot, Job::Reclaim, Job::Merge(2)]);
+    }
+
+    #[test]
+    fn a_pause_starts_no_drain_or_rebuild_and_a_resume_starts_the_drain() {
+        use std::sync::Arc;
+        let jobs = Jobs::default();
+        assert!(!jobs.pause(true), "no runner: nothing to pause");
+        assert!(!jobs.paused());
+        let started = Arc::new(Mutex::new(Vec::new()));
+        let log = started.clone();
+        jobs.set_runner(Box::new(move |t| log.lock().push(t)));
+        assert!(jobs.pause(true));
+        jobs.push(Job::Split(1, 0));
+        jobs.push(Job::Merge(2));
+        assert!(!jobs.start_rebuild(), "no rebuild starts while paused");
+        assert!(started.lock().is_empty(), "no drain starts while paused");
+        assert_eq!(jobs.pending(), 2, "the jobs stay queued");
+        assert!(jobs.pause(false));
+        assert_eq!(
+            *started.lock(),
+            [Task::Drain],
+            "the resume starts the drain"
+        );
+        // A drain running when a pause comes ends after its current job.
+        assert_eq!(jobs.take_background(), Some(Job::Split(1, 0)));
+        assert!(jobs.pause(true));
+        jobs.finish();
+        assert_eq!(jobs.take_background(), None, "paused: the drain ends");
+        assert_eq!(jobs.pending(), 1);
+        assert!(jobs.pause(false));
+        assert_eq!(*started.lock(), [Task::Drain, Task::Drain]);
+        assert!(jobs.start_rebuild());
     }
 }

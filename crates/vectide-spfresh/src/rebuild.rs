@@ -158,12 +158,13 @@ impl Inner {
     /// another due (the writes that passed the threshold during one found
     /// it running and started none, and no write may come to start it),
     /// with the dead vector numbers reclaimed between two (a reclaim never
-    /// runs beside a rebuild). It ends when the index is closing or a
+    /// runs beside a rebuild). It ends when the index is closing or paused, or a
     /// holder has taken the rebuilds over. A failed or panicked rebuild is
     /// recorded as a job's error; the next is due only
     /// [`crate::state::REBUILD_FLOOR`] changes later.
     fn rebuild_background(&self) {
-        while !self.jobs.stopping() && !self.deferred.load(Ordering::Acquire) {
+        while !self.jobs.stopping() && !self.jobs.paused() && !self.deferred.load(Ordering::Acquire)
+        {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.rebuild_static_if_due()
             }))

@@ -165,7 +165,7 @@ def _run_soak(args, argv) -> int:
         try:
             report = soak.run(args.engine, args.minutes, mode, work, points=args.points, writers=args.writers,
                               readers=args.readers, seed=args.seed, maintain_every=args.maintain_every,
-                              params=params, settle_max=args.settle_max)
+                              params=params, settle_max=args.settle_max, quiet_every=args.quiet_every)
         except soak.UsedWorkdir as e:
             print(e, file=sys.stderr)
             return 2

@@ -37,7 +37,11 @@ How it runs:
   postings, slots, its memory). Every 50 ms the engine's
   maintenance stat (``maintenance``: jobs running, jobs started); a write
   or search that began in an interval where a job ran (or began) counts as
-  "maintenance", else "idle".
+  "maintenance", else "idle". Standalone, an engine whose background jobs
+  can be held (``Index.pause_maintenance``: ``spfresh``, ``spann``) is held
+  for 5 s in every minute (``--quiet-every``; each sample's ``quiet``):
+  under this churn its jobs never stop, and those windows are where its
+  idle writes come from.
 - At the end the writers park (readers go on) while the holder does what a
   quiet moment gives it (the engine's pending maintenance and, through the
   database or the server, a checkpoint; the server has Vectide's own
@@ -99,6 +103,14 @@ POLL_S = 0.05
 PARK_S = 60.0
 SETTLE_S = 300.0
 QUIET_S = 1.0
+# Standalone, an engine whose background jobs can be held
+# (``Index.pause_maintenance``) is held for QUIET_WINDOW_S in every
+# ``--quiet-every`` seconds (at most a third of it): under this churn the
+# jobs of ``spfresh`` never stop (a split, merge or reassign begins in
+# every 50 ms poll), so without these windows no write is idle and the
+# maintenance P99.9 has no same-run baseline.
+QUIET_EVERY_S = 60.0
+QUIET_WINDOW_S = 5.0
 # Cosine distances computed by the engine (f32 kernels) and by numpy agree
 # to about 1e-6; a wrong vector is off by far more.
 TOL = 2e-4
@@ -547,6 +559,24 @@ def driver(args) -> None:
             polls.extend((time.monotonic(), float(running), float(started)))
             time.sleep(POLL_S)
 
+    # Idle windows (QUIET_EVERY_S): the engine's background jobs held.
+    held = threading.Event()
+    quieting = (t.mode == "standalone" and args.quiet_every > 0
+                and t.idx.pause_maintenance(False))
+    window = min(QUIET_WINDOW_S, args.quiet_every / 3)
+
+    def quieter() -> None:
+        while not stop.wait(args.quiet_every - window):
+            if pause.is_set():
+                continue
+            try:
+                t.idx.pause_maintenance(True)
+                held.set()
+                stop.wait(window)
+            finally:
+                t.idx.pause_maintenance(False)
+                held.clear()
+
     def maintainer() -> None:
         while not stop.wait(args.maintain_every):
             try:
@@ -562,6 +592,8 @@ def driver(args) -> None:
         threads.append(threading.Thread(target=flusher, daemon=True))
     if args.maintain_every > 0:
         threads.append(threading.Thread(target=maintainer, daemon=True))
+    if quieting:
+        threads.append(threading.Thread(target=quieter, daemon=True))
     # Jobs the load began (its checkpoints, an engine's first
     # consolidation) are not the churn's: the disk reference is taken
     # after the first job that begins once the churn does.
@@ -612,7 +644,8 @@ def driver(args) -> None:
                 "heap_in_use": None if heap is None else heap[0],
                 "heap_free": None if heap is None else heap[1],
                 "maintenance_started": int(last[2]),
-                "maintenance_running": bool(last[1]), "paused": pause.is_set(), "disk_parts": parts, **c,
+                "maintenance_running": bool(last[1]), "paused": pause.is_set(),
+                "quiet": held.is_set() if quieting else None, "disk_parts": parts, **c,
                 "engine_stats": stats}
 
     def settle() -> None:
@@ -886,7 +919,7 @@ class UsedWorkdir(ValueError):
 
 def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100_000, writers: int = 4,
         readers: int = 2, seed: int = 1, maintain_every: float = 0.0, params: Optional[dict] = None,
-        progress: bool = True, settle_max: Optional[float] = None) -> dict:
+        progress: bool = True, settle_max: Optional[float] = None, quiet_every: float = QUIET_EVERY_S) -> dict:
     """Runs one soak and returns its report (see the module docs). A
     ``workdir`` whose ``data`` holds anything (an earlier soak's index, left
     by a killed run) is refused with :class:`UsedWorkdir`: the model starts empty,
@@ -908,7 +941,8 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
     cmd = [sys.executable, "-m", "vectide.torture", "soak-driver", "--mode", mode, "--engine", engine,
            "--dir", str(data), "--data-dir", str(data), "--work", str(workdir), "--points", str(points),
            "--writers", str(writers), "--readers", str(readers), "--seed", str(seed),
-           "--maintain-every", str(maintain_every), "--params", json.dumps(params)]
+           "--maintain-every", str(maintain_every), "--quiet-every", str(quiet_every),
+           "--params", json.dumps(params)]
     if settle_max is not None:
         cmd += ["--settle-max", str(settle_max)]
     if server:
@@ -987,7 +1021,8 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         th.start()
     report: Dict[str, object] = {"engine": engine, "mode": mode, "minutes": minutes, "points": points,
                                  "writers": writers, "readers": readers, "params": params,
-                                 "maintain_every_s": maintain_every}
+                                 "maintain_every_s": maintain_every, "quiet_every_s": quiet_every,
+                                 "quiet_window_s": min(QUIET_WINDOW_S, quiet_every / 3)}
     try:
         deadline = time.monotonic() + 3600
         while not ready.wait(1.0):
@@ -1142,6 +1177,10 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--maintain-every", type=float, default=0.0,
                    help="also call maintain() every this many seconds (0: the engine's own schedule only)")
+    p.add_argument("--quiet-every", type=float, default=QUIET_EVERY_S, metavar="SECONDS",
+                   help="standalone, hold the engine's background jobs (if it has any to hold) for "
+                        f"{QUIET_WINDOW_S:.0f} s (at most a third) in every this many seconds, so that "
+                        "idle writes exist (0: never)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="an engine parameter (repeatable)")
     p.add_argument("--settle-max", type=float, default=None, metavar="SECONDS",
@@ -1158,6 +1197,7 @@ def add_driver_arguments(p) -> None:
     for a, d in (("--points", 100_000), ("--writers", 4), ("--readers", 2), ("--seed", 1)):
         p.add_argument(a, type=int, default=d)
     p.add_argument("--maintain-every", type=float, default=0.0)
+    p.add_argument("--quiet-every", type=float, default=QUIET_EVERY_S)
     p.add_argument("--settle-max", type=float, default=None)
 
 
