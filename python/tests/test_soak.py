@@ -84,6 +84,15 @@ def test_latencies_split_by_the_maintenance_polls():
     assert s["idle"]["max_ms"] == pytest.approx(2.0)
 
 
+def test_the_slowest_calls_are_named_on_the_samples_clock():
+    starts = np.array([100.0, 101.0, 102.0, 103.0])
+    lats = np.array([0.001, 0.5, 0.002, 0.03])
+    samples = [{"t": 2.0, "clock": 99.0}, {"t": 4.0, "clock": 101.0}]
+    got = soak.slowest(starts, lats, samples, n=2)
+    assert got == [{"t": 4.0, "ms": 500.0}, {"t": 6.0, "ms": 30.0}]
+    assert soak.slowest(starts[:0], lats[:0], samples) == []
+
+
 def _run(tmp_path, engine, mode, minutes, points, *extra):
     out = tmp_path / f"{engine}-{mode}.json"
     cmd = [sys.executable, "-m", "vectide.torture", "--workdir", str(tmp_path / "work"), "soak", "--engine", engine,
@@ -103,6 +112,12 @@ def _run(tmp_path, engine, mode, minutes, points, *extra):
     assert proc.returncode == 0, detail
     assert s["acknowledged_ops_checked"] > 0 and s["exact_searches" if mode != "standalone" else "searches"] > 0, detail
     assert len(r["samples"]) >= 2, detail
+    # The slowest writes, on the samples' clock (within the run).
+    slow = r["slowest_writes"]
+    assert slow and [x["ms"] for x in slow] == sorted((x["ms"] for x in slow), reverse=True), slow
+    # (The split leaves out the calls outside the polls: at most the slowest.)
+    assert slow[0]["ms"] >= max(v["max_ms"] for v in r["write_latency"].values() if v) - 1e-3, slow
+    assert all(-5 < x["t"] < r["samples"][-1]["t"] + 60 for x in slow), (slow, r["samples"][-1]["t"])
     for key in ("disk_over_live_last", "rss_growth", "rss_envelope_growth", "rss_floor_growth", "rss_anon_growth",
                 "write_p999_maintenance_over_idle"):
         assert key in s

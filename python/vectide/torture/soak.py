@@ -639,7 +639,8 @@ def driver(args) -> None:
         with count_lock:
             c = dict(counts)
         heap = heap_bytes() if holder == os.getpid() else None
-        return {"t": round(time.monotonic() - t_start, 3), "disk_bytes": alloc, "apparent_bytes": size,
+        now = time.monotonic()
+        return {"t": round(now - t_start, 3), "clock": round(now, 3), "disk_bytes": alloc, "apparent_bytes": size,
                 "live": model.n_live, **rss_bytes(holder), "engine_memory": engine_memory,
                 "heap_in_use": None if heap is None else heap[0],
                 "heap_free": None if heap is None else heap[1],
@@ -848,6 +849,18 @@ def split_latencies(starts: np.ndarray, lats: np.ndarray, polls: np.ndarray) -> 
     m = np.zeros(len(starts), dtype=bool)
     m[inside] = busy[k[inside]]
     return {"maintenance": _percentiles(lats[m]), "idle": _percentiles(lats[~m & inside])}
+
+
+def slowest(starts: np.ndarray, lats: np.ndarray, samples: Sequence[Dict], n: int = 5) -> List[Dict[str, object]]:
+    """The ``n`` slowest calls, slowest first: when each began (``t``, the
+    samples' clock, so that the engine's stats around it can be read from
+    the samples) and how long it took, to find what a stall waited for."""
+    if len(lats) == 0:
+        return []
+    ref = next((x for x in samples if "clock" in x), None)
+    offset = 0.0 if ref is None else ref["clock"] - ref["t"]
+    top = np.argsort(lats)[::-1][:n]
+    return [{"t": round(float(starts[i]) - offset, 3), "ms": round(float(lats[i]) * 1000.0, 3)} for i in top]
 
 
 def _read_f64(path: Path, width: int) -> np.ndarray:
@@ -1156,6 +1169,7 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
     report.update({
         "summary": summary,
         "write_latency": writes,
+        "slowest_writes": slowest(w[:, 0], w[:, 1], all_samples),
         "search_latency": searches,
         "samples": all_samples,
         "settled_sample": q,
