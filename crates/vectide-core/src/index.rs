@@ -283,14 +283,16 @@ pub trait VectorIndex: Send + Sync {
     fn defer_maintenance(&self) -> bool {
         false
     }
-    /// Holds the engine's background maintenance (`true`: no job starts
-    /// until it is released; one running finishes) or releases it
-    /// (`false`: the work that fell due meanwhile starts). Returns whether
-    /// the engine has background jobs to hold; the default, for engines
-    /// with none (or whose jobs run in the caller), declines and does
-    /// nothing. Writes and searches go on while held; an engine's
-    /// backstops that bound its log or its dead space (a writer that finds
-    /// them far behind runs them) still run. For a quiet stretch (a bulk
+    /// Holds the engine's background maintenance (`true`: no background
+    /// job starts until it is released; one running finishes) or releases
+    /// it (`false`: the work that fell due meanwhile starts). Returns
+    /// whether the engine has background jobs to hold; the default, for
+    /// engines with none (or whose jobs run in the caller), declines and
+    /// does nothing. Writes and searches go on while held, and so does
+    /// what a caller asks for ([`VectorIndex::maintain`] runs the jobs on
+    /// its own thread); an engine's backstops that bound its log or its
+    /// dead space (a writer that finds them far behind runs them) still
+    /// run. For a quiet stretch (a bulk
     /// load, a peak hour) and for a same-run baseline of writes beside no
     /// job (the soak's idle windows, for an engine whose jobs never stop
     /// under churn).

@@ -474,12 +474,13 @@ impl PyIndex {
         py.detach(|| self.inner.maintain()).map_err(to_py)
     }
 
-    /// Holds the engine's background maintenance (`True`: no job starts
-    /// until released; one running finishes) or releases it (`False`).
-    /// Returns whether the engine has background jobs to hold (`False`,
-    /// and nothing done, for the others). Writes and searches go on.
-    fn pause_maintenance(&self, paused: bool) -> bool {
-        self.inner.pause_maintenance(paused)
+    /// Holds the engine's background maintenance (`True`: no background
+    /// job starts until released; one running finishes; `maintain()`
+    /// still runs them) or releases it (`False`). Returns whether the
+    /// engine has background jobs to hold (`False`, and nothing done, for
+    /// the others). Writes and searches go on.
+    fn pause_maintenance(&self, py: Python<'_>, paused: bool) -> bool {
+        py.detach(|| self.inner.pause_maintenance(paused))
     }
 
     /// A full structural check; returns the violations found (an empty list

@@ -130,10 +130,8 @@ impl VectorIndex for Spfresh {
         out: &mut Vec<Neighbor>,
     ) -> Result<()> {
         let nprobe = params.nprobe.unwrap_or(self.inner.params.nprobe);
-        let mut sc = self.inner.scratch();
-        let r = self.inner.search(query, k, nprobe, filter, &mut sc, out);
-        self.inner.give_back(sc);
-        r
+        self.inner
+            .with_scratch(|sc| self.inner.search(query, k, nprobe, filter, sc, out))
     }
 
     fn distances(&self, query: &[f32], ids: &[u64], out: &mut Vec<Neighbor>) -> Result<()> {
@@ -194,11 +192,19 @@ impl VectorIndex for Spfresh {
     }
 
     /// Holds the background drain (splits, merges, reassigns, compaction,
-    /// reclaims, snapshots) and the background `spann` rebuild. The
-    /// writers' backstops still run: a reclaim four times overdue, an
-    /// overdue snapshot.
+    /// reclaims, snapshots) and the background `spann` rebuild; postings
+    /// may grow past the split limit meanwhile. The writers' backstops
+    /// still run (a reclaim four thresholds behind, an overdue snapshot),
+    /// and so does what a caller asks for (`maintain()` runs the queued
+    /// jobs and a due rebuild on its own thread). The release starts the
+    /// drain, and a `spann` rebuild that fell due meanwhile: no write may
+    /// come to start it.
     fn pause_maintenance(&self, paused: bool) -> bool {
-        self.inner.jobs.pause(paused)
+        let held = self.inner.jobs.pause(paused);
+        if held && !paused {
+            self.inner.start_rebuild_if_due();
+        }
+        held
     }
 
     fn close(&self) -> Result<()> {

@@ -178,11 +178,9 @@ impl Inner {
                 }
             }
             if self.reclaim_lag() > 0 {
-                let mut sc = self.scratch();
-                if let Err(e) = self.reclaim_now(&mut sc) {
+                if let Err(e) = self.with_scratch(|sc| self.reclaim_now(sc)) {
                     self.note_error(&e);
                 }
-                self.give_back(sc);
             }
         }
         self.jobs.rebuild_ended();

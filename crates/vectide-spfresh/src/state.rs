@@ -363,6 +363,14 @@ impl Inner {
             .sum()
     }
 
+    /// Runs `f` with a scratch of the pool, given back after it.
+    pub(crate) fn with_scratch<T>(&self, f: impl FnOnce(&mut Scratch) -> T) -> T {
+        let mut sc = self.scratch();
+        let r = f(&mut sc);
+        self.give_back(sc);
+        r
+    }
+
     pub(crate) fn give_back(&self, sc: Scratch) {
         let mut s = self.scratches.lock();
         if s.len() < 4 * self.threads + 4 {
@@ -725,10 +733,7 @@ impl Inner {
     /// file free.
     fn give_space_back(&self) -> Result<()> {
         if self.dead_unfree().0 > 0 {
-            let mut sc = self.scratch();
-            let r = self.reclaim_now(&mut sc);
-            self.give_back(sc);
-            r?;
+            self.with_scratch(|sc| self.reclaim_now(sc))?;
         }
         self.give_blocks_back_at(crate::blockstore::MAINTAIN_COMPACT_SHARE)
     }
@@ -749,10 +754,7 @@ impl Inner {
             self.snapshot()?;
         }
         if self.store.compaction_due_at(share) {
-            let mut sc = self.scratch();
-            let r = self.compact_at(&mut sc, share);
-            self.give_back(sc);
-            r?;
+            self.with_scratch(|sc| self.compact_at(sc, share))?;
         }
         Ok(())
     }

@@ -179,10 +179,7 @@ impl Inner {
             // Far behind (the background drain starved by a busy queue or
             // by the cores): this writer runs it, as a backstop.
             lag if lag >= 4 && !self.params.rebuild_inline => {
-                let mut sc = self.scratch();
-                let r = self.reclaim(&mut sc);
-                self.give_back(sc);
-                r?;
+                self.with_scratch(|sc| self.reclaim(sc))?;
             }
             _ => self.jobs.push(Job::Reclaim),
         }
@@ -549,10 +546,7 @@ impl Inner {
         let groups: Vec<&[(u32, u32, u32)]> =
             pairs.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)).collect();
         if inline {
-            let mut sc = self.scratch();
-            let appended = groups.iter().try_for_each(|g| append_group(&mut sc, g));
-            self.give_back(sc);
-            appended?;
+            self.with_scratch(|sc| groups.iter().try_for_each(|g| append_group(sc, g)))?;
         } else {
             self.pool.install(|| {
                 groups

@@ -394,9 +394,12 @@ fn snapshots_and_puts_racing_appends_and_reads_lose_nothing() {
             let mut sc = ReadScratch::default();
             while !done.load(std::sync::atomic::Ordering::Acquire) {
                 store.parallel_get(&pids, &mut sc).unwrap();
-                for r in sc.records() {
+                // Each posting's own records (vector v went to posting
+                // v % 2), also those read again after a swap.
+                for (k, r) in sc.records().enumerate() {
                     for (i, &v) in r.vids.iter().enumerate() {
                         assert_eq!(r.vector(i, DIM)[0], v as f32);
+                        assert_eq!(v % 2, k as u32, "vector {v} credited to posting {k}");
                     }
                 }
             }
@@ -419,9 +422,6 @@ fn snapshots_and_puts_racing_appends_and_reads_lose_nothing() {
     );
 }
 
-/// A reader's guard against copies dropped under it: PUTs and removals
-/// mark their posting as shrunk past the count a reader took; creates and
-/// APPENDs (which drop nothing) do not.
 /// A scratch reused for batches that each hold one big posting in a
 /// different place keeps about one batch's records, not the big posting's
 /// size in every place (session 44's `spann-inplace` server soak: the
@@ -467,6 +467,9 @@ fn a_reused_read_scratch_keeps_one_batch_not_the_largest_posting_per_place() {
     );
 }
 
+/// A reader's guard against copies dropped under it: PUTs and removals
+/// mark their posting as shrunk past the count a reader took; creates and
+/// APPENDs (which drop nothing) do not.
 #[test]
 fn puts_and_removals_and_only_they_mark_a_posting_shrunk() {
     let store = BlockStore::create(Box::new(SimBlockFile::new(3)), DIM).unwrap();

@@ -1489,6 +1489,85 @@ fn maintain_gives_the_blocks_back_round_after_round_in_every_mode() {
 /// when jobs run inline. A holder that deferred it sees no rebuild until
 /// its own `maintain()`. Before, nothing rebuilt a standalone index: its
 /// postings grew by appends, 230 records each after a 10-minute soak.
+/// 3,000 rows of `data` (ids 0..3000), then half of them replaced by the
+/// next 1,500 in batches of 100 (a delete, then an insert): a `spann`
+/// rebuild is due at 1,000 changes, and the writes go on past it.
+fn load_then_replace_half(idx: &Spfresh, data: &[f32]) {
+    let rows = |a: u64, b: u64| &data[a as usize * DIM..b as usize * DIM];
+    idx.insert(1, &(0..3000).collect::<Vec<u64>>(), rows(0, 3000))
+        .unwrap();
+    let mut seq = 2;
+    for b in 0..15u64 {
+        let gone: Vec<u64> = (b * 100..(b + 1) * 100).collect();
+        idx.delete(seq, &gone).unwrap();
+        let new: Vec<u64> = (3000 + b * 100..3000 + (b + 1) * 100).collect();
+        idx.insert(seq + 1, &new, rows(3000 + b * 100, 3000 + (b + 1) * 100))
+            .unwrap();
+        seq += 2;
+    }
+}
+
+/// A paused index starts no background job (`spfresh`: its splits wait
+/// queued; `spann`: its due rebuild waits), and the release starts them
+/// with no further write.
+#[test]
+fn a_paused_index_starts_no_job_and_the_release_starts_what_fell_due() {
+    let data = clustered(6000, DIM, 16, 37);
+    let wait_for = |what: &dyn Fn() -> bool| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !what() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        what()
+    };
+    for mode in [Mode::Fresh, Mode::Static] {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = Spfresh::create(dir.path(), DIM, Metric::L2, mode, params(false)).unwrap();
+        assert!(
+            idx.pause_maintenance(true),
+            "{mode:?}: background jobs to hold"
+        );
+        load_then_replace_half(&idx, &data);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let due = || match mode {
+            Mode::Fresh => idx.stats().unwrap().pending_background > 0,
+            _ => idx.maintenance_due(),
+        };
+        let done = || match mode {
+            Mode::Fresh => {
+                stat(&idx, "splits") > 0.0 && idx.stats().unwrap().pending_background == 0
+            }
+            _ => stat(&idx, "rebuilds") >= 1.0,
+        };
+        assert!(due(), "{mode:?}: nothing fell due while held");
+        assert_eq!(stat(&idx, "splits"), 0.0, "{mode:?}: split while held");
+        assert_eq!(stat(&idx, "rebuilds"), 0.0, "{mode:?}: rebuilt while held");
+        if mode == Mode::Static {
+            // The queued jobs (snapshots, reclaims) run here, so that no
+            // job the release starts can start the rebuild at its end.
+            idx.drain_jobs().unwrap();
+            assert!(idx.maintenance_due());
+            assert_eq!(
+                stat(&idx, "rebuilds"),
+                0.0,
+                "a caller's drain does not rebuild"
+            );
+        }
+        assert!(idx.pause_maintenance(false));
+        assert!(
+            wait_for(&done),
+            "{mode:?}: nothing ran in 60 s after the release"
+        );
+        idx.drain_jobs().unwrap();
+        assert_eq!(idx.last_job_error(), None);
+        assert_sound(&idx);
+    }
+    // With jobs inline there is nothing to hold.
+    let dir = tempfile::tempdir().unwrap();
+    let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Fresh, params(true)).unwrap();
+    assert!(!idx.pause_maintenance(true));
+}
+
 #[test]
 fn a_standalone_spann_rebuilds_itself_when_due() {
     let data = clustered(6000, DIM, 16, 31);
@@ -1511,19 +1590,7 @@ fn a_standalone_spann_rebuilds_itself_when_due() {
         if deferred && !external {
             assert!(idx.defer_maintenance());
         }
-        idx.insert(1, &(0..3000).collect::<Vec<u64>>(), rows(0, 3000))
-            .unwrap();
-        // Half replaced in batches of 100: due at 1,000 changes, and
-        // writes go on past it.
-        let mut seq = 2;
-        for b in 0..15u64 {
-            let gone: Vec<u64> = (b * 100..(b + 1) * 100).collect();
-            idx.delete(seq, &gone).unwrap();
-            let new: Vec<u64> = (3000 + b * 100..3000 + (b + 1) * 100).collect();
-            idx.insert(seq + 1, &new, rows(3000 + b * 100, 3000 + (b + 1) * 100))
-                .unwrap();
-            seq += 2;
-        }
+        load_then_replace_half(&idx, &data);
         let what = format!("inline {inline}, deferred {deferred}, database log {external}");
         if inline {
             assert!(stat(&idx, "rebuilds") >= 1.0, "{what}: no rebuild");

@@ -560,22 +560,28 @@ def driver(args) -> None:
             time.sleep(POLL_S)
 
     # Idle windows (QUIET_EVERY_S): the engine's background jobs held.
+    # A window and the settle exclude each other (``quiet_lock``): the
+    # settle waits for the jobs to end, which a held engine would fake.
     held = threading.Event()
+    quiet_lock = threading.Lock()
+    windows = [0]
     quieting = (t.mode == "standalone" and args.quiet_every > 0
                 and t.idx.pause_maintenance(False))
     window = min(QUIET_WINDOW_S, args.quiet_every / 3)
 
     def quieter() -> None:
         while not stop.wait(args.quiet_every - window):
-            if pause.is_set():
-                continue
-            try:
-                t.idx.pause_maintenance(True)
-                held.set()
-                stop.wait(window)
-            finally:
-                t.idx.pause_maintenance(False)
-                held.clear()
+            with quiet_lock:
+                if pause.is_set():
+                    continue
+                try:
+                    t.idx.pause_maintenance(True)
+                    held.set()
+                    windows[0] += 1
+                    stop.wait(window)
+                finally:
+                    t.idx.pause_maintenance(False)
+                    held.clear()
 
     def maintainer() -> None:
         while not stop.wait(args.maintain_every):
@@ -646,7 +652,8 @@ def driver(args) -> None:
                 "heap_free": None if heap is None else heap[1],
                 "maintenance_started": int(last[2]),
                 "maintenance_running": bool(last[1]), "paused": pause.is_set(),
-                "quiet": held.is_set() if quieting else None, "disk_parts": parts, **c,
+                "quiet": held.is_set() if quieting else None,
+                "quiet_windows": windows[0] if quieting else None, "disk_parts": parts, **c,
                 "engine_stats": stats}
 
     def settle() -> None:
@@ -659,7 +666,8 @@ def driver(args) -> None:
         copies its files, or a log between two checkpoints, puts a sample
         taken under load anywhere on the teeth."""
         t0 = time.monotonic()
-        pause.set()
+        with quiet_lock:  # a held window ends first; none begins meanwhile
+            pause.set()
         alive = sum(th.is_alive() for th in threads[:args.writers])
         parked_all = all(parked.acquire(timeout=PARK_S) for _ in range(alive))
         with count_lock:
