@@ -47,6 +47,7 @@ use crate::versions::{VersionMap, VERSION_MASK};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 use vectide_core::{Error, Result};
 use vectide_quant::{balanced_kmeans, BalancedParams};
 
@@ -655,16 +656,19 @@ impl Inner {
             armed: true,
         };
         let job = self.activity.begin("rebuild");
-        let h = self.heads.fresh()?;
-        let read = self.build_beside(&h, &pids, vid_end)?;
-        let heads = h;
+        let heads = Arc::new(self.heads.fresh()?);
+        let read = self.build_beside(&heads, &pids, vid_end)?;
         let w = self.writer.lock();
+        let swap_at = Instant::now();
         let last = self.place_inserted(&heads, &read);
         drop(read);
         let _g = self.gate.read();
-        last?;
+        let last = last?;
+        self.counters
+            .rebuild_last_round_max
+            .fetch_max(last as u64, Ordering::Relaxed);
         abandon.armed = false;
-        self.heads.replace(heads);
+        self.heads.replace(&heads);
         let Rebuilding {
             building: built,
             homes,
@@ -701,6 +705,9 @@ impl Inner {
         self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
         drop(_g);
         drop(w);
+        self.counters
+            .rebuild_swap_micros_max
+            .fetch_max(swap_at.elapsed().as_micros() as u64, Ordering::Relaxed);
         // The snapshot is a job of its own.
         drop(job);
         self.snapshot()
@@ -747,7 +754,7 @@ impl Inner {
     /// A free number has no record anywhere (the reclaim, which frees
     /// them, never runs beside a rebuild), so a record of one that the
     /// build reads is its new vector's: built once, and not placed again.
-    fn build_beside(&self, heads: &Heads, pids: &[u32], vid_end: u32) -> Result<HashSet<u32>> {
+    fn build_beside(&self, heads: &Arc<Heads>, pids: &[u32], vid_end: u32) -> Result<HashSet<u32>> {
         let dim = self.dim;
         // Read in chunks of 256 postings: a scratch of its own, not
         // the pool's, so that no pooled scratch keeps a buffer that size.
@@ -776,8 +783,18 @@ impl Inner {
         drop(sc);
         read?;
         self.build(heads, &vids, &data, true)?;
+        // From here on, writers place what they insert in the new index
+        // themselves (`Rebuilding::heads`): the vectors inserted so far are
+        // all that is left to place, and no more come.
+        {
+            let _w = self.writer.lock();
+            if let Some(r) = self.rebuilding.lock().as_mut() {
+                r.heads = Some(heads.clone());
+            }
+        }
         // Rounds of the vectors inserted meanwhile, while writers go on,
-        // until few are left for the round under the writer.
+        // until few are left for the round under the writer (one round,
+        // unless a writer's placement failed and left its vector here).
         for _ in 0..CATCH_UP_ROUNDS {
             if self.place_inserted(heads, &seen)? < CATCH_UP_LAST {
                 break;

@@ -304,12 +304,44 @@ impl Inner {
         } else {
             self.place_batch(&vids, &data)?;
         }
-        // A rebuild running beside places them in its new index too.
-        if let Some(r) = self.rebuilding.lock().as_mut() {
-            r.vids.extend_from_slice(&vids);
-            r.data.extend_from_slice(&data);
+        // A rebuild running beside places them in its new index too: it
+        // does, from what it is given here, until its new index is built;
+        // then this writer does.
+        let direct = match self.rebuilding.lock().as_mut() {
+            Some(r) if r.heads.is_some() => r.heads.clone(),
+            Some(r) => {
+                r.vids.extend_from_slice(&vids);
+                r.data.extend_from_slice(&data);
+                None
+            }
+            None => None,
+        };
+        if let Some(heads) = direct {
+            self.place_in_rebuild(&heads, &vids, &data);
         }
         Ok(())
+    }
+
+    /// Places inserted vectors `vids` (rows `data`) in a rebuild's new
+    /// index `heads` (a writer's part, under the writer lock). One that
+    /// fails goes to the rebuild's own list, which it places before its
+    /// swap (or fails there, and is abandoned): the write itself is
+    /// applied to the index in use, and a copy placed twice costs space
+    /// only, as a search counts a vector once.
+    fn place_in_rebuild(&self, heads: &Heads, vids: &[u32], data: &[f32]) {
+        let dim = self.dim;
+        self.with_scratch(|sc| {
+            for (i, &vid) in vids.iter().enumerate() {
+                let v = &data[i * dim..(i + 1) * dim];
+                if let Err(e) = self.place_building(heads, vid, v, sc) {
+                    self.note_error(&e);
+                    if let Some(r) = self.rebuilding.lock().as_mut() {
+                        r.vids.push(vid);
+                        r.data.extend_from_slice(v);
+                    }
+                }
+            }
+        });
     }
 
     /// Creates a posting of records `recs` for a rebuild's new index,
