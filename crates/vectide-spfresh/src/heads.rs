@@ -8,7 +8,6 @@ use vectide_core::{Metric, Neighbor, Result, SearchParams, VectorIndex};
 use vectide_hnsw::{Hnsw, HnswParams};
 
 /// The centroids by posting id.
-#[derive(Default)]
 pub(crate) struct HeadVecs {
     pub(crate) dim: usize,
     pub(crate) vecs: Vec<f32>,
@@ -84,14 +83,15 @@ impl Heads {
 
     /// Puts `new`'s centroids and graph in place of these, in one step
     /// for a reader of the centroids (the graph is swapped while the
-    /// centroids are locked); `new` is left empty.
-    pub fn replace(&self, new: &Heads) {
-        let vecs = std::mem::take(&mut *new.vecs.write());
+    /// centroids are locked).
+    pub fn replace(&self, new: Heads) {
+        let Heads {
+            index, vecs, seq, ..
+        } = new;
         let mut v = self.vecs.write();
-        self.index.store(new.index.load_full());
-        *v = vecs;
-        self.seq
-            .store(new.seq.load(Ordering::Acquire), Ordering::Release);
+        self.index.store(index.load_full());
+        *v = vecs.into_inner();
+        self.seq.store(seq.into_inner(), Ordering::Release);
     }
 
     pub fn read(&self) -> RwLockReadGuard<'_, HeadVecs> {

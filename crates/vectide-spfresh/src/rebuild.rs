@@ -667,13 +667,21 @@ impl Inner {
         self.counters
             .rebuild_last_round_max
             .fetch_max(last as u64, Ordering::Relaxed);
+        // Its other holder, `Rebuilding::heads`, lets go (writers clone it
+        // only under the writer lock, held here).
+        if let Some(r) = self.rebuilding.lock().as_mut() {
+            r.heads = None;
+        }
+        let heads = Arc::try_unwrap(heads).map_err(|_| {
+            Error::invalid("spann rebuild: the new index is still shared at its swap")
+        })?;
         abandon.armed = false;
-        self.heads.replace(&heads);
         let Rebuilding {
             building: built,
             homes,
             ..
         } = self.rebuilding.lock().take().unwrap_or_default();
+        self.heads.replace(heads);
         // The homes move to the new postings only now: a snapshot taken
         // during the rebuild recorded the old ones, which it kept whole.
         for (vid, pid) in homes {
@@ -718,6 +726,13 @@ impl Inner {
     /// still recorded as building, so no snapshot in between records one;
     /// no home points at them (homes move only at the swap).
     fn abandon_rebuild(&self) {
+        // No writer places in the new index meanwhile (writers place in it
+        // only under the writer lock): one that found the postings it
+        // routed to removed would create one this would not see.
+        let _w = self.writer.lock();
+        if let Some(r) = self.rebuilding.lock().as_mut() {
+            r.heads = None;
+        }
         self.rebuild_failed_at
             .store(self.changes(), Ordering::Relaxed);
         let building: Vec<u32> = self
@@ -807,6 +822,10 @@ impl Inner {
     /// by an earlier round, nor `built`: read by the build) in the new
     /// index `heads`; how many were taken.
     fn place_inserted(&self, heads: &Heads, built: &HashSet<u32>) -> Result<usize> {
+        #[cfg(test)]
+        if self.fail_catch_up.swap(false, Ordering::AcqRel) {
+            return Err(Error::invalid("injected: a catch-up round failed"));
+        }
         let (vids, data) = match self.rebuilding.lock().as_mut() {
             Some(r) => (std::mem::take(&mut r.vids), std::mem::take(&mut r.data)),
             None => return Ok(0),
@@ -852,3 +871,68 @@ const CATCH_UP_ROUNDS: usize = 8;
 /// A round placing fewer than this leaves the rest to the round under the
 /// writer.
 const CATCH_UP_LAST: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use crate::{Mode, SpannParams, Spfresh};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use vectide_core::{Metric, VectorIndex};
+
+    /// A rebuild that fails after writers began placing in its new index
+    /// (an injected failure of its catch-up round) leaves no posting of
+    /// that index behind: none stored without a centroid in use, and a
+    /// snapshot that opens again (abandoning, it holds the writers off,
+    /// so that none creates a posting it does not see).
+    #[test]
+    fn a_rebuild_abandoned_while_writers_place_in_it_leaves_nothing_behind() {
+        const DIM: usize = 8;
+        let dir = tempfile::tempdir().unwrap();
+        let p = SpannParams {
+            threads: Some(2),
+            posting_pages: 1,
+            ..SpannParams::default()
+        };
+        let row = |i: u64| -> Vec<f32> {
+            (0..DIM)
+                .map(|j| ((i * 31 + j as u64 * 7) % 97) as f32 + (i % 13) as f32 * 10.0)
+                .collect()
+        };
+        let rows = |a: u64, b: u64| (a..b).flat_map(row).collect::<Vec<f32>>();
+        {
+            let idx = Spfresh::create(dir.path(), DIM, Metric::L2, Mode::Static, p).unwrap();
+            assert!(idx.defer_maintenance());
+            idx.insert(1, &(0..3000).collect::<Vec<u64>>(), &rows(0, 3000))
+                .unwrap();
+            idx.delete(2, &(0..1500).collect::<Vec<u64>>()).unwrap();
+            idx.insert(3, &(3000..4500).collect::<Vec<u64>>(), &rows(3000, 4500))
+                .unwrap();
+            assert!(idx.maintenance_due());
+            idx.inner.fail_catch_up.store(true, Ordering::Release);
+            let done = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let mut id = 10_000u64;
+                    while !done.load(Ordering::Acquire) || id < 10_100 {
+                        idx.insert(id, &[id], &row(id)).unwrap();
+                        id += 1;
+                    }
+                });
+                assert!(idx.maintain().is_err(), "the injected failure");
+                done.store(true, Ordering::Release);
+            });
+            assert_eq!(idx.stats().unwrap().extra_value("rebuilds"), Some(0.0));
+            let problems = idx.check_structure().unwrap();
+            assert!(problems.is_empty(), "{problems:#?}");
+            idx.flush().unwrap();
+            // The next rebuild goes through.
+            idx.maintain().unwrap();
+            let problems = idx.check_structure().unwrap();
+            assert!(problems.is_empty(), "{problems:#?}");
+        }
+        let mut params = vectide_core::Params::new();
+        params.insert("threads".into(), vectide_core::ParamValue::Int(2));
+        let idx = Spfresh::open(dir.path(), &params).unwrap();
+        let problems = idx.check_structure().unwrap();
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+}

@@ -269,6 +269,9 @@ pub(crate) struct Inner {
     /// exclusively for a moment before it frees numbers, so that no
     /// reader still holds a record of a number that a new vector takes.
     pub readers: RwLock<()>,
+    /// Tests: the next catch-up round of a rebuild fails.
+    #[cfg(test)]
+    pub fail_catch_up: std::sync::atomic::AtomicBool,
 }
 
 /// What a `spann` rebuild in progress shares with writers and snapshots.
@@ -276,8 +279,9 @@ pub(crate) struct Inner {
 pub(crate) struct Rebuilding {
     /// Postings of the new index (not yet named by the centroids in use).
     pub building: HashSet<u32>,
-    /// Vector numbers inserted since the rebuild began, and their
-    /// (normalised) rows.
+    /// Vector numbers inserted since the rebuild began (until its new
+    /// index is built, and those a writer failed to place in it), and
+    /// their (normalised) rows.
     pub vids: Vec<u32>,
     pub data: Vec<f32>,
     /// (vector, new posting): the homes the rebuild gives at its swap (the
@@ -350,6 +354,8 @@ impl Inner {
             rebuild_lock: Mutex::new(()),
             free: Mutex::new(Vec::new()),
             readers: RwLock::new(()),
+            #[cfg(test)]
+            fail_catch_up: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

@@ -328,27 +328,38 @@ impl Inner {
     /// swap (or fails there, and is abandoned): the write itself is
     /// applied to the index in use, and a copy placed twice costs space
     /// only, as a search counts a vector once.
+    /// A batch of at least [`INLINE_ROWS`] rows is placed on the index's
+    /// pool, as [`Inner::place_batch`] places it in the index in use.
     fn place_in_rebuild(&self, heads: &Heads, vids: &[u32], data: &[f32]) {
         let dim = self.dim;
-        self.with_scratch(|sc| {
-            for (i, &vid) in vids.iter().enumerate() {
-                let v = &data[i * dim..(i + 1) * dim];
-                if let Err(e) = self.place_building(heads, vid, v, sc) {
-                    self.note_error(&e);
-                    if let Some(r) = self.rebuilding.lock().as_mut() {
-                        r.vids.push(vid);
-                        r.data.extend_from_slice(v);
-                    }
+        let place = |sc: &mut Scratch, i: usize| {
+            let (vid, v) = (vids[i], &data[i * dim..(i + 1) * dim]);
+            if let Err(e) = self.place_building(heads, vid, v, sc) {
+                self.note_error(&e);
+                if let Some(r) = self.rebuilding.lock().as_mut() {
+                    r.vids.push(vid);
+                    r.data.extend_from_slice(v);
                 }
             }
-        });
+        };
+        if vids.len() < INLINE_ROWS {
+            self.with_scratch(|sc| (0..vids.len()).for_each(|i| place(sc, i)));
+        } else {
+            self.pool.install(|| {
+                (0..vids.len())
+                    .into_par_iter()
+                    .for_each_init(|| self.scratch(), |sc, i| place(sc, i))
+            });
+        }
     }
 
     /// Creates a posting of records `recs` for a rebuild's new index,
     /// recorded as building in the same step for a snapshot (see
     /// `Rebuilding`).
     pub(crate) fn create_building(&self, recs: &[u8]) -> Result<u32> {
-        let _g = self.gate.read();
+        // Recursive: a writer placing in a rebuild's index holds it already
+        // (`apply_insert`), and a waiting `gate.write()` must not stall it.
+        let _g = self.gate.read_recursive();
         let pid = self.store.create_posting(recs)?;
         if let Some(r) = self.rebuilding.lock().as_mut() {
             r.building.insert(pid);
