@@ -906,6 +906,9 @@ mod tests {
             idx.delete(2, &(0..1500).collect::<Vec<u64>>()).unwrap();
             idx.insert(3, &(3000..4500).collect::<Vec<u64>>(), &rows(3000, 4500))
                 .unwrap();
+            // (A reclaim in the background holds the rebuild lock, and no
+            // rebuild is due while it runs: the jobs end first.)
+            idx.drain_jobs().unwrap();
             assert!(idx.maintenance_due());
             idx.inner.fail_catch_up.store(true, Ordering::Release);
             let done = AtomicBool::new(false);
