@@ -292,10 +292,9 @@ pub trait VectorIndex: Send + Sync {
     /// what a caller asks for ([`VectorIndex::maintain`] runs the jobs on
     /// its own thread); an engine's backstops that bound its log or its
     /// dead space (a writer that finds them far behind runs them) still
-    /// run. For a quiet stretch (a bulk
-    /// load, a peak hour) and for a same-run baseline of writes beside no
-    /// job (the soak's idle windows, for an engine whose jobs never stop
-    /// under churn).
+    /// run. For a quiet stretch (a bulk load, a peak hour) and for a
+    /// same-run baseline of writes beside no job (the soak's idle windows,
+    /// for an engine whose jobs never stop under churn).
     fn pause_maintenance(&self, paused: bool) -> bool {
         let _ = paused;
         false

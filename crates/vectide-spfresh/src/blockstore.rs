@@ -62,6 +62,9 @@ const MAX_RETRIES: usize = 1000;
 /// postings after 90 % of 6,000 vectors were deleted.)
 pub const COMPACT_FLOOR: u64 = 256;
 
+/// Postings per ParallelGET of [`BlockStore::scan`].
+pub const SCAN_POSTINGS: usize = 256;
+
 /// The background jobs compact once more than a `1/COMPACT_SHARE` of the
 /// file is free.
 pub const COMPACT_SHARE: u64 = 4;
@@ -496,6 +499,27 @@ impl BlockStore {
         Err(Error::invalid(format!(
             "block store: posting {pid} kept changing under {MAX_RETRIES} reads"
         )))
+    }
+
+    /// Postings `pids`, ParallelGET [`SCAN_POSTINGS`] at a time, each
+    /// given to `f` with its id (its records empty if it does not exist),
+    /// in order; the first error of a read or of `f` ends it. For the
+    /// passes over the whole index (a census, the structure check, a
+    /// rebuild's read), which read with a scratch of their own, so that no
+    /// pooled one keeps a buffer their size.
+    pub fn scan(
+        &self,
+        pids: &[u32],
+        mut f: impl FnMut(u32, RecordsView<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let mut sc = ReadScratch::default();
+        for chunk in pids.chunks(SCAN_POSTINGS) {
+            self.parallel_get(chunk, &mut sc)?;
+            for (&pid, recs) in chunk.iter().zip(sc.records()) {
+                f(pid, recs)?;
+            }
+        }
+        Ok(())
     }
 
     /// ParallelGET: postings `pids` in one batch of reads, decoded into

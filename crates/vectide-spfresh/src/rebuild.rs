@@ -771,32 +771,19 @@ impl Inner {
     /// build reads is its new vector's: built once, and not placed again.
     fn build_beside(&self, heads: &Arc<Heads>, pids: &[u32], vid_end: u32) -> Result<HashSet<u32>> {
         let dim = self.dim;
-        // Read in chunks of 256 postings: a scratch of its own, not
-        // the pool's, so that no pooled scratch keeps a buffer that size.
-        let mut sc = Scratch::default();
         let mut vids = Vec::new();
         let mut data = Vec::new();
         let mut seen = HashSet::new();
-        let read = (|| -> Result<()> {
-            for chunk in pids.chunks(256) {
-                self.store.parallel_get(chunk, &mut sc.read)?;
-                for recs in sc.read.records() {
-                    for j in 0..recs.len() {
-                        let v = recs.vids[j];
-                        if v < vid_end
-                            && self.versions.is_current(v, recs.versions[j])
-                            && seen.insert(v)
-                        {
-                            vids.push(v);
-                            data.extend_from_slice(recs.vector(j, dim));
-                        }
-                    }
+        self.store.scan(pids, |_, recs| {
+            for j in 0..recs.len() {
+                let v = recs.vids[j];
+                if v < vid_end && self.versions.is_current(v, recs.versions[j]) && seen.insert(v) {
+                    vids.push(v);
+                    data.extend_from_slice(recs.vector(j, dim));
                 }
             }
             Ok(())
-        })();
-        drop(sc);
-        read?;
+        })?;
         self.build(heads, &vids, &data, true)?;
         // From here on, writers place what they insert in the new index
         // themselves (`Rebuilding::heads`): the vectors inserted so far are

@@ -664,25 +664,16 @@ impl Inner {
             live: self.ids.read().ext.len() as u64,
             ..Census::default()
         };
-        // Read in chunks of 256 postings: a scratch of its own, not
-        // the pool's, so that no pooled scratch keeps a buffer that size.
-        let mut sc = Scratch::default();
-        let r = (|| {
-            for chunk in pids.chunks(256) {
-                self.store.parallel_get(chunk, &mut sc.read)?;
-                for recs in sc.read.records() {
-                    let cur = (0..recs.len())
-                        .filter(|&j| self.versions.is_current(recs.vids[j], recs.versions[j]))
-                        .count() as u64;
-                    c.records += recs.len() as u64;
-                    c.current += cur;
-                    c.empty += u64::from(cur == 0);
-                }
-            }
+        self.store.scan(&pids, |_, recs| {
+            let cur = (0..recs.len())
+                .filter(|&j| self.versions.is_current(recs.vids[j], recs.versions[j]))
+                .count() as u64;
+            c.records += recs.len() as u64;
+            c.current += cur;
+            c.empty += u64::from(cur == 0);
             Ok(())
-        })();
-        drop(sc);
-        r.map(|()| c)
+        })?;
+        Ok(c)
     }
 
     /// The contract's `maintain()`: the queued jobs run out; then a `spann`
@@ -947,49 +938,39 @@ impl Inner {
                 problems.push(format!("vector {v} is free but live"));
             }
         }
-        // Read in chunks of 256 postings: a scratch of its own, not
-        // the pool's, so that no pooled scratch keeps a buffer that size.
-        let mut sc = Scratch::default();
-        for chunk in pids.chunks(256) {
-            self.store.parallel_get(chunk, &mut sc.read)?;
-            for (i, recs) in sc.read.records().enumerate() {
-                // A `spann` posting holds a vector's copy once. (In
-                // `spfresh` the Local Rebuilder's reassigns can leave two
-                // copies of one version in a posting: space only, since a
-                // search counts a vector once; seen before session 43's
-                // changes too, and left alone.)
-                let mut copies = HashSet::with_capacity(recs.len());
-                for j in 0..recs.len() {
-                    let v = recs.vids[j];
-                    if self.mode != Mode::Fresh && !copies.insert((v, recs.versions[j])) {
-                        problems.push(format!(
-                            "posting {}: two records of vector {v} at version {}",
-                            chunk[i], recs.versions[j]
-                        ));
-                    }
-                    if (v as usize) >= vids {
-                        problems.push(format!(
-                            "posting {}: record of unknown vector {v}",
-                            chunk[i]
-                        ));
-                        continue;
-                    }
-                    if is_free[v as usize] {
-                        problems.push(format!(
-                            "posting {}: a record of vector {v}, which is free",
-                            chunk[i]
-                        ));
-                    }
-                    if self.versions.is_current(v, recs.versions[j]) {
-                        found[v as usize] = true;
-                        if self.home(v) == Some(chunk[i]) {
-                            home_ok[v as usize] = true;
-                        }
+        self.store.scan(&pids, |pid, recs| {
+            // A `spann` posting holds a vector's copy once. (In `spfresh`
+            // the Local Rebuilder's reassigns can leave two copies of one
+            // version in a posting: space only, since a search counts a
+            // vector once; seen before session 43's changes too, and left
+            // alone.)
+            let mut copies = HashSet::with_capacity(recs.len());
+            for j in 0..recs.len() {
+                let v = recs.vids[j];
+                if self.mode != Mode::Fresh && !copies.insert((v, recs.versions[j])) {
+                    problems.push(format!(
+                        "posting {pid}: two records of vector {v} at version {}",
+                        recs.versions[j]
+                    ));
+                }
+                if (v as usize) >= vids {
+                    problems.push(format!("posting {pid}: record of unknown vector {v}"));
+                    continue;
+                }
+                if is_free[v as usize] {
+                    problems.push(format!(
+                        "posting {pid}: a record of vector {v}, which is free"
+                    ));
+                }
+                if self.versions.is_current(v, recs.versions[j]) {
+                    found[v as usize] = true;
+                    if self.home(v) == Some(pid) {
+                        home_ok[v as usize] = true;
                     }
                 }
             }
-        }
-        drop(sc);
+            Ok(())
+        })?;
         for (&id, &v) in &ids.ext {
             if !found[v as usize] {
                 problems.push(format!("id {id} (vector {v}) has no current record"));

@@ -1489,6 +1489,16 @@ fn maintain_gives_the_blocks_back_round_after_round_in_every_mode() {
 /// when jobs run inline. A holder that deferred it sees no rebuild until
 /// its own `maintain()`. Before, nothing rebuilt a standalone index: its
 /// postings grew by appends, 230 records each after a 10-minute soak.
+/// Whether `what` holds within a minute (polled every 20 ms): for the
+/// background jobs.
+fn within_a_minute(what: impl Fn() -> bool) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !what() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    what()
+}
+
 /// 3,000 rows of `data` (ids 0..3000), then half of them replaced by the
 /// next 1,500 in batches of 100 (a delete, then an insert): a `spann`
 /// rebuild is due at 1,000 changes, and the writes go on past it.
@@ -1567,13 +1577,6 @@ fn inserts_during_a_rebuild_leave_nothing_to_its_swap() {
 #[test]
 fn a_paused_index_starts_no_job_and_the_release_starts_what_fell_due() {
     let data = clustered(6000, DIM, 16, 37);
-    let wait_for = |what: &dyn Fn() -> bool| {
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !what() && std::time::Instant::now() < until {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        what()
-    };
     for mode in [Mode::Fresh, Mode::Static] {
         let dir = tempfile::tempdir().unwrap();
         let idx = Spfresh::create(dir.path(), DIM, Metric::L2, mode, params(false)).unwrap();
@@ -1609,7 +1612,7 @@ fn a_paused_index_starts_no_job_and_the_release_starts_what_fell_due() {
         }
         assert!(idx.pause_maintenance(false));
         assert!(
-            wait_for(&done),
+            within_a_minute(done),
             "{mode:?}: nothing ran in 60 s after the release"
         );
         idx.drain_jobs().unwrap();
@@ -1654,11 +1657,7 @@ fn a_standalone_spann_rebuilds_itself_when_due() {
             // it; the first's end does.
             let settled =
                 || stat(&idx, "rebuilds") >= 1.0 && stat(&idx, "changes_since_build") < 1000.0;
-            let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while !settled() && std::time::Instant::now() < until {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            assert!(settled(), "{what}: not rebuilt in 60 s");
+            assert!(within_a_minute(settled), "{what}: not rebuilt in 60 s");
         } else {
             // (A reclaim in the background holds the rebuild lock, and
             // no rebuild is due while it runs: the jobs end first.)
