@@ -60,11 +60,21 @@ def test_an_index_on_a_memory_node_searches_saves_and_is_inspected(tmp_path):
         ids, _ = ix.search(q, k=10, nprobe=14)
         assert not set(ids.ravel().tolist()) & set(gone.tolist())
         # The live region, described by the CLI.
-        out = subprocess.run([cli_path(), "inspect", "--memnode", node.address, "--region", "py1", "--json"],
+        out = subprocess.run([cli_path(), "inspect", "--memnode", node.address, "--region", "py1", "--json",
+                              "--timeout-ms", "5000"],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         rows = json.loads(out.stdout)
         assert rows["partitions"] == 14 and rows["live"] == 2800 - len(gone), rows
+        # A second compute node attaches to the named region: the same
+        # answers; it may not write it; another dimension is refused.
+        peer = vectide.Index(24, "l2", engine="d-hnsw", memnode=node.address, region="py1")
+        assert len(peer) == 2800 - len(gone)
+        assert (peer.search(q, k=10, nprobe=14)[0] == ix.search(q, k=10, nprobe=14)[0]).all()
+        with pytest.raises(ValueError, match="attached to region"):
+            peer.add(np.array([1], dtype=np.uint64), base[:1])
+        with pytest.raises(ValueError, match="holds a 24-d l2 index, this one is 8-d"):
+            vectide.Index(8, "l2", engine="d-hnsw", memnode=node.address, region="py1")
         # Saved, then opened with the naive fetch: the same answers, far more round trips.
         path = tmp_path / "i.dhnsw"
         ix.save(str(path))

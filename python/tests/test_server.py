@@ -329,3 +329,40 @@ def test_sigkill_rounds_keep_every_acknowledged_write(tmp_path, rounds):
                 v, pay = model[p.id]
                 assert p.payload == pay and np.array_equal(p.vector, v), f"round {r}: point {p.id}"
     s.stop()
+
+
+def test_a_dhnsw_collection_serves_and_its_lost_memory_node_is_a_503_with_retry_after(server):
+    from vectide.memnode import MemoryNode
+
+    u = server.url
+    node = MemoryNode(64 << 20).start()
+    try:
+        # No LRU (cache_partitions 0): every search fetches from the node.
+        body = {"vectors": {"size": 4, "distance": "Euclid"},
+                "vectide": {"engine": "d-hnsw", "params": {"memnode": node.address, "timeout_ms": 2000,
+                                                        "cache_partitions": 0}}}
+        code, doc = _http("PUT", u + "/collections/remote", body)
+        assert code == 200, doc
+        rng = np.random.default_rng(9)
+        X = rng.standard_normal((300, 4)).astype(np.float32)
+        pts = [{"id": i, "vector": X[i].tolist()} for i in range(300)]
+        assert _http("PUT", u + "/collections/remote/points?wait=true", {"points": pts})[0] == 200
+        q = X[11].tolist()
+        code, doc = _http("POST", u + "/collections/remote/points/query",
+                          {"query": q, "limit": 3, "params": {"vectide": {"nprobe": 5}}})
+        assert code == 200 and doc["result"]["points"][0]["id"] == 11, doc
+    finally:
+        node.stop()
+    # The memory node is gone: a transient 503 that says retrying may help,
+    # within the collection's timeout, and the server stays up.
+    req = urllib.request.Request(u + "/collections/remote/points/query", method="POST",
+                                 data=json.dumps({"query": q, "limit": 3}).encode(),
+                                 headers={"content-type": "application/json"})
+    t0 = time.monotonic()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert e.value.code == 503 and e.value.headers.get("Retry-After") == "1"
+    err = json.loads(e.value.read())["status"]["error"]
+    assert "retrying may help" in err, err
+    assert _http("GET", u + "/healthz")[0] == 200

@@ -84,6 +84,11 @@ enum Command {
         /// The region's name on the memory node.
         #[arg(long, requires = "memnode")]
         region: Option<String>,
+        /// A memory node that does not answer within this many
+        /// milliseconds is reported unavailable.
+        #[arg(long, default_value_t = 10_000, requires = "memnode",
+              value_parser = clap::value_parser!(u64).range(1..=600_000))]
+        timeout_ms: u64,
     },
     /// Serve a database directory over HTTP (Qdrant-compatible REST subset).
     Serve(db::ServeArgs),
@@ -138,9 +143,10 @@ fn main() -> ExitCode {
             json,
             memnode,
             region,
+            timeout_ms,
         } => match (path, memnode, region) {
             (_, Some(addr), Some(region)) => {
-                vectide_dhnsw::persist::inspect_region(&addr, &region, 10_000)
+                vectide_dhnsw::persist::inspect_region(&addr, &region, timeout_ms)
                     .map_err(|e| e.to_string())
                     .map(|rows| print_rows(&format!("{addr} {region}"), rows, json))
             }

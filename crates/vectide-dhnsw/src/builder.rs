@@ -11,7 +11,7 @@ use crate::fetch::post_writes;
 use crate::layout::{
     encode_blob, record_bytes, Entry, GraphParts, Header, ENTRY_BYTES, HEADER_BYTES,
 };
-use crate::state::{DHnsw, Layout, Loc, Lru};
+use crate::state::{DHnsw, Layout, Loc};
 use crate::subgraph::SubGraph;
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
@@ -163,7 +163,7 @@ impl DHnsw {
             }
         }
         *map = fresh;
-        *self.cache.lock() = Lru::new(self.params.cache_for(subs.len()));
+        *self.cache.lock() = self.params.cache(subs.len());
         *guard = Some(lay);
     }
 

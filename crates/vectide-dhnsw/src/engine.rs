@@ -178,7 +178,16 @@ impl VectorIndex for DHnsw {
             extra: vec![
                 ("partitions".into(), k as f64),
                 ("cached_partitions".into(), cache.len() as f64),
-                ("cache_capacity".into(), cache.cap as f64),
+                ("cache_capacity".into(), cache.cap.min(k) as f64),
+                ("cache_bytes".into(), cache.bytes() as f64),
+                (
+                    "cache_budget_bytes".into(),
+                    if cache.budget == usize::MAX {
+                        0.0
+                    } else {
+                        cache.budget as f64
+                    },
+                ),
                 ("region_bytes".into(), region as f64),
                 ("region_used_bytes".into(), used as f64),
                 ("region_dead_bytes".into(), ld(&t.dead_bytes)),

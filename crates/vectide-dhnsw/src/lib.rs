@@ -24,15 +24,21 @@
 //! - `update`: inserts into the gaps and tombstone deletes, from this one
 //!   compute node;
 //! - [`persist`]: save / open (the region's bytes in one checksummed file;
-//!   the memory node keeps nothing across its restarts yet);
+//!   the memory node keeps nothing across its restarts yet), and attaching
+//!   to a region a memory node holds;
 //! - `state`: [`DHnsw`], its locks, LRU and timings;
 //! - `engine`: the face, the [`VectorIndex`] implementation.
 //!
 //! An index is built from its first insert (the partitions need data);
 //! later inserts go to the partition the meta-HNSW ranks first, into its
 //! gap, and a partition whose gap is full is rebuilt with its live nodes at
-//! the end of the region. The number of partitions stays what the first
-//! build chose (part 2 splits them).
+//! the end of the region. With automatic K, an index whose live count calls
+//! for twice its partitions is partitioned afresh into a new region.
+//!
+//! A compute node created with `region = NAME` that the memory node already
+//! holds attaches to it (header, dimension and metric checked, the label
+//! map read from the partitions) and may search and read it; only the
+//! compute node that built a region writes it.
 
 mod builder;
 mod engine;
@@ -69,11 +75,9 @@ pub static DESCRIPTOR: EngineDescriptor = EngineDescriptor {
 };
 
 fn create(dim: usize, metric: Metric, params: &Params) -> Result<Box<dyn VectorIndex>> {
-    Ok(Box::new(DHnsw::connect(
-        dim,
-        metric,
-        DhnswParams::from_params(params)?,
-    )?))
+    let mut idx = DHnsw::connect(dim, metric, DhnswParams::from_params(params)?)?;
+    persist::attach(&mut idx)?;
+    Ok(Box::new(idx))
 }
 
 fn open(path: &Path, params: &Params) -> Result<Box<dyn VectorIndex>> {

@@ -61,7 +61,7 @@ const fn spec(
 }
 
 /// Every parameter `d-hnsw` takes.
-pub static PARAMS: [ParamSpec; 18] = [
+pub static PARAMS: [ParamSpec; 19] = [
     THREADS,
     spec(
         "memnode",
@@ -122,6 +122,13 @@ pub static PARAMS: [ParamSpec; 18] = [
         "the authors' LRU of K/20",
     ),
     spec(
+        "cache_bytes",
+        ParamKind::Int { min: 0, max: 1 << 50 },
+        "0",
+        "a RAM budget for the LRU's sub-HNSWs in bytes (0: none; when given without cache_partitions, the budget alone bounds the LRU)",
+        "issue 36: an LRU of K/20 sub-HNSWs, or a RAM budget",
+    ),
+    spec(
         "doorbell_reads",
         ParamKind::Int { min: 0, max: 4096 },
         "auto",
@@ -178,6 +185,7 @@ pub const OPEN_PARAMS: &[&str] = &[
     "ef_search",
     "probe",
     "cache_partitions",
+    "cache_bytes",
     "doorbell_reads",
     "fetch",
     "pipeline",
@@ -199,6 +207,7 @@ pub struct DhnswParams {
     pub ef_search: usize,
     pub probe: usize,
     pub cache_partitions: Option<usize>,
+    pub cache_bytes: Option<usize>,
     pub doorbell_reads: Option<usize>,
     pub fetch: Fetch,
     pub pipeline: bool,
@@ -222,6 +231,7 @@ impl Default for DhnswParams {
             ef_search: 48,
             probe: 5,
             cache_partitions: None,
+            cache_bytes: None,
             doorbell_reads: None,
             fetch: Fetch::Doorbell,
             pipeline: true,
@@ -262,6 +272,7 @@ impl DhnswParams {
             ef_search: p.usize("ef_search").unwrap_or(d.ef_search),
             probe: p.usize("probe").unwrap_or(d.probe),
             cache_partitions: p.usize("cache_partitions"),
+            cache_bytes: p.usize("cache_bytes").filter(|&b| b > 0),
             doorbell_reads: p.usize("doorbell_reads").filter(|&d| d > 0),
             fetch: p.string("fetch").and_then(Fetch::parse).unwrap_or(d.fetch),
             pipeline: bool_of(p, "pipeline").unwrap_or(d.pipeline),
@@ -302,9 +313,20 @@ impl DhnswParams {
             .clamp(1, n.max(1))
     }
 
-    /// Sub-HNSWs the LRU holds for `k` partitions.
+    /// Sub-HNSWs the LRU holds for `k` partitions (no count bound when
+    /// only a RAM budget was given).
     pub fn cache_for(&self, k: usize) -> usize {
-        self.cache_partitions.unwrap_or_else(|| k.div_ceil(20))
+        match (self.cache_partitions, self.cache_bytes) {
+            (Some(c), _) => c,
+            (None, Some(_)) => usize::MAX,
+            (None, None) => k.div_ceil(20),
+        }
+    }
+
+    /// The LRU for `k` partitions: [`cache_for`](Self::cache_for) graphs
+    /// within the RAM budget, if any.
+    pub fn cache(&self, k: usize) -> crate::state::Lru {
+        crate::state::Lru::new(self.cache_for(k), self.cache_bytes)
     }
 
     /// READs per doorbell chain for `k` partitions.
@@ -348,6 +370,10 @@ impl DhnswParams {
         put(
             "cache_partitions",
             ParamValue::Int(self.cache_partitions.map_or(-1, |c| c as i64)),
+        );
+        put(
+            "cache_bytes",
+            ParamValue::Int(self.cache_bytes.unwrap_or(0) as i64),
         );
         put(
             "doorbell_reads",

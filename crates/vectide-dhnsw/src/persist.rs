@@ -7,7 +7,7 @@
 
 use crate::layout::{Entry, Header, HEADER_BYTES};
 use crate::params::DhnswParams;
-use crate::state::{DHnsw, Layout, Loc, Lru};
+use crate::state::{DHnsw, Layout, Loc};
 use crate::subgraph::SubGraph;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -276,7 +276,7 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
         let mut map = idx.labels.write();
         map.extend(locs);
     }
-    *idx.cache.lock() = Lru::new(idx.params.cache_for(header.k as usize));
+    *idx.cache.lock() = idx.params.cache(header.k as usize);
     *idx.layout.write() = Some(Layout {
         region,
         name,
@@ -285,6 +285,69 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
         meta: Arc::new(meta),
     });
     Ok(idx)
+}
+
+/// Attaches `idx` to the region its `region` parameter names, when the
+/// memory node already holds one: the header is read and checked (magic,
+/// format version, dimension, metric, the region's size), then the whole
+/// used range in doorbell chains, decoded and checked as an open checks a
+/// saved image, and the label map taken from it. Returns whether it
+/// attached (false: no such region, the first insert builds it).
+///
+/// An attached compute node searches and reads the region as it was when
+/// it attached; it does not write it (only the compute node that built a
+/// region writes it: two writers would hand out the same overflow slots).
+pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
+    let Some(name) = idx.params.region.clone() else {
+        return Ok(false);
+    };
+    if idx._local.is_some() {
+        return Ok(false);
+    }
+    let (regions, _) = idx.mem.regions()?;
+    if !regions.iter().any(|r| r.name == name) {
+        return Ok(false);
+    }
+    let region = idx.mem.open_region(&name)?;
+    if region.size < HEADER_BYTES {
+        return Err(Error::invalid(format!(
+            "d-hnsw: region {name:?} holds {} bytes, too few for a d-hnsw index ({HEADER_BYTES} bytes of header)",
+            region.size
+        )));
+    }
+    let head = idx.mem.read(region, 0, HEADER_BYTES as u32)?;
+    let h = Header::decode(&head, region.size)
+        .map_err(|e| Error::invalid(format!("d-hnsw: region {name:?}: {e}")))?;
+    if h.region_size != region.size {
+        return Err(Error::invalid(format!(
+            "d-hnsw: region {name:?} has {} bytes, its header says {}",
+            region.size, h.region_size
+        )));
+    }
+    if h.dim as usize != idx.dim || h.metric != idx.metric {
+        return Err(Error::invalid(format!(
+            "d-hnsw: region {name:?} holds a {}-d {} index, this one is {}-d {}",
+            h.dim,
+            h.metric.name(),
+            idx.dim,
+            idx.metric.name()
+        )));
+    }
+    let image = crate::fetch::read_range(&*idx.mem, region, 0, h.alloc_end)?;
+    let (header, table, meta, locs) = decode_image(&image, idx.dim, 0)?;
+    idx.params.m = header.m as usize;
+    idx.params.partitions = Some(header.k as usize);
+    *idx.cache.get_mut() = idx.params.cache(header.k as usize);
+    idx.labels.get_mut().extend(locs);
+    *idx.layout.get_mut() = Some(Layout {
+        region,
+        name,
+        header,
+        table,
+        meta: Arc::new(meta),
+    });
+    idx.attached = true;
+    Ok(true)
 }
 
 /// Describes a region on a live memory node (`vectide inspect --memnode

@@ -68,19 +68,32 @@ impl Layout {
     }
 }
 
-/// A least-recently-used set of sub-HNSWs.
-#[derive(Default)]
+/// A least-recently-used set of sub-HNSWs, bounded by a count and by the
+/// bytes they hold in RAM.
 pub struct Lru {
     pub cap: usize,
+    /// Bytes the cached graphs may hold (`usize::MAX`: no budget).
+    pub budget: usize,
+    used: usize,
     tick: u64,
     map: HashMap<u32, (Arc<SubGraph>, u64)>,
 }
 
+impl Default for Lru {
+    fn default() -> Self {
+        Lru::new(0, None)
+    }
+}
+
 impl Lru {
-    pub fn new(cap: usize) -> Lru {
+    /// At most `cap` graphs and, with a `budget`, at most that many bytes.
+    pub fn new(cap: usize, budget: Option<usize>) -> Lru {
         Lru {
             cap,
-            ..Lru::default()
+            budget: budget.unwrap_or(usize::MAX),
+            used: 0,
+            tick: 0,
+            map: HashMap::new(),
         }
     }
 
@@ -93,16 +106,22 @@ impl Lru {
         })
     }
 
+    /// Caches `g` as partition `p`'s graph, evicting the least recently
+    /// used until both bounds hold; a graph larger than the whole budget
+    /// is not cached.
     pub fn put(&mut self, p: u32, g: Arc<SubGraph>) {
-        if self.cap == 0 {
+        self.remove(p);
+        let bytes = g.memory_bytes();
+        if self.cap == 0 || bytes > self.budget {
             return;
         }
         self.tick += 1;
+        self.used += bytes;
         self.map.insert(p, (g, self.tick));
-        while self.map.len() > self.cap {
-            let old = self.map.iter().min_by_key(|e| e.1 .1).map(|e| *e.0);
-            if let Some(o) = old {
-                self.map.remove(&o);
+        while self.map.len() > self.cap || self.used > self.budget {
+            match self.map.iter().min_by_key(|e| e.1 .1).map(|e| *e.0) {
+                Some(o) => self.remove(o),
+                None => break,
             }
         }
     }
@@ -112,11 +131,14 @@ impl Lru {
     }
 
     pub fn remove(&mut self, p: u32) {
-        self.map.remove(&p);
+        if let Some((g, _)) = self.map.remove(&p) {
+            self.used -= g.memory_bytes();
+        }
     }
 
     pub fn clear(&mut self) {
         self.map.clear();
+        self.used = 0;
     }
 
     pub fn len(&self) -> usize {
@@ -124,7 +146,7 @@ impl Lru {
     }
 
     pub fn bytes(&self) -> usize {
-        self.map.values().map(|e| e.0.memory_bytes()).sum()
+        self.used
     }
 }
 
@@ -179,6 +201,8 @@ pub struct DHnsw {
     pub(crate) durable: AtomicU64,
     /// The highest sequence number applied (what a save covers).
     pub(crate) applied: AtomicU64,
+    /// Attached to a region another compute node built: searches only.
+    pub(crate) attached: bool,
     pub(crate) timing: Timing,
 }
 
@@ -238,11 +262,12 @@ impl DHnsw {
             mem,
             _local: local,
             layout: RwLock::new(None),
-            cache: Mutex::new(Lru::new(0)),
+            cache: Mutex::new(Lru::default()),
             labels: RwLock::new(HashMap::new()),
             write: Mutex::new(()),
             durable: AtomicU64::new(0),
             applied: AtomicU64::new(0),
+            attached: false,
             timing: Timing::default(),
         })
     }
@@ -264,8 +289,73 @@ impl DHnsw {
         self.cache.lock().clear();
     }
 
+    /// Refuses a write on a compute node that attached to another's
+    /// region (see `persist::attach`).
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.attached {
+            let name = self.params.region.as_deref().unwrap_or_default();
+            return Err(vectide_core::Error::invalid(format!(
+                "d-hnsw: this compute node attached to region {name:?}, which another compute node built and writes; it may search and read it, not write it"
+            )));
+        }
+        Ok(())
+    }
+
     /// The region's name, once built.
     pub fn region_name(&self) -> Option<String> {
         self.layout.read().as_ref().map(|l| l.name.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::GraphParts;
+
+    fn graph(n: usize) -> Arc<SubGraph> {
+        Arc::new(SubGraph::from_parts(&GraphParts {
+            dim: 4,
+            m: 2,
+            m0: 4,
+            entry: Some((0, 0)),
+            labels: (0..n as u64).collect(),
+            flags: vec![0; n],
+            levels: vec![0; n],
+            vectors: vec![0.5; 4 * n],
+            lists: vec![vec![vec![]]; n],
+        }))
+    }
+
+    #[test]
+    fn the_lru_keeps_to_its_count_and_its_byte_budget() {
+        let g = graph(10);
+        let one = g.memory_bytes();
+        // By count: the least recently used goes.
+        let mut l = Lru::new(2, None);
+        l.put(1, graph(10));
+        l.put(2, graph(10));
+        assert!(l.get(1).is_some());
+        l.put(3, graph(10));
+        assert!(l.peek(2).is_none() && l.peek(1).is_some() && l.peek(3).is_some());
+        assert_eq!(l.bytes(), 2 * one);
+        // By bytes: room for two and a half graphs holds two.
+        let mut l = Lru::new(usize::MAX, Some(one * 5 / 2));
+        for p in 0..4 {
+            l.put(p, graph(10));
+            assert!(l.bytes() <= one * 5 / 2);
+        }
+        assert_eq!((l.len(), l.bytes()), (2, 2 * one));
+        assert!(l.peek(3).is_some() && l.peek(2).is_some());
+        // Replacing a partition's graph counts it once; a graph larger
+        // than the budget is not kept; removal gives the bytes back.
+        l.put(3, graph(10));
+        assert_eq!(l.bytes(), 2 * one);
+        l.put(9, graph(40));
+        assert!(l.peek(9).is_none());
+        l.remove(3);
+        assert_eq!(l.bytes(), one);
+        l.clear();
+        assert_eq!((l.len(), l.bytes()), (0, 0));
+        assert!(Lru::new(0, None).bytes() == 0);
     }
 }

@@ -23,6 +23,7 @@ use vectide_graph::{Graph, Scratch};
 impl DHnsw {
     /// Inserts a checked batch (vectors normalised for cosine).
     pub(crate) fn insert_rows(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        self.check_writable()?;
         let _w = self.write.lock();
         // Replays of operations not newer than what a label holds are
         // skipped; an upsert of a live label deletes its old node first.
@@ -228,6 +229,7 @@ impl DHnsw {
 
     /// Deletes labels; returns how many were live.
     pub(crate) fn delete_rows(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
+        self.check_writable()?;
         let _w = self.write.lock();
         let n = self.delete_locked(seq, ids, false)?;
         self.applied

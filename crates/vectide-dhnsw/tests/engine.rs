@@ -174,13 +174,83 @@ fn over_tcp_to_a_memory_node() {
     assert_eq!(dh.region_name().as_deref(), Some("t1"));
     let c = dh.counters();
     assert!(c.round_trips > 0 && c.bytes_received > 0 && c.model_ns > 0);
-    // The same region name again is refused by the node, nothing changes.
+    // A second compute node naming the same region attaches to it: the
+    // label map read back, the same answers; its writes are refused
+    // (only the builder writes), and nothing changes.
     let again = index(&[
         ("memnode", ParamValue::Str(addr.clone())),
         ("region", ParamValue::Str("t1".into())),
+        ("cache_bytes", ParamValue::Int(200_000)),
     ]);
-    assert!(again.insert(1, &[1], &data[..DIM]).is_err());
-    assert_eq!(again.len(), 0);
+    assert_eq!(again.len(), n);
+    let sp = SearchParams {
+        nprobe: Some(5),
+        ..Default::default()
+    };
+    let (a, b) = (
+        idx.search_batch(qs, 10, &sp, None).unwrap(),
+        again.search_batch(qs, 10, &sp, None).unwrap(),
+    );
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(ids(x), ids(y));
+    }
+    assert_eq!(again.get(7).unwrap(), idx.get(7).unwrap());
+    assert!(again.check_structure().unwrap().is_empty());
+    for e in [
+        again.insert(1, &[1], &data[..DIM]).unwrap_err(),
+        again.delete(2, &[1]).unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("attached to region \"t1\""), "{e}");
+    }
+    assert_eq!((again.len(), idx.len()), (n, n));
+    // Its LRU keeps to the RAM budget it was given.
+    let st = again.stats().unwrap();
+    let (held, budget) = (
+        st.extra_value("cache_bytes").unwrap(),
+        st.extra_value("cache_budget_bytes").unwrap(),
+    );
+    assert!(
+        held > 0.0 && held <= budget && budget == 200_000.0,
+        "{held} of {budget}"
+    );
+    // A region of another dimension, metric or format, or one holding no
+    // d-hnsw index: a typed error naming the problem, at creation.
+    let attach = |dim: usize, metric: Metric, region: &str| {
+        (vectide_dhnsw::DESCRIPTOR.create)(
+            dim,
+            metric,
+            &params_of([
+                ("memnode", ParamValue::Str(addr.clone())),
+                ("region", ParamValue::Str(region.into())),
+            ]),
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+    };
+    assert!(
+        attach(DIM + 1, Metric::L2, "t1").contains("holds a 16-d l2 index, this one is 17-d l2")
+    );
+    assert!(attach(DIM, Metric::Ip, "t1").contains("this one is 16-d ip"));
+    let mem = vectide_remote::TcpMemory::connect(&addr, Default::default()).unwrap();
+    let head = {
+        use vectide_remote::RemoteMemory;
+        let t1 = mem.open_region("t1").unwrap();
+        let mut h = mem.read(t1, 0, 256).unwrap();
+        h[12..16].copy_from_slice(&2u32.to_le_bytes());
+        let v2 = mem.create_region("v2", t1.size).unwrap();
+        mem.write(v2, 0, &h).unwrap();
+        mem.create_region("zeros", 4096).unwrap();
+        mem.create_region("tiny", 16).unwrap();
+        h
+    };
+    assert_eq!(&head[..8], b"VTDHNSW\0");
+    assert!(attach(DIM, Metric::L2, "v2").contains("format is version 2"));
+    assert!(attach(DIM, Metric::L2, "zeros").contains("holds no d-hnsw index"));
+    assert!(attach(DIM, Metric::L2, "tiny").contains("too few for a d-hnsw index"));
+    for r in ["v2", "zeros", "tiny"] {
+        vectide_remote::RemoteMemory::drop_region(&mem, r).unwrap();
+    }
     // A region named for the index (auto) goes back to the node when the
     // index closes; one the caller named stays.
     let names = || -> Vec<String> {

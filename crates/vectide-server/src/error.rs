@@ -8,20 +8,30 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use vectide_db::DbError;
 
-/// An API error: status + message.
+/// An API error: status + message, and for a transient failure (a remote
+/// part that did not answer) the seconds after which a retry may succeed,
+/// sent as `Retry-After` (a poisoned collection's 503 has none: it needs a
+/// restart, not a retry).
 #[derive(Debug)]
-pub struct ApiError(pub StatusCode, pub String);
+pub struct ApiError(pub StatusCode, pub String, pub Option<u32>);
+
+/// Seconds a client is asked to wait before retrying a transient failure.
+pub const RETRY_AFTER_SECS: u32 = 1;
 
 impl ApiError {
+    /// `status` with `msg`.
+    pub fn new(status: StatusCode, msg: impl Into<String>) -> Self {
+        ApiError(status, msg.into(), None)
+    }
     /// 400 with `msg`.
     pub fn bad(msg: impl Into<String>) -> Self {
-        ApiError(StatusCode::BAD_REQUEST, msg.into())
+        ApiError::new(StatusCode::BAD_REQUEST, msg)
     }
     pub fn not_found(msg: impl Into<String>) -> Self {
-        ApiError(StatusCode::NOT_FOUND, msg.into())
+        ApiError::new(StatusCode::NOT_FOUND, msg)
     }
     pub fn internal(msg: impl Into<String>) -> Self {
-        ApiError(StatusCode::INTERNAL_SERVER_ERROR, msg.into())
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, msg)
     }
 }
 
@@ -51,15 +61,23 @@ fn db_status(e: &DbError) -> StatusCode {
     }
 }
 
+fn retry_of(e: &vectide_core::Error) -> Option<u32> {
+    e.is_transient().then_some(RETRY_AFTER_SECS)
+}
+
 impl From<DbError> for ApiError {
     fn from(e: DbError) -> Self {
-        ApiError(db_status(&e), e.to_string())
+        let retry = match &e {
+            DbError::Core(c) => retry_of(c),
+            _ => None,
+        };
+        ApiError(db_status(&e), e.to_string(), retry)
     }
 }
 
 impl From<vectide_core::Error> for ApiError {
     fn from(e: vectide_core::Error) -> Self {
-        ApiError(core_status(&e), e.to_string())
+        ApiError(core_status(&e), e.to_string(), retry_of(&e))
     }
 }
 
@@ -84,7 +102,12 @@ impl From<serde_path_to_error::Error<serde_json::Error>> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"status": {"error": self.1}, "time": 0.0});
-        (self.0, axum::Json(body)).into_response()
+        let mut r = (self.0, axum::Json(body)).into_response();
+        if let Some(s) = self.2 {
+            r.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, s.into());
+        }
+        r
     }
 }
 
@@ -123,6 +146,14 @@ mod tests {
                 503,
             ),
             (
+                DbError::Core(vectide_core::Error::Unavailable("memnode".into())).into(),
+                503,
+            ),
+            (
+                vectide_core::Error::Unavailable("memnode".into()).into(),
+                503,
+            ),
+            (
                 vectide_core::Error::Version {
                     found: 9,
                     supported: 1,
@@ -135,6 +166,18 @@ mod tests {
             assert_eq!(e.0.as_u16(), want, "{}", e.1);
             assert!(!e.1.is_empty());
         }
+        // Only the transient 503 asks for a retry, in a header.
+        let retry = |e: ApiError| {
+            e.into_response()
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        let unavailable = vectide_core::Error::Unavailable("memnode".into());
+        assert_eq!(retry(DbError::Core(unavailable).into()), Some("1".into()));
+        let poisoned = vectide_core::Error::Poisoned("record 3".into());
+        assert_eq!(retry(DbError::Core(poisoned).into()), None);
+        assert_eq!(retry(DbError::invalid("bad k").into()), None);
         // Invalid input is shown as its message, without a prefix.
         assert_eq!(ApiError::from(DbError::invalid("bad k")).1, "bad k");
     }

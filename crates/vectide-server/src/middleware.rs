@@ -86,7 +86,7 @@ async fn json_error(resp: Response) -> Response {
     } else {
         text
     };
-    let mut out = ApiError(status, msg).into_response();
+    let mut out = ApiError::new(status, msg).into_response();
     for (name, value) in parts.headers.iter() {
         if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
             out.headers_mut().insert(name.clone(), value.clone());
@@ -109,13 +109,9 @@ pub async fn auth_and_metrics(
     let method = req.method().to_string();
     let t0 = Instant::now();
     let resp = if !authorized(&app, &route, &headers) {
-        ApiError(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong api-key header".into(),
-        )
-        .into_response()
+        ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong api-key header").into_response()
     } else if let Some(msg) = non_json_body(req.method(), &headers) {
-        ApiError(StatusCode::UNSUPPORTED_MEDIA_TYPE, msg).into_response()
+        ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, msg).into_response()
     } else {
         json_error(next.run(req).await).await
     };
@@ -127,7 +123,7 @@ pub async fn auth_and_metrics(
 }
 
 pub async fn not_found() -> ApiError {
-    ApiError(StatusCode::NOT_FOUND, "no such endpoint".into())
+    ApiError::new(StatusCode::NOT_FOUND, "no such endpoint")
 }
 
 #[cfg(test)]

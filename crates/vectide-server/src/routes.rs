@@ -67,11 +67,11 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for OnCollection<T> {
         let (mut parts, body) = req.into_parts();
         let Path(name) = Path::<String>::from_request_parts(&mut parts, app)
             .await
-            .map_err(|e| ApiError(e.status(), e.body_text()))?;
+            .map_err(|e| ApiError::new(e.status(), e.body_text()))?;
         let c = collection(app, &name)?;
         let bytes = Bytes::from_request(Request::from_parts(parts, body), app)
             .await
-            .map_err(|e| ApiError(e.status(), e.body_text()))?;
+            .map_err(|e| ApiError::new(e.status(), e.body_text()))?;
         Ok(OnCollection {
             c,
             req: parse_body(&bytes)?,
