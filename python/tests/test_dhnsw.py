@@ -125,9 +125,13 @@ def test_dhnsw_benchmark_small(tmp_path, data_root, monkeypatch):
     s = r["summary"]
     for key in ("latency_speedup_vs_naive", "network_speedup_vs_naive", "doorbell_speedup_vs_no_doorbell",
                 "pipeline_speedup", "round_trips_per_query", "bytes_per_query", "recall10_at_b5_ef48",
-                "qps_ratio_vs_local_hnsw_at_recall_0.9"):
+                "qps_ratio_vs_local_hnsw_at_recall_0.9", "latency_speedup_vs_naive_compute_in_process"):
         assert key in s, key
     c = r["datasets"]["clustered-20k-32-angular"]["cold"]
+    # The naive traversal on the in-process node: the same round trips
+    # counted, its compute measured apart from the TCP run's.
+    assert c["naive-in-process"]["round_trips_per_query"] == c["naive"]["round_trips_per_query"]
+    assert c["naive-in-process"]["sub_hnsw_ms"] > 0 and s["latency_speedup_vs_naive_compute_in_process"] > 1
     # Exact counts: every partition a batch needs in chains of K/10 = 3 READs.
     assert c["doorbell"]["round_trips_per_query"] < c["no-doorbell"]["round_trips_per_query"]
     assert c["naive"]["round_trips_per_query"] > 20 * c["no-doorbell"]["round_trips_per_query"]
