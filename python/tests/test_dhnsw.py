@@ -147,3 +147,31 @@ def test_dhnsw_benchmark_small(tmp_path, data_root, monkeypatch):
     assert r["command"].startswith("python -m vectide.bench dhnsw --datasets clustered-20k-32-angular")
     assert r["commit"]
     assert list((tmp_path / "png").glob("*.png"))
+
+
+@needs_cli
+def test_a_memory_node_restarted_on_its_backing_file_serves_its_regions(tmp_path):
+    backing = tmp_path / "node.vtb"
+    x = _data(1200, 8)
+    node = MemoryNode(64 << 20, extra=["--backing", str(backing)]).start()
+    try:
+        ix = vectide.Index(8, "l2", engine="d-hnsw", memnode=node.address, region="kept", partition_points=300)
+        ix.add(np.arange(1200, dtype=np.uint64), x)
+        want, _ = ix.search(x[:20], k=5, nprobe=4)
+    finally:
+        node.proc.kill()  # SIGKILL: the mapping's pages stay with the kernel
+        node.proc.wait()
+    del ix
+    with MemoryNode(64 << 20, extra=["--backing", str(backing)]) as again:
+        peer = vectide.Index(8, "l2", engine="d-hnsw", memnode=again.address, region="kept")
+        assert len(peer) == 1200
+        got, _ = peer.search(x[:20], k=5, nprobe=4)
+        assert (got == want).all()
+        del peer
+    # A damaged backing file: the node does not start, and says why.
+    data = bytearray(backing.read_bytes())
+    data[0] ^= 1
+    backing.write_bytes(bytes(data))
+    out = subprocess.run([cli_path(), "memnode", "--listen", "127.0.0.1:0", "--size", "64M",
+                          "--backing", str(backing)], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "bad magic" in out.stderr and "node.vtb" in out.stderr, out.stderr

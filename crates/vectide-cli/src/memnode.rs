@@ -2,9 +2,12 @@
 //! named regions within `--size` bytes until the process ends.
 
 use clap::Args;
+use std::sync::Arc;
 use std::time::Duration;
 use vectide_core::{Error, Result};
-use vectide_remote::{MemoryNode, NodeLimits};
+use vectide_remote::backing::Backing;
+use vectide_remote::{MemoryNode, NodeLimits, Regions};
+use vectide_storage::region::PersistMode;
 
 #[derive(Args)]
 pub struct MemnodeArgs {
@@ -21,6 +24,15 @@ pub struct MemnodeArgs {
     /// Seconds a connection may idle between frames before it is closed.
     #[arg(long, default_value_t = 600)]
     idle_timeout: u64,
+    /// Keep the regions in this file (created if absent; on restart its
+    /// regions are served again, each range as of its last FLUSH at least;
+    /// docs/format-memnode-backing.md). Without it they live in memory.
+    #[arg(long)]
+    backing: Option<std::path::PathBuf>,
+    /// How the backing file is made durable: msync (disks) or pmem
+    /// (cache-line write-back on a DAX or /dev/shm file).
+    #[arg(long, default_value = "msync", requires = "backing")]
+    persist: String,
 }
 
 /// `123`, `64K`, `512M`, `4G`, `1T` → bytes.
@@ -56,11 +68,24 @@ pub fn run(args: &MemnodeArgs) -> Result<()> {
         idle_timeout: Duration::from_secs(args.idle_timeout),
         ..NodeLimits::default()
     };
-    let node = MemoryNode::start(&args.listen, args.size, limits)?;
+    let (regions, kept) = match &args.backing {
+        None => (Regions::new(args.size), String::new()),
+        Some(path) => {
+            let media = vectide_storage::media::for_mode(PersistMode::parse(&args.persist)?);
+            let (b, restored) = Backing::open_or_create(path, media)?;
+            let n = restored.slots.len();
+            let r = Regions::backed(args.size, b, restored)?;
+            (
+                r,
+                format!(", backing {} ({n} regions kept)", path.display()),
+            )
+        }
+    };
+    let node = MemoryNode::serve(&args.listen, Arc::new(regions), limits)?;
     // The address on stdout first, so that a parent that asked for port 0
     // learns the port.
     println!(
-        "memnode listening on {} with {} bytes",
+        "memnode listening on {} with {} bytes{kept}",
         node.addr(),
         args.size
     );

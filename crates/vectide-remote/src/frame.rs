@@ -10,8 +10,8 @@ use vectide_core::{Error, Result};
 
 /// The HELLO's magic.
 pub const MAGIC: &[u8; 8] = b"VTDXMEM\0";
-/// The protocol version.
-pub const VERSION: u32 = 1;
+/// The protocol version (2 added FLUSH).
+pub const VERSION: u32 = 2;
 /// Largest request frame body (a doorbell of WRITEs): 64 MiB.
 pub const MAX_REQUEST: usize = 64 << 20;
 /// Largest reply frame body, and so the most bytes a doorbell's READs may
@@ -31,6 +31,7 @@ const OP_READ: u8 = 1;
 const OP_WRITE: u8 = 2;
 const OP_CAS: u8 = 3;
 const OP_FETCH_ADD: u8 = 4;
+const OP_FLUSH: u8 = 5;
 
 const C_DATA: u8 = 0;
 const C_DONE: u8 = 1;
@@ -185,6 +186,16 @@ impl Request {
                             b.extend_from_slice(&offset.to_le_bytes());
                             b.extend_from_slice(&add.to_le_bytes());
                         }
+                        Verb::Flush {
+                            region,
+                            offset,
+                            len,
+                        } => {
+                            b.push(OP_FLUSH);
+                            b.extend_from_slice(&region.to_le_bytes());
+                            b.extend_from_slice(&offset.to_le_bytes());
+                            b.extend_from_slice(&len.to_le_bytes());
+                        }
                     }
                 }
             }
@@ -265,6 +276,11 @@ impl Request {
                             region,
                             offset,
                             add: r.u64()?,
+                        },
+                        OP_FLUSH => Verb::Flush {
+                            region,
+                            offset,
+                            len: r.u64()?,
                         },
                         op => return Err(Error::corrupted(format!("unknown verb {op}"))),
                     });
@@ -505,6 +521,13 @@ mod tests {
                     region,
                     offset,
                     add,
+                }
+            }),
+            (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(region, offset, len)| {
+                Verb::Flush {
+                    region,
+                    offset,
+                    len,
                 }
             }),
         ]

@@ -23,10 +23,11 @@
 //!
 //! Files: [`verbs`] (work requests and completions), [`frame`] (the wire
 //! codec, `docs/protocol-memnode.md`), [`regions`] (the memory node's
-//! store), [`model`] (counters and the network model), [`local`] (the
+//! store), [`backing`] (its backing file, `docs/format-memnode-backing.md`), [`model`] (counters and the network model), [`local`] (the
 //! in-process transport, for unit tests), [`tcp`] (the TCP transport), and
 //! [`node`] (the memory node's server).
 
+pub mod backing;
 pub mod client;
 pub mod frame;
 pub mod local;
@@ -93,6 +94,16 @@ pub trait RemoteMemory: Send + Sync {
             new,
         }])?;
         c.pop().expect("one completion").into_word()
+    }
+    /// FLUSH `len` bytes at `offset`: durable on a node with a backing file
+    /// once it returns (one round trip).
+    fn flush(&self, region: Region, offset: u64, len: u64) -> Result<()> {
+        let mut c = self.post(&[Verb::Flush {
+            region: region.id,
+            offset,
+            len,
+        }])?;
+        c.pop().expect("one completion").into_done()
     }
     /// Fetch-and-add on the aligned word at `offset`: returns the word
     /// before the add (wrapping).

@@ -75,10 +75,15 @@ impl MemoryNode {
     /// Listens on `listen` (say `127.0.0.1:0` for a free port) and serves
     /// regions within `size` bytes from a thread of its own.
     pub fn start(listen: &str, size: u64, limits: NodeLimits) -> Result<MemoryNode> {
+        MemoryNode::serve(listen, Arc::new(Regions::new(size)), limits)
+    }
+
+    /// Listens on `listen` and serves `regions` (in the heap or in a
+    /// backing file) from a thread of its own.
+    pub fn serve(listen: &str, regions: Arc<Regions>, limits: NodeLimits) -> Result<MemoryNode> {
         let listener = TcpListener::bind(listen)
             .map_err(|e| Error::invalid(format!("memory node: cannot listen on {listen}: {e}")))?;
         let addr = listener.local_addr()?;
-        let regions = Arc::new(Regions::new(size));
         let stop = Arc::new(AtomicBool::new(false));
         let accept = {
             let (regions, stop) = (Arc::clone(&regions), Arc::clone(&stop));

@@ -2,6 +2,7 @@
 //! and the execution of work-request chains on them. It never looks at
 //! what the bytes mean.
 
+use crate::backing::{Backing, Restored, Slot};
 use crate::verbs::{Completion, RegionInfo, Status, Verb};
 use crate::NodeSize;
 use parking_lot::RwLock;
@@ -12,9 +13,101 @@ use vectide_core::{Error, Result};
 /// Longest region name, in bytes (UTF-8).
 pub const MAX_NAME: usize = 255;
 
+/// Where a region's bytes live.
+enum Bytes {
+    /// In this process's heap (a node without a backing file).
+    Heap(RwLock<Vec<u8>>),
+    /// In the backing file's mapping, `len` bytes at file offset `at`;
+    /// `lock` orders the verbs on them as the heap's lock does.
+    Mapped {
+        backing: Arc<Backing>,
+        at: u64,
+        len: usize,
+        slot: usize,
+        lock: RwLock<()>,
+    },
+}
+
 struct Mem {
     name: String,
-    bytes: RwLock<Vec<u8>>,
+    bytes: Bytes,
+}
+
+impl Mem {
+    fn len(&self) -> usize {
+        match &self.bytes {
+            Bytes::Heap(v) => v.read().len(),
+            Bytes::Mapped { len, .. } => *len,
+        }
+    }
+
+    /// Reads `n` bytes at `at` (in bounds: checked by the caller).
+    fn read(&self, at: usize, n: usize) -> Vec<u8> {
+        match &self.bytes {
+            Bytes::Heap(v) => v.read()[at..at + n].to_vec(),
+            Bytes::Mapped {
+                backing,
+                at: base,
+                lock,
+                ..
+            } => {
+                let _g = lock.read();
+                let mut out = vec![0u8; n];
+                // SAFETY: `base + at + n` lies inside this region's bytes
+                // (the caller checked `at + n` against its length), which
+                // lie inside the file's mapping; the mapping lives as long
+                // as `backing`, and the region's write lock excludes the
+                // verbs that write these bytes while this copy runs.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        backing.base().add(*base as usize + at),
+                        out.as_mut_ptr(),
+                        n,
+                    )
+                };
+                out
+            }
+        }
+    }
+
+    /// Runs `f` on `n` writable bytes at `at` (in bounds: checked by the
+    /// caller), exclusively.
+    fn write<R>(&self, at: usize, n: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        match &self.bytes {
+            Bytes::Heap(v) => f(&mut v.write()[at..at + n]),
+            Bytes::Mapped {
+                backing,
+                at: base,
+                lock,
+                ..
+            } => {
+                let _g = lock.write();
+                // SAFETY: in bounds as in `read`; the write lock makes this
+                // the only access to the region's bytes through the node
+                // while `f` runs (the crash simulator's racy reads copy
+                // with atomic loads).
+                let b = unsafe {
+                    std::slice::from_raw_parts_mut(backing.base().add(*base as usize + at), n)
+                };
+                f(b)
+            }
+        }
+    }
+
+    /// FLUSH of `n` bytes at `at`: durable in the backing file before it
+    /// returns (nothing to do in the heap).
+    fn flush(&self, at: usize, n: usize) {
+        if let Bytes::Mapped {
+            backing,
+            at: base,
+            lock,
+            ..
+        } = &self.bytes
+        {
+            let _g = lock.read();
+            backing.flush(base + at as u64, n as u64);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -25,10 +118,12 @@ struct Table {
     used: u64,
 }
 
-/// Named regions within `capacity` bytes.
+/// Named regions within `capacity` bytes, in the heap or in a backing
+/// file.
 pub struct Regions {
     capacity: u64,
     table: RwLock<Table>,
+    backing: Option<Arc<Backing>>,
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -42,7 +137,7 @@ fn check_name(name: &str) -> Result<()> {
 }
 
 impl Regions {
-    /// An empty store that may hand out `capacity` bytes.
+    /// An empty store in the heap that may hand out `capacity` bytes.
     pub fn new(capacity: u64) -> Regions {
         Regions {
             capacity,
@@ -50,7 +145,54 @@ impl Regions {
                 next_id: 1,
                 ..Table::default()
             }),
+            backing: None,
         }
+    }
+
+    /// A store in `backing`, serving the regions it held (`restored`);
+    /// an error when they need more than `capacity` bytes.
+    pub fn backed(capacity: u64, backing: Backing, restored: Restored) -> Result<Regions> {
+        let backing = Arc::new(backing);
+        let mut t = Table {
+            next_id: restored.next_id,
+            ..Table::default()
+        };
+        for (slot, s) in restored.slots {
+            let len = usize::try_from(s.size)
+                .map_err(|_| Error::invalid("a region beyond this machine's address space"))?;
+            t.used += s.size;
+            t.by_name.insert(s.name.clone(), s.id);
+            t.by_id.insert(
+                s.id,
+                Arc::new(Mem {
+                    name: s.name,
+                    bytes: Bytes::Mapped {
+                        backing: Arc::clone(&backing),
+                        at: s.offset,
+                        len,
+                        slot,
+                        lock: RwLock::new(()),
+                    },
+                }),
+            );
+        }
+        if t.used > capacity {
+            return Err(Error::invalid(format!(
+                "the backing file {} holds {} bytes of regions, more than the node's size of {capacity}",
+                backing.path().display(),
+                t.used
+            )));
+        }
+        Ok(Regions {
+            capacity,
+            table: RwLock::new(t),
+            backing: Some(backing),
+        })
+    }
+
+    /// The backing file, if the regions live in one.
+    pub fn backing(&self) -> Option<&Arc<Backing>> {
+        self.backing.as_ref()
     }
 
     /// The budget and what regions use of it.
@@ -62,7 +204,8 @@ impl Regions {
     }
 
     /// Creates a zeroed region; a name in use, an empty or too long name,
-    /// a zero size or one beyond the budget left is an error.
+    /// a zero size or one beyond the budget left is an error. In a backing
+    /// file the region is durable (zeroed, cataloged) before it is served.
     pub fn create(&self, name: &str, size: u64) -> Result<RegionInfo> {
         check_name(name)?;
         if size == 0 {
@@ -82,13 +225,51 @@ impl Regions {
         let len = usize::try_from(size)
             .map_err(|_| Error::invalid(format!("region size {size} is beyond this machine")))?;
         let id = t.next_id;
-        t.next_id = t
+        let next = t
             .next_id
             .checked_add(1)
             .ok_or_else(|| Error::invalid("the node ran out of region ids"))?;
+        let bytes = match &self.backing {
+            None => Bytes::Heap(RwLock::new(vec![0u8; len])),
+            Some(b) => {
+                let mut live = Vec::with_capacity(t.by_id.len());
+                let mut taken = vec![false; crate::backing::SLOTS];
+                for m in t.by_id.values() {
+                    if let Bytes::Mapped { at, len, slot, .. } = &m.bytes {
+                        live.push((*at, *len as u64));
+                        taken[*slot] = true;
+                    }
+                }
+                let slot = taken.iter().position(|x| !x).ok_or_else(|| {
+                    Error::invalid(format!(
+                        "the backing file's catalog is full ({} regions)",
+                        crate::backing::SLOTS
+                    ))
+                })?;
+                let at = b.place(&live, size)?;
+                b.publish(
+                    slot,
+                    &Slot {
+                        id,
+                        name: name.to_string(),
+                        offset: at,
+                        size,
+                    },
+                    next,
+                )?;
+                Bytes::Mapped {
+                    backing: Arc::clone(b),
+                    at,
+                    len,
+                    slot,
+                    lock: RwLock::new(()),
+                }
+            }
+        };
+        t.next_id = next;
         let mem = Arc::new(Mem {
             name: name.to_string(),
-            bytes: RwLock::new(vec![0u8; len]),
+            bytes,
         });
         t.by_id.insert(id, mem);
         t.by_name.insert(name.to_string(), id);
@@ -108,7 +289,7 @@ impl Regions {
             .by_name
             .get(name)
             .ok_or_else(|| Error::invalid(format!("no region named {name:?}")))?;
-        let size = t.by_id[&id].bytes.read().len() as u64;
+        let size = t.by_id[&id].len() as u64;
         Ok(RegionInfo {
             name: name.to_string(),
             id,
@@ -116,16 +297,21 @@ impl Regions {
         })
     }
 
-    /// Removes a region (its id is never handed out again).
+    /// Removes a region (its id is never handed out again; in a backing
+    /// file its slot is cleared, durably, and its bytes reused later).
     pub fn drop_region(&self, name: &str) -> Result<()> {
         check_name(name)?;
         let mut t = self.table.write();
-        let id = t
+        let id = *t
             .by_name
-            .remove(name)
+            .get(name)
             .ok_or_else(|| Error::invalid(format!("no region named {name:?}")))?;
+        if let Bytes::Mapped { backing, slot, .. } = &t.by_id[&id].bytes {
+            backing.unpublish(*slot);
+        }
+        t.by_name.remove(name);
         let mem = t.by_id.remove(&id).expect("the tables agree");
-        t.used -= mem.bytes.read().len() as u64;
+        t.used -= mem.len() as u64;
         Ok(())
     }
 
@@ -138,7 +324,7 @@ impl Regions {
             .map(|(&id, m)| RegionInfo {
                 name: m.name.clone(),
                 id,
-                size: m.bytes.read().len() as u64,
+                size: m.len() as u64,
             })
             .collect();
         v.sort_by_key(|r| r.id);
@@ -177,6 +363,11 @@ impl Regions {
             Verb::Cas { region, offset, .. } | Verb::FetchAdd { region, offset, .. } => {
                 (*region, *offset, 8, true)
             }
+            Verb::Flush {
+                region,
+                offset,
+                len,
+            } => (*region, *offset, *len, false),
         };
         let Some(mem) = self.table.read().by_id.get(&region).cloned() else {
             return Completion::Failed(Status::UnknownRegion);
@@ -184,33 +375,34 @@ impl Regions {
         if atomic && offset % 8 != 0 {
             return Completion::Failed(Status::Unaligned);
         }
-        let size = mem.bytes.read().len() as u64;
+        let size = mem.len() as u64;
         if offset.checked_add(len).is_none_or(|end| end > size) {
             return Completion::Failed(Status::OutOfBounds);
         }
-        // In bounds of a Vec: fits usize.
+        // In bounds of the region's bytes: fits usize.
         let (at, n) = (offset as usize, len as usize);
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
         match wr {
-            Verb::Read { .. } => Completion::Data(mem.bytes.read()[at..at + n].to_vec()),
+            Verb::Read { .. } => Completion::Data(mem.read(at, n)),
             Verb::Write { bytes, .. } => {
-                mem.bytes.write()[at..at + n].copy_from_slice(bytes);
+                mem.write(at, n, |b| b.copy_from_slice(bytes));
                 Completion::Done
             }
-            Verb::Cas { expect, new, .. } => {
-                let mut b = mem.bytes.write();
-                let w = &mut b[at..at + 8];
-                let old = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            Verb::Cas { expect, new, .. } => Completion::Word(mem.write(at, 8, |w| {
+                let old = word(w);
                 if old == *expect {
                     w.copy_from_slice(&new.to_le_bytes());
                 }
-                Completion::Word(old)
-            }
-            Verb::FetchAdd { add, .. } => {
-                let mut b = mem.bytes.write();
-                let w = &mut b[at..at + 8];
-                let old = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+                old
+            })),
+            Verb::FetchAdd { add, .. } => Completion::Word(mem.write(at, 8, |w| {
+                let old = word(w);
                 w.copy_from_slice(&old.wrapping_add(*add).to_le_bytes());
-                Completion::Word(old)
+                old
+            })),
+            Verb::Flush { .. } => {
+                mem.flush(at, n);
+                Completion::Done
             }
         }
     }

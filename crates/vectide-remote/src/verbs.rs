@@ -39,6 +39,10 @@ pub enum Verb {
     /// Fetch-and-add (wrapping) on the 8-byte-aligned little-endian word at
     /// `offset`.
     FetchAdd { region: u32, offset: u64, add: u64 },
+    /// Makes `len` bytes at `offset` durable on a node with a backing file
+    /// before it completes (RDMA's FLUSH to persistent memory); on a node
+    /// without one it completes at once.
+    Flush { region: u32, offset: u64, len: u64 },
 }
 
 impl Verb {
@@ -49,6 +53,7 @@ impl Verb {
             Verb::Write { .. } => "WRITE",
             Verb::Cas { .. } => "CAS",
             Verb::FetchAdd { .. } => "FETCH_ADD",
+            Verb::Flush { .. } => "FLUSH",
         }
     }
 }

@@ -1,11 +1,12 @@
 """The memory node's surface of the bad-input matrix (``--surfaces memnode``).
 
 Starts ``vectide memnode`` on 127.0.0.1 (a free port, 1 MiB, at most 8
-connections) with a canary region of known bytes, and sends it frames that
+connections, its regions in a backing file) with a canary region of known
+bytes, and sends it frames that
 our compute nodes never send (``docs/protocol-memnode.md``): lengths of 0,
 beyond the limit and lying; unknown kinds and verbs; requests before the
-HELLO, a wrong magic or version; lying counts; reads beyond a region, past
-2**64, of unknown regions, or too large for a reply; unaligned atomics;
+HELLO, a wrong magic or version; lying counts; reads and FLUSHes beyond a
+region, past 2**64, of unknown regions, or too large for a reply; unaligned atomics;
 regions beyond the node's size, unnamed or with names that are not UTF-8;
 frames cut short; more connections than allowed. Each case must get an
 error reply, a failed completion or a closed connection, and nothing else:
@@ -27,7 +28,7 @@ from ..memnode import MemoryNode
 from .badinput import ChildProcess
 
 MAGIC = b"VTDXMEM\0"
-VERSION = 1
+VERSION = 2
 SIZE = 1 << 20
 MAX_CONNECTIONS = 8
 CANARY = bytes(range(256)) * 4  # 1 KiB
@@ -70,6 +71,10 @@ def cas_wr(region: int, offset: int, expect: int, new: int) -> bytes:
     return struct.pack("<BIQQQ", 3, region, offset, expect, new)
 
 
+def flush_wr(region: int, offset: int, length: int) -> bytes:
+    return struct.pack("<BIQQ", 5, region, offset, length)
+
+
 def recv_exact(s: socket.socket, n: int) -> Optional[bytes]:
     out = b""
     while len(out) < n:
@@ -99,8 +104,12 @@ class Node(ChildProcess):
         self.canary_id = 0
 
     def start(self) -> "Node":
+        # Regions in a backing file (a fresh one each start), so that every
+        # case also runs against the persistent store and FLUSH does work.
+        backing = self.log.with_name("memnode.vtb")
+        backing.unlink(missing_ok=True)
         self.node = MemoryNode(SIZE, self.cli, self.log,
-                               ["--max-connections", str(MAX_CONNECTIONS)]).start()
+                               ["--max-connections", str(MAX_CONNECTIONS), "--backing", str(backing)]).start()
         self.proc, self.addr = self.node.proc, self.node.addr
         s = self.connect()
         reply = self.call(s, create(b"canary", len(CANARY)))
@@ -218,7 +227,8 @@ def cases(node: Node) -> List[Case]:
         ("frame", "unknown kind", raw(frame(b"\x09abc")), error("unknown request kind"), "error"),
         ("hello", "a POST first", raw(post([read_wr(c, 0, 8)]), greet=False), error("HELLO"), "error"),
         ("hello", "wrong magic", raw(hello(magic=b"VTDXMEM1"), greet=False), error("magic"), "error"),
-        ("hello", "version 2", raw(hello(2), greet=False), error("version"), "error"),
+        ("hello", "version 1 (before FLUSH)", raw(hello(1), greet=False), error("version"), "error"),
+        ("hello", "version 3", raw(hello(3), greet=False), error("version"), "error"),
         ("hello", "bytes after", raw(frame(hello()[4:] + b"x"), greet=False), error("after"), "error"),
         ("post", "count 2**31, no requests", raw(post([], count=2**31)), error("work requests"), "error"),
         ("post", "count 5000", raw(post([read_wr(c, 0, 1)] * 5000)), error("work requests"), "error"),
@@ -231,6 +241,8 @@ def cases(node: Node) -> List[Case]:
         ("verb", "WRITE past the end", status(post([write_wr(c, len(CANARY), b"x")])), failed(2), "out of bounds"),
         ("verb", "unknown region", status(post([read_wr(999_999, 0, 8)])), failed(1), "unknown region"),
         ("verb", "unaligned CAS", status(post([cas_wr(c, 4, 0, 1)])), failed(3), "unaligned"),
+        ("verb", "FLUSH past the end", status(post([flush_wr(c, 8, len(CANARY))])), failed(2), "out of bounds"),
+        ("verb", "FLUSH at 2**64-1", status(post([flush_wr(c, 2**64 - 1, 2)])), failed(2), "out of bounds"),
         ("region", "beyond the node's size", raw(create(b"big", SIZE + 1)), error("does not fit"), "error"),
         ("region", "size 0", raw(create(b"zero", 0)), error("at least"), "error"),
         ("region", "size 2**64-1", raw(create(b"huge", 2**64 - 1)), error("does not fit"), "error"),
