@@ -1,5 +1,7 @@
 //! `vectide memnode`: a memory node for d-HNSW (`vectide-remote`), serving
-//! named regions within `--size` bytes until the process ends.
+//! named regions within `--size` bytes until the process ends; with
+//! `--backing FILE` the regions live in that file and a restart on it
+//! serves them again.
 
 use clap::Args;
 use std::sync::Arc;

@@ -76,6 +76,28 @@ pub struct Restored {
 pub struct Backing {
     map: Mapped,
     path: PathBuf,
+    /// Held (an exclusive `flock`) while the backing is open: a second
+    /// memory node on the same file is refused.
+    _lock: std::fs::File,
+}
+
+/// Takes the file's exclusive lock, or says which file another node holds.
+fn lock(path: &Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .open(path)
+        .map_err(|e| Error::io_at(path, e))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is
+    // involved.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        return Err(Error::invalid(format!(
+            "memory-node backing file {} is in use by another memory node",
+            path.display()
+        )));
+    }
+    Ok(f)
 }
 
 /// The file a backing file is made in before it is renamed into place.
@@ -120,6 +142,7 @@ impl Backing {
             Err(e) => return Err(Error::io_at(&tmp, e)),
         }
         let map = Mapped::create(media, &tmp, DATA_AT as usize)?;
+        let held = lock(&tmp)?;
         let mut sb = Vec::with_capacity(SUPER_CRC_AT + 4);
         sb.extend_from_slice(MAGIC);
         for v in [VERSION, SLOTS as u32, SLOT_BYTES as u32, CATALOG_AT as u32] {
@@ -131,6 +154,7 @@ impl Backing {
         let b = Backing {
             map,
             path: path.to_path_buf(),
+            _lock: held,
         };
         b.put(0, &sb);
         b.map
@@ -151,10 +175,12 @@ impl Backing {
     /// every live slot (CRC, name, bounds), that no two regions overlap and
     /// that ids and names are unique.
     pub fn open(path: &Path, media: Arc<dyn Media>) -> Result<(Backing, Restored)> {
+        let held = lock(path)?;
         let map = Mapped::open(media, path)?;
         let b = Backing {
             map,
             path: path.to_path_buf(),
+            _lock: held,
         };
         let len = b.map.len() as u64;
         if len < DATA_AT {
@@ -278,11 +304,19 @@ impl Backing {
     /// another region left, writes the slot and the next id, makes all of
     /// it durable, then the state word.
     pub fn publish(&self, index: usize, slot: &Slot, next_id: u32) -> Result<()> {
-        let end = slot.offset + slot.size;
+        let beyond = || {
+            Error::invalid(format!(
+                "a region of {} bytes at {} is beyond what the backing file can map",
+                slot.size, slot.offset
+            ))
+        };
+        let end = slot.offset.checked_add(slot.size).ok_or_else(beyond)?;
         let fresh_from = self.len();
         if end > fresh_from {
-            let want = usize::try_from(end.next_multiple_of(ALIGN))
-                .map_err(|_| Error::invalid("a region beyond this machine's address space"))?;
+            let want = end
+                .checked_next_multiple_of(ALIGN)
+                .and_then(|w| usize::try_from(w).ok())
+                .ok_or_else(beyond)?;
             self.map.grow(want)?;
         }
         // Bytes below the old end were another region's: zero them.

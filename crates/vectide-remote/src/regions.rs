@@ -18,13 +18,16 @@ enum Bytes {
     /// In this process's heap (a node without a backing file).
     Heap(RwLock<Vec<u8>>),
     /// In the backing file's mapping, `len` bytes at file offset `at`;
-    /// `lock` orders the verbs on them as the heap's lock does.
+    /// `lock` orders the verbs on them as the heap's lock does and holds
+    /// whether the region is still alive: a drop clears it under the
+    /// write lock, so a verb that looked the region up before the drop
+    /// fails instead of reaching bytes a later region may be given.
     Mapped {
         backing: Arc<Backing>,
         at: u64,
         len: usize,
         slot: usize,
-        lock: RwLock<()>,
+        lock: RwLock<bool>,
     },
 }
 
@@ -41,17 +44,21 @@ impl Mem {
         }
     }
 
-    /// Reads `n` bytes at `at` (in bounds: checked by the caller).
-    fn read(&self, at: usize, n: usize) -> Vec<u8> {
+    /// Reads `n` bytes at `at` (in bounds: checked by the caller); `None`
+    /// once the region was dropped.
+    fn read(&self, at: usize, n: usize) -> Option<Vec<u8>> {
         match &self.bytes {
-            Bytes::Heap(v) => v.read()[at..at + n].to_vec(),
+            Bytes::Heap(v) => Some(v.read()[at..at + n].to_vec()),
             Bytes::Mapped {
                 backing,
                 at: base,
                 lock,
                 ..
             } => {
-                let _g = lock.read();
+                let alive = lock.read();
+                if !*alive {
+                    return None;
+                }
                 let mut out = vec![0u8; n];
                 // SAFETY: `base + at + n` lies inside this region's bytes
                 // (the caller checked `at + n` against its length), which
@@ -65,23 +72,26 @@ impl Mem {
                         n,
                     )
                 };
-                out
+                Some(out)
             }
         }
     }
 
     /// Runs `f` on `n` writable bytes at `at` (in bounds: checked by the
-    /// caller), exclusively.
-    fn write<R>(&self, at: usize, n: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    /// caller), exclusively; `None` once the region was dropped.
+    fn write<R>(&self, at: usize, n: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
         match &self.bytes {
-            Bytes::Heap(v) => f(&mut v.write()[at..at + n]),
+            Bytes::Heap(v) => Some(f(&mut v.write()[at..at + n])),
             Bytes::Mapped {
                 backing,
                 at: base,
                 lock,
                 ..
             } => {
-                let _g = lock.write();
+                let alive = lock.write();
+                if !*alive {
+                    return None;
+                }
                 // SAFETY: in bounds as in `read`; the write lock makes this
                 // the only access to the region's bytes through the node
                 // while `f` runs (the crash simulator's racy reads copy
@@ -89,14 +99,14 @@ impl Mem {
                 let b = unsafe {
                     std::slice::from_raw_parts_mut(backing.base().add(*base as usize + at), n)
                 };
-                f(b)
+                Some(f(b))
             }
         }
     }
 
     /// FLUSH of `n` bytes at `at`: durable in the backing file before it
-    /// returns (nothing to do in the heap).
-    fn flush(&self, at: usize, n: usize) {
+    /// returns (nothing to do in the heap); `None` once dropped.
+    fn flush(&self, at: usize, n: usize) -> Option<()> {
         if let Bytes::Mapped {
             backing,
             at: base,
@@ -104,8 +114,19 @@ impl Mem {
             ..
         } = &self.bytes
         {
-            let _g = lock.read();
+            let alive = lock.read();
+            if !*alive {
+                return None;
+            }
             backing.flush(base + at as u64, n as u64);
+        }
+        Some(())
+    }
+
+    /// Marks a region in the backing file dead once no verb is on it.
+    fn kill(&self) {
+        if let Bytes::Mapped { lock, .. } = &self.bytes {
+            *lock.write() = false;
         }
     }
 }
@@ -171,7 +192,7 @@ impl Regions {
                         at: s.offset,
                         len,
                         slot,
-                        lock: RwLock::new(()),
+                        lock: RwLock::new(true),
                     },
                 }),
             );
@@ -262,7 +283,7 @@ impl Regions {
                     at,
                     len,
                     slot,
-                    lock: RwLock::new(()),
+                    lock: RwLock::new(true),
                 }
             }
         };
@@ -306,7 +327,11 @@ impl Regions {
             .by_name
             .get(name)
             .ok_or_else(|| Error::invalid(format!("no region named {name:?}")))?;
-        if let Bytes::Mapped { backing, slot, .. } = &t.by_id[&id].bytes {
+        let mem = &t.by_id[&id];
+        // Verbs already past the table wait for the region's lock and then
+        // find it dead; only then may its bytes go to another region.
+        mem.kill();
+        if let Bytes::Mapped { backing, slot, .. } = &mem.bytes {
             backing.unpublish(*slot);
         }
         t.by_name.remove(name);
@@ -382,29 +407,31 @@ impl Regions {
         // In bounds of the region's bytes: fits usize.
         let (at, n) = (offset as usize, len as usize);
         let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        match wr {
-            Verb::Read { .. } => Completion::Data(mem.read(at, n)),
-            Verb::Write { bytes, .. } => {
-                mem.write(at, n, |b| b.copy_from_slice(bytes));
-                Completion::Done
-            }
-            Verb::Cas { expect, new, .. } => Completion::Word(mem.write(at, 8, |w| {
-                let old = word(w);
-                if old == *expect {
-                    w.copy_from_slice(&new.to_le_bytes());
-                }
-                old
-            })),
-            Verb::FetchAdd { add, .. } => Completion::Word(mem.write(at, 8, |w| {
-                let old = word(w);
-                w.copy_from_slice(&old.wrapping_add(*add).to_le_bytes());
-                old
-            })),
-            Verb::Flush { .. } => {
-                mem.flush(at, n);
-                Completion::Done
-            }
-        }
+        let done = match wr {
+            Verb::Read { .. } => mem.read(at, n).map(Completion::Data),
+            Verb::Write { bytes, .. } => mem
+                .write(at, n, |b| b.copy_from_slice(bytes))
+                .map(|()| Completion::Done),
+            Verb::Cas { expect, new, .. } => mem
+                .write(at, 8, |w| {
+                    let old = word(w);
+                    if old == *expect {
+                        w.copy_from_slice(&new.to_le_bytes());
+                    }
+                    old
+                })
+                .map(Completion::Word),
+            Verb::FetchAdd { add, .. } => mem
+                .write(at, 8, |w| {
+                    let old = word(w);
+                    w.copy_from_slice(&old.wrapping_add(*add).to_le_bytes());
+                    old
+                })
+                .map(Completion::Word),
+            Verb::Flush { .. } => mem.flush(at, n).map(|()| Completion::Done),
+        };
+        // Dropped while this verb waited for it.
+        done.unwrap_or(Completion::Failed(Status::UnknownRegion))
     }
 }
 
@@ -540,5 +567,42 @@ mod tests {
             r.list().iter().map(|x| x.name.as_str()).collect::<Vec<_>>(),
             ["b", "a"]
         );
+    }
+
+    /// A verb that looked a region up before it was dropped (the window
+    /// between the table's lock and the region's) must not reach the bytes
+    /// a region created after the drop was given in the backing file.
+    #[test]
+    fn a_verb_on_a_region_dropped_meanwhile_fails_and_its_successor_stays_zero() {
+        let dir = std::env::temp_dir().join(format!("vectide-regions-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let media: Arc<dyn vectide_storage::media::Media> =
+            Arc::new(vectide_storage::media::MsyncMedia::new());
+        let (b, restored) = Backing::open_or_create(&dir.join("node.vtb"), media).unwrap();
+        let r = Regions::backed(1 << 20, b, restored).unwrap();
+        let old = r.create("old", 4096).unwrap();
+        let stale = r.table.read().by_id.get(&old.id).cloned().unwrap();
+        r.drop_region("old").unwrap();
+        let new = r.create("new", 4096).unwrap();
+        let at = |m: &Mem| match &m.bytes {
+            Bytes::Mapped { at, .. } => *at,
+            Bytes::Heap(_) => unreachable!("a backed store"),
+        };
+        let fresh = r.table.read().by_id.get(&new.id).cloned().unwrap();
+        assert_eq!(
+            at(&stale),
+            at(&fresh),
+            "the new region took the old one's bytes"
+        );
+        assert!(stale.write(0, 8, |w| w.fill(0xAB)).is_none());
+        assert!(stale.read(0, 8).is_none() && stale.flush(0, 8).is_none());
+        let c = r.execute(&[Verb::Read {
+            region: new.id,
+            offset: 0,
+            len: 8,
+        }]);
+        assert_eq!(c, vec![Completion::Data(vec![0; 8])]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use vectide_remote::backing::{self, Backing, SITE_CATALOG, SITE_FLUSH, SITE_PUBLISH, SITE_ZERO};
+use vectide_remote::backing::{
+    self, Backing, SITE_CATALOG, SITE_FLUSH, SITE_PUBLISH, SITE_SUPER, SITE_ZERO,
+};
 use vectide_remote::{Completion, MemoryNode, NodeLimits, RegionInfo, Regions, RemoteMemory, Verb};
 use vectide_storage::media::{CrashImage, Media, MsyncMedia, SimConfig, SimMedia};
 use vectide_storage::region::Site;
@@ -198,6 +200,14 @@ enum Step {
 
 const SIZE: usize = 6000;
 
+// Names longer than 24 bytes: a slot's fields then reach past the cache
+// line of its state word, so persisting the state word alone does not
+// carry them (the catalog site's mutation check depends on it).
+const A: &str = "region-a-with-a-long-name-0123456789";
+const B: &str = "region-b-with-a-long-name-0123456789";
+const C: &str = "region-c-with-a-long-name-0123456789";
+const D: &str = "region-d-with-a-long-name-0123456789";
+
 /// The workload: regions created, written, flushed, dropped, and a new
 /// region placed in a dropped one's bytes (which must read as zeros, never
 /// as the old region's).
@@ -209,26 +219,26 @@ fn workload(r: &Regions, media: &SimMedia) -> Log {
         log.steps.push((began, now, s));
         began = now;
     };
-    let a = r.create("a", SIZE as u64).unwrap();
-    step(Step::Created("a"));
-    let b = r.create("b", 4096).unwrap();
-    step(Step::Created("b"));
+    let a = r.create(A, SIZE as u64).unwrap();
+    step(Step::Created(A));
+    let b = r.create(B, 4096).unwrap();
+    step(Step::Created(B));
     write(r, a.id, 0, &pattern(1, SIZE));
     flush(r, a.id, 0, SIZE as u64);
-    step(Step::Flushed("a", 0, pattern(1, SIZE)));
+    step(Step::Flushed(A, 0, pattern(1, SIZE)));
     write(r, b.id, 0, &pattern(2, 4096));
-    r.drop_region("a").unwrap();
-    step(Step::Dropped("a"));
-    let c = r.create("c", SIZE as u64).unwrap();
-    step(Step::Created("c"));
+    r.drop_region(A).unwrap();
+    step(Step::Dropped(A));
+    let c = r.create(C, SIZE as u64).unwrap();
+    step(Step::Created(C));
     write(r, c.id, 0, &pattern(3, SIZE));
     flush(r, c.id, 0, SIZE as u64);
-    step(Step::Flushed("c", 0, pattern(3, SIZE)));
-    let d = r.create("d", 3 << 20).unwrap();
-    step(Step::Created("d"));
+    step(Step::Flushed(C, 0, pattern(3, SIZE)));
+    let d = r.create(D, 3 << 20).unwrap();
+    step(Step::Created(D));
     write(r, d.id, 1 << 20, &pattern(4, 4096));
     flush(r, d.id, 1 << 20, 4096);
-    step(Step::Flushed("d", 1 << 20, pattern(4, 4096)));
+    step(Step::Flushed(D, 1 << 20, pattern(4, 4096)));
     log
 }
 
@@ -300,7 +310,7 @@ fn check(img: &CrashImage, log: &Log, dir: &std::path::Path) -> Vec<String> {
             }
         }
         // Every 8-byte word of c is zero or c's own: never a's old bytes.
-        if n == "c" {
+        if n == C {
             let own = pattern(3, SIZE);
             let stale = got
                 .chunks(8)
@@ -341,8 +351,8 @@ fn crash_run(disabled: Option<Site>) -> (usize, Vec<String>) {
         let images = Arc::clone(&images);
         media.on_crash(move |img| images.lock().unwrap().push(img));
     }
-    let r = open(&path, media.clone(), 1 << 30).unwrap();
     media.disable(disabled);
+    let r = open(&path, media.clone(), 1 << 30).unwrap();
     let log = workload(&r, &media);
     let mut all = std::mem::take(&mut *images.lock().unwrap());
     all.push(media.image_now());
@@ -369,7 +379,13 @@ fn every_crash_state_reopens_to_what_was_acknowledged() {
 
 #[test]
 fn the_mutation_check_finds_every_persistence_site() {
-    for site in [SITE_ZERO, SITE_CATALOG, SITE_PUBLISH, SITE_FLUSH] {
+    for site in [
+        SITE_SUPER,
+        SITE_ZERO,
+        SITE_CATALOG,
+        SITE_PUBLISH,
+        SITE_FLUSH,
+    ] {
         let (_, bad) = crash_run(Some(site));
         assert!(!bad.is_empty(), "disabling {} went unnoticed", site.0);
     }
@@ -404,4 +420,18 @@ fn a_memory_node_restarted_on_its_backing_file_serves_what_it_flushed() {
     assert_eq!(again, reg, "the same id and size");
     assert_eq!(mem.read(again, 64, 1000).unwrap(), pattern(9, 1000));
     assert_eq!(mem.read(again, 0, 8).unwrap(), 42u64.to_le_bytes().to_vec());
+}
+
+#[test]
+fn a_second_memory_node_on_the_same_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("node.vtb");
+    let first = open(&path, msync(), 1 << 20).unwrap();
+    let e = open(&path, msync(), 1 << 20).err().unwrap().to_string();
+    assert!(e.contains("in use by another memory node"), "{e}");
+    drop(first);
+    assert!(
+        open(&path, msync(), 1 << 20).is_ok(),
+        "free again once closed"
+    );
 }
