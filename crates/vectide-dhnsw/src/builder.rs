@@ -8,6 +8,7 @@
 //! outgrows it twice over is partitioned afresh into a new region.
 
 use crate::fetch::post_writes;
+use crate::labelmap::{LabelMap, Slot};
 use crate::layout::{
     encode_blob, record_bytes, Entry, GraphParts, Header, ENTRY_BYTES, HEADER_BYTES,
 };
@@ -22,6 +23,13 @@ use vectide_graph::HnswParams;
 use vectide_hnsw::Hnsw;
 use vectide_quant::balanced::{balanced_kmeans, BalancedParams};
 use vectide_remote::Region;
+
+/// Rows placed in a partition: (label, partition, node), for the label map.
+pub(crate) type Placed = Vec<(u64, u32, u32)>;
+
+/// A layout just written: its region, header and table, and each live
+/// label's bucket in its label map.
+type Written = (Region, Header, Vec<Entry>, HashMap<u64, u64>);
 
 /// Overflow records a gap holds at least, whatever the partitions' sizes.
 const MIN_ROOM: u64 = 16;
@@ -129,11 +137,11 @@ impl DHnsw {
     pub(crate) fn build(&self, seq: u64, ids: &[u64], vectors: &[f32]) -> Result<()> {
         let (subs, meta) = self.plan(ids, vectors)?;
         let name = self.params.region.clone().unwrap_or_else(auto_name);
-        let (region, header, table) =
-            self.write_layout(&name, &subs, &meta, ids.len() as u64, 1)?;
+        let (region, header, table, buckets) = self.write_layout(&name, &subs, &meta, 1)?;
         self.switch_to(
             Layout::new(region, name, header, table, &meta),
             &subs,
+            &buckets,
             |_, _| seq,
         );
         Ok(())
@@ -147,6 +155,7 @@ impl DHnsw {
         &self,
         lay: Layout,
         subs: &[GraphParts],
+        buckets: &HashMap<u64, u64>,
         seq_of: impl Fn(u64, &HashMap<u64, Loc>) -> u64,
     ) {
         let mut guard = self.layout.write();
@@ -154,10 +163,18 @@ impl DHnsw {
         let mut fresh = HashMap::with_capacity(map.len());
         for (p, g) in subs.iter().enumerate() {
             for (node, &l) in g.labels.iter().enumerate() {
+                if g.flags
+                    .get(node)
+                    .is_some_and(|f| f & crate::layout::DELETED != 0)
+                {
+                    continue;
+                }
                 let loc = Loc {
                     part: p as u32,
                     node: node as u32,
                     seq: seq_of(l, &map),
+                    bucket: buckets[&l],
+                    version: 1,
                 };
                 fresh.insert(l, loc);
             }
@@ -211,11 +228,11 @@ impl DHnsw {
         vectors.extend_from_slice(new.1);
         let (subs, meta) = self.plan(&labels, &vectors)?;
         let name = next_region_name(&old_name, epoch + 1);
-        let (region, header, table) =
-            self.write_layout(&name, &subs, &meta, labels.len() as u64, epoch + 1)?;
+        let (region, header, table, buckets) = self.write_layout(&name, &subs, &meta, epoch + 1)?;
         self.switch_to(
             Layout::new(region, name, header, table, &meta),
             &subs,
+            &buckets,
             |l, old| match old.get(&l) {
                 Some(o) if !fresh.contains(&l) => o.seq,
                 _ => seq,
@@ -227,17 +244,18 @@ impl DHnsw {
         Ok(())
     }
 
-    /// Lays `subs` and `meta` out in a new region `name` (pairs around
-    /// shared gaps, room to rebuild partitions after them) and writes them,
-    /// the header last. Partitions start at `epoch`.
+    /// Lays `subs` and `meta` out in a new region `name` (the label map of
+    /// their live nodes, pairs around shared gaps, room to rebuild
+    /// partitions after them) and writes them, the header last. Partitions
+    /// start at `epoch`. Returns the region, header, table and each live
+    /// label's bucket in the map.
     fn write_layout(
         &self,
         name: &str,
         subs: &[GraphParts],
         meta: &GraphParts,
-        live: u64,
         epoch: u64,
-    ) -> Result<(Region, Header, Vec<Entry>)> {
+    ) -> Result<Written> {
         let k = subs.len();
         let dim = self.dim;
         let meta_blob = encode_blob(meta, META_TAG);
@@ -247,9 +265,31 @@ impl DHnsw {
             .map(|(p, g)| encode_blob(g, p as u32))
             .collect();
         let rec = record_bytes(dim, 2 * self.params.m) as u64;
+        let mut rows: Vec<(u64, u32, u32)> = Vec::new();
+        for (p, g) in subs.iter().enumerate() {
+            for (node, &l) in g.labels.iter().enumerate() {
+                if g.flags
+                    .get(node)
+                    .is_none_or(|f| f & crate::layout::DELETED == 0)
+                {
+                    rows.push((l, p as u32, node as u32));
+                }
+            }
+        }
+        let live = rows.len() as u64;
+        let gaps: u64 = subs
+            .chunks(2)
+            .map(|pair| self.gap_records(pair.iter().map(|g| g.labels.len()).sum()))
+            .sum();
+        // Room for every point the layout can take and as many again
+        // (labels deleted keep their buckets until the next layout).
+        let n_buckets = LabelMap::buckets_for(2 * (live + gaps));
+        let (map_bytes, at) = LabelMap::encode_new(n_buckets, &rows)?;
+        let buckets: HashMap<u64, u64> = rows.iter().zip(at).map(|(r, b)| (r.0, b)).collect();
         let meta_off = HEADER_BYTES;
         let table_off = (meta_off + meta_blob.len() as u64).next_multiple_of(8);
-        let mut off = table_off + k as u64 * ENTRY_BYTES;
+        let labels_off = (table_off + k as u64 * ENTRY_BYTES).next_multiple_of(8);
+        let mut off = labels_off + map_bytes.len() as u64;
         let mut table = vec![Entry::default(); k];
         let mut p = 0;
         while p < k {
@@ -303,8 +343,11 @@ impl DHnsw {
             alloc_end: off,
             region_size,
             live,
+            labels_off,
+            labels_buckets: n_buckets,
+            keys: live,
         };
-        let mut writes = vec![(meta_off, meta_blob)];
+        let mut writes = vec![(meta_off, meta_blob), (labels_off, map_bytes)];
         let mut t = Vec::with_capacity(k * ENTRY_BYTES as usize);
         for e in &table {
             t.extend_from_slice(&e.encode());
@@ -319,41 +362,67 @@ impl DHnsw {
             let _ = self.mem.drop_region(name);
             return Err(e);
         }
-        Ok((region, header, table))
+        Ok((region, header, table, buckets))
     }
 
     /// Moves the index into a new region laid out afresh (every
-    /// partition's current graph as its blob, fresh gaps, no dead bytes),
-    /// with partition `p`'s graph replaced by `new`; the old region is
-    /// dropped. Run when a rebuilt partition does not fit: the region
-    /// grows with the data and what rebuilds left dead comes back.
-    fn relayout(&self, lay: &mut Layout, p: u32, new: &GraphParts) -> Result<()> {
+    /// partition's current graph as its blob, fresh gaps, a fresh label
+    /// map of the live labels, no dead bytes), with partition `p`'s graph
+    /// replaced by `new` when given; the old region is dropped. Run when a
+    /// rebuilt partition does not fit or the label map is full: the region
+    /// grows with the data and what rebuilds and deletes left dead comes
+    /// back.
+    pub(crate) fn relayout(
+        &self,
+        lay: &mut Layout,
+        replace: Option<(u32, &GraphParts)>,
+    ) -> Result<()> {
         let mut subs = Vec::with_capacity(lay.table.len());
         for q in 0..lay.table.len() as u32 {
-            subs.push(if q == p {
-                new.clone()
-            } else {
-                self.part(lay, q)?.to_parts()
+            subs.push(match replace {
+                Some((p, new)) if p == q => new.clone(),
+                _ => self.part(lay, q)?.to_parts(),
             });
         }
         let meta = lay.meta.to_parts();
         let epoch = lay.header.epoch + 1;
         let name = next_region_name(&lay.name, epoch);
-        let live = self.labels.read().len() as u64;
-        let (region, header, table) = self.write_layout(&name, &subs, &meta, live, epoch)?;
+        let (region, header, table, buckets) = self.write_layout(&name, &subs, &meta, epoch)?;
         let old = std::mem::replace(&mut lay.name, name);
         let _ = self.mem.drop_region(&old);
         lay.region = region;
+        lay.map = LabelMap {
+            region,
+            off: header.labels_off,
+            buckets: header.labels_buckets,
+        };
         lay.header = header;
         lay.table = table;
+        // Every label's bucket is new (node ids are kept, except in `p`,
+        // which the caller maps).
+        {
+            let mut map = self.labels.write();
+            let mut keep = HashMap::with_capacity(map.len());
+            for (l, loc) in map.drain() {
+                if let Some(&b) = buckets.get(&l) {
+                    keep.insert(
+                        l,
+                        Loc {
+                            bucket: b,
+                            version: 1,
+                            ..loc
+                        },
+                    );
+                }
+            }
+            *map = keep;
+        }
         self.timing.relayouts.fetch_add(1, Ordering::Relaxed);
         self.timing.dead_bytes.store(0, Ordering::Relaxed);
         let mut lru = self.cache.lock();
         lru.clear();
-        for (q, g) in subs.iter().enumerate() {
-            if q as u32 == p {
-                lru.put(p, Arc::new(SubGraph::from_parts(g)));
-            }
+        if let Some((p, g)) = replace {
+            lru.put(p, Arc::new(SubGraph::from_parts(g)));
         }
         Ok(())
     }
@@ -368,7 +437,7 @@ impl DHnsw {
         old: &SubGraph,
         extra: (&[u64], &[f32]),
         seq: u64,
-    ) -> Result<Arc<SubGraph>> {
+    ) -> Result<(Arc<SubGraph>, Placed)> {
         let (mut labels, mut vectors) = old.live_rows();
         labels.extend_from_slice(extra.0);
         vectors.extend_from_slice(extra.1);
@@ -379,10 +448,10 @@ impl DHnsw {
         let gap = self.gap_records(labels.len()) * rec;
         let end = off + blob.len() as u64 + gap;
         if end > lay.header.region_size {
-            self.relayout(lay, p, &parts)?;
+            self.relayout(lay, Some((p, &parts)))?;
             self.timing.rebuilds.fetch_add(1, Ordering::Relaxed);
-            self.map_part(p, &parts, extra.0, seq);
-            return Ok(Arc::new(SubGraph::from_parts(&parts)));
+            let rows = self.map_part(lay, p, &parts, false)?;
+            return Ok((Arc::new(SubGraph::from_parts(&parts)), rows));
         }
         let old_e = lay.table[p as usize];
         let e = Entry {
@@ -399,17 +468,18 @@ impl DHnsw {
         let mut header = lay.header.clone();
         header.alloc_end = end;
         header.epoch += 1;
-        // The blob first, then the entry that points at it, then the header.
-        post_writes(&*self.mem, lay.region, vec![(off, blob)])?;
-        post_writes(
+        // The blob first, then the entry that points at it, then the header
+        // (each durable before the next on a backing file).
+        crate::fetch::post_phases(
             &*self.mem,
             lay.region,
             vec![
-                (
+                vec![(off, blob)],
+                vec![(
                     lay.header.table_off + u64::from(p) * ENTRY_BYTES,
                     e.encode().to_vec(),
-                ),
-                (0, header.encode()),
+                )],
+                vec![(0, header.encode())],
             ],
         )?;
         self.timing.rebuilds.fetch_add(1, Ordering::Relaxed);
@@ -418,30 +488,51 @@ impl DHnsw {
             .fetch_add(old_e.blob_len + old_e.count * rec, Ordering::Relaxed);
         lay.table[p as usize] = e;
         lay.header = header;
-        self.map_part(p, &parts, extra.0, seq);
-        Ok(Arc::new(SubGraph::from_parts(&parts)))
+        let rows = self.map_part(lay, p, &parts, true)?;
+        Ok((Arc::new(SubGraph::from_parts(&parts)), rows))
     }
 
-    /// Points the label map at partition `p`'s rebuilt nodes; `new` were
-    /// inserted by the operation `seq`, the rest keep theirs.
-    fn map_part(&self, p: u32, parts: &GraphParts, new: &[u64], seq: u64) {
-        let new: std::collections::HashSet<u64> = new.iter().copied().collect();
+    /// Points the labels this compute node maps in partition `p` at their
+    /// rebuilt nodes: in the remote label map by CAS (unless `remote` is
+    /// false: a relayout wrote a fresh map) and here. Returns the other
+    /// labels of `parts` (rows new in this operation) as (label, partition,
+    /// node), for the caller to map.
+    fn map_part(&self, lay: &Layout, p: u32, parts: &GraphParts, remote: bool) -> Result<Placed> {
         let mut map = self.labels.write();
+        let mut rows = Vec::new();
+        let mut moved: Vec<(u64, Loc)> = Vec::new();
+        let mut swaps = Vec::new();
         for (node, &l) in parts.labels.iter().enumerate() {
-            let s = if new.contains(&l) {
-                seq
-            } else {
-                map.get(&l).map_or(seq, |o| o.seq)
-            };
-            map.insert(
-                l,
-                Loc {
-                    part: p,
-                    node: node as u32,
-                    seq: s,
-                },
-            );
+            match map.get(&l) {
+                Some(loc) if loc.part == p => {
+                    let node = node as u32;
+                    let to = if remote {
+                        let to = loc.slot().at(p, node);
+                        swaps.push((loc.bucket, loc.slot(), to));
+                        to
+                    } else {
+                        Slot {
+                            present: true,
+                            part: p,
+                            slot: node,
+                            version: loc.version,
+                        }
+                    };
+                    moved.push((
+                        l,
+                        Loc {
+                            node,
+                            version: to.version,
+                            ..*loc
+                        },
+                    ));
+                }
+                _ => rows.push((l, p, node as u32)),
+            }
         }
+        lay.map.swap_all(&*self.mem, &swaps)?;
+        map.extend(moved);
+        Ok(rows)
     }
 }
 

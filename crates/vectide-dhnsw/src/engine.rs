@@ -242,6 +242,47 @@ impl VectorIndex for DHnsw {
         if live != labels.len() {
             out.push(format!("{live} live nodes, {} labels", labels.len()));
         }
+        // The remote label map names what this node maps, and the header's
+        // counters count it.
+        let scanned = lay.map.scan(&*self.mem)?;
+        let mut present = 0usize;
+        for (l, v) in &scanned {
+            if !v.present {
+                continue;
+            }
+            present += 1;
+            match labels.get(l) {
+                Some(loc) if (loc.part, loc.node, loc.version) == (v.part, v.slot, v.version) => {}
+                other => out.push(format!(
+                    "label {l}: the label map says partition {} node {} (version {}), this node {other:?}",
+                    v.part, v.slot, v.version
+                )),
+            }
+        }
+        if present != labels.len() {
+            out.push(format!(
+                "the label map holds {present} labels, this node {}",
+                labels.len()
+            ));
+        }
+        let head = self
+            .mem
+            .read(lay.region, 0, crate::layout::HEADER_BYTES as u32)?;
+        let word = |at: u64| {
+            u64::from_le_bytes(
+                head[at as usize..at as usize + 8]
+                    .try_into()
+                    .expect("8 bytes"),
+            )
+        };
+        let (live_word, keys_word) = (word(crate::layout::LIVE_AT), word(crate::layout::KEYS_AT));
+        if live_word != labels.len() as u64 || keys_word != scanned.len() as u64 {
+            out.push(format!(
+                "the header counts {live_word} live and {keys_word} taken buckets; the map has {} and {}",
+                labels.len(),
+                scanned.len()
+            ));
+        }
         Ok(out)
     }
     fn as_any(&self) -> &dyn std::any::Any {

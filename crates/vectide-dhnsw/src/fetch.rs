@@ -24,15 +24,29 @@ const CHAIN_WRS: usize = 1024;
 const CHAIN_READ_BYTES: u64 = 128 << 20;
 
 /// Posts `writes` (offset, bytes) in as few doorbell chains as the node's
-/// limits allow, in order.
+/// limits allow, in order, then FLUSHes what they wrote (durable on a
+/// memory node with a backing file when this returns).
 pub fn post_writes(
     mem: &dyn RemoteMemory,
     region: Region,
     writes: Vec<(u64, Vec<u8>)>,
 ) -> Result<()> {
+    post_phases(mem, region, vec![writes])
+}
+
+/// Posts phases of writes: each phase's WRITEs, then FLUSHes of the ranges
+/// they wrote, so that on a memory node with a backing file no byte of a
+/// phase becomes durable... before every byte of the phases before it is
+/// (a chain runs in order and a FLUSH completes once its range is
+/// durable). As few doorbell chains as the node's limits allow.
+pub fn post_phases(
+    mem: &dyn RemoteMemory,
+    region: Region,
+    phases: Vec<Vec<(u64, Vec<u8>)>>,
+) -> Result<()> {
     let mut chain: Vec<Verb> = Vec::new();
     let mut bytes = 0usize;
-    let flush = |chain: &mut Vec<Verb>| -> Result<()> {
+    let send = |chain: &mut Vec<Verb>| -> Result<()> {
         if chain.is_empty() {
             return Ok(());
         }
@@ -42,24 +56,47 @@ pub fn post_writes(
         chain.clear();
         Ok(())
     };
-    for (off, b) in writes {
-        for (i, piece) in b.chunks(WRITE_PIECE).enumerate() {
-            if chain.len() == CHAIN_WRS || bytes + piece.len() > CHAIN_BYTES {
-                flush(&mut chain)?;
+    for writes in phases {
+        let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(writes.len());
+        for (off, b) in writes {
+            ranges.push((off, off + b.len() as u64));
+            for (i, piece) in b.chunks(WRITE_PIECE).enumerate() {
+                if chain.len() == CHAIN_WRS || bytes + piece.len() > CHAIN_BYTES {
+                    send(&mut chain)?;
+                    bytes = 0;
+                }
+                bytes += piece.len();
+                chain.push(Verb::Write {
+                    region: region.id,
+                    offset: off + (i * WRITE_PIECE) as u64,
+                    bytes: piece.to_vec(),
+                });
+            }
+        }
+        // Neighbouring ranges flushed as one.
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (lo, hi) in ranges {
+            match merged.last_mut() {
+                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                _ => merged.push((lo, hi)),
+            }
+        }
+        for (lo, hi) in merged {
+            if chain.len() == CHAIN_WRS {
+                send(&mut chain)?;
                 bytes = 0;
             }
-            bytes += piece.len();
-            chain.push(Verb::Write {
+            chain.push(Verb::Flush {
                 region: region.id,
-                offset: off + (i * WRITE_PIECE) as u64,
-                bytes: piece.to_vec(),
+                offset: lo,
+                len: hi - lo,
             });
         }
     }
-    flush(&mut chain)
+    send(&mut chain)
 }
 
-/// Reads `lo..hi` of a region in pieces the node's reply limit allows.
 pub fn read_range(mem: &dyn RemoteMemory, region: Region, lo: u64, hi: u64) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity((hi - lo) as usize);
     let mut at = lo;

@@ -10,8 +10,8 @@ use vectide_core::{Error, Metric, Result};
 
 /// First bytes of a region.
 pub const MAGIC: &[u8; 8] = b"VTDHNSW\0";
-/// The region format's version.
-pub const VERSION: u32 = 1;
+/// The region format's version (2 added the label map).
+pub const VERSION: u32 = 2;
 /// Bytes reserved for the header at offset 0.
 pub const HEADER_BYTES: u64 = 256;
 /// First bytes of a graph blob.
@@ -22,6 +22,11 @@ pub const BLOB_HEADER: usize = 48;
 pub const ENTRY_BYTES: u64 = 64;
 /// Offset of the overflow count word inside an entry.
 pub const ENTRY_COUNT_AT: u64 = 24;
+/// Offset of the header's live-count word (changed by FETCH_ADD).
+pub const LIVE_AT: u64 = 88;
+/// Offset of the header's word counting the label map's taken buckets
+/// (changed by FETCH_ADD).
+pub const KEYS_AT: u64 = 112;
 /// A node record's flag: deleted (a tombstone; searches walk through it).
 pub const DELETED: u32 = 1;
 /// Offset of the flags word inside a node record.
@@ -78,8 +83,13 @@ pub struct Header {
     /// End of the bytes handed out (everything above is free).
     pub alloc_end: u64,
     pub region_size: u64,
-    /// Live points when the header was last written.
+    /// Live points (kept by FETCH_ADD as labels come and go).
     pub live: u64,
+    /// The label map: its offset and buckets (a power of two).
+    pub labels_off: u64,
+    pub labels_buckets: u64,
+    /// Buckets of the label map with a key (kept by FETCH_ADD).
+    pub keys: u64,
 }
 
 impl Header {
@@ -98,6 +108,9 @@ impl Header {
             self.alloc_end,
             self.region_size,
             self.live,
+            self.labels_off,
+            self.labels_buckets,
+            self.keys,
         ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
@@ -140,6 +153,9 @@ impl Header {
             alloc_end: r.u64()?,
             region_size: r.u64()?,
             live: r.u64()?,
+            labels_off: r.u64()?,
+            labels_buckets: r.u64()?,
+            keys: r.u64()?,
         };
         let bad = |what: &str| Err(Error::corrupted(format!("d-hnsw header: {what}")));
         if dim == 0 || dim as usize > vectide_core::limits::MAX_DIM {
@@ -166,6 +182,14 @@ impl Header {
             || end(h.table_off, u64::from(k) * ENTRY_BYTES).is_none()
             || h.table_off < HEADER_BYTES
             || h.meta_off < HEADER_BYTES
+            || h.labels_off < HEADER_BYTES
+            || !h.labels_off.is_multiple_of(8)
+            || !h.labels_buckets.is_power_of_two()
+            || h.labels_buckets < crate::labelmap::WINDOW
+            || h.labels_buckets
+                .checked_mul(crate::labelmap::BUCKET_BYTES)
+                .and_then(|b| end(h.labels_off, b))
+                .is_none()
         {
             return bad("a section outside the region");
         }
@@ -528,14 +552,29 @@ mod tests {
             alloc_end: 4096,
             region_size: 8192,
             live: 5,
+            labels_off: 1024,
+            labels_buckets: 64,
+            keys: 7,
         };
         let b = h.encode();
         assert_eq!(Header::decode(&b, 8192).unwrap(), h);
         assert!(Header::decode(&b, 4096).is_err(), "another region size");
-        let mut v2 = b.clone();
-        v2[12] = 2;
-        let e = Header::decode(&v2, 8192).unwrap_err();
-        assert!(e.to_string().contains("version 2"), "{e}");
+        let mut v3 = b.clone();
+        v3[12] = 3;
+        let e = Header::decode(&v3, 8192).unwrap_err();
+        assert!(e.to_string().contains("version 3"), "{e}");
+        // A label map outside the used bytes, or not a power of two.
+        for (buckets, off) in [(48u64, 1024u64), (512, 1024), (64, 4000), (64, 1028)] {
+            let bad = Header {
+                labels_buckets: buckets,
+                labels_off: off,
+                ..h.clone()
+            };
+            assert!(
+                Header::decode(&bad.encode(), 8192).is_err(),
+                "{buckets} at {off}"
+            );
+        }
         let e = Entry {
             blob_off: 1000,
             blob_len: 200,

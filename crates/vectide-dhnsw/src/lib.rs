@@ -9,9 +9,9 @@
 //!
 //! The rooms:
 //! - [`params`]: [`DhnswParams`] and the schema [`PARAMS`];
-//! - [`layout`]: the region's bytes (header, partition table, graph blobs
-//!   and node records; `docs/format-dhnsw.md`), through the bounds-checked
-//!   reader;
+//! - [`layout`]: the region's bytes (header, partition table, label map
+//!   section, graph blobs and node records; `docs/format-dhnsw.md`),
+//!   through the bounds-checked reader;
 //! - [`subgraph`]: a blob deserialised into typed arrays behind the shared
 //!   `Graph` trait (searched by `vectide-graph`'s traversal);
 //! - `builder`: balanced k-means (a hard cap of ⌈N/K⌉ per partition), the
@@ -22,10 +22,12 @@
 //!   or node by node (the naive baseline's `RemoteGraph`);
 //! - `search`: batched search, grouped by partition, pipelined;
 //! - `update`: inserts into the gaps and tombstone deletes, from this one
-//!   compute node;
-//! - [`persist`]: save / open (the region's bytes in one checksummed file;
-//!   the memory node keeps nothing across its restarts yet), and attaching
-//!   to a region a memory node holds;
+//!   compute node, each published in the label map by CAS;
+//! - [`labelmap`]: the remote label map (label → partition, slot,
+//!   version), changed only by CAS;
+//! - [`persist`]: save / open (the region's bytes in one checksummed file),
+//!   and attaching to a region a memory node holds (a memory node with a
+//!   backing file keeps what was flushed across its restarts);
 //! - `state`: [`DHnsw`], its locks, LRU and timings;
 //! - `engine`: the face, the [`VectorIndex`] implementation.
 //!
@@ -43,6 +45,7 @@
 mod builder;
 mod engine;
 pub mod fetch;
+pub mod labelmap;
 pub mod layout;
 pub mod params;
 pub mod persist;

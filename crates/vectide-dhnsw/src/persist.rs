@@ -1,9 +1,10 @@
-//! Saving and opening (`docs/format-dhnsw.md`, "the saved file"). The
-//! memory node keeps its regions in RAM (part 2 adds a backing file), so
-//! `d-hnsw` is a volatile engine: a save copies the region's used bytes
-//! into one checksummed file beside the build parameters; an open uploads
-//! them into a new region of the memory node it is given and reads the
-//! label map from the file, not over the network.
+//! Saving and opening (`docs/format-dhnsw.md`, "the saved file"), and
+//! attaching. To a database `d-hnsw` is a volatile engine: a save copies
+//! the region's used bytes (its label map among them) into one checksummed
+//! file beside the build parameters; an open uploads them into a new region
+//! of the memory node it is given and reads the labels from the file's map,
+//! not over the network. A compute node naming a region the memory node
+//! holds attaches to it instead (read and search only).
 
 use crate::layout::{Entry, Header, HEADER_BYTES};
 use crate::params::DhnswParams;
@@ -11,7 +12,6 @@ use crate::state::{DHnsw, Layout, Loc};
 use crate::subgraph::SubGraph;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use vectide_core::io::{atomic_write, push_crc, ByteReader};
 use vectide_core::{Error, Metric, Result};
 
@@ -153,7 +153,7 @@ pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
     let head = hr.bytes(HEADER_BYTES as usize)?;
     // The region's size is in the header; check it against itself.
     let size = u64::from_le_bytes(head[80..88].try_into().expect("8 bytes"));
-    let h = Header::decode(head, size)?;
+    let mut h = Header::decode(head, size)?;
     if h.dim as usize != dim {
         return Err(Error::invalid(format!(
             "d-hnsw: the region holds {}-d vectors, the index is {dim}-d",
@@ -188,6 +188,33 @@ pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
             "d-hnsw: the meta-HNSW does not hold one live node per partition",
         ));
     }
+    // The label map: every present value must name a live node holding
+    // its label, and every live node must be named.
+    let map_at = h.labels_off as usize;
+    let map_b =
+        &image[map_at..map_at + (h.labels_buckets * crate::labelmap::BUCKET_BYTES) as usize];
+    let mut named: std::collections::HashMap<(u32, u32), (u64, u64, u16)> =
+        std::collections::HashMap::new();
+    let mut keys = 0u64;
+    for (b, kv) in map_b.chunks_exact(16).enumerate() {
+        let key = u64::from_le_bytes(kv[..8].try_into().expect("8 bytes"));
+        if key == 0 {
+            continue;
+        }
+        keys += 1;
+        let v =
+            crate::labelmap::Slot::decode(u64::from_le_bytes(kv[8..].try_into().expect("8 bytes")));
+        if v.present
+            && named
+                .insert((v.part, v.slot), (key - 1, b as u64, v.version))
+                .is_some()
+        {
+            return Err(Error::corrupted(format!(
+                "d-hnsw: two labels of the label map name partition {} node {}",
+                v.part, v.slot
+            )));
+        }
+    }
     let mut locs = Vec::new();
     for (p, e) in table.iter().enumerate() {
         let (lo, hi) = e.range(rec).expect("checked");
@@ -217,18 +244,41 @@ pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
             p as u32,
         )?;
         for node in 0..g.len() as u32 {
-            if !g.is_deleted(node) {
-                locs.push((
-                    g.labels[node as usize],
+            if g.is_deleted(node) {
+                continue;
+            }
+            let label = g.labels[node as usize];
+            match named.remove(&(p as u32, node)) {
+                Some((l, bucket, version)) if l == label => locs.push((
+                    label,
                     Loc {
                         part: p as u32,
                         node,
                         seq,
+                        bucket,
+                        version,
                     },
-                ));
+                )),
+                Some((l, ..)) => {
+                    return Err(Error::corrupted(format!(
+                        "d-hnsw: the label map names partition {p} node {node} for label {l}, which holds label {label}"
+                    )))
+                }
+                // Published in its partition, never in the map: a writer
+                // stopped between the two (on a backing file, a crash). Not
+                // a point of the index; its room goes at the next rebuild.
+                None => {}
             }
         }
     }
+    if let Some(((p, node), (l, ..))) = named.into_iter().next() {
+        return Err(Error::corrupted(format!(
+            "d-hnsw: the label map names partition {p} node {node} for label {l}, which holds no such live node"
+        )));
+    }
+    // The counters as the map and the partitions have them.
+    h.keys = keys;
+    h.live = locs.len() as u64;
     Ok((h, table, meta, locs))
 }
 
@@ -277,13 +327,7 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
         map.extend(locs);
     }
     *idx.cache.lock() = idx.params.cache(header.k as usize);
-    *idx.layout.write() = Some(Layout {
-        region,
-        name,
-        header,
-        table,
-        meta: Arc::new(meta),
-    });
+    *idx.layout.write() = Some(Layout::with_meta(region, name, header, table, meta));
     Ok(idx)
 }
 
@@ -304,10 +348,27 @@ pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
     if idx._local.is_some() {
         return Ok(false);
     }
+    // The builder moves its index to `NAME~N` when it lays it out afresh:
+    // the newest of those is the index.
     let (regions, _) = idx.mem.regions()?;
-    if !regions.iter().any(|r| r.name == name) {
+    let generation = |r: &str| -> Option<u64> {
+        if r == name {
+            Some(0)
+        } else {
+            r.strip_prefix(name.as_str())?
+                .strip_prefix('~')?
+                .parse()
+                .ok()
+        }
+    };
+    let Some(name) = regions
+        .iter()
+        .filter_map(|r| generation(&r.name).map(|g| (g, r.name.clone())))
+        .max()
+        .map(|(_, n)| n)
+    else {
         return Ok(false);
-    }
+    };
     let region = idx.mem.open_region(&name)?;
     if region.size < HEADER_BYTES {
         return Err(Error::invalid(format!(
@@ -339,13 +400,7 @@ pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
     idx.params.partitions = Some(header.k as usize);
     *idx.cache.get_mut() = idx.params.cache(header.k as usize);
     idx.labels.get_mut().extend(locs);
-    *idx.layout.get_mut() = Some(Layout {
-        region,
-        name,
-        header,
-        table,
-        meta: Arc::new(meta),
-    });
+    *idx.layout.get_mut() = Some(Layout::with_meta(region, name, header, table, meta));
     idx.attached = true;
     Ok(true)
 }

@@ -3,6 +3,7 @@
 //! sub-HNSWs, the label map and the timing counters). Every other room
 //! imports it; it imports none of them.
 
+use crate::labelmap::{LabelMap, Slot};
 use crate::layout::{Entry, Header};
 use crate::params::DhnswParams;
 use crate::subgraph::SubGraph;
@@ -14,13 +15,28 @@ use vectide_core::metric::DistanceFn;
 use vectide_core::{Metric, Result};
 use vectide_remote::{NetModel, Region, Regions, RemoteMemory, TcpMemory, TcpOptions};
 
-/// Where a label lives: partition, node id in it, and the sequence number
-/// of the operation that wrote it.
+/// Where a label lives: partition, node id in it, the sequence number of
+/// this compute node's operation that wrote it, and the label's bucket in
+/// the remote label map with the version this node last saw there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Loc {
     pub part: u32,
     pub node: u32,
     pub seq: u64,
+    pub bucket: u64,
+    pub version: u16,
+}
+
+impl Loc {
+    /// The label map's value for this location.
+    pub fn slot(&self) -> Slot {
+        Slot {
+            present: true,
+            part: self.part,
+            slot: self.node,
+            version: self.version,
+        }
+    }
 }
 
 /// The region as the compute node knows it.
@@ -30,6 +46,8 @@ pub struct Layout {
     pub header: Header,
     pub table: Vec<Entry>,
     pub meta: Arc<SubGraph>,
+    /// The remote label map.
+    pub map: LabelMap,
 }
 
 impl Layout {
@@ -41,12 +59,29 @@ impl Layout {
         table: Vec<Entry>,
         meta: &crate::layout::GraphParts,
     ) -> Layout {
+        Layout::with_meta(region, name, header, table, SubGraph::from_parts(meta))
+    }
+
+    /// A layout read back, its meta-HNSW decoded.
+    pub fn with_meta(
+        region: Region,
+        name: String,
+        header: Header,
+        table: Vec<Entry>,
+        meta: SubGraph,
+    ) -> Layout {
+        let map = LabelMap {
+            region,
+            off: header.labels_off,
+            buckets: header.labels_buckets,
+        };
         Layout {
             region,
             name,
             header,
             table,
-            meta: Arc::new(SubGraph::from_parts(meta)),
+            meta: Arc::new(meta),
+            map,
         }
     }
 

@@ -149,9 +149,12 @@ impl SubGraph {
         Ok(g)
     }
 
-    /// Appends one record's node, its list checked against the graph's
-    /// `n` nodes (read straight into the graph's arrays: no allocation per
-    /// record).
+    /// Appends one record's node (read straight into the graph's arrays:
+    /// no allocation per record). Its list keeps only the ids among the
+    /// graph's `n` nodes: a list may name a node whose record a writer has
+    /// written but not yet published (its partition's count not raised),
+    /// which a reader must not follow. A count above the list's room is
+    /// damage.
     fn push_record(&mut self, rec: &[u8], n: u32) -> Result<()> {
         let mut r = ByteReader::new(rec);
         self.labels.push(r.u64()?);
@@ -160,18 +163,25 @@ impl SubGraph {
             .push(AtomicU8::new(u8::from(flags & DELETED != 0)));
         let count = r.u32()?;
         let list = r.bytes(self.m0 * 4)?;
-        let mut bad = count as usize > self.m0;
-        self.list0.push(AtomicU32::new(count));
-        for (i, c) in list.chunks_exact(4).enumerate() {
+        if count as usize > self.m0 {
+            return Err(Error::corrupted(format!(
+                "d-hnsw: a node's list holds {count} ids, more than its room of {}",
+                self.m0
+            )));
+        }
+        let at = self.list0.len();
+        self.list0.push(AtomicU32::new(0));
+        let mut kept = 0u32;
+        for c in list.chunks_exact(4).take(count as usize) {
             let id = u32::from_le_bytes(c.try_into().expect("4 bytes"));
-            bad |= i < count as usize && id >= n;
-            self.list0.push(AtomicU32::new(id));
+            if id < n {
+                self.list0.push(AtomicU32::new(id));
+                kept += 1;
+            }
         }
-        if bad {
-            return Err(Error::corrupted(
-                "d-hnsw: a node's list points outside its graph",
-            ));
-        }
+        self.list0[at].store(kept, Ordering::Relaxed);
+        self.list0
+            .extend((kept as usize..self.m0).map(|_| AtomicU32::new(0)));
         r.f32s(self.dim, &mut self.vectors)
     }
 
@@ -462,23 +472,32 @@ mod tests {
                 "a lying count"
             );
         }
-        // A list entry outside the graph (4 nodes with the overflow), or a
-        // count above the list's room, in the first record: rejected.
+        // A count above the list's room in the first record: rejected. A
+        // list entry outside the graph (4 nodes with the overflow: a node
+        // not yet published) is left out of the list.
         let at = BlobHeader::decode(&mut ByteReader::new(&blob), 2, 2, 3)
             .unwrap()
             .records_at();
         let mut fwd = blob.clone();
         fwd.extend_from_slice(&over);
-        assert!(SubGraph::decode(&fwd, 1, false, 2, 2, 3, 4).is_ok());
-        for (word, value) in [(4, 4u32), (3, 4u32)] {
-            let mut bad = fwd.clone();
-            bad[at + 4 * word..at + 4 * word + 4].copy_from_slice(&value.to_le_bytes());
-            let e = SubGraph::decode(&bad, 1, false, 2, 2, 3, 4).err();
-            assert!(
-                e.is_some_and(|e| e.to_string().contains("outside its graph")),
-                "word {word} = {value}"
-            );
-        }
+        assert_eq!(
+            SubGraph::decode(&fwd, 1, false, 2, 2, 3, 4)
+                .unwrap()
+                .list0_of(0),
+            vec![1]
+        );
+        let mut bad = fwd.clone();
+        bad[at + 12..at + 16].copy_from_slice(&4u32.to_le_bytes());
+        let e = SubGraph::decode(&bad, 1, false, 2, 2, 3, 4).err();
+        assert!(
+            e.is_some_and(|e| e.to_string().contains("more than its room")),
+            "a count of 4 in a list of 3"
+        );
+        let mut ahead = fwd.clone();
+        ahead[at + 12..at + 16].copy_from_slice(&2u32.to_le_bytes());
+        ahead[at + 20..at + 24].copy_from_slice(&4u32.to_le_bytes());
+        let g = SubGraph::decode(&ahead, 1, false, 2, 2, 3, 4).unwrap();
+        assert_eq!(g.list0_of(0), vec![1], "node 4 is not published: skipped");
         let from = SubGraph::from_parts(&p);
         assert_eq!(from.labels, vec![10, 11, 12]);
         assert!(from.is_deleted(2));

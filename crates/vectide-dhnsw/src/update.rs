@@ -9,8 +9,8 @@
 
 use crate::fetch::post_writes;
 use crate::layout::{
-    encode_list, encode_record, DELETED, ENTRY_BYTES, ENTRY_COUNT_AT, RECORD_FLAGS_AT,
-    RECORD_LIST_AT,
+    encode_list, encode_record, DELETED, ENTRY_BYTES, ENTRY_COUNT_AT, KEYS_AT, LIVE_AT,
+    RECORD_FLAGS_AT, RECORD_LIST_AT,
 };
 use crate::state::{DHnsw, Layout, Loc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,6 +19,7 @@ use vectide_core::heap::Candidate;
 use vectide_core::{Result, Seq};
 use vectide_graph::prune::{backlink, plan_links, Backlink};
 use vectide_graph::{Graph, Scratch};
+use vectide_remote::Verb;
 
 impl DHnsw {
     /// Inserts a checked batch (vectors normalised for cosine).
@@ -85,6 +86,12 @@ impl DHnsw {
         self.delete_locked(seq, replaced, true)?;
         let mut guard = self.layout.write();
         let lay = guard.as_mut().expect("built");
+        // A label map that the new labels would fill past its load is laid
+        // out afresh (with its live labels only) first.
+        let keys_after = lay.header.keys + rows.len() as u64;
+        if keys_after as f64 > crate::labelmap::MAX_LOAD * lay.header.labels_buckets as f64 {
+            self.relayout(lay, None)?;
+        }
         // Route each row to the partition its nearest centroid heads.
         let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         let mut s = Scratch::default();
@@ -108,14 +115,81 @@ impl DHnsw {
                 })?;
             groups.entry(p).or_default().push(i);
         }
+        let mut placed = Vec::with_capacity(rows.len());
         for (p, group) in groups {
-            self.insert_into(lay, p, seq, ids, vectors, &group, &mut s)?;
+            placed.extend(self.insert_into(lay, p, seq, ids, vectors, &group, &mut s)?);
         }
-        let live = self.labels.read().len() as u64;
-        lay.header.live = live;
+        self.map_new(lay, seq, &placed)
+    }
+
+    /// Maps rows just placed, (label, partition, node), in the remote label
+    /// map (each label's bucket claimed if it has none, its value swapped
+    /// by CAS from what the claim read; a value already there, as a fresh
+    /// layout writes it, is kept) and here; then the header's live and
+    /// bucket counts move by what changed.
+    fn map_new(&self, lay: &mut Layout, seq: Seq, placed: &[(u64, u32, u32)]) -> Result<()> {
+        let labels: Vec<u64> = placed.iter().map(|r| r.0).collect();
+        let (found, took) = lay.map.claim_many(&*self.mem, &labels)?;
+        let mut swaps = Vec::new();
+        let mut locs = Vec::with_capacity(placed.len());
+        let mut added = 0u64;
+        for (&(label, part, node), f) in placed.iter().zip(&found) {
+            let v = f.value;
+            let to = if v.present && (v.part, v.slot) == (part, node) {
+                v
+            } else {
+                let to = v.at(part, node);
+                swaps.push((f.bucket, v, to));
+                to
+            };
+            // A label that was absent is one more live; an upsert replaced a
+            // present value, and a fresh layout counted its labels already.
+            added += u64::from(!v.present);
+            locs.push((
+                label,
+                Loc {
+                    part,
+                    node,
+                    seq,
+                    bucket: f.bucket,
+                    version: to.version,
+                },
+            ));
+        }
+        lay.map.swap_all(&*self.mem, &swaps)?;
+        self.labels.write().extend(locs);
+        self.count_changes(lay, added as i64, took)
+    }
+
+    /// Moves the header's live count by `live` and its taken-bucket count
+    /// by `keys` (FETCH_ADD, one doorbell), and this node's copy with them.
+    pub(crate) fn count_changes(&self, lay: &mut Layout, live: i64, keys: u64) -> Result<()> {
+        if live == 0 && keys == 0 {
+            return Ok(());
+        }
+        let wrs = [
+            Verb::FetchAdd {
+                region: lay.region.id,
+                offset: LIVE_AT,
+                add: live as u64,
+            },
+            Verb::FetchAdd {
+                region: lay.region.id,
+                offset: KEYS_AT,
+                add: keys,
+            },
+        ];
+        let c = self.mem.post(&wrs)?;
+        let mut it = c.into_iter();
+        let live_before = it.next().expect("two completions").into_word()?;
+        let keys_before = it.next().expect("two completions").into_word()?;
+        lay.header.live = live_before.wrapping_add(live as u64);
+        lay.header.keys = keys_before + keys;
         Ok(())
     }
 
+    /// Places a partition's rows (into its gap, or by rebuilding it);
+    /// returns them as (label, partition, node) for the label map.
     #[allow(clippy::too_many_arguments)]
     fn insert_into(
         &self,
@@ -126,7 +200,7 @@ impl DHnsw {
         vectors: &[f32],
         group: &[usize],
         s: &mut Scratch,
-    ) -> Result<()> {
+    ) -> Result<crate::builder::Placed> {
         let dim = self.dim;
         let old = self.part(lay, p)?;
         if lay.room(p as usize) < group.len() as u64 {
@@ -135,11 +209,11 @@ impl DHnsw {
             for &i in group {
                 v.extend_from_slice(&vectors[i * dim..(i + 1) * dim]);
             }
-            let g = self.rebuild_part(lay, p, &old, (&labels, &v), seq)?;
+            let (g, rows) = self.rebuild_part(lay, p, &old, (&labels, &v), seq)?;
             let mut lru = self.cache.lock();
             lru.remove(p);
             lru.put(p, g);
-            return Ok(());
+            return Ok(rows);
         }
         let mut g = old.to_owned_graph();
         let first_new = g.len() as u32;
@@ -207,24 +281,24 @@ impl DHnsw {
             );
             let j = u64::from(node) - u64::from(e.n_base);
             writes.push((e.overflow_at(j, rec), b));
-            new_locs.push((g.labels[node as usize], Loc { part: p, node, seq }));
+            new_locs.push((g.labels[node as usize], p, node));
         }
         let count = e.count + u64::from(g.len() as u32 - first_new);
-        // The count last: a reader that fetches the partition sees the
-        // new records only once they are all written.
-        writes.push((
+        // The count last, in a phase of its own: a reader that fetches the
+        // partition sees the new records only once they are all written,
+        // and on a backing file they are durable before the count is.
+        let publish = vec![(
             lay.header.table_off + u64::from(p) * ENTRY_BYTES + ENTRY_COUNT_AT,
             count.to_le_bytes().to_vec(),
-        ));
+        )];
         // The map and the table change only once the node holds the writes.
-        post_writes(&*self.mem, lay.region, writes)?;
-        self.labels.write().extend(new_locs);
+        crate::fetch::post_phases(&*self.mem, lay.region, vec![writes, publish])?;
         lay.table[p as usize].count = count;
         let g = Arc::new(g);
         let mut lru = self.cache.lock();
         lru.remove(p);
         lru.put(p, g);
-        Ok(())
+        Ok(new_locs)
     }
 
     /// Deletes labels; returns how many were live.
@@ -237,13 +311,15 @@ impl DHnsw {
         Ok(n)
     }
 
-    /// Writes the tombstones of `ids` (one doorbell chain). `replacing`:
-    /// an upsert's delete of the old node (no sequence check).
+    /// Writes the tombstones of `ids` (one doorbell chain) and marks their
+    /// labels absent in the remote label map. `replacing`: an upsert's
+    /// delete of the old node (no sequence check; the map's value is
+    /// swapped to the new node by the insert).
     fn delete_locked(&self, seq: Seq, ids: &[u64], replacing: bool) -> Result<usize> {
         // Exclusive: a search that fetched a partition before the tombstone
         // was written would cache the copy without it.
-        let guard = self.layout.write();
-        let Some(lay) = guard.as_ref() else {
+        let mut guard = self.layout.write();
+        let Some(lay) = guard.as_mut() else {
             return Ok(0);
         };
         let rec = lay.record();
@@ -272,13 +348,25 @@ impl DHnsw {
             })
             .collect();
         post_writes(&*self.mem, lay.region, writes)?;
-        let mut labels = self.labels.write();
-        let lru = self.cache.lock();
-        for (id, l) in &gone {
-            labels.remove(id);
-            if let Some(g) = lru.peek(l.part) {
-                g.mark_deleted(l.node);
+        if !replacing {
+            let swaps: Vec<_> = gone
+                .iter()
+                .map(|(_, l)| (l.bucket, l.slot(), l.slot().absent()))
+                .collect();
+            lay.map.swap_all(&*self.mem, &swaps)?;
+        }
+        {
+            let mut labels = self.labels.write();
+            let lru = self.cache.lock();
+            for (id, l) in &gone {
+                labels.remove(id);
+                if let Some(g) = lru.peek(l.part) {
+                    g.mark_deleted(l.node);
+                }
             }
+        }
+        if !replacing {
+            self.count_changes(lay, -(gone.len() as i64), 0)?;
         }
         Ok(gone.len())
     }

@@ -149,6 +149,7 @@ proptest! {
             dim: 3, metric: Metric::L2, m: 2, m0: 4, k: 1,
             record: record_bytes(3, 4) as u32, epoch: 1, meta_off: 256, meta_len: 64,
             table_off: 320, alloc_end: 4096, region_size: 8192, live: 0,
+            labels_off: 384, labels_buckets: 64, keys: 0,
         };
         let mut b = h.encode();
         for (i, v) in at {
@@ -156,6 +157,7 @@ proptest! {
         }
         if let Ok(d) = Header::decode(&b, 8192) {
             prop_assert!(d.alloc_end <= 8192 && d.meta_off + d.meta_len <= d.alloc_end);
+            prop_assert!(d.labels_off + d.labels_buckets * 16 <= d.alloc_end);
         }
     }
 }
