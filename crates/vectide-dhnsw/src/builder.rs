@@ -10,7 +10,8 @@
 use crate::fetch::post_writes;
 use crate::labelmap::{LabelMap, Slot};
 use crate::layout::{
-    encode_blob, record_bytes, Entry, GraphParts, Header, ENTRY_BYTES, HEADER_BYTES,
+    encode_blob, record_bytes, Entry, GraphParts, Header, ALLOC_END_AT, ENTRY_BYTES,
+    ENTRY_STATE_AT, EPOCH_AT, HEADER_BYTES,
 };
 use crate::state::{DHnsw, Layout, Loc};
 use crate::subgraph::SubGraph;
@@ -211,8 +212,8 @@ impl DHnsw {
             let all: Vec<u32> = (0..lay.table.len() as u32).collect();
             let (mut labels, mut vectors) = (Vec::new(), Vec::new());
             self.fetch_chains(lay, &all, self.params.chain_for(all.len()), |chunk| {
-                for (p, bytes) in chunk {
-                    let (l, v) = self.decode_part(lay, p, &bytes)?.live_rows();
+                for (p, bytes, e) in chunk {
+                    let (l, v) = self.decode_part(lay, &e, p, &bytes)?.live_rows();
                     for (x, row) in l.iter().zip(v.chunks_exact(dim)) {
                         if !fresh.contains(x) {
                             labels.push(*x);
@@ -307,6 +308,7 @@ impl DHnsw {
                 gap_lo,
                 gap_hi,
                 records_at: blob_records_at(&blobs[p]),
+                state: 0,
             };
             off = gap_hi;
             if pair {
@@ -320,6 +322,7 @@ impl DHnsw {
                     gap_lo,
                     gap_hi,
                     records_at: blob_records_at(&blobs[p + 1]),
+                    state: 0,
                 };
                 off += blobs[p + 1].len() as u64;
             }
@@ -464,22 +467,31 @@ impl DHnsw {
             gap_lo: off + blob.len() as u64,
             gap_hi: end,
             records_at: blob_records_at(&blob),
+            state: old_e.state + 2,
         };
         let mut header = lay.header.clone();
         header.alloc_end = end;
         header.epoch += 1;
-        // The blob first, then the entry that points at it, then the header
-        // (each durable before the next on a backing file).
+        // The partition's state odd; the blob; the entry that points at it
+        // (still odd); then the state even and the header's words (each
+        // phase durable before the next on a backing file).
+        let at = lay.header.table_off + u64::from(p) * ENTRY_BYTES;
+        let writing = Entry {
+            state: old_e.state + 1,
+            ..e
+        };
         crate::fetch::post_phases(
             &*self.mem,
             lay.region,
             vec![
+                vec![(at + ENTRY_STATE_AT, writing.state.to_le_bytes().to_vec())],
                 vec![(off, blob)],
-                vec![(
-                    lay.header.table_off + u64::from(p) * ENTRY_BYTES,
-                    e.encode().to_vec(),
-                )],
-                vec![(0, header.encode())],
+                vec![(at, writing.encode().to_vec())],
+                vec![
+                    (at + ENTRY_STATE_AT, e.state.to_le_bytes().to_vec()),
+                    (EPOCH_AT, header.epoch.to_le_bytes().to_vec()),
+                    (ALLOC_END_AT, header.alloc_end.to_le_bytes().to_vec()),
+                ],
             ],
         )?;
         self.timing.rebuilds.fetch_add(1, Ordering::Relaxed);

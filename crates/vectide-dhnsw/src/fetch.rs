@@ -3,7 +3,7 @@
 //! baseline's graph whose every node is fetched by a READ of its own the
 //! first time a search touches it.
 
-use crate::layout::{BlobHeader, Entry, BLOB_HEADER, DELETED};
+use crate::layout::{BlobHeader, Entry, BLOB_HEADER, DELETED, ENTRY_BYTES, ENTRY_STATE_AT};
 use crate::state::{DHnsw, Layout};
 use crate::subgraph::SubGraph;
 use parking_lot::Mutex;
@@ -108,69 +108,163 @@ pub fn read_range(mem: &dyn RemoteMemory, region: Region, lo: u64, hi: u64) -> R
     Ok(out)
 }
 
+/// A partition as a fetch brought it: its number, its bytes, and the table
+/// entry they were read under (checked against the partition's state).
+pub(crate) type Fetched = (u32, Vec<u8>, Entry);
+
+/// Fetch attempts of a partition a writer keeps busy, before waiting
+/// between them.
+const SPIN: u32 = 3;
+
 impl DHnsw {
     /// Fetches partitions `parts` (one READ each), `chain` READs per
     /// doorbell, handing each chain's graphs to `got` as they arrive.
+    ///
+    /// Each partition is read as `[READ its entry, READ its bytes, READ its
+    /// state]` in one doorbell: the bytes count only when the entry's state
+    /// is even (no writer inside), equals the state read after them, and
+    /// the entry is the one the bytes' range came from. A partition whose
+    /// entry has moved on (another writer published) is read again with the
+    /// new entry; one a writer is inside is read again after a pause, until
+    /// the memory node's timeout.
     pub(crate) fn fetch_chains(
         &self,
         lay: &Layout,
         parts: &[u32],
         chain: usize,
-        mut got: impl FnMut(Vec<(u32, Vec<u8>)>) -> Result<()>,
+        mut got: impl FnMut(Vec<Fetched>) -> Result<()>,
     ) -> Result<()> {
         let rec = lay.record();
-        let range = |p: u32| {
-            lay.table[p as usize]
-                .range(rec)
-                .expect("ranges are checked when the table is read")
-        };
-        // Chains of at most `chain` READs whose replies fit a frame.
-        let mut chunks: Vec<&[u32]> = Vec::new();
-        let mut start = 0;
-        let mut bytes = 0u64;
-        for (i, &p) in parts.iter().enumerate() {
-            let (lo, hi) = range(p);
-            if i > start && (i - start == chain.max(1) || bytes + (hi - lo) > CHAIN_READ_BYTES) {
-                chunks.push(&parts[start..i]);
-                (start, bytes) = (i, 0);
-            }
-            bytes += hi - lo;
-        }
-        if start < parts.len() {
-            chunks.push(&parts[start..]);
-        }
-        for c in chunks {
-            if let [p] = c {
-                let (lo, hi) = range(*p);
-                if hi - lo > CHAIN_READ_BYTES {
-                    // Larger than a reply frame holds: READs of pieces.
-                    got(vec![(*p, read_range(&*self.mem, lay.region, lo, hi)?)])?;
-                    continue;
+        let mut want: Vec<(u32, Entry)> =
+            parts.iter().map(|&p| (p, lay.table[p as usize])).collect();
+        let started = std::time::Instant::now();
+        let mut round = 0u32;
+        while !want.is_empty() {
+            let mut again = Vec::new();
+            for c in chunks(&want, rec, chain) {
+                let mut out = Vec::with_capacity(c.len());
+                for (p, e, fresh, bytes) in self.read_checked(lay, c, rec)? {
+                    match (fresh, bytes) {
+                        (_, Some(b)) => out.push((p, b, e)),
+                        (next, None) => again.push((p, next.unwrap_or(e))),
+                    }
+                }
+                if !out.is_empty() {
+                    got(out)?;
                 }
             }
-            let wrs: Vec<Verb> = c
-                .iter()
-                .map(|&p| {
-                    let (lo, hi) = range(p);
-                    Verb::Read {
-                        region: lay.region.id,
-                        offset: lo,
-                        len: (hi - lo) as u32,
-                    }
-                })
-                .collect();
-            let mut out = Vec::with_capacity(c.len());
-            for (&p, comp) in c.iter().zip(self.mem.post(&wrs)?) {
-                out.push((p, comp.into_data()?));
+            want = again;
+            if want.is_empty() {
+                break;
             }
-            got(out)?;
+            round += 1;
+            if started.elapsed() > std::time::Duration::from_millis(self.params.timeout_ms) {
+                return Err(Error::unavailable(format!(
+                    "d-hnsw: partition {} stayed busy (a writer inside) for {} ms",
+                    want[0].0, self.params.timeout_ms
+                )));
+            }
+            if round > SPIN {
+                std::thread::sleep(std::time::Duration::from_micros(50 << round.min(10)));
+            }
         }
         Ok(())
     }
 
-    /// Deserialises a fetched partition.
-    pub(crate) fn decode_part(&self, lay: &Layout, p: u32, bytes: &[u8]) -> Result<SubGraph> {
-        let e = &lay.table[p as usize];
+    /// One doorbell (or, for a partition larger than a reply frame, READs
+    /// of pieces) for `c`: per partition, the entry it was read under, the
+    /// newer entry to read it again with (if its entry moved on), and its
+    /// bytes when they count.
+    #[allow(clippy::type_complexity)]
+    fn read_checked(
+        &self,
+        lay: &Layout,
+        c: &[(u32, Entry)],
+        rec: u64,
+    ) -> Result<Vec<(u32, Entry, Option<Entry>, Option<Vec<u8>>)>> {
+        let entry_at = |p: u32| lay.header.table_off + u64::from(p) * ENTRY_BYTES;
+        let mut wrs = Vec::with_capacity(3 * c.len());
+        let mut big = Vec::new();
+        for &(p, e) in c {
+            let (lo, hi) = e.range(rec).ok_or_else(|| {
+                Error::corrupted(format!("d-hnsw partition {p}: its bytes overflow"))
+            })?;
+            wrs.push(Verb::Read {
+                region: lay.region.id,
+                offset: entry_at(p),
+                len: ENTRY_BYTES as u32,
+            });
+            if hi - lo > CHAIN_READ_BYTES {
+                // Larger than a reply frame holds: read in pieces below.
+                big.push((lo, hi));
+                wrs.push(Verb::Read {
+                    region: lay.region.id,
+                    offset: lo,
+                    len: 0,
+                });
+            } else {
+                wrs.push(Verb::Read {
+                    region: lay.region.id,
+                    offset: lo,
+                    len: (hi - lo) as u32,
+                });
+            }
+            wrs.push(Verb::Read {
+                region: lay.region.id,
+                offset: entry_at(p) + ENTRY_STATE_AT,
+                len: 8,
+            });
+        }
+        let mut done = self.mem.post(&wrs)?.into_iter();
+        let mut big = big.into_iter();
+        let mut out = Vec::with_capacity(c.len());
+        for &(p, e) in c {
+            let head = done.next().expect("a completion per request").into_data()?;
+            let mut bytes = done.next().expect("a completion per request").into_data()?;
+            let tail = done.next().expect("a completion per request").into_data()?;
+            let mut after = u64::from_le_bytes(tail[..8].try_into().expect("8 bytes"));
+            if bytes.is_empty() {
+                if let Some((lo, hi)) = big.next() {
+                    // Read in pieces after the doorbell: the state is read
+                    // once more behind them.
+                    bytes = read_range(&*self.mem, lay.region, lo, hi)?;
+                    let s = self.mem.read(lay.region, entry_at(p) + ENTRY_STATE_AT, 8)?;
+                    let s = u64::from_le_bytes(s[..8].try_into().expect("8 bytes"));
+                    if s != after {
+                        after = u64::MAX;
+                    }
+                }
+            }
+            // The state first: an entry a writer is inside may be torn, and
+            // is not decoded at all.
+            let state = u64::from_le_bytes(
+                head[ENTRY_STATE_AT as usize..ENTRY_STATE_AT as usize + 8]
+                    .try_into()
+                    .expect("8 bytes"),
+            );
+            let stable = (state % 2 == 0 && state == after) || trust_torn_reads();
+            if !stable {
+                out.push((p, e, None, None));
+                continue;
+            }
+            let now = Entry::decode_table(&head, 1, rec, lay.header.region_size)?[0];
+            if now == e {
+                out.push((p, e, None, Some(bytes)));
+            } else {
+                out.push((p, e, Some(now), None));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deserialises partition `p`'s bytes, read under entry `e`.
+    pub(crate) fn decode_part(
+        &self,
+        lay: &Layout,
+        e: &Entry,
+        p: u32,
+        bytes: &[u8],
+    ) -> Result<SubGraph> {
         let h = &lay.header;
         SubGraph::decode(
             bytes,
@@ -190,8 +284,8 @@ impl DHnsw {
         }
         let mut g = None;
         self.fetch_chains(lay, &[p], 1, |mut v| {
-            let (_, b) = v.pop().expect("one read");
-            g = Some(self.decode_part(lay, p, &b)?);
+            let (_, b, e) = v.pop().expect("one read");
+            g = Some(self.decode_part(lay, &e, p, &b)?);
             Ok(())
         })?;
         let g = std::sync::Arc::new(g.expect("fetched"));
@@ -358,4 +452,41 @@ impl Graph for RemoteGraph<'_> {
             self.m
         }
     }
+}
+
+/// `want` in chains of at most `chain` partitions whose replies fit a
+/// frame (a partition larger than a frame alone).
+fn chunks(want: &[(u32, Entry)], rec: u64, chain: usize) -> Vec<&[(u32, Entry)]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0u64;
+    for (i, (_, e)) in want.iter().enumerate() {
+        let n = e.range(rec).map_or(0, |(lo, hi)| hi - lo);
+        if i > start && (i - start == chain.max(1) || bytes + n > CHAIN_READ_BYTES) {
+            out.push(&want[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += n;
+    }
+    if start < want.len() {
+        out.push(&want[start..]);
+    }
+    out
+}
+
+/// A switch of the interleaving test's mutation check: take every read as
+/// if no writer were inside (what this state check prevents).
+#[cfg(test)]
+pub(crate) static TRUST_TORN: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(test)]
+fn trust_torn_reads() -> bool {
+    TRUST_TORN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn trust_torn_reads() -> bool {
+    false
 }

@@ -19,9 +19,17 @@ pub const BLOB_MAGIC: &[u8; 8] = b"VTDHBLB\0";
 /// Bytes of a blob's own header.
 pub const BLOB_HEADER: usize = 48;
 /// Bytes of one partition-table entry.
-pub const ENTRY_BYTES: u64 = 64;
+pub const ENTRY_BYTES: u64 = 128;
+/// Offset of the state word inside an entry: the partition's version,
+/// raised by 1 (to odd) when a writer begins changing the partition and by
+/// 1 again (to even) when it has published the change; readers check it
+/// before and after what they read (a seqlock).
+pub const ENTRY_STATE_AT: u64 = 64;
 /// Offset of the overflow count word inside an entry.
 pub const ENTRY_COUNT_AT: u64 = 24;
+/// Offsets of the header's epoch and alloc_end words.
+pub const EPOCH_AT: u64 = 40;
+pub const ALLOC_END_AT: u64 = 72;
 /// Offset of the header's live-count word (changed by FETCH_ADD).
 pub const LIVE_AT: u64 = 88;
 /// Offset of the header's word counting the label map's taken buckets
@@ -216,6 +224,9 @@ pub struct Entry {
     pub gap_hi: u64,
     /// Offset of the first node record inside the blob.
     pub records_at: u64,
+    /// The partition's version (see [`ENTRY_STATE_AT`]): odd while a writer
+    /// changes it.
+    pub state: u64,
 }
 
 impl Entry {
@@ -230,7 +241,13 @@ impl Entry {
         b[40..48].copy_from_slice(&self.gap_lo.to_le_bytes());
         b[48..56].copy_from_slice(&self.gap_hi.to_le_bytes());
         b[56..64].copy_from_slice(&self.records_at.to_le_bytes());
+        b[64..72].copy_from_slice(&self.state.to_le_bytes());
         b
+    }
+
+    /// Whether a writer is changing the partition (its state is odd).
+    pub fn busy(&self) -> bool {
+        self.state % 2 == 1
     }
 
     /// Decodes the table (`k` entries) and checks every blob and gap lies
@@ -257,7 +274,9 @@ impl Entry {
                 gap_lo: r.u64()?,
                 gap_hi: r.u64()?,
                 records_at: r.u64()?,
+                state: r.u64()?,
             };
+            r.bytes((ENTRY_BYTES - 72) as usize)?;
             let (lo, hi) = e.range(record).ok_or_else(|| {
                 Error::corrupted(format!("d-hnsw partition {i}: its bytes overflow"))
             })?;
@@ -585,7 +604,9 @@ mod tests {
             gap_lo: 500,
             gap_hi: 1000,
             records_at: 56,
+            state: 7,
         };
+        assert!(e.busy() && !Entry { state: 8, ..e }.busy());
         let rec = h.record as u64;
         let mut t = e.encode().to_vec();
         t.extend_from_slice(

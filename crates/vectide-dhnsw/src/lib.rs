@@ -45,6 +45,8 @@
 mod builder;
 mod engine;
 pub mod fetch;
+#[cfg(test)]
+mod interleave_tests;
 pub mod labelmap;
 pub mod layout;
 pub mod params;

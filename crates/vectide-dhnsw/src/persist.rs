@@ -166,7 +166,8 @@ pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
         ));
     }
     let rec = u64::from(h.record);
-    let t = &image[h.table_off as usize..(h.table_off + u64::from(h.k) * 64) as usize];
+    let t = &image[h.table_off as usize
+        ..(h.table_off + u64::from(h.k) * crate::layout::ENTRY_BYTES) as usize];
     let table = Entry::decode_table(t, h.k, rec, h.alloc_end)?;
     let meta_b = &image[h.meta_off as usize..(h.meta_off + h.meta_len) as usize];
     let meta = SubGraph::decode(

@@ -6,7 +6,8 @@
 //! thread posts the next chain while the pool deserialises and searches
 //! the one that arrived; each query's results are merged at the end.
 
-use crate::fetch::RemoteGraph;
+use crate::fetch::{Fetched, RemoteGraph};
+use crate::layout::{Entry, ENTRY_BYTES, ENTRY_STATE_AT};
 use crate::params::Fetch;
 use crate::state::{DHnsw, Layout, Timing};
 use crate::subgraph::SubGraph;
@@ -62,6 +63,49 @@ impl DHnsw {
             .collect()
     }
 
+    /// An attached node's copy of the partition table brought up to date
+    /// (one READ of the table): a partition whose entry moved on (its
+    /// builder published into it) leaves the LRU and is read under its new
+    /// entry. An entry a writer is inside is left as it was (the fetch's
+    /// state check reads it again).
+    fn refresh_table(&self) -> Result<()> {
+        let (region, at, k, rec, size) = {
+            let g = self.layout.read();
+            let Some(l) = g.as_ref() else {
+                return Ok(());
+            };
+            let k = l.table.len() as u64;
+            (
+                l.region,
+                l.header.table_off,
+                k,
+                l.record(),
+                l.header.region_size,
+            )
+        };
+        let bytes = crate::fetch::read_range(&*self.mem, region, at, at + k * ENTRY_BYTES)?;
+        let mut fresh = Vec::with_capacity(k as usize);
+        for (p, b) in bytes.chunks_exact(ENTRY_BYTES as usize).enumerate() {
+            // An entry a writer is inside may be torn: left undecoded.
+            let s = &b[ENTRY_STATE_AT as usize..ENTRY_STATE_AT as usize + 8];
+            if u64::from_le_bytes(s.try_into().expect("8 bytes")) % 2 == 0 {
+                fresh.push((p, Entry::decode_table(b, 1, rec, size)?[0]));
+            }
+        }
+        let mut g = self.layout.write();
+        let Some(lay) = g.as_mut().filter(|l| l.region == region) else {
+            return Ok(());
+        };
+        let mut lru = self.cache.lock();
+        for (p, new) in fresh {
+            if lay.table[p] != new {
+                lay.table[p] = new;
+                lru.remove(p as u32);
+            }
+        }
+        Ok(())
+    }
+
     /// Searches prepared queries `qs` (row-major).
     pub(crate) fn search_prepared(
         &self,
@@ -71,6 +115,9 @@ impl DHnsw {
         filter: Option<Filter<'_>>,
     ) -> Result<Vec<Vec<Neighbor>>> {
         let nq = qs.len() / self.dim;
+        if self.attached {
+            self.refresh_table()?;
+        }
         let guard = self.layout.read();
         let Some(lay) = guard.as_ref() else {
             return Ok(vec![Vec::new(); nq]);
@@ -140,14 +187,14 @@ impl DHnsw {
             }
             sub_ns += t.elapsed().as_nanos() as u64;
             let mut fetched: Vec<(u32, Arc<SubGraph>)> = Vec::with_capacity(missing.len());
-            let mut work = |chunk: Vec<(u32, Vec<u8>)>, sub_ns: &mut u64| -> Result<()> {
+            let mut work = |chunk: Vec<Fetched>, sub_ns: &mut u64| -> Result<()> {
                 let t = Instant::now();
                 let graphs: Vec<Result<(u32, Arc<SubGraph>, Answers)>> = self.install(|| {
                     chunk
                         .par_iter()
-                        .map(|(p, bytes)| {
+                        .map(|(p, bytes, e)| {
                             let t = Instant::now();
-                            let g = Arc::new(self.decode_part(lay, *p, bytes)?);
+                            let g = Arc::new(self.decode_part(lay, e, *p, bytes)?);
                             Timing::add(&self.timing.decode_ns, t.elapsed().as_nanos() as u64);
                             let a = self.search_part(&g, qs, &groups[p], k, ef, filter);
                             Ok((*p, g, a))
@@ -164,7 +211,7 @@ impl DHnsw {
             };
             if self.params.pipeline && missing.len() > chain {
                 // Fetch stage on a thread of its own, one chain ahead.
-                let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<(u32, Vec<u8>)>>>(1);
+                let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Fetched>>>(1);
                 let fetch_res = std::thread::scope(|sc| -> Result<u64> {
                     let h = sc.spawn(|| {
                         let t = Instant::now();

@@ -288,6 +288,29 @@ impl DHnsw {
                 )
             }
         };
+        DHnsw::assemble(dim, metric, params, mem, local)
+    }
+
+    /// A compute node over `mem`, any transport to a memory node (an ibverbs
+    /// one would do): a new index, built by its first insert.
+    pub fn over(
+        dim: usize,
+        metric: Metric,
+        params: &vectide_core::Params,
+        mem: Arc<dyn RemoteMemory>,
+    ) -> Result<DHnsw> {
+        vectide_core::limits::check_dim(dim)?;
+        let params = DhnswParams::from_params(params)?;
+        DHnsw::assemble(dim, metric, params, mem, None)
+    }
+
+    fn assemble(
+        dim: usize,
+        metric: Metric,
+        params: DhnswParams,
+        mem: Arc<dyn RemoteMemory>,
+        local: Option<Arc<Regions>>,
+    ) -> Result<DHnsw> {
         Ok(DHnsw {
             dim,
             metric,

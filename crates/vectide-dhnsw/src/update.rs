@@ -7,10 +7,9 @@
 //! partition whose gap is full is rebuilt elsewhere. A delete writes the
 //! node's tombstone flag (searches walk through it, never return it).
 
-use crate::fetch::post_writes;
 use crate::layout::{
-    encode_list, encode_record, DELETED, ENTRY_BYTES, ENTRY_COUNT_AT, KEYS_AT, LIVE_AT,
-    RECORD_FLAGS_AT, RECORD_LIST_AT,
+    encode_list, encode_record, DELETED, ENTRY_BYTES, ENTRY_COUNT_AT, ENTRY_STATE_AT, KEYS_AT,
+    LIVE_AT, RECORD_FLAGS_AT, RECORD_LIST_AT,
 };
 use crate::state::{DHnsw, Layout, Loc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -284,16 +283,22 @@ impl DHnsw {
             new_locs.push((g.labels[node as usize], p, node));
         }
         let count = e.count + u64::from(g.len() as u32 - first_new);
-        // The count last, in a phase of its own: a reader that fetches the
-        // partition sees the new records only once they are all written,
-        // and on a backing file they are durable before the count is.
-        let publish = vec![(
-            lay.header.table_off + u64::from(p) * ENTRY_BYTES + ENTRY_COUNT_AT,
-            count.to_le_bytes().to_vec(),
-        )];
+        // The partition's state odd, the records and lists, the count, the
+        // state even, each phase on its own (durable in turn on a backing
+        // file): a reader sees the new records only once they are all
+        // written, and a reader that read while they were being written
+        // sees the state change and reads again.
+        let at = lay.header.table_off + u64::from(p) * ENTRY_BYTES;
+        let state = |s: u64| vec![(at + ENTRY_STATE_AT, s.to_le_bytes().to_vec())];
+        let publish = vec![(at + ENTRY_COUNT_AT, count.to_le_bytes().to_vec())];
         // The map and the table change only once the node holds the writes.
-        crate::fetch::post_phases(&*self.mem, lay.region, vec![writes, publish])?;
+        crate::fetch::post_phases(
+            &*self.mem,
+            lay.region,
+            vec![state(e.state + 1), writes, publish, state(e.state + 2)],
+        )?;
         lay.table[p as usize].count = count;
+        lay.table[p as usize].state = e.state + 2;
         let g = Arc::new(g);
         let mut lru = self.cache.lock();
         lru.remove(p);
@@ -337,17 +342,41 @@ impl DHnsw {
         if gone.is_empty() {
             return Ok(0);
         }
-        let writes = gone
-            .iter()
-            .map(|(_, l)| {
-                let e = &lay.table[l.part as usize];
+        // Per partition touched: its state odd, the tombstones, its state
+        // even (a reader holding the partition sees the version change).
+        let mut by_part: BTreeMap<u32, Vec<(u64, Vec<u8>)>> = BTreeMap::new();
+        for (_, l) in &gone {
+            let e = &lay.table[l.part as usize];
+            by_part.entry(l.part).or_default().push((
+                e.node_at(u64::from(l.node), rec) + RECORD_FLAGS_AT,
+                DELETED.to_le_bytes().to_vec(),
+            ));
+        }
+        let state_at = |p: u32| lay.header.table_off + u64::from(p) * ENTRY_BYTES + ENTRY_STATE_AT;
+        let odd = by_part
+            .keys()
+            .map(|&p| {
                 (
-                    e.node_at(u64::from(l.node), rec) + RECORD_FLAGS_AT,
-                    DELETED.to_le_bytes().to_vec(),
+                    state_at(p),
+                    (lay.table[p as usize].state + 1).to_le_bytes().to_vec(),
                 )
             })
             .collect();
-        post_writes(&*self.mem, lay.region, writes)?;
+        let even = by_part
+            .keys()
+            .map(|&p| {
+                (
+                    state_at(p),
+                    (lay.table[p as usize].state + 2).to_le_bytes().to_vec(),
+                )
+            })
+            .collect();
+        let parts: Vec<u32> = by_part.keys().copied().collect();
+        let flags = by_part.into_values().flatten().collect();
+        crate::fetch::post_phases(&*self.mem, lay.region, vec![odd, flags, even])?;
+        for p in parts {
+            lay.table[p as usize].state += 2;
+        }
         if !replacing {
             let swaps: Vec<_> = gone
                 .iter()

@@ -217,6 +217,18 @@ fn over_tcp_to_a_memory_node() {
         again.search_batch(qs, 10, &sp, None).unwrap().len(),
         qs.len() / DIM
     );
+    // The attached node reads the table again each batch: the new points
+    // are found there too, each as its own nearest.
+    let every = SearchParams {
+        nprobe: Some(64),
+        ef: Some(64),
+        ..Default::default()
+    };
+    let hits = again
+        .search_batch(&more[..40 * DIM], 1, &every, None)
+        .unwrap();
+    let found: Vec<u64> = hits.iter().map(|h| h[0].id).collect();
+    assert_eq!(found, (5000..5040).collect::<Vec<u64>>());
     idx.insert(3, &(6000..9000).collect::<Vec<u64>>(), &more)
         .unwrap();
     let moved = idx
