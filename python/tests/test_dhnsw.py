@@ -67,12 +67,17 @@ def test_an_index_on_a_memory_node_searches_saves_and_is_inspected(tmp_path):
         rows = json.loads(out.stdout)
         assert rows["partitions"] == 14 and rows["live"] == 2800 - len(gone), rows
         # A second compute node attaches to the named region: the same
-        # answers; it may not write it; another dimension is refused.
+        # answers; its writes are seen by the first; another dimension is
+        # refused.
         peer = vectide.Index(24, "l2", engine="d-hnsw", memnode=node.address, region="py1")
         assert len(peer) == 2800 - len(gone)
         assert (peer.search(q, k=10, nprobe=14)[0] == ix.search(q, k=10, nprobe=14)[0]).all()
-        with pytest.raises(ValueError, match="attached to region"):
-            peer.add(np.array([1], dtype=np.uint64), base[:1])
+        peer.add(np.array([1], dtype=np.uint64), base[2:3])
+        assert peer.delete(np.array([2], dtype=np.uint64)) == 1
+        assert len(ix) == 2800 - len(gone) - 1
+        assert np.allclose(np.asarray(ix.get(1)).ravel(), base[2])
+        with pytest.raises(KeyError):
+            ix.get(2)
         with pytest.raises(ValueError, match="holds a 24-d l2 index, this one is 8-d"):
             vectide.Index(8, "l2", engine="d-hnsw", memnode=node.address, region="py1")
         # Saved, then opened with the naive fetch: the same answers, far more round trips.

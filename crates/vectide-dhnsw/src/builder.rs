@@ -8,10 +8,10 @@
 //! outgrows it twice over is partitioned afresh into a new region.
 
 use crate::fetch::post_writes;
-use crate::labelmap::{LabelMap, Slot};
+use crate::labelmap::LabelMap;
 use crate::layout::{
-    encode_blob, record_bytes, Entry, GraphParts, Header, ALLOC_END_AT, ENTRY_BYTES,
-    ENTRY_STATE_AT, EPOCH_AT, HEADER_BYTES,
+    encode_blob, record_bytes, Entry, GraphParts, Header, ALLOC_END_AT, ENTRY_BYTES, EPOCH_AT,
+    HEADER_BYTES,
 };
 use crate::state::{DHnsw, Layout, Loc};
 use crate::subgraph::SubGraph;
@@ -27,6 +27,11 @@ use vectide_remote::Region;
 
 /// Rows placed in a partition: (label, partition, node), for the label map.
 pub(crate) type Placed = Vec<(u64, u32, u32)>;
+
+/// A rebuilt partition: its graph, its new rows (to name in the label map),
+/// its nodes whose label moved on meanwhile (to tombstone), and whether
+/// the index moved to a new region instead (nothing left to publish).
+pub(crate) type Rebuilt = (Arc<SubGraph>, Placed, Vec<(u32, u32, u64)>, bool);
 
 /// A layout just written: its region, header and table, and each live
 /// label's bucket in its label map.
@@ -430,9 +435,15 @@ impl DHnsw {
         Ok(())
     }
 
-    /// Rebuilds partition `p` from its live nodes and `extra` new rows at
-    /// the end of the region, with a gap of its own (its old bytes are
-    /// dead). Returns the new graph. The caller holds the write lock.
+    /// Rebuilds partition `p`, held at odd state `held`, from its live
+    /// nodes that the label map still names there (a node another writer
+    /// replaced or deleted meanwhile is left behind) and `extra` new rows,
+    /// into an area taken from the region's end by FETCH_ADD, with a gap of
+    /// its own (its old bytes are dead); publishes it (the state even) and
+    /// points the kept labels at their new nodes by CAS (a label changed in
+    /// between has its new node tombstoned). Returns the new graph and the
+    /// new rows as (label, partition, node) for the caller to map.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn rebuild_part(
         &self,
         lay: &mut Layout,
@@ -440,21 +451,45 @@ impl DHnsw {
         old: &SubGraph,
         extra: (&[u64], &[f32]),
         seq: u64,
-    ) -> Result<(Arc<SubGraph>, Placed)> {
-        let (mut labels, mut vectors) = old.live_rows();
+        held: u64,
+    ) -> Result<Rebuilt> {
+        // A label among the new rows (an upsert) is not carried over: its
+        // new row replaces it.
+        let fresh: HashSet<u64> = extra.0.iter().copied().collect();
+        let live: Vec<u32> = (0..old.len() as u32)
+            .filter(|&n| !old.is_deleted(n) && !fresh.contains(&old.labels[n as usize]))
+            .collect();
+        let live_labels: Vec<u64> = live.iter().map(|&n| old.labels[n as usize]).collect();
+        let found = lay.map.get_many(&*self.mem, &live_labels)?;
+        let mut kept: HashMap<u64, crate::labelmap::Found> = HashMap::new();
+        let (mut labels, mut vectors) = (Vec::new(), Vec::new());
+        for ((&n, &l), f) in live.iter().zip(&live_labels).zip(found) {
+            if let Some(f) = f.filter(|f| f.value.present && (f.value.part, f.value.slot) == (p, n))
+            {
+                kept.insert(l, f);
+                labels.push(l);
+                vectors.extend_from_slice(vectide_graph::Graph::vector(old, n));
+            }
+        }
         labels.extend_from_slice(extra.0);
         vectors.extend_from_slice(extra.1);
         let parts = self.build_graph(&labels, &vectors, self.params.seed ^ u64::from(p) ^ seq)?;
         let blob = encode_blob(&parts, p);
         let rec = lay.record();
-        let off = lay.header.alloc_end.next_multiple_of(8);
         let gap = self.gap_records(labels.len()) * rec;
-        let end = off + blob.len() as u64 + gap;
+        let size = (blob.len() as u64 + gap).next_multiple_of(8);
+        let off = self.mem.fetch_add(lay.region, ALLOC_END_AT, size)?;
+        let end = off + size;
         if end > lay.header.region_size {
             self.relayout(lay, Some((p, &parts)))?;
             self.timing.rebuilds.fetch_add(1, Ordering::Relaxed);
-            let rows = self.map_part(lay, p, &parts, false)?;
-            return Ok((Arc::new(SubGraph::from_parts(&parts)), rows));
+            let rows = self.renumber_local(p, &parts, &kept);
+            return Ok((
+                Arc::new(SubGraph::from_parts(&parts)),
+                rows,
+                Vec::new(),
+                true,
+            ));
         }
         let old_e = lay.table[p as usize];
         let e = Entry {
@@ -467,84 +502,76 @@ impl DHnsw {
             gap_lo: off + blob.len() as u64,
             gap_hi: end,
             records_at: blob_records_at(&blob),
-            state: old_e.state + 2,
+            state: held + 1,
         };
-        let mut header = lay.header.clone();
-        header.alloc_end = end;
-        header.epoch += 1;
-        // The partition's state odd; the blob; the entry that points at it
-        // (still odd); then the state even and the header's words (each
-        // phase durable before the next on a backing file).
-        let at = lay.header.table_off + u64::from(p) * ENTRY_BYTES;
-        let writing = Entry {
-            state: old_e.state + 1,
-            ..e
-        };
+        // Under the odd state: the blob, then the entry that points at it
+        // (still odd), each phase durable before the next on a backing
+        // file; the caller publishes (the state even) once the label map
+        // names every node of the new blob.
+        let at = lay.entry_at(p);
+        let writing = Entry { state: held, ..e };
         crate::fetch::post_phases(
             &*self.mem,
             lay.region,
-            vec![
-                vec![(at + ENTRY_STATE_AT, writing.state.to_le_bytes().to_vec())],
-                vec![(off, blob)],
-                vec![(at, writing.encode().to_vec())],
-                vec![
-                    (at + ENTRY_STATE_AT, e.state.to_le_bytes().to_vec()),
-                    (EPOCH_AT, header.epoch.to_le_bytes().to_vec()),
-                    (ALLOC_END_AT, header.alloc_end.to_le_bytes().to_vec()),
-                ],
-            ],
+            vec![vec![(off, blob)], vec![(at, writing.encode().to_vec())]],
         )?;
+        let epoch = self.mem.fetch_add(lay.region, EPOCH_AT, 1)? + 1;
         self.timing.rebuilds.fetch_add(1, Ordering::Relaxed);
         self.timing
             .dead_bytes
             .fetch_add(old_e.blob_len + old_e.count * rec, Ordering::Relaxed);
-        lay.table[p as usize] = e;
-        lay.header = header;
-        let rows = self.map_part(lay, p, &parts, true)?;
-        Ok((Arc::new(SubGraph::from_parts(&parts)), rows))
+        lay.table[p as usize] = writing;
+        lay.header.alloc_end = lay.header.alloc_end.max(end);
+        lay.header.epoch = epoch;
+        // The kept labels to their new nodes.
+        let mut swaps = Vec::new();
+        let mut rows = Vec::new();
+        for (node, &l) in parts.labels.iter().enumerate() {
+            match kept.get(&l) {
+                Some(f) => swaps.push((l, node as u32, f.bucket, f.value)),
+                None => rows.push((l, p, node as u32)),
+            }
+        }
+        let cas: Vec<_> = swaps
+            .iter()
+            .map(|&(_, node, b, v)| (b, v, v.at(p, node)))
+            .collect();
+        let seen = lay.map.swap_many(&*self.mem, &cas)?;
+        let mut stale = Vec::new();
+        {
+            let mut map = self.labels.write();
+            for (&(l, node, b, v), got) in swaps.iter().zip(seen) {
+                if got == v {
+                    let seq = map.get(&l).map_or(0, |o| o.seq);
+                    map.insert(l, Loc::at(p, node, seq, b, v.at(p, node).version));
+                } else {
+                    stale.push((p, node, l));
+                }
+            }
+        }
+        let g = Arc::new(SubGraph::from_parts(&parts));
+        g.set_version(held + 1);
+        Ok((g, rows, stale, false))
     }
 
-    /// Points the labels this compute node maps in partition `p` at their
-    /// rebuilt nodes: in the remote label map by CAS (unless `remote` is
-    /// false: a relayout wrote a fresh map) and here. Returns the other
-    /// labels of `parts` (rows new in this operation) as (label, partition,
-    /// node), for the caller to map.
-    fn map_part(&self, lay: &Layout, p: u32, parts: &GraphParts, remote: bool) -> Result<Placed> {
+    /// After a relayout put partition `p`'s rebuilt graph in a fresh map:
+    /// this node's copy of the kept labels' places; returns the other
+    /// labels (new rows) for the caller to map.
+    fn renumber_local(
+        &self,
+        p: u32,
+        parts: &GraphParts,
+        kept: &HashMap<u64, crate::labelmap::Found>,
+    ) -> Placed {
         let mut map = self.labels.write();
         let mut rows = Vec::new();
-        let mut moved: Vec<(u64, Loc)> = Vec::new();
-        let mut swaps = Vec::new();
         for (node, &l) in parts.labels.iter().enumerate() {
-            match map.get(&l) {
-                Some(loc) if loc.part == p => {
-                    let node = node as u32;
-                    let to = if remote {
-                        let to = loc.slot().at(p, node);
-                        swaps.push((loc.bucket, loc.slot(), to));
-                        to
-                    } else {
-                        Slot {
-                            present: true,
-                            part: p,
-                            slot: node,
-                            version: loc.version,
-                        }
-                    };
-                    moved.push((
-                        l,
-                        Loc {
-                            node,
-                            version: to.version,
-                            ..*loc
-                        },
-                    ));
-                }
+            match (kept.contains_key(&l), map.get_mut(&l)) {
+                (true, Some(loc)) => loc.node = node as u32,
                 _ => rows.push((l, p, node as u32)),
             }
         }
-        lay.map.swap_all(&*self.mem, &swaps)?;
-        map.extend(moved);
-        Ok(rows)
+        rows
     }
 }
 

@@ -112,35 +112,33 @@ impl VectorIndex for DHnsw {
         self.search_prepared(&qs, k, params, filter)
     }
     fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
-        // The layout's lock first: a rebuild (under its write lock) renumbers
-        // a partition's nodes and the label map together.
         let guard = self.layout.read();
-        let Some(loc) = self.labels.read().get(&id).copied() else {
-            return Ok(None);
-        };
         let Some(lay) = guard.as_ref() else {
             return Ok(None);
         };
-        if let Some(g) = self.cache.lock().peek(loc.part) {
-            use vectide_graph::Graph;
-            if (loc.node as usize) < g.len() {
-                return Ok(Some(g.vector(loc.node).to_vec()));
-            }
-        }
-        let rec = lay.record();
-        let at = lay.table[loc.part as usize].node_at(u64::from(loc.node), rec)
-            + 16
-            + 4 * u64::from(lay.header.m0);
-        let b = self.mem.read(lay.region, at, 4 * self.dim as u32)?;
-        let mut v = Vec::with_capacity(self.dim);
-        vectide_core::io::ByteReader::new(&b).f32s(self.dim, &mut v)?;
-        Ok(Some(v))
+        self.read_label(lay, id)
     }
     fn contains(&self, id: u64) -> Result<bool> {
-        Ok(self.labels.read().contains_key(&id))
+        let guard = self.layout.read();
+        let Some(lay) = guard.as_ref() else {
+            return Ok(false);
+        };
+        Ok(lay
+            .map
+            .get(&*self.mem, id)?
+            .is_some_and(|f| f.value.present))
     }
     fn len(&self) -> usize {
-        self.labels.read().len()
+        // The region's live count (any compute node's writes); this node's
+        // own count when the memory node does not answer.
+        let guard = self.layout.read();
+        let Some(lay) = guard.as_ref() else {
+            return 0;
+        };
+        match self.mem.read(lay.region, crate::layout::LIVE_AT, 8) {
+            Ok(w) => u64::from_le_bytes(w[..8].try_into().expect("8 bytes")) as usize,
+            Err(_) => self.labels.read().len(),
+        }
     }
     fn flush(&self) -> Result<()> {
         Ok(())
@@ -217,52 +215,51 @@ impl VectorIndex for DHnsw {
         self.save_file(path)
     }
     fn check_structure(&self) -> Result<Vec<String>> {
+        // The region as it is now (other compute nodes may have written):
+        // every live node is named by the label map with its label, every
+        // present value names a live node, and the header counts both.
+        self.refresh_table()?;
         let mut out = Vec::new();
         let guard = self.layout.read();
         let Some(lay) = guard.as_ref() else {
             return Ok(out);
         };
-        let labels = self.labels.read();
+        let scanned = lay.map.scan(&*self.mem)?;
+        let mut named: std::collections::HashMap<(u32, u32), u64> =
+            std::collections::HashMap::new();
+        for (l, v) in &scanned {
+            if v.present && named.insert((v.part, v.slot), *l).is_some() {
+                out.push(format!("partition {} node {} named twice", v.part, v.slot));
+            }
+        }
+        let present = named.len();
         let mut live = 0usize;
-        for p in 0..lay.table.len() as u32 {
-            let g = self.part(lay, p)?;
+        let all: Vec<u32> = (0..lay.table.len() as u32).collect();
+        let mut graphs = Vec::new();
+        self.fetch_chains(lay, &all, self.params.chain_for(all.len()), |c| {
+            for (p, b, e) in c {
+                graphs.push((p, self.decode_part(lay, &e, p, &b)?));
+            }
+            Ok(())
+        })?;
+        for (p, g) in graphs {
             for node in 0..g.len() as u32 {
                 if g.is_deleted(node) {
                     continue;
                 }
                 live += 1;
                 let l = g.labels[node as usize];
-                if labels.get(&l).map(|x| (x.part, x.node)) != Some((p, node)) {
-                    out.push(format!(
-                        "partition {p} node {node}: label {l} is not mapped here"
-                    ));
+                match named.remove(&(p, node)) {
+                    Some(m) if m == l => {}
+                    other => out.push(format!(
+                        "partition {p} node {node}: label {l} is live, the label map names {other:?} there"
+                    )),
                 }
             }
         }
-        if live != labels.len() {
-            out.push(format!("{live} live nodes, {} labels", labels.len()));
-        }
-        // The remote label map names what this node maps, and the header's
-        // counters count it.
-        let scanned = lay.map.scan(&*self.mem)?;
-        let mut present = 0usize;
-        for (l, v) in &scanned {
-            if !v.present {
-                continue;
-            }
-            present += 1;
-            match labels.get(l) {
-                Some(loc) if (loc.part, loc.node, loc.version) == (v.part, v.slot, v.version) => {}
-                other => out.push(format!(
-                    "label {l}: the label map says partition {} node {} (version {}), this node {other:?}",
-                    v.part, v.slot, v.version
-                )),
-            }
-        }
-        if present != labels.len() {
+        for ((p, node), l) in named {
             out.push(format!(
-                "the label map holds {present} labels, this node {}",
-                labels.len()
+                "the label map names partition {p} node {node} for label {l}, not a live node of it"
             ));
         }
         let head = self
@@ -276,10 +273,9 @@ impl VectorIndex for DHnsw {
             )
         };
         let (live_word, keys_word) = (word(crate::layout::LIVE_AT), word(crate::layout::KEYS_AT));
-        if live_word != labels.len() as u64 || keys_word != scanned.len() as u64 {
+        if live_word != present as u64 || keys_word != scanned.len() as u64 || live != present {
             out.push(format!(
-                "the header counts {live_word} live and {keys_word} taken buckets; the map has {} and {}",
-                labels.len(),
+                "the header counts {live_word} live and {keys_word} taken buckets; the map has {present} present of {} taken, the partitions {live} live nodes",
                 scanned.len()
             ));
         }

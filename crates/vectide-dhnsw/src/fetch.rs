@@ -266,7 +266,7 @@ impl DHnsw {
         bytes: &[u8],
     ) -> Result<SubGraph> {
         let h = &lay.header;
-        SubGraph::decode(
+        let g = SubGraph::decode(
             bytes,
             e.count as usize,
             e.backward,
@@ -274,7 +274,9 @@ impl DHnsw {
             h.m as usize,
             h.m0 as usize,
             p,
-        )
+        )?;
+        g.set_version(e.state);
+        Ok(g)
     }
 
     /// A partition's graph: the LRU's, else one READ (cached after).

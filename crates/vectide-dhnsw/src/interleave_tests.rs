@@ -204,7 +204,7 @@ fn readers_between_every_8_byte_write_never_see_a_half_published_partition() {
         s.bad.len(),
         &s.bad[..s.bad.len().min(3)]
     );
-    assert!(s.answered > 100, "{} answered, {} busy", s.answered, s.busy);
+    assert!(s.answered > 20, "{} answered, {} busy", s.answered, s.busy);
     assert!(s.busy > 0, "a reader met a writer inside a partition");
     // The mutation check: reads taken whatever the state go wrong.
     let t = run(true);

@@ -291,6 +291,51 @@ impl LabelMap {
         Ok((b, at))
     }
 
+    /// [`get`](Self::get) for many labels: their first probe windows in one
+    /// doorbell per chunk; a label found in neither way there (its window
+    /// full of other labels) is looked up alone.
+    pub fn get_many(&self, mem: &dyn RemoteMemory, labels: &[u64]) -> Result<Vec<Option<Found>>> {
+        let mut out = Vec::with_capacity(labels.len());
+        for chunk in labels.chunks(CHAIN) {
+            let homes: Vec<u64> = chunk.iter().map(|&l| home(l, self.buckets)).collect();
+            let wrs: Vec<Verb> = homes
+                .iter()
+                .map(|&h| Verb::Read {
+                    region: self.region.id,
+                    offset: self.bucket_at(h),
+                    len: (WINDOW.min(self.buckets - h) * BUCKET_BYTES) as u32,
+                })
+                .collect();
+            for (i, c) in mem.post(&wrs)?.into_iter().enumerate() {
+                let key = key_of(chunk[i])?;
+                let d = c.into_data()?;
+                let mut got = None;
+                let mut settled = false;
+                for (j, kv) in d.chunks_exact(BUCKET_BYTES as usize).enumerate() {
+                    let k = word(&kv[..8]);
+                    if k == key {
+                        got = Some(Found {
+                            bucket: homes[i] + j as u64,
+                            value: Slot::decode(word(&kv[8..])),
+                        });
+                        settled = true;
+                        break;
+                    }
+                    if k == 0 {
+                        settled = true;
+                        break;
+                    }
+                }
+                out.push(if settled {
+                    got
+                } else {
+                    self.get(mem, chunk[i])?
+                });
+            }
+        }
+        Ok(out)
+    }
+
     /// [`claim`](Self::claim) for many labels: their probe windows in one
     /// doorbell, the empty keys taken by CAS in a second; a label whose
     /// window is full or whose CAS lost to another label is claimed alone.

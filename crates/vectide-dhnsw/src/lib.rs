@@ -21,7 +21,9 @@
 //! - `fetch`: partitions fetched in doorbell chains, one round trip each,
 //!   or node by node (the naive baseline's `RemoteGraph`);
 //! - `search`: batched search, grouped by partition, pipelined;
-//! - `update`: inserts into the gaps and tombstone deletes, from this one
+//! - `locks`: partitions taken and published by CAS of their state word,
+//!   tombstones written under them, labels read back under them;
+//! - `update`: inserts into the gaps and tombstone deletes, from any
 //!   compute node, each published in the label map by CAS;
 //! - [`labelmap`]: the remote label map (label → partition, slot,
 //!   version), changed only by CAS;
@@ -38,9 +40,12 @@
 //! for twice its partitions is partitioned afresh into a new region.
 //!
 //! A compute node created with `region = NAME` that the memory node already
-//! holds attaches to it (header, dimension and metric checked, the label
-//! map read from the partitions) and may search and read it; only the
-//! compute node that built a region writes it.
+//! holds attaches to it (header, dimension and metric checked, the labels
+//! read from the label map) and searches, reads and writes it like the
+//! compute node that built it: writers take partitions by CAS of their
+//! state word (`locks`), publish labels in the remote label map by CAS, and
+//! readers check the state around what they read. Moving the index to a
+//! new region is still done by one compute node alone.
 
 mod builder;
 mod engine;
@@ -49,6 +54,7 @@ pub mod fetch;
 mod interleave_tests;
 pub mod labelmap;
 pub mod layout;
+mod locks;
 pub mod params;
 pub mod persist;
 mod search;

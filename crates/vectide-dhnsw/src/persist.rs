@@ -4,7 +4,7 @@
 //! file beside the build parameters; an open uploads them into a new region
 //! of the memory node it is given and reads the labels from the file's map,
 //! not over the network. A compute node naming a region the memory node
-//! holds attaches to it instead (read and search only).
+//! holds attaches to it instead.
 
 use crate::layout::{Entry, Header, HEADER_BYTES};
 use crate::params::DhnswParams;
@@ -333,15 +333,13 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
 }
 
 /// Attaches `idx` to the region its `region` parameter names, when the
-/// memory node already holds one: the header is read and checked (magic,
-/// format version, dimension, metric, the region's size), then the whole
-/// used range in doorbell chains, decoded and checked as an open checks a
-/// saved image, and the label map taken from it. Returns whether it
-/// attached (false: no such region, the first insert builds it).
-///
-/// An attached compute node searches and reads the region as it was when
-/// it attached; it does not write it (only the compute node that built a
-/// region writes it: two writers would hand out the same overflow slots).
+/// memory node already holds one (or its newest `NAME~N`): the header is
+/// read and checked (magic, format version, dimension, metric, the
+/// region's size), then the whole used range in doorbell chains, decoded
+/// and checked as an open checks a saved image, and the labels taken from
+/// its label map. Returns whether it attached (false: no such region, the
+/// first insert builds it). The attached node reads the partition table
+/// again before each search batch and writes like any writer (`locks.rs`).
 pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
     let Some(name) = idx.params.region.clone() else {
         return Ok(false);

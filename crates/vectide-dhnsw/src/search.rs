@@ -63,12 +63,12 @@ impl DHnsw {
             .collect()
     }
 
-    /// An attached node's copy of the partition table brought up to date
-    /// (one READ of the table): a partition whose entry moved on (its
+    /// This node's copy of the partition table brought up to date (one READ
+    /// of the table): a partition whose entry moved on (its
     /// builder published into it) leaves the LRU and is read under its new
     /// entry. An entry a writer is inside is left as it was (the fetch's
     /// state check reads it again).
-    fn refresh_table(&self) -> Result<()> {
+    pub(crate) fn refresh_table(&self) -> Result<()> {
         let (region, at, k, rec, size) = {
             let g = self.layout.read();
             let Some(l) = g.as_ref() else {
@@ -115,9 +115,9 @@ impl DHnsw {
         filter: Option<Filter<'_>>,
     ) -> Result<Vec<Vec<Neighbor>>> {
         let nq = qs.len() / self.dim;
-        if self.attached {
-            self.refresh_table()?;
-        }
+        // Other compute nodes may have published into partitions since
+        // this node last read the table.
+        self.refresh_table()?;
         let guard = self.layout.read();
         let Some(lay) = guard.as_ref() else {
             return Ok(vec![Vec::new(); nq]);
@@ -259,6 +259,12 @@ impl DHnsw {
             }
         }
         for r in &mut results {
+            // A label may sit in two places for a moment (a writer has
+            // published its new node and not yet tombstoned the old one):
+            // it is answered once, at its nearer place.
+            r.sort_by(by_distance_then_id);
+            let mut seen = std::collections::HashSet::with_capacity(r.len());
+            r.retain(|n| seen.insert(n.id));
             keep_nearest(r, k);
             r.sort_by(by_distance_then_id);
         }

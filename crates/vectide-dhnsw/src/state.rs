@@ -28,6 +28,16 @@ pub struct Loc {
 }
 
 impl Loc {
+    pub fn at(part: u32, node: u32, seq: u64, bucket: u64, version: u16) -> Loc {
+        Loc {
+            part,
+            node,
+            seq,
+            bucket,
+            version,
+        }
+    }
+
     /// The label map's value for this location.
     pub fn slot(&self) -> Slot {
         Slot {
@@ -236,7 +246,7 @@ pub struct DHnsw {
     pub(crate) durable: AtomicU64,
     /// The highest sequence number applied (what a save covers).
     pub(crate) applied: AtomicU64,
-    /// Attached to a region another compute node built: searches only.
+    /// Attached to a region another compute node built.
     pub(crate) attached: bool,
     pub(crate) timing: Timing,
 }
@@ -345,18 +355,6 @@ impl DHnsw {
     /// Empties the LRU of sub-HNSWs (a cold start for the next batch).
     pub fn clear_cache(&self) {
         self.cache.lock().clear();
-    }
-
-    /// Refuses a write on a compute node that attached to another's
-    /// region (see `persist::attach`).
-    pub(crate) fn check_writable(&self) -> Result<()> {
-        if self.attached {
-            let name = self.params.region.as_deref().unwrap_or_default();
-            return Err(vectide_core::Error::invalid(format!(
-                "d-hnsw: this compute node attached to region {name:?}, which another compute node built and writes; it may search and read it, not write it"
-            )));
-        }
-        Ok(())
     }
 
     /// The region's name, once built.

@@ -4,7 +4,7 @@
 //! HNSW engine of the project runs.
 
 use crate::layout::{BlobHeader, GraphParts, DELETED, NO_NODE};
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use vectide_core::io::ByteReader;
 use vectide_core::metric::DistanceFn;
 use vectide_core::{Error, Neighbor, Result};
@@ -26,6 +26,10 @@ pub struct SubGraph {
     upper: Vec<Box<[AtomicU32]>>,
     /// Bytes this graph came from (what its READ moved).
     pub wire_bytes: usize,
+    /// The partition state (an even one, `docs/format-dhnsw.md`) whose
+    /// bytes this graph holds: the LRU's copy serves a writer only while
+    /// the partition is still at it.
+    version: AtomicU64,
 }
 
 fn atomics(words: impl Iterator<Item = u32>) -> Vec<AtomicU32> {
@@ -117,6 +121,7 @@ impl SubGraph {
             list0: Vec::with_capacity(n * (1 + m0)),
             upper: (0..n).map(|_| Box::default()).collect(),
             wire_bytes: bytes.len(),
+            version: AtomicU64::new(0),
         };
         decode_upper(&mut r, &h, m, &mut g.upper)?;
         if let Some((ep, top)) = g.entry {
@@ -219,11 +224,21 @@ impl SubGraph {
             list0,
             upper,
             wire_bytes: 0,
+            version: AtomicU64::new(0),
         }
     }
 
     pub fn len(&self) -> usize {
         self.labels.len()
+    }
+
+    /// The partition state this graph's bytes are of.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    pub fn set_version(&self, v: u64) {
+        self.version.store(v, Ordering::Release);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -326,6 +341,7 @@ impl SubGraph {
                 .map(|u| load(u).into_boxed_slice())
                 .collect(),
             wire_bytes: self.wire_bytes,
+            version: AtomicU64::new(self.version()),
         }
     }
 

@@ -1,15 +1,21 @@
-//! Inserts and deletes from this compute node (part 2 makes them safe from
-//! several at once). A new point goes to the partition the meta-HNSW
-//! ranks first; its node is linked into the partition's graph on the
-//! compute node (HNSW's neighbour selection and back-link rule, layer 0),
-//! and the new record, the changed neighbour lists and the partition's
-//! overflow count are written in one doorbell chain, the count last. A
-//! partition whose gap is full is rebuilt elsewhere. A delete writes the
-//! node's tombstone flag (searches walk through it, never return it).
+//! Inserts and deletes, from any compute node attached to the region. A new
+//! point goes to the partition the meta-HNSW ranks first; the writer takes
+//! the partition (and the partner sharing its gap) by CAS of its state
+//! (`locks.rs`), links the node into the partition's graph on the compute
+//! node (HNSW's neighbour selection and back-link rule, layer 0), writes the
+//! new record and the changed neighbour lists, then the count, then the
+//! next even state (the publish). A partition whose gap is full is rebuilt
+//! elsewhere. Then the label map: each label's bucket claimed, its value
+//! swapped by CAS to the new node; a CAS that finds another value (another
+//! node changed the label meanwhile) re-reads and swaps again, the last
+//! writer winning, and whichever node a label pointed at before is
+//! tombstoned. A delete swaps the label's value to absent the same way,
+//! then tombstones its node (searches walk through tombstones, never
+//! return them).
 
+use crate::labelmap::Slot;
 use crate::layout::{
-    encode_list, encode_record, DELETED, ENTRY_BYTES, ENTRY_COUNT_AT, ENTRY_STATE_AT, KEYS_AT,
-    LIVE_AT, RECORD_FLAGS_AT, RECORD_LIST_AT,
+    encode_list, encode_record, ENTRY_COUNT_AT, ENTRY_STATE_AT, KEYS_AT, LIVE_AT, RECORD_LIST_AT,
 };
 use crate::state::{DHnsw, Layout, Loc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,25 +26,32 @@ use vectide_graph::prune::{backlink, plan_links, Backlink};
 use vectide_graph::{Graph, Scratch};
 use vectide_remote::Verb;
 
+/// What naming placed rows in the label map leaves to do once no
+/// partition is held.
+#[derive(Default)]
+pub(crate) struct Mapped {
+    /// Labels that were absent (the live count grows by these).
+    pub added: i64,
+    /// Buckets the claims took.
+    pub took: u64,
+    /// Nodes no label points at any more: (partition, node, label).
+    pub tombstones: Vec<(u32, u32, u64)>,
+}
+
 impl DHnsw {
     /// Inserts a checked batch (vectors normalised for cosine).
     pub(crate) fn insert_rows(&self, seq: Seq, ids: &[u64], vectors: &[f32]) -> Result<()> {
-        self.check_writable()?;
         let _w = self.write.lock();
-        // Replays of operations not newer than what a label holds are
-        // skipped; an upsert of a live label deletes its old node first.
+        // Replays of operations not newer than what this node last applied
+        // to a label are skipped (the label map replaces an upserted
+        // label's old node, wherever it is).
         let mut keep: Vec<usize> = Vec::with_capacity(ids.len());
-        let mut replaced: Vec<u64> = Vec::new();
         {
             let labels = self.labels.read();
             for (i, id) in ids.iter().enumerate() {
                 match labels.get(id) {
                     Some(l) if l.seq >= seq => {}
-                    Some(_) => {
-                        replaced.push(*id);
-                        keep.push(i);
-                    }
-                    None => keep.push(i),
+                    _ => keep.push(i),
                 }
             }
         }
@@ -51,7 +64,7 @@ impl DHnsw {
         if rows.is_empty() {
             return Ok(());
         }
-        let done = self.insert_kept(seq, ids, vectors, &rows, &replaced);
+        let done = self.insert_kept(seq, ids, vectors, &rows);
         if done.is_ok() {
             self.applied
                 .fetch_max(seq, std::sync::atomic::Ordering::AcqRel);
@@ -60,14 +73,7 @@ impl DHnsw {
     }
 
     /// [`insert_rows`](Self::insert_rows) of the rows kept.
-    fn insert_kept(
-        &self,
-        seq: Seq,
-        ids: &[u64],
-        vectors: &[f32],
-        rows: &[usize],
-        replaced: &[u64],
-    ) -> Result<()> {
+    fn insert_kept(&self, seq: Seq, ids: &[u64], vectors: &[f32], rows: &[usize]) -> Result<()> {
         let dim = self.dim;
         let first = self.layout.read().is_none();
         if first || self.outgrown(rows.len()) {
@@ -82,7 +88,6 @@ impl DHnsw {
                 self.repartition(seq, (&ids2, &v))
             };
         }
-        self.delete_locked(seq, replaced, true)?;
         let mut guard = self.layout.write();
         let lay = guard.as_mut().expect("built");
         // A label map that the new labels would fill past its load is laid
@@ -114,50 +119,65 @@ impl DHnsw {
                 })?;
             groups.entry(p).or_default().push(i);
         }
-        let mut placed = Vec::with_capacity(rows.len());
+        let mut all = Mapped::default();
         for (p, group) in groups {
-            placed.extend(self.insert_into(lay, p, seq, ids, vectors, &group, &mut s)?);
+            let m = self.insert_into(lay, p, seq, ids, vectors, &group, &mut s)?;
+            all.added += m.added;
+            all.took += m.took;
+            all.tombstones.extend(m.tombstones);
         }
-        self.map_new(lay, seq, &placed)
+        // With no partition held: the nodes the labels left behind.
+        self.tombstone(lay, &all.tombstones)?;
+        self.count_changes(lay, all.added, all.took)
     }
 
-    /// Maps rows just placed, (label, partition, node), in the remote label
-    /// map (each label's bucket claimed if it has none, its value swapped
-    /// by CAS from what the claim read; a value already there, as a fresh
-    /// layout writes it, is kept) and here; then the header's live and
-    /// bucket counts move by what changed.
-    fn map_new(&self, lay: &mut Layout, seq: Seq, placed: &[(u64, u32, u32)]) -> Result<()> {
+    /// Names rows just placed, (label, partition, node), in the remote
+    /// label map, with their partition still held: each label's bucket
+    /// claimed if it has none, its value swapped by CAS from what was read
+    /// (a value already there, as a fresh layout writes it, is kept); a CAS
+    /// that finds another value swaps again from it (this write is the
+    /// later one). Returns what the caller does once no partition is held:
+    /// the nodes the labels pointed at before (to tombstone) and the counts.
+    fn map_swap(&self, lay: &mut Layout, seq: Seq, placed: &[(u64, u32, u32)]) -> Result<Mapped> {
+        let mut out = Mapped::default();
+        if placed.is_empty() {
+            return Ok(out);
+        }
         let labels: Vec<u64> = placed.iter().map(|r| r.0).collect();
         let (found, took) = lay.map.claim_many(&*self.mem, &labels)?;
-        let mut swaps = Vec::new();
-        let mut locs = Vec::with_capacity(placed.len());
-        let mut added = 0u64;
-        for (&(label, part, node), f) in placed.iter().zip(&found) {
+        out.took = took;
+        let mut locs: Vec<(u64, Loc)> = Vec::with_capacity(placed.len());
+        // (row, bucket, expected, new)
+        let mut pending = Vec::new();
+        for (i, (&(label, part, node), f)) in placed.iter().zip(&found).enumerate() {
             let v = f.value;
-            let to = if v.present && (v.part, v.slot) == (part, node) {
-                v
+            if v.present && (v.part, v.slot) == (part, node) {
+                locs.push((label, Loc::at(part, node, seq, f.bucket, v.version)));
             } else {
-                let to = v.at(part, node);
-                swaps.push((f.bucket, v, to));
-                to
-            };
-            // A label that was absent is one more live; an upsert replaced a
-            // present value, and a fresh layout counted its labels already.
-            added += u64::from(!v.present);
-            locs.push((
-                label,
-                Loc {
-                    part,
-                    node,
-                    seq,
-                    bucket: f.bucket,
-                    version: to.version,
-                },
-            ));
+                pending.push((i, f.bucket, v, v.at(part, node)));
+            }
         }
-        lay.map.swap_all(&*self.mem, &swaps)?;
+        while !pending.is_empty() {
+            let swaps: Vec<_> = pending.iter().map(|&(_, b, e, n)| (b, e, n)).collect();
+            let seen = lay.map.swap_many(&*self.mem, &swaps)?;
+            let mut again = Vec::new();
+            for (&(i, bucket, expect, new), got) in pending.iter().zip(seen) {
+                let (label, part, node) = placed[i];
+                if got != expect {
+                    again.push((i, bucket, got, got.at(part, node)));
+                    continue;
+                }
+                if expect.present {
+                    out.tombstones.push((expect.part, expect.slot, label));
+                } else {
+                    out.added += 1;
+                }
+                locs.push((label, Loc::at(part, node, seq, bucket, new.version)));
+            }
+            pending = again;
+        }
         self.labels.write().extend(locs);
-        self.count_changes(lay, added as i64, took)
+        Ok(out)
     }
 
     /// Moves the header's live count by `live` and its taken-bucket count
@@ -187,8 +207,8 @@ impl DHnsw {
         Ok(())
     }
 
-    /// Places a partition's rows (into its gap, or by rebuilding it);
-    /// returns them as (label, partition, node) for the label map.
+    /// Places a partition's rows (into its gap, or by rebuilding it) and
+    /// names them in the label map, under the partition's lock.
     #[allow(clippy::too_many_arguments)]
     fn insert_into(
         &self,
@@ -199,20 +219,82 @@ impl DHnsw {
         vectors: &[f32],
         group: &[usize],
         s: &mut Scratch,
-    ) -> Result<crate::builder::Placed> {
+    ) -> Result<Mapped> {
+        // Take the partition, and the partner sharing its gap (their counts
+        // bound it together), in index order: two writers never wait on
+        // each other in a cycle. A partner that no longer shares the gap
+        // (rebuilt elsewhere meanwhile) is given back at once.
+        let mut partner = None;
+        let held = match lay.partner(p) {
+            Some(q) if q < p => {
+                partner = Some((q, self.acquire(lay, q)?));
+                self.acquire(lay, p)?
+            }
+            Some(q) => {
+                let h = self.acquire(lay, p)?;
+                partner = Some((q, self.acquire(lay, q)?));
+                h
+            }
+            None => self.acquire(lay, p)?,
+        };
+        if let Some((q, hq)) = partner {
+            if lay.partner(p) != Some(q) {
+                self.release(lay, q, hq)?;
+                partner = None;
+            }
+        }
+        let placed = self.insert_held(lay, p, held, seq, ids, vectors, group, s);
+        if let Some((q, hq)) = partner {
+            let given = self.release(lay, q, hq);
+            if placed.is_ok() {
+                given?;
+            }
+        }
+        placed
+    }
+
+    /// [`insert_into`](Self::insert_into) with `p` held at `held` (and its
+    /// partner, if it shares the gap).
+    #[allow(clippy::too_many_arguments)]
+    fn insert_held(
+        &self,
+        lay: &mut Layout,
+        p: u32,
+        held: u64,
+        seq: Seq,
+        ids: &[u64],
+        vectors: &[f32],
+        group: &[usize],
+        s: &mut Scratch,
+    ) -> Result<Mapped> {
         let dim = self.dim;
-        let old = self.part(lay, p)?;
+        let old = match self.part_held(lay, p) {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = self.release(lay, p, held);
+                return Err(e);
+            }
+        };
         if lay.room(p as usize) < group.len() as u64 {
             let labels: Vec<u64> = group.iter().map(|&i| ids[i]).collect();
             let mut v = Vec::with_capacity(group.len() * dim);
             for &i in group {
                 v.extend_from_slice(&vectors[i * dim..(i + 1) * dim]);
             }
-            let (g, rows) = self.rebuild_part(lay, p, &old, (&labels, &v), seq)?;
+            let (g, rows, stale, moved) =
+                self.rebuild_part(lay, p, &old, (&labels, &v), seq, held)?;
+            let mut mapped = self.map_swap(lay, seq, &rows)?;
+            mapped.tombstones.extend(stale);
+            if !moved {
+                // Published once the map names the new rows.
+                self.mem
+                    .write(lay.region, lay.state_at(p), &(held + 1).to_le_bytes())?;
+                lay.table[p as usize].state = held + 1;
+            }
             let mut lru = self.cache.lock();
             lru.remove(p);
             lru.put(p, g);
-            return Ok(rows);
+            return Ok(mapped);
         }
         let mut g = old.to_owned_graph();
         let first_new = g.len() as u32;
@@ -283,120 +365,90 @@ impl DHnsw {
             new_locs.push((g.labels[node as usize], p, node));
         }
         let count = e.count + u64::from(g.len() as u32 - first_new);
-        // The partition's state odd, the records and lists, the count, the
-        // state even, each phase on its own (durable in turn on a backing
-        // file): a reader sees the new records only once they are all
-        // written, and a reader that read while they were being written
-        // sees the state change and reads again.
-        let at = lay.header.table_off + u64::from(p) * ENTRY_BYTES;
-        let state = |s: u64| vec![(at + ENTRY_STATE_AT, s.to_le_bytes().to_vec())];
+        // Under the partition's odd state: the records and lists, then the
+        // count (each phase durable in turn on a backing file), then the
+        // label map, then the next even state: a reader sees the new
+        // records only once they are all written, a reader that read while
+        // they were being written sees the state change and reads again,
+        // and a writer that takes the partition next (to rebuild it, say)
+        // finds the new nodes already named by the map.
+        let at = lay.entry_at(p);
         let publish = vec![(at + ENTRY_COUNT_AT, count.to_le_bytes().to_vec())];
-        // The map and the table change only once the node holds the writes.
-        crate::fetch::post_phases(
-            &*self.mem,
-            lay.region,
-            vec![state(e.state + 1), writes, publish, state(e.state + 2)],
-        )?;
+        crate::fetch::post_phases(&*self.mem, lay.region, vec![writes, publish])?;
         lay.table[p as usize].count = count;
-        lay.table[p as usize].state = e.state + 2;
+        let mapped = self.map_swap(lay, seq, &new_locs)?;
+        self.mem
+            .write(lay.region, at + ENTRY_STATE_AT, &(held + 1).to_le_bytes())?;
+        lay.table[p as usize].state = held + 1;
+        g.set_version(held + 1);
         let g = Arc::new(g);
         let mut lru = self.cache.lock();
         lru.remove(p);
         lru.put(p, g);
-        Ok(new_locs)
+        Ok(mapped)
     }
 
     /// Deletes labels; returns how many were live.
     pub(crate) fn delete_rows(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
-        self.check_writable()?;
         let _w = self.write.lock();
-        let n = self.delete_locked(seq, ids, false)?;
+        let n = self.delete_locked(seq, ids)?;
         self.applied
             .fetch_max(seq, std::sync::atomic::Ordering::AcqRel);
         Ok(n)
     }
 
-    /// Writes the tombstones of `ids` (one doorbell chain) and marks their
-    /// labels absent in the remote label map. `replacing`: an upsert's
-    /// delete of the old node (no sequence check; the map's value is
-    /// swapped to the new node by the insert).
-    fn delete_locked(&self, seq: Seq, ids: &[u64], replacing: bool) -> Result<usize> {
+    /// Swaps each label's value to absent in the label map (from whatever
+    /// it holds now: another node may have moved it), then tombstones the
+    /// nodes they pointed at. A label this node wrote by a later operation
+    /// than `seq` is left (a replay).
+    fn delete_locked(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
         // Exclusive: a search that fetched a partition before the tombstone
         // was written would cache the copy without it.
         let mut guard = self.layout.write();
         let Some(lay) = guard.as_mut() else {
             return Ok(0);
         };
-        let rec = lay.record();
-        let mut gone: Vec<(u64, Loc)> = Vec::new();
-        {
+        let ids: Vec<u64> = {
             let labels = self.labels.read();
-            for id in ids {
-                if let Some(l) = labels.get(id).copied() {
-                    if replacing || l.seq <= seq {
-                        gone.push((*id, l));
-                    }
+            ids.iter()
+                .copied()
+                .filter(|id| labels.get(id).is_none_or(|l| l.seq <= seq))
+                .collect()
+        };
+        let found = lay.map.get_many(&*self.mem, &ids)?;
+        let mut pending: Vec<(u64, u64, Slot)> = ids
+            .iter()
+            .zip(found)
+            .filter_map(|(&id, f)| {
+                f.filter(|f| f.value.present)
+                    .map(|f| (id, f.bucket, f.value))
+            })
+            .collect();
+        let mut gone = Vec::new();
+        while !pending.is_empty() {
+            let swaps: Vec<_> = pending
+                .iter()
+                .map(|&(_, b, v)| (b, v, v.absent()))
+                .collect();
+            let seen = lay.map.swap_many(&*self.mem, &swaps)?;
+            let mut again = Vec::new();
+            for (&(id, bucket, expect), got) in pending.iter().zip(seen) {
+                if got == expect {
+                    gone.push((expect.part, expect.slot, id));
+                } else if got.present {
+                    again.push((id, bucket, got));
                 }
             }
-        }
-        if gone.is_empty() {
-            return Ok(0);
-        }
-        // Per partition touched: its state odd, the tombstones, its state
-        // even (a reader holding the partition sees the version change).
-        let mut by_part: BTreeMap<u32, Vec<(u64, Vec<u8>)>> = BTreeMap::new();
-        for (_, l) in &gone {
-            let e = &lay.table[l.part as usize];
-            by_part.entry(l.part).or_default().push((
-                e.node_at(u64::from(l.node), rec) + RECORD_FLAGS_AT,
-                DELETED.to_le_bytes().to_vec(),
-            ));
-        }
-        let state_at = |p: u32| lay.header.table_off + u64::from(p) * ENTRY_BYTES + ENTRY_STATE_AT;
-        let odd = by_part
-            .keys()
-            .map(|&p| {
-                (
-                    state_at(p),
-                    (lay.table[p as usize].state + 1).to_le_bytes().to_vec(),
-                )
-            })
-            .collect();
-        let even = by_part
-            .keys()
-            .map(|&p| {
-                (
-                    state_at(p),
-                    (lay.table[p as usize].state + 2).to_le_bytes().to_vec(),
-                )
-            })
-            .collect();
-        let parts: Vec<u32> = by_part.keys().copied().collect();
-        let flags = by_part.into_values().flatten().collect();
-        crate::fetch::post_phases(&*self.mem, lay.region, vec![odd, flags, even])?;
-        for p in parts {
-            lay.table[p as usize].state += 2;
-        }
-        if !replacing {
-            let swaps: Vec<_> = gone
-                .iter()
-                .map(|(_, l)| (l.bucket, l.slot(), l.slot().absent()))
-                .collect();
-            lay.map.swap_all(&*self.mem, &swaps)?;
+            pending = again;
         }
         {
             let mut labels = self.labels.write();
-            let lru = self.cache.lock();
-            for (id, l) in &gone {
-                labels.remove(id);
-                if let Some(g) = lru.peek(l.part) {
-                    g.mark_deleted(l.node);
-                }
+            for &(_, _, id) in &gone {
+                labels.remove(&id);
             }
         }
-        if !replacing {
-            self.count_changes(lay, -(gone.len() as i64), 0)?;
-        }
+        self.tombstone(lay, &gone)?;
+        self.count_changes(lay, -(gone.len() as i64), 0)?;
         Ok(gone.len())
     }
 }

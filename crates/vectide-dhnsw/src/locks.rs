@@ -1,0 +1,257 @@
+//! Writers of a partition, from any compute node: a writer takes the
+//! partition by CAS of its state word from even to odd (the readers' seqlock,
+//! `docs/format-dhnsw.md`), works under it, and publishes by writing the next
+//! even state after the change. A CAS that finds the state odd means another
+//! writer is inside: re-read and retry after a pause. A state that stays at
+//! the same odd value for longer than the memory node's timeout belongs to a
+//! writer that stopped (a compute node that died mid-publish): the waiter
+//! takes it over by CAS to the next odd value and finds the partition as the
+//! dead writer left it, readable (its unpublished node ignored, its room
+//! reclaimed at the next rebuild).
+
+use crate::layout::{Entry, DELETED, ENTRY_BYTES, ENTRY_STATE_AT, RECORD_FLAGS_AT};
+use crate::state::{DHnsw, Layout};
+use crate::subgraph::SubGraph;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vectide_core::{Error, Result};
+use vectide_remote::Verb;
+
+impl Layout {
+    /// Where partition `p`'s entry and state word are.
+    pub fn entry_at(&self, p: u32) -> u64 {
+        self.header.table_off + u64::from(p) * ENTRY_BYTES
+    }
+
+    pub fn state_at(&self, p: u32) -> u64 {
+        self.entry_at(p) + ENTRY_STATE_AT
+    }
+
+    /// The other partition sharing `p`'s gap, if one still does.
+    pub fn partner(&self, p: u32) -> Option<u32> {
+        let e = &self.table[p as usize];
+        let q = p ^ 1;
+        self.table
+            .get(q as usize)
+            .filter(|o| (o.gap_lo, o.gap_hi) == (e.gap_lo, e.gap_hi))
+            .map(|_| q)
+    }
+}
+
+impl DHnsw {
+    /// Takes partition `p` for writing; returns the odd state it now holds.
+    /// This node's copy of the entry is brought up to date when another
+    /// writer published since (and the LRU's graph of `p` dropped).
+    pub(crate) fn acquire(&self, lay: &mut Layout, p: u32) -> Result<u64> {
+        let at = lay.state_at(p);
+        let lease = Duration::from_millis(self.params.timeout_ms);
+        let mut cur = lay.table[p as usize].state;
+        let mut stuck: Option<(u64, Instant)> = None;
+        let mut round = 0u32;
+        loop {
+            let (expect, take) = if cur.is_multiple_of(2) {
+                (cur, cur + 1)
+            } else {
+                match stuck {
+                    Some((s, since)) if s == cur && since.elapsed() > lease => (cur, cur + 2),
+                    Some((s, _)) if s == cur => (u64::MAX, 0),
+                    _ => {
+                        stuck = Some((cur, Instant::now()));
+                        (u64::MAX, 0)
+                    }
+                }
+            };
+            if expect != u64::MAX {
+                let found = self.mem.cas(lay.region, at, expect, take)?;
+                if found == expect {
+                    self.refresh_entry(lay, p, take)?;
+                    return Ok(take);
+                }
+                cur = found;
+                continue;
+            }
+            round += 1;
+            std::thread::sleep(Duration::from_micros(20 << round.min(9)));
+            let w = self.mem.read(lay.region, at, 8)?;
+            cur = u64::from_le_bytes(w[..8].try_into().expect("8 bytes"));
+        }
+    }
+
+    /// After taking `p` at odd state `held`: the entry as it is (another
+    /// writer may have published since this node last read it).
+    fn refresh_entry(&self, lay: &mut Layout, p: u32, held: u64) -> Result<()> {
+        let mine = lay.table[p as usize];
+        // The state before the take: equal to this node's copy's means
+        // nobody published in between.
+        if held == mine.state + 1 {
+            lay.table[p as usize].state = held;
+            return Ok(());
+        }
+        let b = self
+            .mem
+            .read(lay.region, lay.entry_at(p), ENTRY_BYTES as u32)?;
+        let mut e = Entry::decode_table(&b, 1, lay.record(), lay.header.region_size)?[0];
+        e.state = held;
+        lay.table[p as usize] = e;
+        self.cache.lock().remove(p);
+        Ok(())
+    }
+
+    /// Gives partition `p` back without a change (its state moves on, so
+    /// readers that read it meanwhile read it again).
+    pub(crate) fn release(&self, lay: &mut Layout, p: u32, held: u64) -> Result<()> {
+        self.mem
+            .write(lay.region, lay.state_at(p), &(held + 1).to_le_bytes())?;
+        lay.table[p as usize].state = held + 1;
+        Ok(())
+    }
+
+    /// Partition `p`'s graph as its entry now says, for a writer holding it:
+    /// the LRU's when it was read under the same state, else one READ.
+    pub(crate) fn part_held(&self, lay: &Layout, p: u32) -> Result<Arc<SubGraph>> {
+        let e = lay.table[p as usize];
+        if let Some(g) = self.cache.lock().get(p) {
+            if g.version() == e.state - 1 {
+                return Ok(g);
+            }
+        }
+        let (lo, hi) = e
+            .range(lay.record())
+            .ok_or_else(|| Error::corrupted(format!("d-hnsw partition {p}: its bytes overflow")))?;
+        let b = crate::fetch::read_range(&*self.mem, lay.region, lo, hi)?;
+        let g = self.decode_part(lay, &e, p, &b)?;
+        g.set_version(e.state - 1);
+        Ok(Arc::new(g))
+    }
+
+    /// Tombstones nodes `(partition, node, label)` that no label points at
+    /// any more, from any compute node: per partition, taken; each node's
+    /// label read and checked (a rebuild may have renumbered the partition
+    /// meanwhile: a node holding another label is left alone); the flags of
+    /// those that match written; the partition published. Returns how many
+    /// were tombstoned.
+    pub(crate) fn tombstone(&self, lay: &mut Layout, nodes: &[(u32, u32, u64)]) -> Result<usize> {
+        let mut by_part: BTreeMap<u32, Vec<(u32, u64)>> = BTreeMap::new();
+        for &(p, n, l) in nodes {
+            by_part.entry(p).or_default().push((n, l));
+        }
+        let rec = lay.record();
+        let mut done = 0;
+        for (p, list) in by_part {
+            if p as usize >= lay.table.len() {
+                continue;
+            }
+            let held = self.acquire(lay, p)?;
+            let e = lay.table[p as usize];
+            let total = u64::from(e.n_base) + e.count;
+            let here: Vec<(u32, u64)> = list
+                .into_iter()
+                .filter(|&(n, _)| u64::from(n) < total)
+                .collect();
+            let reads: Vec<Verb> = here
+                .iter()
+                .map(|&(n, _)| Verb::Read {
+                    region: lay.region.id,
+                    offset: e.node_at(u64::from(n), rec),
+                    len: 8,
+                })
+                .collect();
+            let mut flags = Vec::new();
+            let mut marked = Vec::new();
+            for (c, &(n, l)) in self.mem.post(&reads)?.into_iter().zip(&here) {
+                let got = c.into_data()?;
+                if u64::from_le_bytes(got[..8].try_into().expect("8 bytes")) == l {
+                    flags.push((
+                        e.node_at(u64::from(n), rec) + RECORD_FLAGS_AT,
+                        DELETED.to_le_bytes().to_vec(),
+                    ));
+                    marked.push(n);
+                }
+            }
+            let publish = vec![(lay.state_at(p), (held + 1).to_le_bytes().to_vec())];
+            crate::fetch::post_phases(&*self.mem, lay.region, vec![flags, publish])?;
+            lay.table[p as usize].state = held + 1;
+            // The LRU's copy, if it is this state's, takes the tombstones
+            // and stays; any other copy goes.
+            let mut lru = self.cache.lock();
+            match lru.get(p) {
+                Some(g) if g.version() == held - 1 => {
+                    for &n in &marked {
+                        g.mark_deleted(n);
+                    }
+                    g.set_version(held + 1);
+                }
+                _ => lru.remove(p),
+            }
+            done += marked.len();
+        }
+        Ok(done)
+    }
+
+    /// A label's vector: its place from the label map, its partition's
+    /// entry as it is now, the record read and checked (its label, not a
+    /// tombstone) under an unchanged state; read again when a writer moved
+    /// it meanwhile.
+    pub(crate) fn read_label(&self, lay: &Layout, id: u64) -> Result<Option<Vec<f32>>> {
+        let rec = lay.record();
+        let vec_at = 16 + 4 * u64::from(lay.header.m0);
+        let started = Instant::now();
+        loop {
+            let Some(f) = lay.map.get(&*self.mem, id)?.filter(|f| f.value.present) else {
+                return Ok(None);
+            };
+            let p = f.value.part;
+            if p as usize >= lay.table.len() {
+                return Err(Error::corrupted(format!(
+                    "d-hnsw: label {id} is mapped to partition {p} of {}",
+                    lay.table.len()
+                )));
+            }
+            let b = self
+                .mem
+                .read(lay.region, lay.entry_at(p), ENTRY_BYTES as u32)?;
+            let state = u64::from_le_bytes(
+                b[ENTRY_STATE_AT as usize..ENTRY_STATE_AT as usize + 8]
+                    .try_into()
+                    .expect("8 bytes"),
+            );
+            if state % 2 == 0 {
+                let e = Entry::decode_table(&b, 1, rec, lay.header.region_size)?[0];
+                if u64::from(f.value.slot) < u64::from(e.n_base) + e.count {
+                    let at = e.node_at(u64::from(f.value.slot), rec);
+                    let c = self.mem.post(&[
+                        Verb::Read {
+                            region: lay.region.id,
+                            offset: at,
+                            len: rec as u32,
+                        },
+                        Verb::Read {
+                            region: lay.region.id,
+                            offset: lay.state_at(p),
+                            len: 8,
+                        },
+                    ])?;
+                    let mut c = c.into_iter();
+                    let r = c.next().expect("two completions").into_data()?;
+                    let s = c.next().expect("two completions").into_data()?;
+                    let label = u64::from_le_bytes(r[..8].try_into().expect("8 bytes"));
+                    let flags = u32::from_le_bytes(r[8..12].try_into().expect("4 bytes"));
+                    if s[..8] == state.to_le_bytes() && label == id && flags & DELETED == 0 {
+                        let mut v = Vec::with_capacity(self.dim);
+                        vectide_core::io::ByteReader::new(&r[vec_at as usize..])
+                            .f32s(self.dim, &mut v)?;
+                        return Ok(Some(v));
+                    }
+                }
+            }
+            if started.elapsed() > Duration::from_millis(self.params.timeout_ms) {
+                return Err(Error::unavailable(format!(
+                    "d-hnsw: label {id}'s node kept moving for {} ms",
+                    self.params.timeout_ms
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
