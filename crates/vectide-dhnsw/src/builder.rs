@@ -29,9 +29,15 @@ use vectide_remote::Region;
 pub(crate) type Placed = Vec<(u64, u32, u32)>;
 
 /// A rebuilt partition: its graph, its new rows (to name in the label map),
-/// its nodes whose label moved on meanwhile (to tombstone), and whether
-/// the index moved to a new region instead (nothing left to publish).
-pub(crate) type Rebuilt = (Arc<SubGraph>, Placed, Vec<(u32, u32, u64)>, bool);
+/// its nodes whose label moved on meanwhile (to tombstone), and the area
+/// (offset, length) it left, to free once it is published (`None`: the
+/// index moved to a new region instead, nothing left to publish).
+pub(crate) type Rebuilt = (
+    Arc<SubGraph>,
+    Placed,
+    Vec<(u32, u32, u64)>,
+    Option<(u64, u64)>,
+);
 
 /// A layout just written: its region, header and table, and each live
 /// label's bucket in its label map.
@@ -295,7 +301,9 @@ impl DHnsw {
         let meta_off = HEADER_BYTES;
         let table_off = (meta_off + meta_blob.len() as u64).next_multiple_of(8);
         let labels_off = (table_off + k as u64 * ENTRY_BYTES).next_multiple_of(8);
-        let mut off = labels_off + map_bytes.len() as u64;
+        let free_off = labels_off + map_bytes.len() as u64;
+        let free_slots = crate::space::free_slots_for(k);
+        let mut off = free_off + free_slots * crate::space::FREE_SLOT_BYTES;
         let mut table = vec![Entry::default(); k];
         let mut p = 0;
         while p < k {
@@ -354,6 +362,8 @@ impl DHnsw {
             labels_off,
             labels_buckets: n_buckets,
             keys: live,
+            free_off,
+            free_slots,
         };
         let mut writes = vec![(meta_off, meta_blob), (labels_off, map_bytes)];
         let mut t = Vec::with_capacity(k * ENTRY_BYTES as usize);
@@ -478,7 +488,16 @@ impl DHnsw {
         let rec = lay.record();
         let gap = self.gap_records(labels.len()) * rec;
         let size = (blob.len() as u64 + gap).next_multiple_of(8);
-        let off = self.mem.fetch_add(lay.region, ALLOC_END_AT, size)?;
+        // A free area first (what earlier rebuilds left), else the region's
+        // untouched end.
+        let off = match self.take_free(lay, size)? {
+            Some(off) => {
+                self.timing.reused_bytes.fetch_add(size, Ordering::Relaxed);
+                off
+            }
+            None => self.mem.fetch_add(lay.region, ALLOC_END_AT, size)?,
+        };
+        self.timing.rebuilt_bytes.fetch_add(size, Ordering::Relaxed);
         let end = off + size;
         if end > lay.header.region_size {
             self.relayout(lay, Some((p, &parts)))?;
@@ -488,10 +507,20 @@ impl DHnsw {
                 Arc::new(SubGraph::from_parts(&parts)),
                 rows,
                 Vec::new(),
-                true,
+                None,
             ));
         }
         let old_e = lay.table[p as usize];
+        // What the partition leaves once published: its blob, and its gap
+        // too when no partner shares it any more (a shared gap stays with
+        // the partner, who may grow over this side of it).
+        let left = if lay.partner(p).is_some() {
+            (old_e.blob_off, old_e.blob_len)
+        } else {
+            let (lo, hi) = old_e.range(rec).unwrap_or((old_e.blob_off, old_e.blob_off));
+            let (lo, hi) = (lo.min(old_e.gap_lo), hi.max(old_e.gap_hi));
+            (lo, hi - lo)
+        };
         let e = Entry {
             blob_off: off,
             blob_len: blob.len() as u64,
@@ -517,9 +546,6 @@ impl DHnsw {
         )?;
         let epoch = self.mem.fetch_add(lay.region, EPOCH_AT, 1)? + 1;
         self.timing.rebuilds.fetch_add(1, Ordering::Relaxed);
-        self.timing
-            .dead_bytes
-            .fetch_add(old_e.blob_len + old_e.count * rec, Ordering::Relaxed);
         lay.table[p as usize] = writing;
         lay.header.alloc_end = lay.header.alloc_end.max(end);
         lay.header.epoch = epoch;
@@ -551,7 +577,7 @@ impl DHnsw {
         }
         let g = Arc::new(SubGraph::from_parts(&parts));
         g.set_version(held + 1);
-        Ok((g, rows, stale, false))
+        Ok((g, rows, stale, Some(left)))
     }
 
     /// After a relayout put partition `p`'s rebuilt graph in a fresh map:

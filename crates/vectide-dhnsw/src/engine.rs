@@ -159,6 +159,19 @@ impl VectorIndex for DHnsw {
                 l.table.len(),
             )
         });
+        // The free table and the region's used end as the region has them
+        // (every compute node's rebuilds move them); this node's copy when
+        // the memory node does not answer (statistics never fail on it).
+        let (free, used) = match guard.as_ref() {
+            Some(l) => {
+                let remote = self
+                    .mem
+                    .read(l.region, crate::layout::ALLOC_END_AT, 8)
+                    .map(|w| u64::from_le_bytes(w[..8].try_into().expect("8 bytes")));
+                (self.free_bytes(l).unwrap_or(0), remote.unwrap_or(used))
+            }
+            None => (0, used),
+        };
         let cache = self.cache.lock();
         let meta_bytes = guard.as_ref().map_or(0, |l| l.meta.memory_bytes());
         let t = &self.timing;
@@ -189,6 +202,9 @@ impl VectorIndex for DHnsw {
                 ("region_bytes".into(), region as f64),
                 ("region_used_bytes".into(), used as f64),
                 ("region_dead_bytes".into(), ld(&t.dead_bytes)),
+                ("region_free_bytes".into(), free as f64),
+                ("rebuilt_bytes".into(), ld(&t.rebuilt_bytes)),
+                ("rebuilt_bytes_reused".into(), ld(&t.reused_bytes)),
                 ("partition_rebuilds".into(), ld(&t.rebuilds)),
                 ("region_relayouts".into(), ld(&t.relayouts)),
                 ("repartitions".into(), ld(&t.repartitions)),

@@ -35,6 +35,8 @@ pub const LIVE_AT: u64 = 88;
 /// Offset of the header's word counting the label map's taken buckets
 /// (changed by FETCH_ADD).
 pub const KEYS_AT: u64 = 112;
+/// Offset of the free table's lock word (even: free; odd: held).
+pub const FREE_LOCK_AT: u64 = 136;
 /// A node record's flag: deleted (a tombstone; searches walk through it).
 pub const DELETED: u32 = 1;
 /// Offset of the flags word inside a node record.
@@ -98,6 +100,9 @@ pub struct Header {
     pub labels_buckets: u64,
     /// Buckets of the label map with a key (kept by FETCH_ADD).
     pub keys: u64,
+    /// The free table: its offset and slots (16 bytes each).
+    pub free_off: u64,
+    pub free_slots: u64,
 }
 
 impl Header {
@@ -119,6 +124,8 @@ impl Header {
             self.labels_off,
             self.labels_buckets,
             self.keys,
+            self.free_off,
+            self.free_slots,
         ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
@@ -164,6 +171,8 @@ impl Header {
             labels_off: r.u64()?,
             labels_buckets: r.u64()?,
             keys: r.u64()?,
+            free_off: r.u64()?,
+            free_slots: r.u64()?,
         };
         let bad = |what: &str| Err(Error::corrupted(format!("d-hnsw header: {what}")));
         if dim == 0 || dim as usize > vectide_core::limits::MAX_DIM {
@@ -197,6 +206,12 @@ impl Header {
             || h.labels_buckets
                 .checked_mul(crate::labelmap::BUCKET_BYTES)
                 .and_then(|b| end(h.labels_off, b))
+                .is_none()
+            || h.free_off < HEADER_BYTES
+            || !h.free_off.is_multiple_of(8)
+            || h.free_slots
+                .checked_mul(crate::space::FREE_SLOT_BYTES)
+                .and_then(|b| end(h.free_off, b))
                 .is_none()
         {
             return bad("a section outside the region");
@@ -574,6 +589,8 @@ mod tests {
             labels_off: 1024,
             labels_buckets: 64,
             keys: 7,
+            free_off: 2048,
+            free_slots: 4,
         };
         let b = h.encode();
         assert_eq!(Header::decode(&b, 8192).unwrap(), h);

@@ -58,6 +58,7 @@ mod locks;
 pub mod params;
 pub mod persist;
 mod search;
+mod space;
 mod state;
 pub mod subgraph;
 mod update;

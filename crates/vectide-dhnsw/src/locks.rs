@@ -44,36 +44,50 @@ impl DHnsw {
     /// This node's copy of the entry is brought up to date when another
     /// writer published since (and the LRU's graph of `p` dropped).
     pub(crate) fn acquire(&self, lay: &mut Layout, p: u32) -> Result<u64> {
-        let at = lay.state_at(p);
+        let held = self.take_word(lay.region, lay.state_at(p), lay.table[p as usize].state)?;
+        self.refresh_entry(lay, p, held)?;
+        Ok(held)
+    }
+
+    /// Takes the lock word at `at` (even: free; odd: held), first trying
+    /// it at `guess`: a CAS from even to odd; a CAS that finds another
+    /// value retries from it; an odd value is waited on, and one that stays
+    /// the same past the timeout (its holder stopped) is taken over by CAS
+    /// to the next odd value. Returns the odd value held.
+    pub(crate) fn take_word(
+        &self,
+        region: vectide_remote::Region,
+        at: u64,
+        guess: u64,
+    ) -> Result<u64> {
         let lease = Duration::from_millis(self.params.timeout_ms);
-        let mut cur = lay.table[p as usize].state;
+        let mut cur = guess;
         let mut stuck: Option<(u64, Instant)> = None;
         let mut round = 0u32;
         loop {
-            let (expect, take) = if cur.is_multiple_of(2) {
-                (cur, cur + 1)
+            let take = if cur.is_multiple_of(2) {
+                Some(cur + 1)
             } else {
                 match stuck {
-                    Some((s, since)) if s == cur && since.elapsed() > lease => (cur, cur + 2),
-                    Some((s, _)) if s == cur => (u64::MAX, 0),
+                    Some((s, since)) if s == cur && since.elapsed() > lease => Some(cur + 2),
+                    Some((s, _)) if s == cur => None,
                     _ => {
                         stuck = Some((cur, Instant::now()));
-                        (u64::MAX, 0)
+                        None
                     }
                 }
             };
-            if expect != u64::MAX {
-                let found = self.mem.cas(lay.region, at, expect, take)?;
-                if found == expect {
-                    self.refresh_entry(lay, p, take)?;
-                    return Ok(take);
+            if let Some(t) = take {
+                let found = self.mem.cas(region, at, cur, t)?;
+                if found == cur {
+                    return Ok(t);
                 }
                 cur = found;
                 continue;
             }
             round += 1;
             std::thread::sleep(Duration::from_micros(20 << round.min(9)));
-            let w = self.mem.read(lay.region, at, 8)?;
+            let w = self.mem.read(region, at, 8)?;
             cur = u64::from_le_bytes(w[..8].try_into().expect("8 bytes"));
         }
     }

@@ -217,8 +217,13 @@ pub struct Timing {
     pub relayouts: AtomicU64,
     /// Times the whole index was partitioned afresh (automatic K outgrown).
     pub repartitions: AtomicU64,
-    /// Region bytes no partition uses any more (rebuilt elsewhere).
+    /// Region bytes no partition uses any more that the free table had no
+    /// room for (until the index is laid out afresh).
     pub dead_bytes: AtomicU64,
+    /// Bytes of the areas this node's rebuilds took, and of those the ones
+    /// that came from the free table.
+    pub rebuilt_bytes: AtomicU64,
+    pub reused_bytes: AtomicU64,
 }
 
 impl Timing {

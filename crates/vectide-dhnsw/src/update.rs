@@ -281,15 +281,22 @@ impl DHnsw {
             for &i in group {
                 v.extend_from_slice(&vectors[i * dim..(i + 1) * dim]);
             }
-            let (g, rows, stale, moved) =
+            let (g, rows, stale, left) =
                 self.rebuild_part(lay, p, &old, (&labels, &v), seq, held)?;
             let mut mapped = self.map_swap(lay, seq, &rows)?;
             mapped.tombstones.extend(stale);
-            if !moved {
-                // Published once the map names the new rows.
+            if let Some((off, len)) = left {
+                // Published once the map names the new rows; only then is
+                // the old area free (a reader still on it sees the state
+                // move and reads again).
                 self.mem
                     .write(lay.region, lay.state_at(p), &(held + 1).to_le_bytes())?;
                 lay.table[p as usize].state = held + 1;
+                if !self.give_free(lay, off, len)? {
+                    self.timing
+                        .dead_bytes
+                        .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+                }
             }
             let mut lru = self.cache.lock();
             lru.remove(p);

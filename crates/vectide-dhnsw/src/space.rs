@@ -1,0 +1,137 @@
+//! The region's free areas (`docs/format-dhnsw.md`, "free table"): what a
+//! rebuild leaves behind (the partition's old blob, and its gap once no
+//! partner shares it) is entered in a table in the region, and the next
+//! rebuild, from any compute node, takes its area there first (first fit)
+//! before growing into the untouched end of the region. The table is
+//! changed under a lock word taken by CAS like a partition's state (even
+//! free, odd held; a holder stuck past the timeout is taken over).
+//!
+//! Reusing an area at once is safe for readers: a partition's area is
+//! freed only after its rebuild was published (its state moved on), and a
+//! reader reads a partition's bytes between two reads of that partition's
+//! state, so bytes reused under a reader's feet always come with a changed
+//! state, and are read again.
+
+use crate::layout::FREE_LOCK_AT;
+use crate::state::{DHnsw, Layout};
+use vectide_core::Result;
+
+/// Bytes of one free-table slot: offset, length (0: empty).
+pub const FREE_SLOT_BYTES: u64 = 16;
+
+/// Free-table slots for `k` partitions.
+pub fn free_slots_for(k: usize) -> u64 {
+    2 * k as u64 + 64
+}
+
+fn word(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b.try_into().expect("8 bytes"))
+}
+
+impl DHnsw {
+    /// Runs `f` with the free table's lock held, and gives it back.
+    fn with_free_lock<R>(&self, lay: &Layout, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        let held = self.take_word(lay.region, FREE_LOCK_AT, 0)?;
+        let out = f();
+        let released = self
+            .mem
+            .write(lay.region, FREE_LOCK_AT, &(held + 1).to_le_bytes());
+        let out = out?;
+        released?;
+        Ok(out)
+    }
+
+    fn read_free(&self, lay: &Layout) -> Result<Vec<(u64, u64)>> {
+        let b = crate::fetch::read_range(
+            &*self.mem,
+            lay.region,
+            lay.header.free_off,
+            lay.header.free_off + lay.header.free_slots * FREE_SLOT_BYTES,
+        )?;
+        Ok(b.chunks_exact(FREE_SLOT_BYTES as usize)
+            .map(|s| (word(&s[..8]), word(&s[8..])))
+            .collect())
+    }
+
+    fn slot_at(lay: &Layout, i: usize) -> u64 {
+        lay.header.free_off + i as u64 * FREE_SLOT_BYTES
+    }
+
+    /// An area of `size` bytes (a multiple of 8) from the free table, first
+    /// fit; `None` when no free area holds it.
+    pub(crate) fn take_free(&self, lay: &Layout, size: u64) -> Result<Option<u64>> {
+        if lay.header.free_slots == 0 {
+            return Ok(None);
+        }
+        self.with_free_lock(lay, || self.take_free_held(lay, size))
+    }
+
+    fn take_free_held(&self, lay: &Layout, size: u64) -> Result<Option<u64>> {
+        let slots = self.read_free(lay)?;
+        let Some(i) = slots.iter().position(|&(_, len)| len >= size) else {
+            return Ok(None);
+        };
+        let (off, len) = slots[i];
+        let rest = if len == size {
+            (0u64, 0u64)
+        } else {
+            (off + size, len - size)
+        };
+        let mut b = rest.0.to_le_bytes().to_vec();
+        b.extend_from_slice(&rest.1.to_le_bytes());
+        crate::fetch::post_writes(&*self.mem, lay.region, vec![(Self::slot_at(lay, i), b)])?;
+        Ok(Some(off))
+    }
+
+    /// Enters `len` bytes at `off` in the free table, merged with a free
+    /// neighbour on either side; returns false when the table had no room
+    /// (the bytes stay dead until the index is laid out afresh).
+    pub(crate) fn give_free(&self, lay: &Layout, off: u64, len: u64) -> Result<bool> {
+        if lay.header.free_slots == 0 || len == 0 {
+            return Ok(false);
+        }
+        self.with_free_lock(lay, || self.give_free_held(lay, off, len))
+    }
+
+    fn give_free_held(&self, lay: &Layout, off: u64, len: u64) -> Result<bool> {
+        let slots = self.read_free(lay)?;
+        let (mut lo, mut hi) = (off, off + len);
+        let mut clear = Vec::new();
+        for (i, &(o, l)) in slots.iter().enumerate() {
+            if l == 0 {
+                continue;
+            }
+            if o + l == lo {
+                lo = o;
+                clear.push(i);
+            } else if o == hi {
+                hi = o + l;
+                clear.push(i);
+            }
+        }
+        let target = clear
+            .first()
+            .copied()
+            .or_else(|| slots.iter().position(|&(_, l)| l == 0));
+        let Some(t) = target else {
+            return Ok(false);
+        };
+        let mut writes = Vec::new();
+        for &i in clear.iter().filter(|&&i| i != t) {
+            writes.push((Self::slot_at(lay, i), vec![0u8; FREE_SLOT_BYTES as usize]));
+        }
+        let mut b = lo.to_le_bytes().to_vec();
+        b.extend_from_slice(&(hi - lo).to_le_bytes());
+        writes.push((Self::slot_at(lay, t), b));
+        crate::fetch::post_writes(&*self.mem, lay.region, writes)?;
+        Ok(true)
+    }
+
+    /// Bytes the free table holds (a figure for the stats).
+    pub(crate) fn free_bytes(&self, lay: &Layout) -> Result<u64> {
+        if lay.header.free_slots == 0 {
+            return Ok(0);
+        }
+        Ok(self.read_free(lay)?.iter().map(|&(_, l)| l).sum())
+    }
+}
