@@ -180,3 +180,67 @@ def test_a_memory_node_restarted_on_its_backing_file_serves_its_regions(tmp_path
     out = subprocess.run([cli_path(), "memnode", "--listen", "127.0.0.1:0", "--size", "64M",
                           "--backing", str(backing)], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "bad magic" in out.stderr and "node.vtb" in out.stderr, out.stderr
+
+
+_WRITER = r"""
+import json, sys
+import numpy as np
+import vectide
+
+addr, who = sys.argv[1], int(sys.argv[2])
+ix = vectide.Index(8, "l2", engine="d-hnsw", memnode=addr, region="shared", timeout_ms=10000)
+
+def vec(label):
+    rng = np.random.default_rng(label * 7 + who)
+    return (rng.normal(size=8) + 30 * who).astype(np.float32)
+
+acked = []
+for r in range(12):
+    # Own labels, and labels both processes upsert (800..860).
+    labels = list(range(1000 + 1000 * who + 10 * r, 1010 + 1000 * who + 10 * r)) + list(range(800 + 5 * r, 805 + 5 * r))
+    ix.add(np.array(labels, dtype=np.uint64), np.stack([vec(l) for l in labels]))
+    acked.append(["add", labels])
+    gone = [l for l in range(3 * r + who, 400, 50)][:4]
+    ix.delete(np.array(gone, dtype=np.uint64))
+    acked.append(["delete", gone])
+    ix.search(np.stack([vec(l) for l in labels[:3]]), k=3)
+print(json.dumps(acked))
+"""
+
+
+@needs_cli
+def test_two_compute_node_processes_write_one_region(tmp_path):
+    """Two compute-node processes attached to one region insert, upsert
+    (some labels from both) and delete (some labels from both) while
+    searching; afterwards, from a third node, every acknowledged write is
+    there (a label upserted by both holds one of the two vectors), nothing
+    deleted comes back, the count agrees, and the region's structure is
+    whole."""
+    x = _data(1500, 8)
+    with MemoryNode(256 << 20) as node:
+        ix = vectide.Index(8, "l2", engine="d-hnsw", memnode=node.address, region="shared", partitions=6)
+        ix.add(np.arange(1500, dtype=np.uint64), x)
+        procs = [subprocess.Popen([sys.executable, "-c", _WRITER, node.address, str(w)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in (0, 1)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 0, err[-2000:]
+        logs = [json.loads(out) for out, _ in outs]
+        deleted = {l for log in logs for op, ls in log if op == "delete" for l in ls}
+        added = {l for log in logs for op, ls in log if op == "add" for l in ls}
+        live = (set(range(1500)) - deleted) | added
+        check = vectide.Index(8, "l2", engine="d-hnsw", memnode=node.address, region="shared")
+        assert len(check) == len(live) == len(ix)
+        for l in sorted(deleted - added):
+            with pytest.raises(KeyError):
+                check.get(l)
+        both = set(range(800, 860))
+        for l in sorted(added):
+            got = np.asarray(check.get(l)).ravel()
+            owners = [w for w in (0, 1) if l in both or 1000 + 1000 * w <= l < 2000 + 1000 * w]
+            ok = [np.allclose(got, (np.random.default_rng(l * 7 + w).normal(size=8) + 30 * w).astype(np.float32))
+                  for w in owners]
+            assert any(ok), l
+        ids, _ = check.search(x[:50], k=10, nprobe=6, ef=64)
+        assert not set(ids.ravel().tolist()) & (deleted - added)
+        assert check.check() == []
