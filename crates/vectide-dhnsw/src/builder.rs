@@ -35,7 +35,7 @@ pub(crate) type Placed = Vec<(u64, u32, u32)>;
 pub(crate) type Rebuilt = (
     Arc<SubGraph>,
     Placed,
-    Vec<(u32, u32, u64)>,
+    Vec<crate::locks::Doomed>,
     Option<(u64, u64)>,
 );
 
@@ -571,7 +571,7 @@ impl DHnsw {
                     let seq = map.get(&l).map_or(0, |o| o.seq);
                     map.insert(l, Loc::at(p, node, seq, b, v.at(p, node).version));
                 } else {
-                    stale.push((p, node, l));
+                    stale.push((p, node, l, b));
                 }
             }
         }

@@ -136,6 +136,11 @@ impl LabelMap {
         self.off + (b & (self.buckets - 1)) * BUCKET_BYTES
     }
 
+    /// Where bucket `b`'s value word is.
+    pub fn value_at(&self, b: u64) -> u64 {
+        self.bucket_at(b) + 8
+    }
+
     /// Reads the window of buckets starting at `b` (wrapping at the end
     /// of the table: two READs in one doorbell then).
     fn window(&self, mem: &dyn RemoteMemory, b: u64) -> Result<Vec<(u64, u64)>> {

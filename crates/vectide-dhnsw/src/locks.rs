@@ -9,6 +9,7 @@
 //! dead writer left it, readable (its unpublished node ignored, its room
 //! reclaimed at the next rebuild).
 
+use crate::labelmap::Slot;
 use crate::layout::{Entry, DELETED, ENTRY_BYTES, ENTRY_STATE_AT, RECORD_FLAGS_AT};
 use crate::state::{DHnsw, Layout};
 use crate::subgraph::SubGraph;
@@ -17,6 +18,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vectide_core::{Error, Result};
 use vectide_remote::Verb;
+
+/// A node to tombstone: (partition, node, label, the label's map bucket).
+pub(crate) type Doomed = (u32, u32, u64, u64);
+
+/// A lock word unchanged for this many times the timeout is taken over.
+pub const TAKE_OVER: u64 = 6;
 
 impl Layout {
     /// Where partition `p`'s entry and state word are.
@@ -60,7 +67,10 @@ impl DHnsw {
         at: u64,
         guess: u64,
     ) -> Result<u64> {
-        let lease = Duration::from_millis(self.params.timeout_ms);
+        // A holder is taken over only after six times the memory node's
+        // timeout without a change (a minute by default): far longer than
+        // any write this engine does under a lock.
+        let lease = Duration::from_millis(self.params.timeout_ms.saturating_mul(TAKE_OVER));
         let mut cur = guess;
         let mut stuck: Option<(u64, Instant)> = None;
         let mut round = 0u32;
@@ -112,13 +122,40 @@ impl DHnsw {
         Ok(())
     }
 
-    /// Gives partition `p` back without a change (its state moves on, so
-    /// readers that read it meanwhile read it again).
-    pub(crate) fn release(&self, lay: &mut Layout, p: u32, held: u64) -> Result<()> {
-        self.mem
-            .write(lay.region, lay.state_at(p), &(held + 1).to_le_bytes())?;
+    /// Publishes partition `p`, held at `held`: CAS of its state to the
+    /// next even value (FLUSHed). A CAS that finds another value means a
+    /// waiter took the partition over (this hold outlived the take-over
+    /// time): an error, and this node's copy of the entry is dropped.
+    pub(crate) fn publish(&self, lay: &mut Layout, p: u32, held: u64) -> Result<()> {
+        let at = lay.state_at(p);
+        let c = self.mem.post(&[
+            Verb::Cas {
+                region: lay.region.id,
+                offset: at,
+                expect: held,
+                new: held + 1,
+            },
+            Verb::Flush {
+                region: lay.region.id,
+                offset: at,
+                len: 8,
+            },
+        ])?;
+        let found = c.into_iter().next().expect("two completions").into_word()?;
+        if found != held {
+            self.cache.lock().remove(p);
+            return Err(Error::unavailable(format!(
+                "d-hnsw: partition {p} was taken over while this compute node wrote it (state {found}, held {held}); the write may be partial"
+            )));
+        }
         lay.table[p as usize].state = held + 1;
         Ok(())
+    }
+
+    /// Gives partition `p` back (its state moves on, so readers that read
+    /// it meanwhile read it again).
+    pub(crate) fn release(&self, lay: &mut Layout, p: u32, held: u64) -> Result<()> {
+        self.publish(lay, p, held)
     }
 
     /// Partition `p`'s graph as its entry now says, for a writer holding it:
@@ -139,16 +176,20 @@ impl DHnsw {
         Ok(Arc::new(g))
     }
 
-    /// Tombstones nodes `(partition, node, label)` that no label points at
-    /// any more, from any compute node: per partition, taken; each node's
-    /// label read and checked (a rebuild may have renumbered the partition
-    /// meanwhile: a node holding another label is left alone); the flags of
-    /// those that match written; the partition published. Returns how many
-    /// were tombstoned.
-    pub(crate) fn tombstone(&self, lay: &mut Layout, nodes: &[(u32, u32, u64)]) -> Result<usize> {
-        let mut by_part: BTreeMap<u32, Vec<(u32, u64)>> = BTreeMap::new();
-        for &(p, n, l) in nodes {
-            by_part.entry(p).or_default().push((n, l));
+    /// Tombstones nodes `(partition, node, label, bucket)` that their label
+    /// (whose map bucket is given) no longer points at, from any compute
+    /// node: per partition, taken; each node's label and the label's map
+    /// value read in one doorbell; a node is tombstoned only if it still
+    /// holds the label (a rebuild may have renumbered the partition
+    /// meanwhile) and the map does not name it (the label's newest node may
+    /// have landed in the same slot: naming a node of this partition takes
+    /// its lock, held here, so the check holds until the flags are
+    /// written); then the partition published. Returns how many were
+    /// tombstoned.
+    pub(crate) fn tombstone(&self, lay: &mut Layout, nodes: &[Doomed]) -> Result<usize> {
+        let mut by_part: BTreeMap<u32, Vec<(u32, u64, u64)>> = BTreeMap::new();
+        for &(p, n, l, b) in nodes {
+            by_part.entry(p).or_default().push((n, l, b));
         }
         let rec = lay.record();
         let mut done = 0;
@@ -159,23 +200,39 @@ impl DHnsw {
             let held = self.acquire(lay, p)?;
             let e = lay.table[p as usize];
             let total = u64::from(e.n_base) + e.count;
-            let here: Vec<(u32, u64)> = list
+            let here: Vec<(u32, u64, u64)> = list
                 .into_iter()
-                .filter(|&(n, _)| u64::from(n) < total)
+                .filter(|&(n, ..)| u64::from(n) < total)
                 .collect();
-            let reads: Vec<Verb> = here
-                .iter()
-                .map(|&(n, _)| Verb::Read {
+            let mut reads: Vec<Verb> = Vec::with_capacity(2 * here.len());
+            for &(n, _, b) in &here {
+                reads.push(Verb::Read {
                     region: lay.region.id,
                     offset: e.node_at(u64::from(n), rec),
                     len: 8,
-                })
-                .collect();
+                });
+                reads.push(Verb::Read {
+                    region: lay.region.id,
+                    offset: lay.map.value_at(b),
+                    len: 8,
+                });
+            }
             let mut flags = Vec::new();
             let mut marked = Vec::new();
-            for (c, &(n, l)) in self.mem.post(&reads)?.into_iter().zip(&here) {
-                let got = c.into_data()?;
-                if u64::from_le_bytes(got[..8].try_into().expect("8 bytes")) == l {
+            let read = match self.mem.post(&reads) {
+                Ok(r) => r,
+                Err(err) => {
+                    let _ = self.publish(lay, p, held);
+                    return Err(err);
+                }
+            };
+            let mut it = read.into_iter();
+            for &(n, l, _) in &here {
+                let label = it.next().expect("a completion per READ").into_data()?;
+                let value = it.next().expect("a completion per READ").into_data()?;
+                let v = Slot::decode(u64::from_le_bytes(value[..8].try_into().expect("8 bytes")));
+                let named_here = v.present && (v.part, v.slot) == (p, n);
+                if u64::from_le_bytes(label[..8].try_into().expect("8 bytes")) == l && !named_here {
                     flags.push((
                         e.node_at(u64::from(n), rec) + RECORD_FLAGS_AT,
                         DELETED.to_le_bytes().to_vec(),
@@ -183,9 +240,10 @@ impl DHnsw {
                     marked.push(n);
                 }
             }
-            let publish = vec![(lay.state_at(p), (held + 1).to_le_bytes().to_vec())];
-            crate::fetch::post_phases(&*self.mem, lay.region, vec![flags, publish])?;
-            lay.table[p as usize].state = held + 1;
+            let written = crate::fetch::post_phases(&*self.mem, lay.region, vec![flags]);
+            let published = self.publish(lay, p, held);
+            written?;
+            published?;
             // The LRU's copy, if it is this state's, takes the tombstones
             // and stays; any other copy goes.
             let mut lru = self.cache.lock();
@@ -267,5 +325,55 @@ impl DHnsw {
             }
             std::thread::sleep(Duration::from_micros(100));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::state::DHnsw;
+    use vectide_core::params::params_of;
+    use vectide_core::{Metric, ParamValue};
+
+    /// A tombstone that arrives late, for a label whose newest node now
+    /// sits in the very slot it names (a rebuild renumbered the partition
+    /// in between), must leave that node alone: the map names it.
+    #[test]
+    fn a_late_tombstone_spares_the_node_the_map_names() {
+        let idx = (crate::DESCRIPTOR.create)(
+            4,
+            Metric::L2,
+            &params_of([("partitions", ParamValue::Int(2))]),
+        )
+        .unwrap();
+        let rows: Vec<f32> = (0..200)
+            .flat_map(|i| [i as f32, (i % 7) as f32, 0.0, 1.0])
+            .collect();
+        idx.insert(1, &(0..200).collect::<Vec<u64>>(), &rows)
+            .unwrap();
+        let dh = idx.as_any().downcast_ref::<DHnsw>().unwrap();
+        let mut guard = dh.layout.write();
+        let lay = guard.as_mut().unwrap();
+        let f = lay.map.get(&*dh.mem, 42).unwrap().unwrap();
+        let (p, n) = (f.value.part, f.value.slot);
+        // Named by the map: spared. Another label's claim on the slot:
+        // spared too (the node holds label 42).
+        assert_eq!(dh.tombstone(lay, &[(p, n, 42, f.bucket)]).unwrap(), 0);
+        let other = lay.map.get(&*dh.mem, 43).unwrap().unwrap();
+        assert_eq!(dh.tombstone(lay, &[(p, n, 43, other.bucket)]).unwrap(), 0);
+        drop(guard);
+        assert_eq!(idx.get(42).unwrap().unwrap(), rows[42 * 4..43 * 4].to_vec());
+        // Once the map no longer names it, the node goes.
+        idx.insert(2, &[42], &[9.0, 9.0, 9.0, 9.0]).unwrap();
+        let mut guard = dh.layout.write();
+        let lay = guard.as_mut().unwrap();
+        let now = lay.map.get(&*dh.mem, 42).unwrap().unwrap();
+        assert_ne!(
+            (now.value.part, now.value.slot),
+            (p, n),
+            "moved by the upsert"
+        );
+        drop(guard);
+        assert_eq!(idx.get(42).unwrap().unwrap(), vec![9.0; 4]);
+        assert!(idx.check_structure().unwrap().is_empty());
     }
 }

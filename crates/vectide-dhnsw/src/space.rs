@@ -33,11 +33,13 @@ impl DHnsw {
     fn with_free_lock<R>(&self, lay: &Layout, f: impl FnOnce() -> Result<R>) -> Result<R> {
         let held = self.take_word(lay.region, FREE_LOCK_AT, 0)?;
         let out = f();
-        let released = self
-            .mem
-            .write(lay.region, FREE_LOCK_AT, &(held + 1).to_le_bytes());
+        let found = self.mem.cas(lay.region, FREE_LOCK_AT, held, held + 1);
         let out = out?;
-        released?;
+        if found? != held {
+            return Err(vectide_core::Error::unavailable(
+                "d-hnsw: the free table was taken over while this compute node changed it",
+            ));
+        }
         Ok(out)
     }
 

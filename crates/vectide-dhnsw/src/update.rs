@@ -14,9 +14,7 @@
 //! return them).
 
 use crate::labelmap::Slot;
-use crate::layout::{
-    encode_list, encode_record, ENTRY_COUNT_AT, ENTRY_STATE_AT, KEYS_AT, LIVE_AT, RECORD_LIST_AT,
-};
+use crate::layout::{encode_list, encode_record, ENTRY_COUNT_AT, KEYS_AT, LIVE_AT, RECORD_LIST_AT};
 use crate::state::{DHnsw, Layout, Loc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -35,7 +33,7 @@ pub(crate) struct Mapped {
     /// Buckets the claims took.
     pub took: u64,
     /// Nodes no label points at any more: (partition, node, label).
-    pub tombstones: Vec<(u32, u32, u64)>,
+    pub tombstones: Vec<crate::locks::Doomed>,
 }
 
 impl DHnsw {
@@ -168,7 +166,8 @@ impl DHnsw {
                     continue;
                 }
                 if expect.present {
-                    out.tombstones.push((expect.part, expect.slot, label));
+                    out.tombstones
+                        .push((expect.part, expect.slot, label, bucket));
                 } else {
                     out.added += 1;
                 }
@@ -227,12 +226,27 @@ impl DHnsw {
         let mut partner = None;
         let held = match lay.partner(p) {
             Some(q) if q < p => {
-                partner = Some((q, self.acquire(lay, q)?));
-                self.acquire(lay, p)?
+                let hq = self.acquire(lay, q)?;
+                match self.acquire(lay, p) {
+                    Ok(h) => {
+                        partner = Some((q, hq));
+                        h
+                    }
+                    Err(e) => {
+                        let _ = self.release(lay, q, hq);
+                        return Err(e);
+                    }
+                }
             }
             Some(q) => {
                 let h = self.acquire(lay, p)?;
-                partner = Some((q, self.acquire(lay, q)?));
+                match self.acquire(lay, q) {
+                    Ok(hq) => partner = Some((q, hq)),
+                    Err(e) => {
+                        let _ = self.release(lay, p, h);
+                        return Err(e);
+                    }
+                }
                 h
             }
             None => self.acquire(lay, p)?,
@@ -244,6 +258,12 @@ impl DHnsw {
             }
         }
         let placed = self.insert_held(lay, p, held, seq, ids, vectors, group, s);
+        if placed.is_err() && lay.table.get(p as usize).is_some_and(|e| e.state == held) {
+            // Failed while held: given back as it is (a partial write is
+            // readable: records past the count are ignored, ids of
+            // unpublished nodes left out of lists), best effort.
+            let _ = self.release(lay, p, held);
+        }
         if let Some((q, hq)) = partner {
             let given = self.release(lay, q, hq);
             if placed.is_ok() {
@@ -268,13 +288,7 @@ impl DHnsw {
         s: &mut Scratch,
     ) -> Result<Mapped> {
         let dim = self.dim;
-        let old = match self.part_held(lay, p) {
-            Ok(g) => g,
-            Err(e) => {
-                let _ = self.release(lay, p, held);
-                return Err(e);
-            }
-        };
+        let old = self.part_held(lay, p)?;
         if lay.room(p as usize) < group.len() as u64 {
             let labels: Vec<u64> = group.iter().map(|&i| ids[i]).collect();
             let mut v = Vec::with_capacity(group.len() * dim);
@@ -289,9 +303,7 @@ impl DHnsw {
                 // Published once the map names the new rows; only then is
                 // the old area free (a reader still on it sees the state
                 // move and reads again).
-                self.mem
-                    .write(lay.region, lay.state_at(p), &(held + 1).to_le_bytes())?;
-                lay.table[p as usize].state = held + 1;
+                self.publish(lay, p, held)?;
                 if !self.give_free(lay, off, len)? {
                     self.timing
                         .dead_bytes
@@ -384,9 +396,7 @@ impl DHnsw {
         crate::fetch::post_phases(&*self.mem, lay.region, vec![writes, publish])?;
         lay.table[p as usize].count = count;
         let mapped = self.map_swap(lay, seq, &new_locs)?;
-        self.mem
-            .write(lay.region, at + ENTRY_STATE_AT, &(held + 1).to_le_bytes())?;
-        lay.table[p as usize].state = held + 1;
+        self.publish(lay, p, held)?;
         g.set_version(held + 1);
         let g = Arc::new(g);
         let mut lru = self.cache.lock();
@@ -441,7 +451,7 @@ impl DHnsw {
             let mut again = Vec::new();
             for (&(id, bucket, expect), got) in pending.iter().zip(seen) {
                 if got == expect {
-                    gone.push((expect.part, expect.slot, id));
+                    gone.push((expect.part, expect.slot, id, bucket));
                 } else if got.present {
                     again.push((id, bucket, got));
                 }
@@ -450,7 +460,7 @@ impl DHnsw {
         }
         {
             let mut labels = self.labels.write();
-            for &(_, _, id) in &gone {
+            for &(_, _, id, _) in &gone {
                 labels.remove(&id);
             }
         }
