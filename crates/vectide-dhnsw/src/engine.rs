@@ -227,6 +227,11 @@ impl VectorIndex for DHnsw {
             ..IndexStats::default()
         })
     }
+    fn maintain(&self) -> Result<()> {
+        // Partitions a stopped writer left held: taken over (after six
+        // timeouts of being seen so), their labels put right, published.
+        self.repair_stuck().map(|_| ())
+    }
     fn save(&self, path: &std::path::Path) -> Result<()> {
         self.save_file(path)
     }

@@ -48,6 +48,8 @@
 //! new region is still done by one compute node alone.
 
 mod builder;
+#[cfg(test)]
+mod death_tests;
 mod engine;
 pub mod fetch;
 #[cfg(test)]

@@ -51,22 +51,171 @@ impl DHnsw {
     /// This node's copy of the entry is brought up to date when another
     /// writer published since (and the LRU's graph of `p` dropped).
     pub(crate) fn acquire(&self, lay: &mut Layout, p: u32) -> Result<u64> {
-        let held = self.take_word(lay.region, lay.state_at(p), lay.table[p as usize].state)?;
+        let (held, took_over) =
+            self.take_word(lay.region, lay.state_at(p), lay.table[p as usize].state)?;
         self.refresh_entry(lay, p, held)?;
+        if took_over {
+            // Taken over (odd to the next odd value): its writer stopped
+            // somewhere in a write; put its labels right before using it.
+            self.reconcile(lay, p)?;
+        }
         Ok(held)
+    }
+
+    /// Takes over, puts right and publishes every partition whose state
+    /// this node has seen at one odd value for longer than the take-over
+    /// time (its writer stopped); a partition seen odd for the first time
+    /// is remembered. What `maintain` runs. Returns how many were repaired.
+    pub(crate) fn repair_stuck(&self) -> Result<usize> {
+        let mut guard = self.layout.write();
+        let Some(lay) = guard.as_mut() else {
+            return Ok(0);
+        };
+        let k = lay.table.len() as u64;
+        let at = lay.header.table_off;
+        let table = crate::fetch::read_range(&*self.mem, lay.region, at, at + k * ENTRY_BYTES)?;
+        let lease = Duration::from_millis(self.params.timeout_ms.saturating_mul(TAKE_OVER));
+        let mut stuck = self.stuck.lock();
+        let mut fixed = 0;
+        let mut need_recount = false;
+        for (p, b) in table.chunks_exact(ENTRY_BYTES as usize).enumerate() {
+            let p = p as u32;
+            let w = &b[ENTRY_STATE_AT as usize..ENTRY_STATE_AT as usize + 8];
+            let s = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            if s.is_multiple_of(2) {
+                stuck.remove(&p);
+                continue;
+            }
+            match stuck.get(&p) {
+                Some(&(v, since)) if v == s && since.elapsed() > lease => {
+                    stuck.remove(&p);
+                    if self.mem.cas(lay.region, lay.state_at(p), s, s + 2)? != s {
+                        continue; // someone else moved it meanwhile
+                    }
+                    self.refresh_entry(lay, p, s + 2)?;
+                    self.reconcile(lay, p)?;
+                    self.publish(lay, p, s + 2)?;
+                    fixed += 1;
+                    // Its writer may have stopped between its map changes
+                    // and its counts.
+                    need_recount = true;
+                }
+                Some(&(v, _)) if v == s => {}
+                _ => {
+                    stuck.insert(p, (s, Instant::now()));
+                }
+            }
+        }
+        drop(stuck);
+        if need_recount {
+            self.recount(lay)?;
+        }
+        Ok(fixed)
+    }
+
+    /// Sets the header's live and taken-bucket counts from the label map,
+    /// with every partition held (every change of a label's presence and
+    /// every count update happens under one, so none is under way).
+    pub(crate) fn recount(&self, lay: &mut Layout) -> Result<()> {
+        let k = lay.table.len() as u32;
+        let mut held = Vec::with_capacity(k as usize);
+        let mut out = Ok(());
+        for p in 0..k {
+            match self.acquire(lay, p) {
+                Ok(h) => held.push((p, h)),
+                Err(e) => {
+                    out = Err(e);
+                    break;
+                }
+            }
+        }
+        if out.is_ok() {
+            out = (|| {
+                let scanned = lay.map.scan(&*self.mem)?;
+                let live = scanned.iter().filter(|(_, v)| v.present).count() as u64;
+                let keys = scanned.len() as u64;
+                crate::fetch::post_writes(
+                    &*self.mem,
+                    lay.region,
+                    vec![
+                        (crate::layout::LIVE_AT, live.to_le_bytes().to_vec()),
+                        (crate::layout::KEYS_AT, keys.to_le_bytes().to_vec()),
+                    ],
+                )?;
+                lay.header.live = live;
+                lay.header.keys = keys;
+                Ok(())
+            })();
+        }
+        for (p, h) in held {
+            let given = self.release(lay, p, h);
+            if out.is_ok() {
+                out = given;
+            }
+        }
+        out
+    }
+
+    /// After taking over partition `p` from a writer that stopped: every
+    /// live node whose label the map points at a slot of `p` that holds no
+    /// such label (the writer rebuilt `p`, switched its entry, and stopped
+    /// before re-pointing all its labels) is named again by CAS; every
+    /// other live node the map does not name (written but never mapped, or
+    /// whose label was deleted or moved before its tombstone was written)
+    /// is tombstoned. Returns how many nodes were put right.
+    pub(crate) fn reconcile(&self, lay: &mut Layout, p: u32) -> Result<usize> {
+        self.cache.lock().remove(p);
+        let e = lay.table[p as usize];
+        let (lo, hi) = e
+            .range(lay.record())
+            .ok_or_else(|| Error::corrupted(format!("d-hnsw partition {p}: its bytes overflow")))?;
+        let b = crate::fetch::read_range(&*self.mem, lay.region, lo, hi)?;
+        let g = self.decode_part(lay, &e, p, &b)?;
+        let live: Vec<u32> = (0..g.len() as u32).filter(|&n| !g.is_deleted(n)).collect();
+        let labels: Vec<u64> = live.iter().map(|&n| g.labels[n as usize]).collect();
+        let found = lay.map.get_many(&*self.mem, &labels)?;
+        let holds = |slot: u32, l: u64| {
+            (slot as usize) < g.len() && g.labels[slot as usize] == l && !g.is_deleted(slot)
+        };
+        let mut swaps = Vec::new();
+        let mut orphans = Vec::new();
+        for ((&n, &l), f) in live.iter().zip(&labels).zip(found) {
+            match f.filter(|f| f.value.present && f.value.part == p) {
+                Some(f) if f.value.slot == n => {}
+                Some(f) if !holds(f.value.slot, l) => {
+                    swaps.push((f.bucket, f.value, f.value.at(p, n)));
+                }
+                _ => orphans.push(n),
+            }
+        }
+        let seen = lay.map.swap_many(&*self.mem, &swaps)?;
+        let renamed = seen.iter().zip(&swaps).filter(|(s, w)| **s == w.1).count();
+        let rec = lay.record();
+        let flags = orphans
+            .iter()
+            .map(|&n| {
+                (
+                    e.node_at(u64::from(n), rec) + RECORD_FLAGS_AT,
+                    DELETED.to_le_bytes().to_vec(),
+                )
+            })
+            .collect();
+        crate::fetch::post_phases(&*self.mem, lay.region, vec![flags])?;
+        Ok(renamed + orphans.len())
     }
 
     /// Takes the lock word at `at` (even: free; odd: held), first trying
     /// it at `guess`: a CAS from even to odd; a CAS that finds another
     /// value retries from it; an odd value is waited on, and one that stays
     /// the same past the timeout (its holder stopped) is taken over by CAS
-    /// to the next odd value. Returns the odd value held.
+    /// to the next odd value. Returns the odd value held and whether it was
+    /// taken over.
     pub(crate) fn take_word(
         &self,
         region: vectide_remote::Region,
         at: u64,
         guess: u64,
-    ) -> Result<u64> {
+    ) -> Result<(u64, bool)> {
         // A holder is taken over only after six times the memory node's
         // timeout without a change (a minute by default): far longer than
         // any write this engine does under a lock.
@@ -90,7 +239,7 @@ impl DHnsw {
             if let Some(t) = take {
                 let found = self.mem.cas(region, at, cur, t)?;
                 if found == cur {
-                    return Ok(t);
+                    return Ok((t, t == cur + 2));
                 }
                 cur = found;
                 continue;

@@ -31,7 +31,7 @@ fn word(b: &[u8]) -> u64 {
 impl DHnsw {
     /// Runs `f` with the free table's lock held, and gives it back.
     fn with_free_lock<R>(&self, lay: &Layout, f: impl FnOnce() -> Result<R>) -> Result<R> {
-        let held = self.take_word(lay.region, FREE_LOCK_AT, 0)?;
+        let (held, _) = self.take_word(lay.region, FREE_LOCK_AT, 0)?;
         let out = f();
         let found = self.mem.cas(lay.region, FREE_LOCK_AT, held, held + 1);
         let out = out?;

@@ -253,6 +253,10 @@ pub struct DHnsw {
     pub(crate) applied: AtomicU64,
     /// Attached to a region another compute node built.
     pub(crate) attached: bool,
+    /// Partitions seen with an odd state: (that state, when first seen),
+    /// for `maintain` to take over once they stay so past the take-over
+    /// time.
+    pub(crate) stuck: Mutex<HashMap<u32, (u64, std::time::Instant)>>,
     pub(crate) timing: Timing,
 }
 
@@ -341,6 +345,7 @@ impl DHnsw {
             durable: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             attached: false,
+            stuck: Mutex::new(HashMap::new()),
             timing: Timing::default(),
         })
     }

@@ -13,7 +13,6 @@
 //! then tombstones its node (searches walk through tombstones, never
 //! return them).
 
-use crate::labelmap::Slot;
 use crate::layout::{encode_list, encode_record, ENTRY_COUNT_AT, KEYS_AT, LIVE_AT, RECORD_LIST_AT};
 use crate::state::{DHnsw, Layout, Loc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,8 +23,9 @@ use vectide_graph::prune::{backlink, plan_links, Backlink};
 use vectide_graph::{Graph, Scratch};
 use vectide_remote::Verb;
 
-/// What naming placed rows in the label map leaves to do once no
-/// partition is held.
+/// What naming placed rows in the label map changed (the counts, moved
+/// before the partition is published) and leaves to do once no partition
+/// is held (the tombstones).
 #[derive(Default)]
 pub(crate) struct Mapped {
     /// Labels that were absent (the live count grows by these).
@@ -120,13 +120,10 @@ impl DHnsw {
         let mut all = Mapped::default();
         for (p, group) in groups {
             let m = self.insert_into(lay, p, seq, ids, vectors, &group, &mut s)?;
-            all.added += m.added;
-            all.took += m.took;
             all.tombstones.extend(m.tombstones);
         }
         // With no partition held: the nodes the labels left behind.
-        self.tombstone(lay, &all.tombstones)?;
-        self.count_changes(lay, all.added, all.took)
+        self.tombstone(lay, &all.tombstones).map(|_| ())
     }
 
     /// Names rows just placed, (label, partition, node), in the remote
@@ -299,6 +296,7 @@ impl DHnsw {
                 self.rebuild_part(lay, p, &old, (&labels, &v), seq, held)?;
             let mut mapped = self.map_swap(lay, seq, &rows)?;
             mapped.tombstones.extend(stale);
+            self.count_changes(lay, mapped.added, mapped.took)?;
             if let Some((off, len)) = left {
                 // Published once the map names the new rows; only then is
                 // the old area free (a reader still on it sees the state
@@ -396,6 +394,9 @@ impl DHnsw {
         crate::fetch::post_phases(&*self.mem, lay.region, vec![writes, publish])?;
         lay.table[p as usize].count = count;
         let mapped = self.map_swap(lay, seq, &new_locs)?;
+        // The counts too before the publish: a writer that dies before it
+        // leaves the partition held, and its taker recounts.
+        self.count_changes(lay, mapped.added, mapped.took)?;
         self.publish(lay, p, held)?;
         g.set_version(held + 1);
         let g = Arc::new(g);
@@ -414,10 +415,14 @@ impl DHnsw {
         Ok(n)
     }
 
-    /// Swaps each label's value to absent in the label map (from whatever
-    /// it holds now: another node may have moved it), then tombstones the
-    /// nodes they pointed at. A label this node wrote by a later operation
-    /// than `seq` is left (a replay).
+    /// Deletes `ids` partition by partition, each held while its labels'
+    /// values are swapped to absent and their nodes tombstoned, then
+    /// published (a writer that dies in between leaves the partition held,
+    /// and whoever takes it over tombstones what the map no longer names).
+    /// A label whose value names another partition by the time its
+    /// partition is held (another node moved it) is deleted there next. A
+    /// label this node wrote by a later operation than `seq` is left (a
+    /// replay).
     fn delete_locked(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
         // Exclusive: a search that fetched a partition before the tombstone
         // was written would cache the copy without it.
@@ -425,47 +430,112 @@ impl DHnsw {
         let Some(lay) = guard.as_mut() else {
             return Ok(0);
         };
-        let ids: Vec<u64> = {
+        let mut pending: Vec<u64> = {
             let labels = self.labels.read();
             ids.iter()
                 .copied()
                 .filter(|id| labels.get(id).is_none_or(|l| l.seq <= seq))
                 .collect()
         };
-        let found = lay.map.get_many(&*self.mem, &ids)?;
-        let mut pending: Vec<(u64, u64, Slot)> = ids
-            .iter()
-            .zip(found)
-            .filter_map(|(&id, f)| {
-                f.filter(|f| f.value.present)
-                    .map(|f| (id, f.bucket, f.value))
-            })
-            .collect();
-        let mut gone = Vec::new();
+        let mut gone = 0usize;
         while !pending.is_empty() {
-            let swaps: Vec<_> = pending
-                .iter()
-                .map(|&(_, b, v)| (b, v, v.absent()))
-                .collect();
-            let seen = lay.map.swap_many(&*self.mem, &swaps)?;
-            let mut again = Vec::new();
-            for (&(id, bucket, expect), got) in pending.iter().zip(seen) {
-                if got == expect {
-                    gone.push((expect.part, expect.slot, id, bucket));
-                } else if got.present {
-                    again.push((id, bucket, got));
+            let found = lay.map.get_many(&*self.mem, &pending)?;
+            let mut by_part: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+            for (&id, f) in pending.iter().zip(found) {
+                if let Some(f) = f.filter(|f| f.value.present) {
+                    by_part.entry(f.value.part).or_default().push(id);
                 }
+            }
+            let mut again = Vec::new();
+            for (p, group) in by_part {
+                if p as usize >= lay.table.len() {
+                    return Err(vectide_core::Error::corrupted(format!(
+                        "d-hnsw: a label is mapped to partition {p} of {}",
+                        lay.table.len()
+                    )));
+                }
+                let held = self.acquire(lay, p)?;
+                let done = self.delete_held(lay, p, held, &group, &mut again);
+                if done.is_err() && lay.table[p as usize].state == held {
+                    let _ = self.release(lay, p, held);
+                }
+                gone += done?;
             }
             pending = again;
         }
-        {
-            let mut labels = self.labels.write();
-            for &(_, _, id, _) in &gone {
-                labels.remove(&id);
+        Ok(gone)
+    }
+
+    /// [`delete_locked`](Self::delete_locked) of `group` in partition `p`,
+    /// held at `held`: values naming `p` swapped to absent, their nodes
+    /// tombstoned, the partition published; labels now elsewhere go to
+    /// `elsewhere`. Returns how many were deleted.
+    fn delete_held(
+        &self,
+        lay: &mut Layout,
+        p: u32,
+        held: u64,
+        group: &[u64],
+        elsewhere: &mut Vec<u64>,
+    ) -> Result<usize> {
+        let found = lay.map.get_many(&*self.mem, group)?;
+        let mut swaps = Vec::new();
+        let mut ids = Vec::new();
+        for (&id, f) in group.iter().zip(found) {
+            match f.filter(|f| f.value.present) {
+                Some(f) if f.value.part == p => {
+                    swaps.push((f.bucket, f.value, f.value.absent()));
+                    ids.push(id);
+                }
+                Some(_) => elsewhere.push(id),
+                None => {}
             }
         }
-        self.tombstone(lay, &gone)?;
-        self.count_changes(lay, -(gone.len() as i64), 0)?;
-        Ok(gone.len())
+        // A value naming a node of `p` gets a new node only under its lock
+        // (held here), but an upsert elsewhere may move it away meanwhile:
+        // a lost CAS sends the label after its new place.
+        let seen = lay.map.swap_many(&*self.mem, &swaps)?;
+        let mut won = Vec::with_capacity(swaps.len());
+        let mut kept_ids = Vec::with_capacity(ids.len());
+        for ((w, got), id) in swaps.iter().zip(seen).zip(&ids) {
+            if got == w.1 {
+                won.push(*w);
+                kept_ids.push(*id);
+            } else if got.present {
+                elsewhere.push(*id);
+            }
+        }
+        let (swaps, ids) = (won, kept_ids);
+        let e = lay.table[p as usize];
+        let rec = lay.record();
+        let flags: Vec<(u64, Vec<u8>)> = swaps
+            .iter()
+            .map(|(_, v, _)| {
+                (
+                    e.node_at(u64::from(v.slot), rec) + crate::layout::RECORD_FLAGS_AT,
+                    crate::layout::DELETED.to_le_bytes().to_vec(),
+                )
+            })
+            .collect();
+        crate::fetch::post_phases(&*self.mem, lay.region, vec![flags])?;
+        self.count_changes(lay, -(ids.len() as i64), 0)?;
+        self.publish(lay, p, held)?;
+        {
+            let mut labels = self.labels.write();
+            for id in &ids {
+                labels.remove(id);
+            }
+        }
+        let mut lru = self.cache.lock();
+        match lru.get(p) {
+            Some(g) if g.version() == held - 1 => {
+                for (_, v, _) in &swaps {
+                    g.mark_deleted(v.slot);
+                }
+                g.set_version(held + 1);
+            }
+            _ => lru.remove(p),
+        }
+        Ok(ids.len())
     }
 }

@@ -1,0 +1,196 @@
+//! A writer that dies at any step of an insert that rebuilds a partition,
+//! or of a delete, leaves a region another compute node can repair and go
+//! on with: the writer's transport stops answering after N work requests
+//! (for every N up to the whole operation), the writer is dropped, and a
+//! second compute node, attached before, runs `maintain` (which takes over
+//! the partitions left held once they stay so past the take-over time and
+//! puts their labels right). Afterwards every label the writer had
+//! acknowledged is there with its vector, a delete it had acknowledged
+//! stays deleted, what it had not acknowledged is either whole or absent,
+//! and the region's structure (label map, partitions, counts) is whole.
+
+use crate::state::DHnsw;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use vectide_core::params::params_of;
+use vectide_core::{Error, Metric, ParamValue, Result, SearchParams, VectorIndex};
+use vectide_remote::{
+    Completion, Counters, MemoryNode, NodeLimits, NodeSize, Region, RegionInfo, RemoteMemory,
+    TcpMemory, Verb,
+};
+
+const DIM: usize = 4;
+
+/// A transport that runs `left` more work requests and then stops
+/// answering (a compute node that died).
+struct Dying {
+    inner: TcpMemory,
+    left: AtomicI64,
+}
+
+impl Dying {
+    fn gone() -> Error {
+        Error::unavailable("the compute node died")
+    }
+}
+
+impl RemoteMemory for Dying {
+    fn create_region(&self, name: &str, size: u64) -> Result<Region> {
+        self.inner.create_region(name, size)
+    }
+    fn open_region(&self, name: &str) -> Result<Region> {
+        self.inner.open_region(name)
+    }
+    fn drop_region(&self, name: &str) -> Result<()> {
+        self.inner.drop_region(name)
+    }
+    fn regions(&self) -> Result<(Vec<RegionInfo>, NodeSize)> {
+        self.inner.regions()
+    }
+    fn post(&self, wrs: &[Verb]) -> Result<Vec<Completion>> {
+        let left = self.left.fetch_sub(wrs.len() as i64, Ordering::AcqRel);
+        if left >= wrs.len() as i64 {
+            return self.inner.post(wrs);
+        }
+        // The requests it got out before it died, then nothing.
+        if left > 0 {
+            self.inner.post(&wrs[..left as usize])?;
+        }
+        Err(Dying::gone())
+    }
+    fn counters(&self) -> &Counters {
+        self.inner.counters()
+    }
+}
+
+fn point(l: u64) -> Vec<f32> {
+    let x = l as f32;
+    vec![
+        x.sin() * 10.0,
+        x.cos() * 10.0,
+        (x * 0.37).sin() * 10.0,
+        (l % 7) as f32,
+    ]
+}
+
+fn rows(ls: &[u64]) -> Vec<f32> {
+    ls.iter().flat_map(|&l| point(l)).collect()
+}
+
+/// One run, the writer dying after `budget` work requests of its insert
+/// and delete; returns the requests they took when it did not die, and the
+/// violations found.
+fn run(budget: i64) -> (i64, Vec<String>) {
+    let node = MemoryNode::start("127.0.0.1:0", 64 << 20, NodeLimits::default()).unwrap();
+    let addr = node.addr().to_string();
+    let dying = Arc::new(Dying {
+        inner: TcpMemory::connect(&addr, Default::default()).unwrap(),
+        left: AtomicI64::new(i64::MAX),
+    });
+    let params = params_of([
+        ("region", ParamValue::Str("dead".into())),
+        ("partitions", ParamValue::Int(2)),
+        ("gap", ParamValue::Float(0.02)),
+        ("m", ParamValue::Int(4)),
+        ("threads", ParamValue::Int(1)),
+        ("cache_partitions", ParamValue::Int(0)),
+    ]);
+    let writer = DHnsw::over(DIM, Metric::L2, &params, dying.clone()).unwrap();
+    let first: Vec<u64> = (0..120).collect();
+    writer.insert(1, &first, &rows(&first)).unwrap();
+    let other = (crate::DESCRIPTOR.create)(
+        DIM,
+        Metric::L2,
+        &params_of([
+            ("memnode", ParamValue::Str(addr.clone())),
+            ("region", ParamValue::Str("dead".into())),
+            ("timeout_ms", ParamValue::Int(10)),
+            ("threads", ParamValue::Int(1)),
+            ("cache_partitions", ParamValue::Int(0)),
+        ]),
+    )
+    .unwrap();
+    let fresh: Vec<u64> = (500..520).collect();
+    let gone: Vec<u64> = vec![3, 40, 77, 501];
+    dying.left.store(budget, Ordering::Release);
+    let inserted = writer.insert(2, &fresh, &rows(&fresh)).is_ok();
+    let deleted = inserted && writer.delete(3, &gone).is_ok();
+    let used = i64::MAX - dying.left.load(Ordering::Acquire).max(0);
+    let used = if budget == i64::MAX { used } else { 0 };
+    drop(writer);
+    // The partitions the writer left held: seen, then taken over once the
+    // take-over time (six of the other node's 10 ms timeouts) has passed.
+    let mut bad = Vec::new();
+    for _ in 0..2 {
+        if let Err(e) = other.maintain() {
+            bad.push(format!("maintain: {e}"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(70));
+    }
+    other.maintain().unwrap();
+    let check = |l: u64, must: Option<bool>| -> Option<String> {
+        match (other.get(l), must) {
+            (Ok(Some(v)), Some(true) | None) if v == point(l) => None,
+            (Ok(None), Some(false) | None) => None,
+            (got, _) => Some(format!("label {l}: {got:?}, expected present {must:?}")),
+        }
+    };
+    for &l in &first {
+        let must = if deleted && gone.contains(&l) {
+            Some(false)
+        } else if gone.contains(&l) {
+            None
+        } else {
+            Some(true)
+        };
+        bad.extend(check(l, must));
+    }
+    for &l in &fresh {
+        let must = match (inserted, deleted && gone.contains(&l)) {
+            (_, true) => Some(false),
+            (true, false) if !gone.contains(&l) => Some(true),
+            _ => None,
+        };
+        bad.extend(check(l, must));
+    }
+    match other.check_structure() {
+        Ok(v) => bad.extend(v),
+        Err(e) => bad.push(format!("check: {e}")),
+    }
+    let every = SearchParams {
+        nprobe: Some(2),
+        ef: Some(64),
+        ..SearchParams::default()
+    };
+    if deleted {
+        let qs = rows(&gone);
+        match other.search_batch(&qs, 3, &every, None) {
+            Ok(found) => {
+                for n in found.iter().flatten() {
+                    if gone.contains(&n.id) {
+                        bad.push(format!("deleted {} answered", n.id));
+                    }
+                }
+            }
+            Err(e) => bad.push(format!("search: {e}")),
+        }
+    }
+    (used, bad)
+}
+
+#[test]
+fn a_writer_dying_at_any_step_leaves_a_region_another_node_repairs() {
+    let (steps, bad) = run(i64::MAX);
+    assert!(bad.is_empty(), "no death: {bad:?}");
+    assert!(steps > 20, "the insert and delete took {steps} requests");
+    let mut deaths = 0;
+    for budget in (0..steps).step_by((steps as usize / 40).max(1)) {
+        let (_, bad) = run(budget);
+        assert!(
+            bad.is_empty(),
+            "dying after {budget} of {steps} requests: {bad:?}"
+        );
+        deaths += 1;
+    }
+    assert!(deaths >= 20, "{deaths} death points");
+}
