@@ -10,56 +10,31 @@
 //! and the region's structure (label map, partitions, counts) is whole.
 
 use crate::state::DHnsw;
+use crate::test_transport::Wrapped;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use vectide_core::params::params_of;
-use vectide_core::{Error, Metric, ParamValue, Result, SearchParams, VectorIndex};
-use vectide_remote::{
-    Completion, Counters, MemoryNode, NodeLimits, NodeSize, Region, RegionInfo, RemoteMemory,
-    TcpMemory, Verb,
-};
+use vectide_core::{Error, Metric, ParamValue, SearchParams, VectorIndex};
+use vectide_remote::{MemoryNode, NodeLimits, RemoteMemory, TcpMemory, Verb};
 
 const DIM: usize = 4;
 
 /// A transport that runs `left` more work requests and then stops
 /// answering (a compute node that died).
-struct Dying {
-    inner: TcpMemory,
-    left: AtomicI64,
-}
-
-impl Dying {
-    fn gone() -> Error {
-        Error::unavailable("the compute node died")
-    }
-}
-
-impl RemoteMemory for Dying {
-    fn create_region(&self, name: &str, size: u64) -> Result<Region> {
-        self.inner.create_region(name, size)
-    }
-    fn open_region(&self, name: &str) -> Result<Region> {
-        self.inner.open_region(name)
-    }
-    fn drop_region(&self, name: &str) -> Result<()> {
-        self.inner.drop_region(name)
-    }
-    fn regions(&self) -> Result<(Vec<RegionInfo>, NodeSize)> {
-        self.inner.regions()
-    }
-    fn post(&self, wrs: &[Verb]) -> Result<Vec<Completion>> {
-        let left = self.left.fetch_sub(wrs.len() as i64, Ordering::AcqRel);
-        if left >= wrs.len() as i64 {
-            return self.inner.post(wrs);
-        }
-        // The requests it got out before it died, then nothing.
-        if left > 0 {
-            self.inner.post(&wrs[..left as usize])?;
-        }
-        Err(Dying::gone())
-    }
-    fn counters(&self) -> &Counters {
-        self.inner.counters()
+fn dying(addr: &str, left: Arc<AtomicI64>) -> Wrapped {
+    Wrapped {
+        inner: TcpMemory::connect(addr, Default::default()).unwrap(),
+        post: Box::new(move |inner: &TcpMemory, wrs: &[Verb]| {
+            let now = left.fetch_sub(wrs.len() as i64, Ordering::AcqRel);
+            if now >= wrs.len() as i64 {
+                return inner.post(wrs);
+            }
+            // The requests it got out before it died, then nothing.
+            if now > 0 {
+                inner.post(&wrs[..now as usize])?;
+            }
+            Err(Error::unavailable("the compute node died"))
+        }),
     }
 }
 
@@ -83,10 +58,8 @@ fn rows(ls: &[u64]) -> Vec<f32> {
 fn run(budget: i64) -> (i64, Vec<String>) {
     let node = MemoryNode::start("127.0.0.1:0", 64 << 20, NodeLimits::default()).unwrap();
     let addr = node.addr().to_string();
-    let dying = Arc::new(Dying {
-        inner: TcpMemory::connect(&addr, Default::default()).unwrap(),
-        left: AtomicI64::new(i64::MAX),
-    });
+    let left = Arc::new(AtomicI64::new(i64::MAX));
+    let transport = Arc::new(dying(&addr, Arc::clone(&left)));
     let params = params_of([
         ("region", ParamValue::Str("dead".into())),
         ("partitions", ParamValue::Int(2)),
@@ -95,7 +68,7 @@ fn run(budget: i64) -> (i64, Vec<String>) {
         ("threads", ParamValue::Int(1)),
         ("cache_partitions", ParamValue::Int(0)),
     ]);
-    let writer = DHnsw::over(DIM, Metric::L2, &params, dying.clone()).unwrap();
+    let writer = DHnsw::over(DIM, Metric::L2, &params, transport).unwrap();
     let first: Vec<u64> = (0..120).collect();
     writer.insert(1, &first, &rows(&first)).unwrap();
     let other = (crate::DESCRIPTOR.create)(
@@ -112,10 +85,10 @@ fn run(budget: i64) -> (i64, Vec<String>) {
     .unwrap();
     let fresh: Vec<u64> = (500..520).collect();
     let gone: Vec<u64> = vec![3, 40, 77, 501];
-    dying.left.store(budget, Ordering::Release);
+    left.store(budget, Ordering::Release);
     let inserted = writer.insert(2, &fresh, &rows(&fresh)).is_ok();
     let deleted = inserted && writer.delete(3, &gone).is_ok();
-    let used = i64::MAX - dying.left.load(Ordering::Acquire).max(0);
+    let used = i64::MAX - left.load(Ordering::Acquire).max(0);
     let used = if budget == i64::MAX { used } else { 0 };
     drop(writer);
     // The partitions the writer left held: seen, then taken over once the

@@ -9,15 +9,13 @@
 //! and searches fail: the check is what keeps them out.
 
 use crate::state::DHnsw;
+use crate::test_transport::Wrapped;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use vectide_core::params::params_of;
 use vectide_core::{Metric, ParamValue, Result, SearchParams, VectorIndex};
-use vectide_remote::{
-    Completion, Counters, MemoryNode, NodeLimits, NodeSize, Region, RegionInfo, RemoteMemory,
-    TcpMemory, Verb,
-};
+use vectide_remote::{Completion, MemoryNode, NodeLimits, RemoteMemory, TcpMemory, Verb};
 
 const DIM: usize = 4;
 
@@ -25,68 +23,50 @@ type Hook = Box<dyn Fn() + Send + Sync>;
 
 /// A transport that, once armed, runs a chain one request at a time, each
 /// WRITE as 8-byte pieces, and calls the hook after each.
-struct Tearing {
-    inner: TcpMemory,
-    hook: OnceLock<Hook>,
-    armed: AtomicBool,
-}
-
-impl Tearing {
-    fn one(&self, wr: Verb) -> Result<Completion> {
-        let mut c = self.inner.post(std::slice::from_ref(&wr))?;
-        if let Some(h) = self.hook.get() {
+fn tearing(addr: &str, hook: Arc<OnceLock<Hook>>, armed: Arc<AtomicBool>) -> Wrapped {
+    let one = move |inner: &TcpMemory, wr: Verb| -> Result<Completion> {
+        let mut c = inner.post(std::slice::from_ref(&wr))?;
+        if let Some(h) = hook.get() {
             h();
         }
         Ok(c.pop().expect("one completion"))
-    }
-}
-
-impl RemoteMemory for Tearing {
-    fn create_region(&self, name: &str, size: u64) -> Result<Region> {
-        self.inner.create_region(name, size)
-    }
-    fn open_region(&self, name: &str) -> Result<Region> {
-        self.inner.open_region(name)
-    }
-    fn drop_region(&self, name: &str) -> Result<()> {
-        self.inner.drop_region(name)
-    }
-    fn regions(&self) -> Result<(Vec<RegionInfo>, NodeSize)> {
-        self.inner.regions()
-    }
-    fn post(&self, wrs: &[Verb]) -> Result<Vec<Completion>> {
-        if !self.armed.load(Ordering::Acquire) {
-            return self.inner.post(wrs);
-        }
-        let mut out = Vec::with_capacity(wrs.len());
-        for wr in wrs {
-            let c = match wr {
-                Verb::Write {
-                    region,
-                    offset,
-                    bytes,
-                } => {
-                    let mut last = Completion::Done;
-                    for (i, piece) in bytes.chunks(8).enumerate() {
-                        last = self.one(Verb::Write {
-                            region: *region,
-                            offset: offset + 8 * i as u64,
-                            bytes: piece.to_vec(),
-                        })?;
-                        if last != Completion::Done {
-                            break;
+    };
+    Wrapped {
+        inner: TcpMemory::connect(addr, Default::default()).unwrap(),
+        post: Box::new(move |inner: &TcpMemory, wrs: &[Verb]| {
+            if !armed.load(Ordering::Acquire) {
+                return inner.post(wrs);
+            }
+            let mut out = Vec::with_capacity(wrs.len());
+            for wr in wrs {
+                let c = match wr {
+                    Verb::Write {
+                        region,
+                        offset,
+                        bytes,
+                    } => {
+                        let mut last = Completion::Done;
+                        for (i, piece) in bytes.chunks(8).enumerate() {
+                            last = one(
+                                inner,
+                                Verb::Write {
+                                    region: *region,
+                                    offset: offset + 8 * i as u64,
+                                    bytes: piece.to_vec(),
+                                },
+                            )?;
+                            if last != Completion::Done {
+                                break;
+                            }
                         }
+                        last
                     }
-                    last
-                }
-                other => self.one(other.clone())?,
-            };
-            out.push(c);
-        }
-        Ok(out)
-    }
-    fn counters(&self) -> &Counters {
-        self.inner.counters()
+                    other => one(inner, other.clone())?,
+                };
+                out.push(c);
+            }
+            Ok(out)
+        }),
     }
 }
 
@@ -102,11 +82,9 @@ struct Seen {
 fn run(trust_torn: bool) -> Seen {
     let node = MemoryNode::start("127.0.0.1:0", 64 << 20, NodeLimits::default()).unwrap();
     let addr = node.addr().to_string();
-    let tearing = Arc::new(Tearing {
-        inner: TcpMemory::connect(&addr, Default::default()).unwrap(),
-        hook: OnceLock::new(),
-        armed: AtomicBool::new(false),
-    });
+    let hook_slot: Arc<OnceLock<Hook>> = Arc::new(OnceLock::new());
+    let armed = Arc::new(AtomicBool::new(false));
+    let transport = Arc::new(tearing(&addr, Arc::clone(&hook_slot), Arc::clone(&armed)));
     let params = params_of([
         ("region", ParamValue::Str("torn".into())),
         ("partitions", ParamValue::Int(3)),
@@ -115,7 +93,7 @@ fn run(trust_torn: bool) -> Seen {
         ("threads", ParamValue::Int(1)),
         ("cache_partitions", ParamValue::Int(0)),
     ]);
-    let writer = DHnsw::over(DIM, Metric::L2, &params, tearing.clone()).unwrap();
+    let writer = DHnsw::over(DIM, Metric::L2, &params, transport).unwrap();
     let point = |l: u64| -> Vec<f32> {
         let x = l as f32;
         vec![
@@ -170,17 +148,17 @@ fn run(trust_torn: bool) -> Seen {
                 Err(e) => s.bad.push(e.to_string()),
             }
         });
-        assert!(tearing.hook.set(hook).is_ok());
+        assert!(hook_slot.set(hook).is_ok());
     }
     crate::fetch::TRUST_TORN.store(trust_torn, Ordering::Relaxed);
-    tearing.armed.store(true, Ordering::Release);
+    armed.store(true, Ordering::Release);
     for b in 0..5u64 {
         let ls: Vec<u64> = (1000 + 6 * b..1006 + 6 * b).collect();
         written.lock().unwrap().extend(&ls);
         writer.insert(2 + b, &ls, &rows(&ls)).unwrap();
     }
     writer.delete(20, &[5, 6, 1003]).unwrap();
-    tearing.armed.store(false, Ordering::Release);
+    armed.store(false, Ordering::Release);
     crate::fetch::TRUST_TORN.store(false, Ordering::Relaxed);
     assert!(
         writer

@@ -63,6 +63,8 @@ mod search;
 mod space;
 mod state;
 pub mod subgraph;
+#[cfg(test)]
+mod test_transport;
 mod update;
 
 pub use params::{DhnswParams, Fetch, PARAMS};
