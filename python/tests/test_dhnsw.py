@@ -244,3 +244,29 @@ def test_two_compute_node_processes_write_one_region(tmp_path):
         ids, _ = check.search(x[:50], k=10, nprobe=6, ef=64)
         assert not set(ids.ravel().tolist()) & (deleted - added)
         assert check.check() == []
+
+
+@needs_cli
+def test_dhnsw_writes_benchmark_small(tmp_path, data_root, monkeypatch):
+    """The writers' benchmark on a small slice: two compute-node processes
+    insert at once; every figure the issue names is in the summary, the
+    per-node counts add up, and the region's structure is whole."""
+    from vectide.bench import dhnsw_writes
+
+    monkeypatch.setenv("VECTIDE_DATA", str(data_root))
+    out = tmp_path / "w.json"
+    rc = dhnsw_writes.main(["--dataset", "clustered-20k-32-angular", "--limit", "4000", "--queries", "100",
+                            "--batch", "50", "--out", str(out)])
+    assert rc == 0
+    r = json.loads(out.read_text())
+    s = r["summary"]
+    for key in ("insert_rows_per_s_1_node", "insert_rows_per_s_2_nodes", "cas_retries_per_insert_2_nodes",
+                "round_trips_per_insert", "bytes_per_insert", "model_us_per_insert", "recall10_after_insert",
+                "recall10_fresh_build", "recall10_after_delete", "recall10_fresh_after_delete"):
+        assert s[key] is not None, key
+    assert s["structure_violations"] == 0
+    two = r["runs"]["2"]
+    assert sum(p["rows"] for p in two["per_node"]) == r["inserted"] == 800
+    assert s["round_trips_per_insert"] > 0 and s["bytes_per_insert"] > 0
+    assert s["recall10_after_insert"] > 0.8 and abs(s["recall10_points_below_fresh_after_insert"]) < 10
+    assert r["commit"] and r["machine"]["simd_isa"]

@@ -205,6 +205,8 @@ impl VectorIndex for DHnsw {
                 ("region_free_bytes".into(), free as f64),
                 ("rebuilt_bytes".into(), ld(&t.rebuilt_bytes)),
                 ("rebuilt_bytes_reused".into(), ld(&t.reused_bytes)),
+                ("cas_retries".into(), ld(&t.cas_retries)),
+                ("rebuild_ns".into(), ld(&t.rebuild_ns)),
                 ("partition_rebuilds".into(), ld(&t.rebuilds)),
                 ("region_relayouts".into(), ld(&t.relayouts)),
                 ("repartitions".into(), ld(&t.repartitions)),

@@ -241,6 +241,7 @@ impl DHnsw {
                 if found == cur {
                     return Ok((t, t == cur + 2));
                 }
+                crate::state::Timing::add(&self.timing.cas_retries, 1);
                 cur = found;
                 continue;
             }

@@ -224,6 +224,11 @@ pub struct Timing {
     /// that came from the free table.
     pub rebuilt_bytes: AtomicU64,
     pub reused_bytes: AtomicU64,
+    /// CASes this node lost to another writer (a partition's state, a
+    /// label's value) and retried.
+    pub cas_retries: AtomicU64,
+    /// Time this node spent rebuilding partitions (build and write).
+    pub rebuild_ns: AtomicU64,
 }
 
 impl Timing {

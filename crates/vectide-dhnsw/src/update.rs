@@ -159,6 +159,7 @@ impl DHnsw {
             for (&(i, bucket, expect, new), got) in pending.iter().zip(seen) {
                 let (label, part, node) = placed[i];
                 if got != expect {
+                    crate::state::Timing::add(&self.timing.cas_retries, 1);
                     again.push((i, bucket, got, got.at(part, node)));
                     continue;
                 }
@@ -292,8 +293,10 @@ impl DHnsw {
             for &i in group {
                 v.extend_from_slice(&vectors[i * dim..(i + 1) * dim]);
             }
+            let t = std::time::Instant::now();
             let (g, rows, stale, left) =
                 self.rebuild_part(lay, p, &old, (&labels, &v), seq, held)?;
+            crate::state::Timing::add(&self.timing.rebuild_ns, t.elapsed().as_nanos() as u64);
             let mut mapped = self.map_swap(lay, seq, &rows)?;
             mapped.tombstones.extend(stale);
             self.count_changes(lay, mapped.added, mapped.took)?;
@@ -502,6 +505,7 @@ impl DHnsw {
                 won.push(*w);
                 kept_ids.push(*id);
             } else if got.present {
+                crate::state::Timing::add(&self.timing.cas_retries, 1);
                 elsewhere.push(*id);
             }
         }

@@ -18,6 +18,8 @@
 * ``python -m vectide.bench spfresh ...``: a distribution-shifting update
   stream, SPFresh against SPANN+ and a static SPANN (see
   :mod:`vectide.bench.spfresh`).
+* ``python -m vectide.bench dhnsw-writes ...``: d-HNSW's writes from several
+  compute nodes at once (see :mod:`vectide.bench.dhnsw_writes`).
 * ``python -m vectide.bench dhnsw ...``: d-HNSW's latency breakdown (the
   slides' Tables 1-2) with a memory node in its own process: naive,
   no-doorbell and doorbell fetches, the pipeline, cold and warm, against a
@@ -59,6 +61,10 @@ def main(argv=None) -> int:
         from . import dhnsw
 
         return dhnsw.main(argv[1:])
+    if argv and argv[0] == "dhnsw-writes":  # and d-HNSW's writers
+        from . import dhnsw_writes
+
+        return dhnsw_writes.main(argv[1:])
     if argv and argv[0] == "db":  # and db
         from . import db
 
@@ -94,6 +100,7 @@ def main(argv=None) -> int:
     sub.add_parser("spfresh", help="SPFresh: a shifting update stream, spfresh vs spann-inplace vs a static spann rebuilt on the final data", add_help=False)
     sub.add_parser("phnsw", help="P-HNSW paper figures: insert time, breakdown, recovery, msync, crash test", add_help=False)
     sub.add_parser("dhnsw", help="d-HNSW Tables 1-2: latency breakdown of naive / no-doorbell / doorbell fetches from a memory node", add_help=False)
+    sub.add_parser("dhnsw-writes", help="d-HNSW writes from 1 and 2 compute nodes at once: throughput, CAS retries, round trips and bytes per insert, recall after +20 %% and -20 %%", add_help=False)
     sub.add_parser("stability", help="recall over 50 delete/re-insert cycles, streaming engines and peers", add_help=False)
     sub.add_parser("runbook", help="big-ann streaming runbooks: every streaming engine and peer, same threads", add_help=False)
     sub.add_parser("exact", help="exact search: vectide:flat against faiss IndexFlat, same threads", add_help=False)
