@@ -193,6 +193,7 @@ impl DHnsw {
         }
         *map = fresh;
         *self.cache.lock() = self.params.cache(subs.len());
+        self.stuck.lock().clear();
         *guard = Some(lay);
     }
 
@@ -408,6 +409,7 @@ impl DHnsw {
         let (region, header, table, buckets) = self.write_layout(&name, &subs, &meta, epoch)?;
         let old = std::mem::replace(&mut lay.name, name);
         let _ = self.mem.drop_region(&old);
+        self.stuck.lock().clear();
         lay.region = region;
         lay.map = LabelMap {
             region,

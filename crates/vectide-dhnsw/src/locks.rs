@@ -56,10 +56,30 @@ impl DHnsw {
         self.refresh_entry(lay, p, held)?;
         if took_over {
             // Taken over (odd to the next odd value): its writer stopped
-            // somewhere in a write; put its labels right before using it.
+            // somewhere in a write; put its labels right before using it,
+            // and recount once no partition is held (it may have stopped
+            // between its map changes and its counts).
             self.reconcile(lay, p)?;
+            self.taken_over
+                .store(true, std::sync::atomic::Ordering::Release);
         }
         Ok(held)
+    }
+
+    /// [`recount`](Self::recount) if this node took a partition over since
+    /// the last one (called with no partition held).
+    pub(crate) fn recount_if_taken_over(&self, lay: &mut Layout) -> Result<()> {
+        if self
+            .taken_over
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            if let Err(e) = self.recount(lay) {
+                self.taken_over
+                    .store(true, std::sync::atomic::Ordering::Release);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Takes over, puts right and publishes every partition whose state
@@ -108,8 +128,10 @@ impl DHnsw {
         }
         drop(stuck);
         if need_recount {
-            self.recount(lay)?;
+            self.taken_over
+                .store(true, std::sync::atomic::Ordering::Release);
         }
+        self.recount_if_taken_over(lay)?;
         Ok(fixed)
     }
 

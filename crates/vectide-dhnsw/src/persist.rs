@@ -218,10 +218,25 @@ pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
     }
     let mut locs = Vec::new();
     // A partition a writer was inside (its state odd: a writer at work or
-    // one that stopped) is not held to the map: its labels are what the
-    // map says, and a later take-over puts them right.
+    // one that stopped) is not held to the map: its labels are where the
+    // map says, unchecked, and a later take-over puts them right.
     let busy: Vec<bool> = table.iter().map(Entry::busy).collect();
-    named.retain(|&(p, _), _| !busy.get(p as usize).copied().unwrap_or(false));
+    named.retain(|&(p, slot), &mut (l, bucket, version)| {
+        if !busy.get(p as usize).copied().unwrap_or(false) {
+            return true;
+        }
+        locs.push((
+            l,
+            Loc {
+                part: p,
+                node: slot,
+                seq,
+                bucket,
+                version,
+            },
+        ));
+        false
+    });
     for (p, e) in table.iter().enumerate() {
         let (lo, hi) = e.range(rec).expect("checked");
         // The entry must describe its blob as the blob describes itself:

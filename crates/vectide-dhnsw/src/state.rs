@@ -262,6 +262,9 @@ pub struct DHnsw {
     /// for `maintain` to take over once they stay so past the take-over
     /// time.
     pub(crate) stuck: Mutex<HashMap<u32, (u64, std::time::Instant)>>,
+    /// Set when this node took a partition over: the header's counts are
+    /// recounted once it holds none.
+    pub(crate) taken_over: std::sync::atomic::AtomicBool,
     pub(crate) timing: Timing,
 }
 
@@ -351,6 +354,7 @@ impl DHnsw {
             applied: AtomicU64::new(0),
             attached: false,
             stuck: Mutex::new(HashMap::new()),
+            taken_over: std::sync::atomic::AtomicBool::new(false),
             timing: Timing::default(),
         })
     }

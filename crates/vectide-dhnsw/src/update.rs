@@ -118,12 +118,25 @@ impl DHnsw {
             groups.entry(p).or_default().push(i);
         }
         let mut all = Mapped::default();
+        let mut failed = None;
         for (p, group) in groups {
-            let m = self.insert_into(lay, p, seq, ids, vectors, &group, &mut s)?;
-            all.tombstones.extend(m.tombstones);
+            match self.insert_into(lay, p, seq, ids, vectors, &group, &mut s) {
+                Ok(m) => all.tombstones.extend(m.tombstones),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
         }
-        // With no partition held: the nodes the labels left behind.
-        self.tombstone(lay, &all.tombstones).map(|_| ())
+        // With no partition held: the nodes the labels left behind (also
+        // those of the groups placed before a failure), and a recount if a
+        // take-over happened on the way.
+        let tombstoned = self.tombstone(lay, &all.tombstones).map(|_| ());
+        let recounted = self.recount_if_taken_over(lay);
+        match failed {
+            Some(e) => Err(e),
+            None => tombstoned.and(recounted),
+        }
     }
 
     /// Names rows just placed, (label, partition, node), in the remote
@@ -194,6 +207,11 @@ impl DHnsw {
                 offset: KEYS_AT,
                 add: keys,
             },
+            Verb::Flush {
+                region: lay.region.id,
+                offset: LIVE_AT,
+                len: KEYS_AT + 8 - LIVE_AT,
+            },
         ];
         let c = self.mem.post(&wrs)?;
         let mut it = c.into_iter();
@@ -255,14 +273,14 @@ impl DHnsw {
                 partner = None;
             }
         }
+        let region = lay.region;
+        // A write that fails once it has begun leaves `p` held (odd): a
+        // half-done write is put right only by whoever takes the partition
+        // over (`locks.rs`), never published as it is.
         let placed = self.insert_held(lay, p, held, seq, ids, vectors, group, s);
-        if placed.is_err() && lay.table.get(p as usize).is_some_and(|e| e.state == held) {
-            // Failed while held: given back as it is (a partial write is
-            // readable: records past the count are ignored, ids of
-            // unpublished nodes left out of lists), best effort.
-            let _ = self.release(lay, p, held);
-        }
-        if let Some((q, hq)) = partner {
+        // The partner is given back unchanged (not in a region the index
+        // moved away from meanwhile).
+        if let Some((q, hq)) = partner.filter(|_| lay.region == region) {
             let given = self.release(lay, q, hq);
             if placed.is_ok() {
                 given?;
@@ -305,7 +323,7 @@ impl DHnsw {
                 // the old area free (a reader still on it sees the state
                 // move and reads again).
                 self.publish(lay, p, held)?;
-                if !self.give_free(lay, off, len)? {
+                if !self.give_free(lay, off, len).unwrap_or(false) {
                     self.timing
                         .dead_bytes
                         .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
@@ -458,14 +476,12 @@ impl DHnsw {
                     )));
                 }
                 let held = self.acquire(lay, p)?;
-                let done = self.delete_held(lay, p, held, &group, &mut again);
-                if done.is_err() && lay.table[p as usize].state == held {
-                    let _ = self.release(lay, p, held);
-                }
-                gone += done?;
+                // A failure leaves `p` held, for a take-over to put right.
+                gone += self.delete_held(lay, p, held, &group, &mut again)?;
             }
             pending = again;
         }
+        self.recount_if_taken_over(lay)?;
         Ok(gone)
     }
 

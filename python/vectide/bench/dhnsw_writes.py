@@ -12,10 +12,12 @@ between them, in batches of ``batch`` rows, at the same time. Reported per
 inserted row the round trips, bytes both ways, modelled network time
 (3 us + bytes / 100 Gb/s per round trip) and CAS retries (a partition's
 state or a label's value another node changed first), the partitions
-rebuilt and their mean rebuild time. Then recall@10 at b = 5, ef 48 against
-exact top-10 (numpy) after the inserts, beside a fresh build of the same
-rows; and after deleting ``share`` of all rows (from one node), beside a
-fresh build of what remains.
+rebuilt and their mean rebuild time. The nodes attach first, then start at
+one moment; rows/s is all rows over the time to the last node's end. Then
+recall@10 at b = 5, ef 48 against exact top-10 (numpy) after the inserts,
+beside a fresh build of the same rows with the same partitions; and after
+deleting ``share`` of all rows (from one node), beside a fresh build of
+what remains (same partitions).
 """
 
 from __future__ import annotations
@@ -42,18 +44,22 @@ import numpy as np
 import vectide
 addr, region, path, lo, hi, batch, threads = sys.argv[1:8]
 lo, hi, batch, threads = int(lo), int(hi), int(batch), int(threads)
+start_at = float(sys.argv[9])
 x = np.load(path, mmap_mode="r")
 ix = vectide.Index(x.shape[1], sys.argv[8], engine="d-hnsw", memnode=addr, region=region, threads=threads)
 keys = ("round_trips", "bytes_sent", "bytes_received", "net_model_ns", "cas_retries",
         "partition_rebuilds", "rebuild_ns")
-s0 = {k: ix.stats()[k] for k in keys}
-t0 = time.perf_counter()
+st = ix.stats()
+s0 = {k: st[k] for k in keys}
+# Every node starts at the same moment (after its attach).
+time.sleep(max(0.0, start_at - time.time()))
 for s in range(lo, hi, batch):
     e = min(hi, s + batch)
     ix.add(np.arange(s, e, dtype=np.uint64), np.ascontiguousarray(x[s:e]))
-wall = time.perf_counter() - t0
-s1 = {k: ix.stats()[k] for k in keys}
-print(json.dumps({"rows": hi - lo, "wall_s": wall, **{k: s1[k] - s0[k] for k in keys}}))
+end = time.time()
+st = ix.stats()
+print(json.dumps({"rows": hi - lo, "wall_s": end - start_at, "late_s": max(0.0, time.time() - end),
+                  **{k: st[k] - s0[k] for k in keys}}))
 """
 
 
@@ -89,9 +95,13 @@ def run(args) -> Dict[str, object]:
             ix.add(np.arange(cut, dtype=np.uint64), x[:cut])
             build_s = time.perf_counter() - t0
             bounds = np.linspace(cut, n, nodes + 1).astype(int)
+            # A common start a few seconds ahead: the nodes attach first
+            # (each reads the region), then insert at the same time; rows/s
+            # is all rows over the time to the last node's end.
+            start_at = time.time() + 5.0 + 0.5 * nodes
             procs = [subprocess.Popen(
                 [sys.executable, "-c", _WORKER, node.address, region, str(path), str(bounds[i]),
-                 str(bounds[i + 1]), str(args.batch), str(args.threads), ds.metric],
+                 str(bounds[i + 1]), str(args.batch), str(args.threads), ds.metric, str(start_at)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(nodes)]
             outs = [p.communicate() for p in procs]
             for p, (_, err) in zip(procs, outs):
@@ -99,12 +109,12 @@ def run(args) -> Dict[str, object]:
                     raise RuntimeError(f"a compute node failed: {err[-2000:]}")
             per = [json.loads(o) for o, _ in outs]
             rows = sum(r["rows"] for r in per)
-            tot = {k: sum(r[k] for r in per) for k in per[0] if k != "wall_s"}
+            tot = {k: sum(r[k] for r in per) for k in per[0] if k not in ("wall_s", "late_s")}
             rebuilds = tot["partition_rebuilds"]
             r = {
                 "nodes": nodes,
                 "build_s": build_s,
-                "insert_rows_per_s": rows / max(r["wall_s"] for r in per),
+                "insert_rows_per_s": rows / max(p["wall_s"] for p in per),
                 "round_trips_per_insert": tot["round_trips"] / rows,
                 "bytes_per_insert": (tot["bytes_sent"] + tot["bytes_received"]) / rows,
                 "model_us_per_insert": tot["net_model_ns"] / 1e3 / rows,
@@ -114,6 +124,8 @@ def run(args) -> Dict[str, object]:
                 "per_node": per,
             }
             r["recall10_after_insert"] = _recall_of(ix, queries, truth_all)
+            k_used = int(ix.stats()["partitions"])
+            r["partitions"] = k_used
             if nodes == args.nodes[0]:
                 # Deletes of `share` of all rows (from this node), then recall.
                 gone = np.arange(0, n, int(round(1 / args.share)), dtype=np.uint64)
@@ -124,7 +136,7 @@ def run(args) -> Dict[str, object]:
                 truth_keep = keep[_truth(x[keep], queries, ds.metric)]
                 r["recall10_after_delete"] = _recall_of(ix, queries, truth_keep)
                 fresh = vectide.Index(x.shape[1], ds.metric, engine="d-hnsw", memnode=node.address,
-                                      threads=args.threads)
+                                      threads=args.threads, partitions=k_used)
                 fresh.add(keep.astype(np.uint64), x[keep])
                 r["recall10_fresh_after_delete"] = _recall_of(fresh, queries, truth_keep)
                 del fresh
@@ -134,8 +146,12 @@ def run(args) -> Dict[str, object]:
                  f"CAS retries per row, recall@10 {r['recall10_after_insert']:.3f}")
             runs[str(nodes)] = r
             del ix
+    # The fresh builds have the partitions the inserted index has (the same
+    # b probes the same share of the data).
+    k_used = next(iter(runs.values()))["partitions"]
     with MemoryNode(size=args.node_size) as node:
-        fresh = vectide.Index(x.shape[1], ds.metric, engine="d-hnsw", memnode=node.address, threads=args.threads)
+        fresh = vectide.Index(x.shape[1], ds.metric, engine="d-hnsw", memnode=node.address,
+                              threads=args.threads, partitions=k_used)
         fresh.add(np.arange(n, dtype=np.uint64), x)
         res["recall10_fresh_build"] = _recall_of(fresh, queries, truth_all)
         del fresh
