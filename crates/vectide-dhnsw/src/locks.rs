@@ -66,6 +66,32 @@ impl DHnsw {
         Ok(held)
     }
 
+    /// [`acquire`](Self::acquire) that gives up (`None`) after waiting
+    /// `patience` on a holder (for a writer already holding a partition).
+    pub(crate) fn acquire_within(
+        &self,
+        lay: &mut Layout,
+        p: u32,
+        patience: Duration,
+    ) -> Result<Option<u64>> {
+        let got = self.take_word_within(
+            lay.region,
+            lay.state_at(p),
+            lay.table[p as usize].state,
+            Some(patience),
+        )?;
+        let Some((held, took_over)) = got else {
+            return Ok(None);
+        };
+        self.refresh_entry(lay, p, held)?;
+        if took_over {
+            self.reconcile(lay, p)?;
+            self.taken_over
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        Ok(Some(held))
+    }
+
     /// [`recount`](Self::recount) if this node took a partition over since
     /// the last one (called with no partition held).
     pub(crate) fn recount_if_taken_over(&self, lay: &mut Layout) -> Result<()> {
@@ -142,14 +168,30 @@ impl DHnsw {
         let k = lay.table.len() as u32;
         let mut held = Vec::with_capacity(k as usize);
         let mut out = Ok(());
+        let patience = self.lease() / 3;
+        let mut gave_up = false;
         for p in 0..k {
-            match self.acquire(lay, p) {
-                Ok(h) => held.push((p, h)),
+            match self.acquire_within(lay, p, patience) {
+                Ok(Some(h)) => held.push((p, h)),
+                Ok(None) => {
+                    gave_up = true;
+                    break;
+                }
                 Err(e) => {
                     out = Err(e);
                     break;
                 }
             }
+        }
+        if gave_up {
+            // A partition stayed held: give every one back and try at the
+            // next chance (the counts stay as they are meanwhile).
+            for (p, h) in held {
+                self.release(lay, p, h)?;
+            }
+            self.taken_over
+                .store(true, std::sync::atomic::Ordering::Release);
+            return Ok(());
         }
         if out.is_ok() {
             out = (|| {
@@ -238,10 +280,30 @@ impl DHnsw {
         at: u64,
         guess: u64,
     ) -> Result<(u64, bool)> {
-        // A holder is taken over only after six times the memory node's
-        // timeout without a change (a minute by default): far longer than
-        // any write this engine does under a lock.
-        let lease = Duration::from_millis(self.params.timeout_ms.saturating_mul(TAKE_OVER));
+        let taken = self.take_word_within(region, at, guess, None)?;
+        Ok(taken.expect("no patience: waits until it takes the word"))
+    }
+
+    /// The take-over time: six times the memory node's timeout (a minute by
+    /// default), far longer than any write this engine does under a lock,
+    /// and longer than a writer holding one lock waits for another.
+    pub(crate) fn lease(&self) -> Duration {
+        Duration::from_millis(self.params.timeout_ms.saturating_mul(TAKE_OVER))
+    }
+
+    /// [`take_word`](Self::take_word), giving up (`None`) once it has
+    /// waited `patience` on a holder: a writer that already holds another
+    /// lock waits only so long, then gives that back and tries again, so no
+    /// live holder ever waits long enough to be taken over.
+    pub(crate) fn take_word_within(
+        &self,
+        region: vectide_remote::Region,
+        at: u64,
+        guess: u64,
+        patience: Option<Duration>,
+    ) -> Result<Option<(u64, bool)>> {
+        let lease = self.lease();
+        let began = Instant::now();
         let mut cur = guess;
         let mut stuck: Option<(u64, Instant)> = None;
         let mut round = 0u32;
@@ -261,11 +323,14 @@ impl DHnsw {
             if let Some(t) = take {
                 let found = self.mem.cas(region, at, cur, t)?;
                 if found == cur {
-                    return Ok((t, t == cur + 2));
+                    return Ok(Some((t, t == cur + 2)));
                 }
                 crate::state::Timing::add(&self.timing.cas_retries, 1);
                 cur = found;
                 continue;
+            }
+            if patience.is_some_and(|p| began.elapsed() > p) {
+                return Ok(None);
             }
             round += 1;
             std::thread::sleep(Duration::from_micros(20 << round.min(9)));

@@ -239,33 +239,38 @@ impl DHnsw {
         // bound it together), in index order: two writers never wait on
         // each other in a cycle. A partner that no longer shares the gap
         // (rebuilt elsewhere meanwhile) is given back at once.
+        // Holding one, the other is waited on for a third of the take-over
+        // time at most; then the first is given back and both tried again,
+        // so this writer never holds a lock long enough to be taken over.
+        let patience = self.lease() / 3;
+        let started = std::time::Instant::now();
         let mut partner = None;
-        let held = match lay.partner(p) {
-            Some(q) if q < p => {
-                let hq = self.acquire(lay, q)?;
-                match self.acquire(lay, p) {
-                    Ok(h) => {
-                        partner = Some((q, hq));
-                        h
+        let held = loop {
+            let Some(q) = lay.partner(p) else {
+                break self.acquire(lay, p)?;
+            };
+            let (a, b) = if q < p { (q, p) } else { (p, q) };
+            let ha = self.acquire(lay, a)?;
+            match self.acquire_within(lay, b, patience) {
+                Ok(Some(hb)) => {
+                    let (hp, hq) = if a == p { (ha, hb) } else { (hb, ha) };
+                    partner = Some((q, hq));
+                    break hp;
+                }
+                Ok(None) => {
+                    self.release(lay, a, ha)?;
+                    if started.elapsed() > self.lease() {
+                        return Err(vectide_core::Error::unavailable(format!(
+                            "d-hnsw: partitions {a} and {b} stayed busy"
+                        )));
                     }
-                    Err(e) => {
-                        let _ = self.release(lay, q, hq);
-                        return Err(e);
-                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => {
+                    let _ = self.release(lay, a, ha);
+                    return Err(e);
                 }
             }
-            Some(q) => {
-                let h = self.acquire(lay, p)?;
-                match self.acquire(lay, q) {
-                    Ok(hq) => partner = Some((q, hq)),
-                    Err(e) => {
-                        let _ = self.release(lay, p, h);
-                        return Err(e);
-                    }
-                }
-                h
-            }
-            None => self.acquire(lay, p)?,
         };
         if let Some((q, hq)) = partner {
             if lay.partner(p) != Some(q) {
