@@ -391,22 +391,63 @@ impl DHnsw {
     /// rebuilt partition does not fit or the label map is full: the region
     /// grows with the data and what rebuilds and deletes left dead comes
     /// back.
+    ///
+    /// The move is fenced: every partition is held first (those in
+    /// `holding` the caller holds already), so no other compute node is
+    /// inside one, and none starts a write there until the old region is
+    /// gone (theirs then fail on it); each partition is read as it is, and
+    /// only the nodes the label map names are carried over.
     pub(crate) fn relayout(
         &self,
         lay: &mut Layout,
         replace: Option<(u32, &GraphParts)>,
+        holding: &[u32],
     ) -> Result<()> {
-        let mut subs = Vec::with_capacity(lay.table.len());
+        let patience = self.lease() / 3;
+        let mut mine: Vec<(u32, u64)> = Vec::new();
         for q in 0..lay.table.len() as u32 {
-            subs.push(match replace {
-                Some((p, new)) if p == q => new.clone(),
-                _ => self.part(lay, q)?.to_parts(),
-            });
+            if holding.contains(&q) {
+                continue;
+            }
+            let got = match self.acquire_within(lay, q, patience) {
+                Ok(Some(h)) => Ok(h),
+                Ok(None) => Err(Error::unavailable(
+                    "d-hnsw: another compute node kept a partition held: the index could not move to a new region",
+                )),
+                Err(e) => Err(e),
+            };
+            match got {
+                Ok(h) => mine.push((q, h)),
+                Err(e) => {
+                    for (q, h) in mine {
+                        let _ = self.release(lay, q, h);
+                    }
+                    return Err(e);
+                }
+            }
         }
+        let subs = match self.fenced_parts(lay, replace) {
+            Ok(s) => s,
+            Err(e) => {
+                for (q, h) in mine {
+                    let _ = self.release(lay, q, h);
+                }
+                return Err(e);
+            }
+        };
         let meta = lay.meta.to_parts();
         let epoch = lay.header.epoch + 1;
         let name = next_region_name(&lay.name, epoch);
-        let (region, header, table, buckets) = self.write_layout(&name, &subs, &meta, epoch)?;
+        let written = self.write_layout(&name, &subs, &meta, epoch);
+        let (region, header, table, buckets) = match written {
+            Ok(w) => w,
+            Err(e) => {
+                for (q, h) in mine {
+                    let _ = self.release(lay, q, h);
+                }
+                return Err(e);
+            }
+        };
         let old = std::mem::replace(&mut lay.name, name);
         let _ = self.mem.drop_region(&old);
         self.stuck.lock().clear();
@@ -445,6 +486,41 @@ impl DHnsw {
             lru.put(p, Arc::new(SubGraph::from_parts(g)));
         }
         Ok(())
+    }
+
+    /// Every partition's graph as the region holds it, with every held
+    /// (partition `p`'s replaced by `new` when given), each live node the
+    /// label map does not name marked deleted (it is not carried over).
+    fn fenced_parts(
+        &self,
+        lay: &Layout,
+        replace: Option<(u32, &GraphParts)>,
+    ) -> Result<Vec<GraphParts>> {
+        let mut subs = Vec::with_capacity(lay.table.len());
+        for q in 0..lay.table.len() as u32 {
+            if let Some((p, new)) = replace.filter(|r| r.0 == q) {
+                let _ = p;
+                subs.push(new.clone());
+                continue;
+            }
+            let g = self.part_held(lay, q)?;
+            let mut parts = g.to_parts();
+            let live: Vec<u32> = (0..g.len() as u32).filter(|&n| !g.is_deleted(n)).collect();
+            let labels: Vec<u64> = live.iter().map(|&n| g.labels[n as usize]).collect();
+            for ((&n, _), f) in live
+                .iter()
+                .zip(&labels)
+                .zip(lay.map.get_many(&*self.mem, &labels)?)
+            {
+                let named =
+                    f.is_some_and(|f| f.value.present && (f.value.part, f.value.slot) == (q, n));
+                if !named {
+                    parts.flags[n as usize] |= crate::layout::DELETED;
+                }
+            }
+            subs.push(parts);
+        }
+        Ok(subs)
     }
 
     /// Rebuilds partition `p`, held at odd state `held`, from its live
@@ -502,7 +578,8 @@ impl DHnsw {
         self.timing.rebuilt_bytes.fetch_add(size, Ordering::Relaxed);
         let end = off + size;
         if end > lay.header.region_size {
-            self.relayout(lay, Some((p, &parts)))?;
+            let holding: Vec<u32> = std::iter::once(p).chain(lay.partner(p)).collect();
+            self.relayout(lay, Some((p, &parts)), &holding)?;
             self.timing.rebuilds.fetch_add(1, Ordering::Relaxed);
             let rows = self.renumber_local(p, &parts, &kept);
             return Ok((

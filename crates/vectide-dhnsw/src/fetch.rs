@@ -278,22 +278,6 @@ impl DHnsw {
         g.set_version(e.state);
         Ok(g)
     }
-
-    /// A partition's graph: the LRU's, else one READ (cached after).
-    pub(crate) fn part(&self, lay: &Layout, p: u32) -> Result<std::sync::Arc<SubGraph>> {
-        if let Some(g) = self.cache.lock().get(p) {
-            return Ok(g);
-        }
-        let mut g = None;
-        self.fetch_chains(lay, &[p], 1, |mut v| {
-            let (_, b, e) = v.pop().expect("one read");
-            g = Some(self.decode_part(lay, &e, p, &b)?);
-            Ok(())
-        })?;
-        let g = std::sync::Arc::new(g.expect("fetched"));
-        self.cache.lock().put(p, std::sync::Arc::clone(&g));
-        Ok(g)
-    }
 }
 
 /// A node as the naive baseline fetched it.

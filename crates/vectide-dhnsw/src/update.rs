@@ -92,7 +92,7 @@ impl DHnsw {
         // out afresh (with its live labels only) first.
         let keys_after = lay.header.keys + rows.len() as u64;
         if keys_after as f64 > crate::labelmap::MAX_LOAD * lay.header.labels_buckets as f64 {
-            self.relayout(lay, None)?;
+            self.relayout(lay, None, &[])?;
         }
         // Route each row to the partition its nearest centroid heads.
         let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();

@@ -639,3 +639,74 @@ fn rebuilds_reuse_the_areas_they_free() {
     assert_eq!(idx.len(), n);
     assert!(idx.check_structure().unwrap().is_empty());
 }
+
+/// Two compute nodes insert until the region is full and the index moves
+/// to a new one (`t~N`) under them, more than once. The move holds every
+/// partition, so a write either finished before it (and is carried over)
+/// or fails on the dropped region; the node then attaches again and
+/// writes it again. Afterwards every row either node wrote is in the index,
+/// and its structure is whole.
+#[test]
+fn moves_to_a_new_region_lose_no_write_of_another_node() {
+    let node = MemoryNode::start("127.0.0.1:0", 512 << 20, NodeLimits::default()).unwrap();
+    let addr = node.addr().to_string();
+    let params = [
+        ("memnode", ParamValue::Str(addr.clone())),
+        ("region", ParamValue::Str("mv".into())),
+        ("partitions", ParamValue::Int(4)),
+        ("gap", ParamValue::Float(0.02)),
+    ];
+    let first = index(&params);
+    let n = 600u64;
+    first
+        .insert(
+            1,
+            &(0..n).collect::<Vec<u64>>(),
+            &oracle::clustered(n as usize, DIM, 6, 5),
+        )
+        .unwrap();
+    let moved = std::sync::atomic::AtomicU64::new(0);
+    let work = |who: u64| {
+        let mut idx = index(&params);
+        let rows = oracle::clustered(1800, DIM, 6, 50 + who);
+        let mut errors = 0;
+        for (b, chunk) in (0..60u64).map(|b| (b, 10_000 * (who + 1) + 30 * b)) {
+            let labels: Vec<u64> = (chunk..chunk + 30).collect();
+            let v = &rows[(b as usize * 30) * DIM..(b as usize * 30 + 30) * DIM];
+            loop {
+                match idx.insert(2 + b, &labels, v) {
+                    Ok(()) => break,
+                    Err(e) => {
+                        errors += 1;
+                        assert!(errors < 50, "node {who}: {e}");
+                        // The index moved under this node: attach again.
+                        idx = index(&params);
+                    }
+                }
+            }
+        }
+        let st = idx.stats().unwrap();
+        moved.fetch_add(
+            st.extra_value("region_relayouts").unwrap() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    };
+    std::thread::scope(|sc| {
+        sc.spawn(|| work(0));
+        sc.spawn(|| work(1));
+    });
+    let check = index(&params);
+    let want: Vec<u64> = (0..n).chain(10_000..11_800).chain(20_000..21_800).collect();
+    assert_eq!(check.len(), want.len());
+    for l in want {
+        assert!(check.contains(l).unwrap(), "label {l} lost");
+    }
+    assert!(check.check_structure().unwrap().is_empty());
+    let name = check
+        .as_any()
+        .downcast_ref::<DHnsw>()
+        .unwrap()
+        .region_name()
+        .unwrap();
+    assert!(name.starts_with("mv~"), "the index moved: {name}");
+}
