@@ -9,6 +9,23 @@ use vectide_core::{
 };
 
 impl DHnsw {
+    /// Runs `op`; when it failed on a region another compute node moved the
+    /// index away from, attaches to the new one and runs it again (a few
+    /// times: the index may move again meanwhile).
+    fn on_moved<R>(&self, op: impl Fn() -> Result<R>) -> Result<R> {
+        let mut moves = 0;
+        loop {
+            match op() {
+                Err(e)
+                    if vectide_remote::is_unknown_region(&e) && moves < 8 && self.reattach()? =>
+                {
+                    moves += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
     fn insert_batch(&self, seq: Seq, batch: Checked<'_>) -> Result<()> {
         if self.metric.normalizes() {
             let mut v = Vec::with_capacity(batch.vectors().len());
@@ -17,9 +34,9 @@ impl DHnsw {
                 copy_normalized(self.metric, r, &mut row);
                 v.extend_from_slice(&row);
             }
-            self.insert_rows(seq, batch.ids(), &v)
+            self.on_moved(|| self.insert_rows(seq, batch.ids(), &v))
         } else {
-            self.insert_rows(seq, batch.ids(), batch.vectors())
+            self.on_moved(|| self.insert_rows(seq, batch.ids(), batch.vectors()))
         }
     }
 
@@ -71,7 +88,7 @@ impl VectorIndex for DHnsw {
         self.insert_batch(seq, batch)
     }
     fn delete(&self, seq: Seq, ids: &[u64]) -> Result<usize> {
-        self.delete_rows(seq, ids)
+        self.on_moved(|| self.delete_rows(seq, ids))
     }
     fn search_into(
         &self,
@@ -109,7 +126,7 @@ impl VectorIndex for DHnsw {
             });
         }
         let qs = self.prepare(queries)?;
-        self.search_prepared(&qs, k, params, filter)
+        self.on_moved(|| self.search_prepared(&qs, k, params, filter))
     }
     fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
         let guard = self.layout.read();

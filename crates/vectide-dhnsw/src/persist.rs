@@ -10,6 +10,7 @@ use crate::layout::{Entry, Header, HEADER_BYTES};
 use crate::params::DhnswParams;
 use crate::state::{DHnsw, Layout, Loc};
 use crate::subgraph::SubGraph;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use vectide_core::io::{atomic_write, push_crc, ByteReader};
@@ -361,12 +362,31 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
 /// first insert builds it). The attached node reads the partition table
 /// again before each search batch and writes like any writer (`locks.rs`).
 pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
-    let Some(name) = idx.params.region.clone() else {
-        return Ok(false);
-    };
     if idx._local.is_some() {
         return Ok(false);
     }
+    let Some((lay, locs)) = find_region(idx)? else {
+        return Ok(false);
+    };
+    idx.params.m = lay.header.m as usize;
+    idx.params.partitions = Some(lay.header.k as usize);
+    *idx.cache.get_mut() = idx.params.cache(lay.header.k as usize);
+    idx.labels.get_mut().extend(locs);
+    *idx.layout.get_mut() = Some(lay);
+    idx.attached = true;
+    Ok(true)
+}
+
+/// The newest region of the index's name on the memory node (`NAME`, or
+/// the `NAME~N` its writers moved it to), read and checked: its layout and
+/// the labels its map names. `None`: no such region.
+/// A region found and read: its layout and the labels its map names.
+type Attached = (Layout, Vec<(u64, Loc)>);
+
+fn find_region(idx: &DHnsw) -> Result<Option<Attached>> {
+    let Some(name) = idx.params.region.clone() else {
+        return Ok(None);
+    };
     // The builder moves its index to `NAME~N` when it lays it out afresh:
     // the newest of those is the index.
     let (regions, _) = idx.mem.regions()?;
@@ -386,7 +406,7 @@ pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
         .max()
         .map(|(_, n)| n)
     else {
-        return Ok(false);
+        return Ok(None);
     };
     let region = idx.mem.open_region(&name)?;
     if region.size < HEADER_BYTES {
@@ -415,13 +435,41 @@ pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
     }
     let image = crate::fetch::read_range(&*idx.mem, region, 0, h.alloc_end)?;
     let (header, table, meta, locs) = decode_image(&image, idx.dim, 0)?;
-    idx.params.m = header.m as usize;
-    idx.params.partitions = Some(header.k as usize);
-    *idx.cache.get_mut() = idx.params.cache(header.k as usize);
-    idx.labels.get_mut().extend(locs);
-    *idx.layout.get_mut() = Some(Layout::with_meta(region, name, header, table, meta));
-    idx.attached = true;
-    Ok(true)
+    Ok(Some((
+        Layout::with_meta(region, name, header, table, meta),
+        locs,
+    )))
+}
+
+impl DHnsw {
+    /// After another compute node moved the index to a new region (this
+    /// node's calls failed on the dropped one): attaches to the newest
+    /// region of the index's name. Returns whether there was one to move to.
+    pub(crate) fn reattach(&self) -> Result<bool> {
+        if self._local.is_some() || self.params.region.is_none() {
+            return Ok(false);
+        }
+        let Some((lay, locs)) = find_region(self)? else {
+            return Ok(false);
+        };
+        let mut guard = self.layout.write();
+        if guard.as_ref().is_some_and(|l| l.name == lay.name) {
+            return Ok(false);
+        }
+        {
+            let mut labels = self.labels.write();
+            let seqs: HashMap<u64, u64> = labels.iter().map(|(l, loc)| (*l, loc.seq)).collect();
+            labels.clear();
+            labels.extend(locs.into_iter().map(|(l, mut loc)| {
+                loc.seq = seqs.get(&l).copied().unwrap_or(0);
+                (l, loc)
+            }));
+        }
+        *self.cache.lock() = self.params.cache(lay.header.k as usize);
+        self.stuck.lock().clear();
+        *guard = Some(lay);
+        Ok(true)
+    }
 }
 
 /// Describes a region on a live memory node (`vectide inspect --memnode

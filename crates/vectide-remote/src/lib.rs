@@ -42,7 +42,7 @@ pub use model::{Counters, CountersSnapshot, NetModel};
 pub use node::{MemoryNode, NodeLimits};
 pub use regions::Regions;
 pub use tcp::{TcpMemory, TcpOptions};
-pub use verbs::{Completion, Region, RegionInfo, Status, Verb};
+pub use verbs::{is_unknown_region, Completion, Region, RegionInfo, Status, Verb};
 
 use vectide_core::Result;
 

@@ -108,6 +108,12 @@ pub enum Completion {
     Failed(Status),
 }
 
+/// Whether `e` is a work request's failure on a region the memory node no
+/// longer has (dropped: a compute node may find where it went and retry).
+pub fn is_unknown_region(e: &Error) -> bool {
+    matches!(e, Error::InvalidInput(m) if *m == format!("remote memory: {}", Status::UnknownRegion.describe()))
+}
+
 impl Completion {
     fn fail(self, want: &str) -> Error {
         match self {

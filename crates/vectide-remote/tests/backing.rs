@@ -395,14 +395,22 @@ fn the_mutation_check_finds_every_persistence_site() {
 fn a_memory_node_restarted_on_its_backing_file_serves_what_it_flushed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("node.vtb");
-    let start = || {
-        MemoryNode::serve(
-            "127.0.0.1:0",
-            Arc::new(open(&path, msync(), 1 << 24).unwrap()),
-            NodeLimits::default(),
-        )
-        .unwrap()
+    // A stopped node's connection threads let go of the file (its lock)
+    // a moment after the node is dropped: a restart waits for that.
+    let reopen = || {
+        let t = std::time::Instant::now();
+        loop {
+            match open(&path, msync(), 1 << 24) {
+                Ok(r) => return r,
+                Err(e) if e.to_string().contains("in use") && t.elapsed().as_secs() < 10 => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
     };
+    let start =
+        || MemoryNode::serve("127.0.0.1:0", Arc::new(reopen()), NodeLimits::default()).unwrap();
     let node = start();
     let mem =
         vectide_remote::TcpMemory::connect(&node.addr().to_string(), Default::default()).unwrap();
