@@ -171,6 +171,18 @@ impl DHnsw {
         seq_of: impl Fn(u64, &HashMap<u64, Loc>) -> u64,
     ) {
         let mut guard = self.layout.write();
+        self.switch_held(&mut guard, lay, subs, buckets, seq_of);
+    }
+
+    /// [`switch_to`](Self::switch_to) with the layout's lock held.
+    fn switch_held(
+        &self,
+        guard: &mut Option<Layout>,
+        lay: Layout,
+        subs: &[GraphParts],
+        buckets: &HashMap<u64, u64>,
+        seq_of: impl Fn(u64, &HashMap<u64, Loc>) -> u64,
+    ) {
         let mut map = self.labels.write();
         let mut fresh = HashMap::with_capacity(map.len());
         for (p, g) in subs.iter().enumerate() {
@@ -218,31 +230,50 @@ impl DHnsw {
     pub(crate) fn repartition(&self, seq: u64, new: (&[u64], &[f32])) -> Result<()> {
         let dim = self.dim;
         let fresh: HashSet<u64> = new.0.iter().copied().collect();
-        let (mut labels, mut vectors, old_name, epoch) = {
-            let guard = self.layout.read();
-            let lay = guard.as_ref().expect("built");
-            let all: Vec<u32> = (0..lay.table.len() as u32).collect();
-            let (mut labels, mut vectors) = (Vec::new(), Vec::new());
-            self.fetch_chains(lay, &all, self.params.chain_for(all.len()), |chunk| {
-                for (p, bytes, e) in chunk {
-                    let (l, v) = self.decode_part(lay, &e, p, &bytes)?.live_rows();
-                    for (x, row) in l.iter().zip(v.chunks_exact(dim)) {
-                        if !fresh.contains(x) {
-                            labels.push(*x);
-                            vectors.extend_from_slice(row);
-                        }
-                    }
-                }
-                Ok(())
-            })?;
-            (labels, vectors, lay.name.clone(), lay.header.epoch)
+        // Fenced like a relayout: every partition held while it is read
+        // and until the old region is gone, only the nodes the label map
+        // names carried over.
+        let mut guard = self.layout.write();
+        let lay = guard.as_mut().expect("built");
+        let mine = self.hold_all(lay, &[])?;
+        let read = self.fenced_parts(lay, None);
+        let parts = match read {
+            Ok(p) => p,
+            Err(e) => {
+                self.release_all(lay, mine);
+                return Err(e);
+            }
         };
+        let (mut labels, mut vectors) = (Vec::new(), Vec::new());
+        for g in &parts {
+            for (node, &l) in g.labels.iter().enumerate() {
+                let dead = g
+                    .flags
+                    .get(node)
+                    .is_some_and(|f| f & crate::layout::DELETED != 0);
+                if !dead && !fresh.contains(&l) {
+                    labels.push(l);
+                    vectors.extend_from_slice(&g.vectors[node * dim..(node + 1) * dim]);
+                }
+            }
+        }
+        let (old_name, epoch) = (lay.name.clone(), lay.header.epoch);
         labels.extend_from_slice(new.0);
         vectors.extend_from_slice(new.1);
-        let (subs, meta) = self.plan(&labels, &vectors)?;
-        let name = next_region_name(&old_name, epoch + 1);
-        let (region, header, table, buckets) = self.write_layout(&name, &subs, &meta, epoch + 1)?;
-        self.switch_to(
+        let planned = self.plan(&labels, &vectors).and_then(|(subs, meta)| {
+            let name = next_region_name(&old_name, epoch + 1);
+            let w = self.write_layout(&name, &subs, &meta, epoch + 1)?;
+            Ok((subs, meta, name, w))
+        });
+        let (subs, meta, name, (region, header, table, buckets)) = match planned {
+            Ok(x) => x,
+            Err(e) => {
+                self.release_all(lay, mine);
+                return Err(e);
+            }
+        };
+        self.switch_held(
+            &mut guard,
             Layout::new(region, name, header, table, &meta),
             &subs,
             &buckets,
@@ -403,35 +434,11 @@ impl DHnsw {
         replace: Option<(u32, &GraphParts)>,
         holding: &[u32],
     ) -> Result<()> {
-        let patience = self.lease() / 3;
-        let mut mine: Vec<(u32, u64)> = Vec::new();
-        for q in 0..lay.table.len() as u32 {
-            if holding.contains(&q) {
-                continue;
-            }
-            let got = match self.acquire_within(lay, q, patience) {
-                Ok(Some(h)) => Ok(h),
-                Ok(None) => Err(Error::unavailable(
-                    "d-hnsw: another compute node kept a partition held: the index could not move to a new region",
-                )),
-                Err(e) => Err(e),
-            };
-            match got {
-                Ok(h) => mine.push((q, h)),
-                Err(e) => {
-                    for (q, h) in mine {
-                        let _ = self.release(lay, q, h);
-                    }
-                    return Err(e);
-                }
-            }
-        }
+        let mine = self.hold_all(lay, holding)?;
         let subs = match self.fenced_parts(lay, replace) {
             Ok(s) => s,
             Err(e) => {
-                for (q, h) in mine {
-                    let _ = self.release(lay, q, h);
-                }
+                self.release_all(lay, mine);
                 return Err(e);
             }
         };
@@ -442,9 +449,7 @@ impl DHnsw {
         let (region, header, table, buckets) = match written {
             Ok(w) => w,
             Err(e) => {
-                for (q, h) in mine {
-                    let _ = self.release(lay, q, h);
-                }
+                self.release_all(lay, mine);
                 return Err(e);
             }
         };
@@ -486,6 +491,42 @@ impl DHnsw {
             lru.put(p, Arc::new(SubGraph::from_parts(g)));
         }
         Ok(())
+    }
+
+    /// Holds every partition but those in `holding` (the caller's), each
+    /// waited on a third of the take-over time at most; gives back what it
+    /// took and fails when one stays held. Returns what it took.
+    fn hold_all(&self, lay: &mut Layout, holding: &[u32]) -> Result<Vec<(u32, u64)>> {
+        let patience = self.lease() / 3;
+        let mut mine: Vec<(u32, u64)> = Vec::new();
+        for q in 0..lay.table.len() as u32 {
+            if holding.contains(&q) {
+                continue;
+            }
+            let got = match self.acquire_within(lay, q, patience) {
+                Ok(Some(h)) => Ok(h),
+                Ok(None) => Err(Error::unavailable(
+                    "d-hnsw: another compute node kept a partition held: the index could not move to a new region",
+                )),
+                Err(e) => Err(e),
+            };
+            match got {
+                Ok(h) => mine.push((q, h)),
+                Err(e) => {
+                    self.release_all(lay, mine);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(mine)
+    }
+
+    /// Gives back partitions [`hold_all`](Self::hold_all) took (best
+    /// effort: on a failure path).
+    fn release_all(&self, lay: &mut Layout, mine: Vec<(u32, u64)>) {
+        for (q, h) in mine {
+            let _ = self.release(lay, q, h);
+        }
     }
 
     /// Every partition's graph as the region holds it, with every held

@@ -661,14 +661,27 @@ fn rebuilds_reuse_the_areas_they_free() {
 /// either node wrote is in the index, and its structure is whole.
 #[test]
 fn moves_to_a_new_region_lose_no_write_of_another_node() {
-    let node = MemoryNode::start("127.0.0.1:0", 512 << 20, NodeLimits::default()).unwrap();
-    let addr = node.addr().to_string();
-    let params = [
-        ("memnode", ParamValue::Str(addr.clone())),
-        ("region", ParamValue::Str("mv".into())),
+    two_writers_through_moves(&[
         ("partitions", ParamValue::Int(4)),
         ("gap", ParamValue::Float(0.02)),
+    ]);
+}
+
+/// The same with automatic K: the index is partitioned afresh into new
+/// regions (repartitions) while both nodes write.
+#[test]
+fn repartitions_lose_no_write_of_another_node() {
+    two_writers_through_moves(&[("partition_points", ParamValue::Int(200))]);
+}
+
+fn two_writers_through_moves(extra: &[(&str, ParamValue)]) {
+    let node = MemoryNode::start("127.0.0.1:0", 512 << 20, NodeLimits::default()).unwrap();
+    let addr = node.addr().to_string();
+    let mut params = vec![
+        ("memnode", ParamValue::Str(addr.clone())),
+        ("region", ParamValue::Str("mv".into())),
     ];
+    params.extend(extra.iter().cloned());
     let first = index(&params);
     let n = 600u64;
     first
