@@ -243,7 +243,7 @@ impl DHnsw {
         // time at most; then the first is given back and both tried again,
         // so this writer never holds a lock long enough to be taken over.
         let patience = self.lease() / 3;
-        let started = std::time::Instant::now();
+        let mut started = std::time::Instant::now();
         let mut partner = None;
         let held = loop {
             let Some(q) = lay.partner(p) else {
@@ -260,11 +260,15 @@ impl DHnsw {
                 Ok(None) => {
                     self.release(lay, a, ha)?;
                     if started.elapsed() > self.lease() {
-                        return Err(vectide_core::Error::unavailable(format!(
-                            "d-hnsw: partitions {a} and {b} stayed busy"
-                        )));
+                        // Waited a whole take-over time: take `b` alone,
+                        // holding nothing (over from its holder if that one
+                        // stopped), give it back, and try both again.
+                        let hb = self.acquire(lay, b)?;
+                        self.release(lay, b, hb)?;
+                        started = std::time::Instant::now();
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
                     }
-                    std::thread::sleep(std::time::Duration::from_millis(1));
                 }
                 Err(e) => {
                     let _ = self.release(lay, a, ha);

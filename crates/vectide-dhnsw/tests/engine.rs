@@ -730,3 +730,65 @@ fn two_writers_through_moves(extra: &[(&str, ParamValue)]) {
         .unwrap();
     assert!(name.starts_with("mv~"), "the index moved: {name}");
 }
+
+/// A writer that holds one partition and waits for its gap partner (held
+/// by another compute node that is alive: it keeps moving its hold) gives
+/// the first back after a third of the take-over time and tries again,
+/// rather than holding it throughout (which would let a waiter take it over
+/// although alive); once the partner is free, the insert goes through.
+#[test]
+fn a_writer_waiting_for_a_partner_gives_back_what_it_holds() {
+    use vectide_dhnsw::layout::{Header, ENTRY_BYTES, ENTRY_STATE_AT, HEADER_BYTES};
+    use vectide_remote::RemoteMemory;
+    let node = MemoryNode::start("127.0.0.1:0", 64 << 20, NodeLimits::default()).unwrap();
+    let addr = node.addr().to_string();
+    let idx = index(&[
+        ("memnode", ParamValue::Str(addr.clone())),
+        ("region", ParamValue::Str("pt".into())),
+        ("partitions", ParamValue::Int(2)),
+        ("timeout_ms", ParamValue::Int(40)),
+    ]);
+    let data = oracle::clustered(400, DIM, 2, 9);
+    idx.insert(1, &(0..400).collect::<Vec<u64>>(), &data)
+        .unwrap();
+    let mem = vectide_remote::TcpMemory::connect(&addr, Default::default()).unwrap();
+    let region = mem.open_region("pt").unwrap();
+    let h = Header::decode(
+        &mem.read(region, 0, HEADER_BYTES as u32).unwrap(),
+        region.size,
+    )
+    .unwrap();
+    let state_at = |p: u64| h.table_off + p * ENTRY_BYTES + ENTRY_STATE_AT;
+    let word =
+        |at: u64| u64::from_le_bytes(mem.read(region, at, 8).unwrap()[..8].try_into().unwrap());
+    // Another (live) node holds partition 1.
+    let s1 = word(state_at(1));
+    assert_eq!(mem.cas(region, state_at(1), s1, s1 + 1).unwrap(), s1);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let held = sc.spawn(|| {
+            // Alive: its hold moves every 60 ms (under the 240 ms take-over).
+            let mut cur = s1 + 1;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_millis(60));
+                assert_eq!(mem.cas(region, state_at(1), cur, cur + 2).unwrap(), cur);
+                cur += 2;
+            }
+            assert_eq!(mem.cas(region, state_at(1), cur, cur + 1).unwrap(), cur);
+        });
+        let writer = sc.spawn(|| idx.insert(2, &[9000], &data[..DIM]));
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let first = word(state_at(0));
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        let later = word(state_at(0));
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        held.join().unwrap();
+        writer.join().unwrap().unwrap();
+        assert!(
+            later >= first + 4,
+            "partition 0 was held throughout the wait (state {first} then {later})"
+        );
+    });
+    assert!(idx.contains(9000).unwrap());
+    assert!(idx.check_structure().unwrap().is_empty());
+}
