@@ -10,7 +10,7 @@
 //! and the region's structure (label map, partitions, counts) is whole.
 
 use crate::state::DHnsw;
-use crate::test_transport::Wrapped;
+use crate::test_transport::{point, rows, writer_params, Wrapped};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use vectide_core::params::params_of;
@@ -38,20 +38,6 @@ fn dying(addr: &str, left: Arc<AtomicI64>) -> Wrapped {
     }
 }
 
-fn point(l: u64) -> Vec<f32> {
-    let x = l as f32;
-    vec![
-        x.sin() * 10.0,
-        x.cos() * 10.0,
-        (x * 0.37).sin() * 10.0,
-        (l % 7) as f32,
-    ]
-}
-
-fn rows(ls: &[u64]) -> Vec<f32> {
-    ls.iter().flat_map(|&l| point(l)).collect()
-}
-
 /// One run, the writer dying after `budget` work requests of its insert
 /// and delete; returns the requests they took when it did not die, and the
 /// violations found.
@@ -60,14 +46,7 @@ fn run(budget: i64) -> (i64, Vec<String>) {
     let addr = node.addr().to_string();
     let left = Arc::new(AtomicI64::new(i64::MAX));
     let transport = Arc::new(dying(&addr, Arc::clone(&left)));
-    let params = params_of([
-        ("region", ParamValue::Str("dead".into())),
-        ("partitions", ParamValue::Int(2)),
-        ("gap", ParamValue::Float(0.02)),
-        ("m", ParamValue::Int(4)),
-        ("threads", ParamValue::Int(1)),
-        ("cache_partitions", ParamValue::Int(0)),
-    ]);
+    let params = writer_params("dead", 2);
     let writer = DHnsw::over(DIM, Metric::L2, &params, transport).unwrap();
     let first: Vec<u64> = (0..120).collect();
     writer.insert(1, &first, &rows(&first)).unwrap();

@@ -9,7 +9,7 @@
 //! and searches fail: the check is what keeps them out.
 
 use crate::state::DHnsw;
-use crate::test_transport::Wrapped;
+use crate::test_transport::{rows, writer_params, Wrapped};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -85,25 +85,8 @@ fn run(trust_torn: bool) -> Seen {
     let hook_slot: Arc<OnceLock<Hook>> = Arc::new(OnceLock::new());
     let armed = Arc::new(AtomicBool::new(false));
     let transport = Arc::new(tearing(&addr, Arc::clone(&hook_slot), Arc::clone(&armed)));
-    let params = params_of([
-        ("region", ParamValue::Str("torn".into())),
-        ("partitions", ParamValue::Int(3)),
-        ("gap", ParamValue::Float(0.02)),
-        ("m", ParamValue::Int(4)),
-        ("threads", ParamValue::Int(1)),
-        ("cache_partitions", ParamValue::Int(0)),
-    ]);
+    let params = writer_params("torn", 3);
     let writer = DHnsw::over(DIM, Metric::L2, &params, transport).unwrap();
-    let point = |l: u64| -> Vec<f32> {
-        let x = l as f32;
-        vec![
-            x.sin() * 10.0,
-            x.cos() * 10.0,
-            (x * 0.37).sin() * 10.0,
-            (l % 7) as f32,
-        ]
-    };
-    let rows = |ls: &[u64]| -> Vec<f32> { ls.iter().flat_map(|&l| point(l)).collect() };
     let first: Vec<u64> = (0..150).collect();
     writer.insert(1, &first, &rows(&first)).unwrap();
     let written: Arc<Mutex<HashSet<u64>>> = Arc::new(Mutex::new(first.iter().copied().collect()));

@@ -34,3 +34,33 @@ impl RemoteMemory for Wrapped {
         self.inner.counters()
     }
 }
+
+/// A 4-d point of its own for each label (the fault tests' data).
+pub(crate) fn point(l: u64) -> Vec<f32> {
+    let x = l as f32;
+    vec![
+        x.sin() * 10.0,
+        x.cos() * 10.0,
+        (x * 0.37).sin() * 10.0,
+        (l % 7) as f32,
+    ]
+}
+
+/// The points of `ls`, row after row.
+pub(crate) fn rows(ls: &[u64]) -> Vec<f32> {
+    ls.iter().flat_map(|&l| point(l)).collect()
+}
+
+/// A writer's parameters for the fault tests: a named region, `k`
+/// partitions with small gaps (rebuilds come soon), no LRU.
+pub(crate) fn writer_params(region: &str, k: i64) -> vectide_core::Params {
+    use vectide_core::ParamValue;
+    vectide_core::params::params_of([
+        ("region", ParamValue::Str(region.into())),
+        ("partitions", ParamValue::Int(k)),
+        ("gap", ParamValue::Float(0.02)),
+        ("m", ParamValue::Int(4)),
+        ("threads", ParamValue::Int(1)),
+        ("cache_partitions", ParamValue::Int(0)),
+    ])
+}
