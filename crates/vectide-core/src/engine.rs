@@ -27,12 +27,36 @@ pub enum Persistence {
     /// Lives in a directory; what was applied is durable after
     /// [`VectorIndex::flush`] (and possibly earlier, at the engine's pace).
     DurableAtFlush,
+    /// Lives in a memory node's region (the `memnode` and `region`
+    /// parameters), not on the compute node: on a memory node with a
+    /// backing file every acknowledged write is durable when it returns,
+    /// and [`VectorIndex::flush`] records the compute node's
+    /// [`VectorIndex::durable_seq`] in the region (kept per named writer);
+    /// on one without, nothing survives the node. Saves and loads a file
+    /// like a volatile engine, which is how a database checkpoints it.
+    OnMemoryNode,
 }
 
 impl Persistence {
     /// Whether the engine lives in a directory (the `path` parameter).
     pub fn in_directory(self) -> bool {
+        matches!(
+            self,
+            Persistence::DurableOnAck | Persistence::DurableAtFlush
+        )
+    }
+
+    /// Whether the engine's data outlives its process by itself (in a
+    /// directory, or on a memory node's backing file): what a crash kit
+    /// crashes.
+    pub fn durable(self) -> bool {
         self != Persistence::Volatile
+    }
+
+    /// Whether a database keeps the engine by saving it at each checkpoint
+    /// (and loading the file when it opens) rather than in a directory.
+    pub fn saved_by_database(self) -> bool {
+        matches!(self, Persistence::Volatile | Persistence::OnMemoryNode)
     }
 
     pub fn name(self) -> &'static str {
@@ -40,6 +64,7 @@ impl Persistence {
             Persistence::Volatile => "volatile (save/load)",
             Persistence::DurableOnAck => "durable on acknowledgement",
             Persistence::DurableAtFlush => "durable at flush",
+            Persistence::OnMemoryNode => "durable at flush, on its memory node",
         }
     }
 }

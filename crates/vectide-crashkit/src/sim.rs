@@ -24,11 +24,12 @@
 //!
 //! With a site switched off (`disable`), one persistence call of the target
 //! does nothing durable; [`mutation_check`] runs the rounds once per site the
-//! target uses and reports which ones the checks caught. With a sync site
+//! target uses and reports which ones the checks caught. With a site
 //! switched off, odd rounds crash only where its loss shows, just after one
-//! of its calls (`FileSim::aim_after_disabled`), instead of at a drawn
-//! point: a site called once per log or per merge is met by few crash
-//! points drawn at random.
+//! of its calls (`FileSim::aim_after_disabled` for a sync site,
+//! `SimMedia::aim_after_disabled` for a region site: the fence after it),
+//! instead of at a drawn point: a site called once per log or per merge is
+//! met by few crash points drawn at random.
 //!
 //! One limit, from the region simulator: its fence makes every thread's
 //! persisted lines durable (as `msync` does), while on persistent memory
@@ -182,7 +183,10 @@ impl Sims {
                 files.disable(Some(s));
                 files.aim_after_disabled(aim);
             }
-            Some(Disabled::Region(s)) => media.disable(Some(s)),
+            Some(Disabled::Region(s)) => {
+                media.disable(Some(s));
+                media.aim_after_disabled(aim);
+            }
             None => {}
         }
         let g1 = files.install();
@@ -286,13 +290,14 @@ fn find_named(dir: &Path, name: &str) -> Vec<PathBuf> {
 /// region image, and the history at the crash.
 type Crashed = Arc<Mutex<Option<(PathBuf, Option<CrashImage>, History)>>>;
 
-/// Whether `round` crashes only where the disabled sync site's loss shows
-/// (or, when it is not called, once the writers are done): odd rounds of a
-/// mutation check of a sync site. Even rounds keep their drawn crash
+/// Whether `round` crashes only where the disabled site's loss shows (or,
+/// when it is not called, once the writers are done): odd rounds of a
+/// mutation check (a sync site: just after one of its calls; a region
+/// site: at the fence after one of its calls). Even rounds keep their drawn crash
 /// point, so that a site called only while the index is created (round 0)
 /// or one whose loss shows much later is met too.
 fn aimed(cfg: &SimConfigKit, round: usize) -> bool {
-    matches!(cfg.disable, Some(Disabled::Sync(_))) && round % 2 == 1
+    cfg.disable.is_some() && round % 2 == 1
 }
 
 /// Runs the rounds (see the module docs).
@@ -368,7 +373,11 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
         } else {
             rate
         };
-        let at_fence = df > 0 && rng.below((ds + df) as usize) < df as usize && !aim;
+        // A round aimed at a disabled region site crashes at the fence
+        // after its first call (the media aims), else where drawn.
+        let region_aim = aim && matches!(cfg.disable, Some(Disabled::Region(_)));
+        let at_fence =
+            region_aim || (df > 0 && rng.below((ds + df) as usize) < df as usize && !aim);
         // Within the events a round issues (as the last one did), so that
         // the crash comes before the writers run out as a rule.
         let span = if at_fence { df } else { ds }.max(cfg.min_span);
@@ -392,7 +401,9 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
                 }
                 stop.store(true, Ordering::Release);
             });
-            sims.media.crash_before([fences0 + at]);
+            if !region_aim {
+                sims.media.crash_before([fences0 + at]);
+            }
         } else {
             let (hist, stop, crashed, media) = (
                 hist.clone(),

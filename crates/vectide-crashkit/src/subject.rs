@@ -37,10 +37,10 @@ impl Target {
         }
         let d = vectide_engines::descriptor(spec)?;
         vectide_core::params::check_params(d.name, d.params, &params)?;
-        if d.persistence == Persistence::Volatile {
+        if !d.persistence.durable() {
             return Err(Error::invalid(format!(
                 "engine {spec:?} is volatile: crash-test runs durable engines ({}) or a database collection of any engine (db:{spec})",
-                vectide_engines::durable_names().join(", ")
+                vectide_engines::survivor_names().join(", ")
             )));
         }
         Ok(Target::Engine {
@@ -52,7 +52,7 @@ impl Target {
     /// Every target the kit knows: each durable engine, and a database
     /// collection of each engine.
     pub fn all() -> Vec<String> {
-        let mut out: Vec<String> = vectide_engines::durable_names()
+        let mut out: Vec<String> = vectide_engines::survivor_names()
             .into_iter()
             .map(String::from)
             .collect();
@@ -81,6 +81,9 @@ impl Target {
     /// Whether `dir` holds the target already.
     pub fn exists(&self, dir: &Path) -> bool {
         match self {
+            Target::Engine { engine, .. } if on_memory_node(engine) => {
+                dir.join(MEMNODE_FILE).exists()
+            }
             Target::Engine { .. } => matches!(vectide_engines::engine_at(dir), Ok(Some(_))),
             Target::Db { .. } => has_entries(dir),
         }
@@ -92,10 +95,34 @@ impl Target {
         match self {
             Target::Engine { engine, params } => {
                 let mut p = params.clone();
-                p.insert("path".into(), ParamValue::Str(dir.display().to_string()));
+                if on_memory_node(engine) {
+                    // A memory node inside this process on a backing file
+                    // in `dir` (its media the simulator's there), one
+                    // region, one named writer: a crash is the memory
+                    // node's, and the next round's compute node attaches
+                    // to what its restart serves.
+                    let file = dir.join(MEMNODE_FILE);
+                    p.insert(
+                        "memnode".into(),
+                        ParamValue::Str(format!("file:{}", file.display())),
+                    );
+                    p.entry("region".into())
+                        .or_insert(ParamValue::Str("crash".into()));
+                    p.entry("writer".into())
+                        .or_insert(ParamValue::Str("crash".into()));
+                    // A lock a failed write left held is taken over after
+                    // six of these (the writers of a round go on after
+                    // its crash point, and may wait on one).
+                    p.entry("timeout_ms".into()).or_insert(ParamValue::Int(50));
+                } else {
+                    p.insert("path".into(), ParamValue::Str(dir.display().to_string()));
+                }
                 p.entry("threads".into()).or_insert(ParamValue::Int(1));
                 let idx = vectide_engines::open_or_create(engine, dim, Metric::L2, &p)?;
-                let flush = idx.descriptor().persistence == Persistence::DurableAtFlush;
+                let flush = matches!(
+                    idx.descriptor().persistence,
+                    Persistence::DurableAtFlush | Persistence::OnMemoryNode
+                );
                 Ok(Box::new(EngineSubject { idx, flush }))
             }
             Target::Db { engine, params } => {
@@ -122,6 +149,15 @@ impl Target {
             }
         }
     }
+}
+
+/// The backing file of the memory node an engine that lives on one runs
+/// on in a target's directory.
+pub const MEMNODE_FILE: &str = "memnode.vtb";
+
+/// Whether an engine lives on a memory node (its persistence class says).
+fn on_memory_node(engine: &str) -> bool {
+    vectide_engines::descriptor(engine).is_ok_and(|d| d.persistence == Persistence::OnMemoryNode)
 }
 
 fn has_entries(dir: &Path) -> bool {

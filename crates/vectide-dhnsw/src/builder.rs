@@ -7,11 +7,10 @@
 //! of the region with a gap of its own; an index of automatic K that
 //! outgrows it twice over is partitioned afresh into a new region.
 
-use crate::fetch::post_writes;
 use crate::labelmap::LabelMap;
 use crate::layout::{
     encode_blob, record_bytes, Entry, GraphParts, Header, ALLOC_END_AT, ENTRY_BYTES, EPOCH_AT,
-    HEADER_BYTES,
+    SECTIONS_AT,
 };
 use crate::state::{DHnsw, Layout, Loc};
 use crate::subgraph::SubGraph;
@@ -149,7 +148,7 @@ impl DHnsw {
     pub(crate) fn build(&self, seq: u64, ids: &[u64], vectors: &[f32]) -> Result<()> {
         let (subs, meta) = self.plan(ids, vectors)?;
         let name = self.params.region.clone().unwrap_or_else(auto_name);
-        let (region, header, table, buckets) = self.write_layout(&name, &subs, &meta, 1)?;
+        let (region, header, table, buckets) = self.write_layout(&name, &subs, &meta, 1, None)?;
         self.switch_to(
             Layout::new(region, name, header, table, &meta),
             &subs,
@@ -262,7 +261,8 @@ impl DHnsw {
         vectors.extend_from_slice(new.1);
         let planned = self.plan(&labels, &vectors).and_then(|(subs, meta)| {
             let name = next_region_name(&old_name, epoch + 1);
-            let w = self.write_layout(&name, &subs, &meta, epoch + 1)?;
+            let writers = self.writers_image(lay)?;
+            let w = self.write_layout(&name, &subs, &meta, epoch + 1, Some(writers))?;
             Ok((subs, meta, name, w))
         });
         let (subs, meta, name, (region, header, table, buckets)) = match planned {
@@ -291,14 +291,16 @@ impl DHnsw {
     /// Lays `subs` and `meta` out in a new region `name` (the label map of
     /// their live nodes, pairs around shared gaps, room to rebuild
     /// partitions after them) and writes them, the header last. Partitions
-    /// start at `epoch`. Returns the region, header, table and each live
-    /// label's bucket in the map.
+    /// start at `epoch`; `writers` is the writer table to carry over (from
+    /// the region the index moves out of). Returns the region, header,
+    /// table and each live label's bucket in the map.
     fn write_layout(
         &self,
         name: &str,
         subs: &[GraphParts],
         meta: &GraphParts,
         epoch: u64,
+        writers: Option<Vec<u8>>,
     ) -> Result<Written> {
         let k = subs.len();
         let dim = self.dim;
@@ -330,7 +332,7 @@ impl DHnsw {
         let n_buckets = LabelMap::buckets_for(2 * (live + gaps));
         let (map_bytes, at) = LabelMap::encode_new(n_buckets, &rows)?;
         let buckets: HashMap<u64, u64> = rows.iter().zip(at).map(|(r, b)| (r.0, b)).collect();
-        let meta_off = HEADER_BYTES;
+        let meta_off = SECTIONS_AT;
         let table_off = (meta_off + meta_blob.len() as u64).next_multiple_of(8);
         let labels_off = (table_off + k as u64 * ENTRY_BYTES).next_multiple_of(8);
         let free_off = labels_off + map_bytes.len() as u64;
@@ -354,6 +356,7 @@ impl DHnsw {
                 gap_hi,
                 records_at: blob_records_at(&blobs[p]),
                 state: 0,
+                intent: false,
             };
             off = gap_hi;
             if pair {
@@ -368,6 +371,7 @@ impl DHnsw {
                     gap_hi,
                     records_at: blob_records_at(&blobs[p + 1]),
                     state: 0,
+                    intent: false,
                 };
                 off += blobs[p + 1].len() as u64;
             }
@@ -376,7 +380,7 @@ impl DHnsw {
         }
         // Room to rebuild partitions elsewhere as they fill up.
         let region_size = (off * 2).max(off + (1 << 20));
-        let region = self.mem.create_region(name, region_size)?;
+        let region = self.new_region(name, region_size)?;
         let header = Header {
             dim: dim as u32,
             metric: self.metric,
@@ -396,8 +400,14 @@ impl DHnsw {
             keys: live,
             free_off,
             free_slots,
+            // Put right for the node's current boot (a new region holds
+            // no lock of a write a restart cut short).
+            boot: self.mem.boot() & ((1 << 48) - 1),
         };
         let mut writes = vec![(meta_off, meta_blob), (labels_off, map_bytes)];
+        if let Some(w) = writers {
+            writes.push((crate::layout::WRITERS_AT, w));
+        }
         let mut t = Vec::with_capacity(k * ENTRY_BYTES as usize);
         for e in &table {
             t.extend_from_slice(&e.encode());
@@ -406,8 +416,19 @@ impl DHnsw {
         for (e, b) in table.iter().zip(blobs) {
             writes.push((e.blob_off, b));
         }
-        let written = post_writes(&*self.mem, region, writes)
-            .and_then(|()| post_writes(&*self.mem, region, vec![(0, header.encode())]));
+        // The sections, then the header but its magic, then the magic, each
+        // durable before the next: a region with the magic is whole (an
+        // attach after a restart takes the newest such region).
+        let head = header.encode();
+        let written = crate::fetch::post_phases(
+            &*self.mem,
+            region,
+            vec![
+                (crate::sites::BUILD, writes),
+                (crate::sites::BUILD, vec![(8, head[8..].to_vec())]),
+                (crate::sites::BUILD_HEADER, vec![(0, head[..8].to_vec())]),
+            ],
+        );
         if let Err(e) = written {
             let _ = self.mem.drop_region(name);
             return Err(e);
@@ -445,7 +466,9 @@ impl DHnsw {
         let meta = lay.meta.to_parts();
         let epoch = lay.header.epoch + 1;
         let name = next_region_name(&lay.name, epoch);
-        let written = self.write_layout(&name, &subs, &meta, epoch);
+        let written = self
+            .writers_image(lay)
+            .and_then(|w| self.write_layout(&name, &subs, &meta, epoch, Some(w)));
         let (region, header, table, buckets) = match written {
             Ok(w) => w,
             Err(e) => {
@@ -614,7 +637,27 @@ impl DHnsw {
                 self.timing.reused_bytes.fetch_add(size, Ordering::Relaxed);
                 off
             }
-            None => self.mem.fetch_add(lay.region, ALLOC_END_AT, size)?,
+            None => {
+                // Durable before the area is written: a restart never
+                // hands the same bytes out again.
+                let c = self.mem.post(&[
+                    vectide_remote::Verb::FetchAdd {
+                        region: lay.region.id,
+                        offset: ALLOC_END_AT,
+                        add: size,
+                    },
+                    vectide_remote::Verb::Flush {
+                        region: lay.region.id,
+                        offset: ALLOC_END_AT,
+                        len: 8,
+                        site: crate::sites::ALLOC,
+                    },
+                ])?;
+                let mut c = c.into_iter();
+                let off = c.next().expect("two completions").into_word()?;
+                c.next().expect("two completions").into_done()?;
+                off
+            }
         };
         self.timing.rebuilt_bytes.fetch_add(size, Ordering::Relaxed);
         let end = off + size;
@@ -652,18 +695,27 @@ impl DHnsw {
             gap_hi: end,
             records_at: blob_records_at(&blob),
             state: held + 1,
+            intent: false,
         };
-        // Under the odd state: the blob, then the entry that points at it
-        // (still odd), each phase durable before the next on a backing
-        // file; the caller publishes (the state even) once the label map
-        // names every node of the new blob.
+        // Under the odd state: the blob, then the entry's intent, then its
+        // fields, then the intent cleared, each phase durable before the
+        // next on a backing file (64 bytes of fields may tear; while the
+        // intent holds, it is the entry); the caller publishes (the state
+        // even) once the label map names every node of the new blob.
         let at = lay.entry_at(p);
         let writing = Entry { state: held, ..e };
         crate::fetch::post_phases(
             &*self.mem,
             lay.region,
-            vec![vec![(off, blob)], vec![(at, writing.encode().to_vec())]],
+            vec![
+                (crate::sites::REBUILD, vec![(off, blob)]),
+                (
+                    crate::sites::REBUILD_INTENT,
+                    vec![(at + crate::layout::ENTRY_INTENT_AT, writing.intent_bytes())],
+                ),
+            ],
         )?;
+        self.fold_intent(lay, p, &writing)?;
         let epoch = self.mem.fetch_add(lay.region, EPOCH_AT, 1)? + 1;
         self.timing.rebuilds.fetch_add(1, Ordering::Relaxed);
         lay.table[p as usize] = writing;
@@ -698,6 +750,48 @@ impl DHnsw {
         let g = Arc::new(SubGraph::from_parts(&parts));
         g.set_version(held + 1);
         Ok((g, rows, stale, Some(left)))
+    }
+
+    /// Creates region `name`; one of that name without a header's magic is
+    /// what a move into it left when its compute node or the memory node
+    /// stopped before the header was durable (a move holds every partition
+    /// of the region it leaves, so no other is writing it): dropped first.
+    fn new_region(&self, name: &str, size: u64) -> Result<vectide_remote::Region> {
+        match self.mem.create_region(name, size) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                let (regions, _) = self.mem.regions()?;
+                if !regions.iter().any(|r| r.name == name) {
+                    return Err(e);
+                }
+                let old = self.mem.open_region(name)?;
+                let magic = self.mem.read(old, 0, 8.min(old.size as u32))?;
+                if magic == crate::layout::MAGIC {
+                    return Err(e);
+                }
+                self.mem.drop_region(name)?;
+                self.mem.create_region(name, size)
+            }
+        }
+    }
+
+    /// Writes `e` (partition `p`'s entry, held) into the entry's fields,
+    /// then clears its intent, each durable before the next: what a rebuild
+    /// does once its intent is durable, and what a writer that takes a
+    /// partition over does with an intent its stopped writer left.
+    pub(crate) fn fold_intent(&self, lay: &Layout, p: u32, e: &Entry) -> Result<()> {
+        let at = lay.entry_at(p);
+        crate::fetch::post_phases(
+            &*self.mem,
+            lay.region,
+            vec![
+                (crate::sites::REBUILD_ENTRY, vec![(at, e.field_bytes())]),
+                (
+                    crate::sites::REBUILD_DONE,
+                    vec![(at + Entry::INTENT_CHECK_AT, vec![0u8; 8])],
+                ),
+            ],
+        )
     }
 
     /// After a relayout put partition `p`'s rebuilt graph in a fresh map:

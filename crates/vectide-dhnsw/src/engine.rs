@@ -15,6 +15,7 @@ impl DHnsw {
     fn on_moved<R>(&self, op: impl Fn() -> Result<R>) -> Result<R> {
         let mut moves = 0;
         loop {
+            self.ensure_recovered()?;
             match op() {
                 Err(e)
                     if vectide_remote::is_unknown_region(&e) && moves < 8 && self.reattach()? =>
@@ -158,7 +159,7 @@ impl VectorIndex for DHnsw {
         }
     }
     fn flush(&self) -> Result<()> {
-        Ok(())
+        self.on_moved(|| self.flush_writer())
     }
     fn durable_seq(&self) -> Seq {
         self.durable.load(Ordering::Acquire)
@@ -223,6 +224,7 @@ impl VectorIndex for DHnsw {
                 ("rebuilt_bytes".into(), ld(&t.rebuilt_bytes)),
                 ("rebuilt_bytes_reused".into(), ld(&t.reused_bytes)),
                 ("cas_retries".into(), ld(&t.cas_retries)),
+                ("recovery.restarts".into(), ld(&t.recoveries)),
                 ("rebuild_ns".into(), ld(&t.rebuild_ns)),
                 ("partition_rebuilds".into(), ld(&t.rebuilds)),
                 ("region_relayouts".into(), ld(&t.relayouts)),

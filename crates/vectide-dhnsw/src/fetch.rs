@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use vectide_core::io::ByteReader;
 use vectide_core::{Error, Result};
 use vectide_graph::Graph;
-use vectide_remote::{Region, RemoteMemory, Verb};
+use vectide_remote::{Region, RemoteMemory, Site, Verb};
 
 /// Largest WRITE in one work request, and bytes per doorbell of writes
 /// (the memory node takes frames of up to 64 MiB).
@@ -29,9 +29,24 @@ const CHAIN_READ_BYTES: u64 = 128 << 20;
 pub fn post_writes(
     mem: &dyn RemoteMemory,
     region: Region,
+    site: Site,
     writes: Vec<(u64, Vec<u8>)>,
 ) -> Result<()> {
-    post_phases(mem, region, vec![writes])
+    post_phases(mem, region, vec![(site, writes)])
+}
+
+/// Writes (offset, bytes) FLUSHed at one site, before the next phase's.
+pub type Phase = (Site, Vec<(u64, Vec<u8>)>);
+
+/// Posts `writes` in doorbell chains with no FLUSH: for what a region
+/// recomputes when it is put right after its memory node restarted (the
+/// header's counts, the free table, tombstones; `recovery.rs`).
+pub fn post_unflushed(
+    mem: &dyn RemoteMemory,
+    region: Region,
+    writes: Vec<(u64, Vec<u8>)>,
+) -> Result<()> {
+    post_chains(mem, region, vec![(None, writes)])
 }
 
 /// Posts phases of writes: each phase's WRITEs, then FLUSHes of the ranges
@@ -39,10 +54,19 @@ pub fn post_writes(
 /// phase becomes durable... before every byte of the phases before it is
 /// (a chain runs in order and a FLUSH completes once its range is
 /// durable). As few doorbell chains as the node's limits allow.
-pub fn post_phases(
+pub fn post_phases(mem: &dyn RemoteMemory, region: Region, phases: Vec<Phase>) -> Result<()> {
+    post_chains(
+        mem,
+        region,
+        phases.into_iter().map(|(s, w)| (Some(s), w)).collect(),
+    )
+}
+
+/// [`post_phases`], a phase with no site FLUSHed at none.
+fn post_chains(
     mem: &dyn RemoteMemory,
     region: Region,
-    phases: Vec<Vec<(u64, Vec<u8>)>>,
+    phases: Vec<(Option<Site>, Vec<(u64, Vec<u8>)>)>,
 ) -> Result<()> {
     let mut chain: Vec<Verb> = Vec::new();
     let mut bytes = 0usize;
@@ -56,7 +80,7 @@ pub fn post_phases(
         chain.clear();
         Ok(())
     };
-    for writes in phases {
+    for (site, writes) in phases {
         let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(writes.len());
         for (off, b) in writes {
             ranges.push((off, off + b.len() as u64));
@@ -73,6 +97,9 @@ pub fn post_phases(
                 });
             }
         }
+        let Some(site) = site else {
+            continue;
+        };
         // Neighbouring ranges flushed as one.
         ranges.sort_unstable();
         let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
@@ -91,6 +118,7 @@ pub fn post_phases(
                 region: region.id,
                 offset: lo,
                 len: hi - lo,
+                site,
             });
         }
     }

@@ -218,8 +218,10 @@ impl LabelMap {
                     continue;
                 }
                 let at = self.bucket_at(bucket);
+                // No FLUSH: the key is made durable with its value, whose
+                // swap FLUSHes the bucket (one cache line) before the map
+                // names anything by it.
                 let found = mem.cas(self.region, at, 0, key)?;
-                mem.flush(self.region, at, 8)?;
                 if found == 0 || found == key {
                     let v = mem.read(self.region, at + 8, 8)?;
                     return Ok((
@@ -251,13 +253,25 @@ impl LabelMap {
         expect: Slot,
         new: Slot,
     ) -> Result<Slot> {
-        let at = self.bucket_at(bucket) + 8;
-        Ok(Slot::decode(mem.cas(
-            self.region,
-            at,
-            expect.encode(),
-            new.encode(),
-        )?))
+        let at = self.bucket_at(bucket);
+        let c = mem.post(&[
+            Verb::Cas {
+                region: self.region.id,
+                offset: at + 8,
+                expect: expect.encode(),
+                new: new.encode(),
+            },
+            Verb::Flush {
+                region: self.region.id,
+                offset: at,
+                len: BUCKET_BYTES,
+                site: crate::sites::MAP_SWAP,
+            },
+        ])?;
+        let mut it = c.into_iter();
+        let found = it.next().expect("two completions").into_word()?;
+        it.next().expect("two completions").into_done()?;
+        Ok(Slot::decode(found))
     }
 
     /// The buckets of a new map holding `rows` (label, partition, slot),
@@ -385,9 +399,10 @@ impl LabelMap {
                 }
             }
             if !cas.is_empty() {
-                // Each key FLUSHed after its CAS: durable before any value
-                // a later doorbell swaps into its bucket.
-                let mut wrs: Vec<Verb> = Vec::with_capacity(2 * cas.len());
+                // No FLUSH: a key is made durable with the first value
+                // swapped into its bucket (that FLUSH covers the whole
+                // bucket), before the map names anything by it.
+                let mut wrs: Vec<Verb> = Vec::with_capacity(cas.len());
                 for &(_, bucket, key) in &cas {
                     wrs.push(Verb::Cas {
                         region: self.region.id,
@@ -395,20 +410,11 @@ impl LabelMap {
                         expect: 0,
                         new: key,
                     });
-                    wrs.push(Verb::Flush {
-                        region: self.region.id,
-                        offset: self.bucket_at(bucket),
-                        len: 8,
-                    });
                 }
                 let done = mem.post(&wrs)?;
                 let mut words = Vec::with_capacity(cas.len());
-                for (j, c) in done.into_iter().enumerate() {
-                    if j % 2 == 0 {
-                        words.push(c.into_word()?);
-                    } else {
-                        c.into_done()?;
-                    }
+                for c in done {
+                    words.push(c.into_word()?);
                 }
                 for (found, &(i, bucket, key)) in words.into_iter().zip(&cas) {
                     if found == 0 {
@@ -439,8 +445,9 @@ impl LabelMap {
     }
 
     /// Many [`swap`](Self::swap)s in doorbells: (bucket, expect, new) each,
-    /// each value FLUSHed after its CAS (durable on a memory node with a
-    /// backing file); returns the values found, in order.
+    /// each bucket (key and value) FLUSHed after its CAS (durable on a
+    /// memory node with a backing file); returns the values found, in
+    /// order.
     pub fn swap_many(
         &self,
         mem: &dyn RemoteMemory,
@@ -459,8 +466,9 @@ impl LabelMap {
                 });
                 wrs.push(Verb::Flush {
                     region: self.region.id,
-                    offset: at,
-                    len: 8,
+                    offset: at - 8,
+                    len: BUCKET_BYTES,
+                    site: crate::sites::MAP_SWAP,
                 });
             }
             for (i, c) in mem.post(&wrs)?.into_iter().enumerate() {
@@ -504,6 +512,37 @@ impl LabelMap {
             })
             .collect())
     }
+}
+
+/// CAS of the word at `at`, then a FLUSH of it (site `site`), in one
+/// doorbell: the word is durable, whichever value it holds, when this
+/// returns. Returns the word found.
+pub(crate) fn cas_flushed(
+    mem: &dyn RemoteMemory,
+    region: Region,
+    at: u64,
+    expect: u64,
+    new: u64,
+    site: vectide_remote::Site,
+) -> Result<u64> {
+    let c = mem.post(&[
+        Verb::Cas {
+            region: region.id,
+            offset: at,
+            expect,
+            new,
+        },
+        Verb::Flush {
+            region: region.id,
+            offset: at,
+            len: 8,
+            site,
+        },
+    ])?;
+    let mut it = c.into_iter();
+    let found = it.next().expect("two completions").into_word()?;
+    it.next().expect("two completions").into_done()?;
+    Ok(found)
 }
 
 #[cfg(test)]

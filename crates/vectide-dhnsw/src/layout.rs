@@ -10,10 +10,24 @@ use vectide_core::{Error, Metric, Result};
 
 /// First bytes of a region.
 pub const MAGIC: &[u8; 8] = b"VTDHNSW\0";
-/// The region format's version (2 added the label map).
-pub const VERSION: u32 = 2;
+/// The region format's version (2 added the label map; 3 the writer
+/// table and the partition entries' rebuild intents).
+pub const VERSION: u32 = 3;
 /// Bytes reserved for the header at offset 0.
 pub const HEADER_BYTES: u64 = 256;
+/// The writer table: right after the header, [`WRITER_SLOTS`] slots of
+/// [`WRITER_BYTES`]; the other sections start after it.
+pub const WRITERS_AT: u64 = HEADER_BYTES;
+pub const WRITER_SLOTS: u64 = 32;
+pub const WRITER_BYTES: u64 = 32;
+/// Where a region's sections (meta-HNSW, table, …) may start.
+pub const SECTIONS_AT: u64 = WRITERS_AT + WRITER_SLOTS * WRITER_BYTES;
+/// Offset of an entry's rebuild intent (7 words, the last a check word).
+pub const ENTRY_INTENT_AT: u64 = 72;
+const INTENT_WORDS: usize = 7;
+/// The high half of a live intent's check word (its low half: a CRC-32 of
+/// the six words before it).
+const INTENT_TAG: u64 = 0x1a7e_0000_0000_0000;
 /// First bytes of a graph blob.
 pub const BLOB_MAGIC: &[u8; 8] = b"VTDHBLB\0";
 /// Bytes of a blob's own header.
@@ -37,6 +51,14 @@ pub const LIVE_AT: u64 = 88;
 pub const KEYS_AT: u64 = 112;
 /// Offset of the free table's lock word (even: free; odd: held).
 pub const FREE_LOCK_AT: u64 = 136;
+/// Offset of the header's boot word: the memory node's boot number (see
+/// `vectide_remote::RemoteMemory::boot`) the region was last put right in
+/// (its lock words all belonging to live writers of that boot); with
+/// [`RECOVERING`] set, a compute node is putting it right for that boot.
+pub const BOOT_AT: u64 = 144;
+/// The boot word's mark of a recovery under way (bits 48..63 count the
+/// attempts, so that a stopped recovery is seen to stop and taken over).
+pub const RECOVERING: u64 = 1 << 63;
 /// A node record's flag: deleted (a tombstone; searches walk through it).
 pub const DELETED: u32 = 1;
 /// Offset of the flags word inside a node record.
@@ -74,6 +96,23 @@ pub fn record_bytes(dim: usize, m0: usize) -> usize {
     (16 + 4 * m0 + 4 * dim).next_multiple_of(8)
 }
 
+/// A switch of the interleaving test's mutation check: read entries as
+/// if no rebuild intent were there.
+#[cfg(test)]
+pub(crate) static IGNORE_INTENTS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(test)]
+fn ignore_intents() -> bool {
+    IGNORE_INTENTS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn ignore_intents() -> bool {
+    false
+}
+
 /// The region's header.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Header {
@@ -103,6 +142,8 @@ pub struct Header {
     /// The free table: its offset and slots (16 bytes each).
     pub free_off: u64,
     pub free_slots: u64,
+    /// The boot word ([`BOOT_AT`]) as written at the build.
+    pub boot: u64,
 }
 
 impl Header {
@@ -129,6 +170,9 @@ impl Header {
         ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
+        // The free table's lock, free.
+        b.extend_from_slice(&0u64.to_le_bytes());
+        b.extend_from_slice(&self.boot.to_le_bytes());
         b.resize(HEADER_BYTES as usize, 0);
         b
     }
@@ -173,6 +217,10 @@ impl Header {
             keys: r.u64()?,
             free_off: r.u64()?,
             free_slots: r.u64()?,
+            boot: {
+                r.u64()?; // the free table's lock
+                r.u64()?
+            },
         };
         let bad = |what: &str| Err(Error::corrupted(format!("d-hnsw header: {what}")));
         if dim == 0 || dim as usize > vectide_core::limits::MAX_DIM {
@@ -197,9 +245,9 @@ impl Header {
         if h.alloc_end > region_size
             || end(h.meta_off, h.meta_len).is_none()
             || end(h.table_off, u64::from(k) * ENTRY_BYTES).is_none()
-            || h.table_off < HEADER_BYTES
-            || h.meta_off < HEADER_BYTES
-            || h.labels_off < HEADER_BYTES
+            || h.table_off < SECTIONS_AT
+            || h.meta_off < SECTIONS_AT
+            || h.labels_off < SECTIONS_AT
             || !h.labels_off.is_multiple_of(8)
             || !h.labels_buckets.is_power_of_two()
             || h.labels_buckets < crate::labelmap::WINDOW
@@ -207,7 +255,7 @@ impl Header {
                 .checked_mul(crate::labelmap::BUCKET_BYTES)
                 .and_then(|b| end(h.labels_off, b))
                 .is_none()
-            || h.free_off < HEADER_BYTES
+            || h.free_off < SECTIONS_AT
             || !h.free_off.is_multiple_of(8)
             || h.free_slots
                 .checked_mul(crate::space::FREE_SLOT_BYTES)
@@ -242,6 +290,10 @@ pub struct Entry {
     /// The partition's version (see [`ENTRY_STATE_AT`]): odd while a writer
     /// changes it.
     pub state: u64,
+    /// The fields come from a live rebuild intent (a writer stopped between
+    /// writing it and clearing it): whoever holds the partition next folds
+    /// it into the fields ([`Entry::intent_bytes`]) before anything else.
+    pub intent: bool,
 }
 
 impl Entry {
@@ -258,6 +310,62 @@ impl Entry {
         b[56..64].copy_from_slice(&self.records_at.to_le_bytes());
         b[64..72].copy_from_slice(&self.state.to_le_bytes());
         b
+    }
+
+    /// The entry's fields (bytes `0..64`, without the state word): what a
+    /// rebuild writes once its intent is durable.
+    pub fn field_bytes(&self) -> Vec<u8> {
+        self.encode()[..ENTRY_STATE_AT as usize].to_vec()
+    }
+
+    /// The rebuild intent of this entry (bytes `72..128`): where the
+    /// partition's rebuilt graph is, for a fresh entry (no overflow, a
+    /// forward gap right after the blob). Written, and made durable, before
+    /// the fields are changed; while its check word holds, readers take the
+    /// entry from it, so a crash that tears the fields' 64 bytes leaves a
+    /// whole entry, old or new.
+    pub fn intent_bytes(&self) -> Vec<u8> {
+        let words = [
+            self.blob_off,
+            self.blob_len,
+            u64::from(self.n_base),
+            self.gap_hi,
+            self.records_at,
+            self.epoch,
+        ];
+        let mut b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let check = INTENT_TAG | u64::from(crc32fast::hash(&b));
+        b.extend_from_slice(&check.to_le_bytes());
+        b
+    }
+
+    /// Where an entry's intent check word is (cleared once the fields
+    /// hold the rebuild).
+    pub const INTENT_CHECK_AT: u64 = ENTRY_INTENT_AT + 8 * (INTENT_WORDS as u64 - 1);
+
+    /// The entry an intent describes (`None`: no live intent).
+    fn from_intent(b: &[u8], state: u64) -> Option<Entry> {
+        let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+        let check = w(INTENT_WORDS - 1);
+        if check & !0xffff_ffff != INTENT_TAG
+            || check & 0xffff_ffff != u64::from(crc32fast::hash(&b[..8 * (INTENT_WORDS - 1)]))
+        {
+            return None;
+        }
+        let (blob_off, blob_len) = (w(0), w(1));
+        Some(Entry {
+            blob_off,
+            blob_len,
+            n_base: u32::try_from(w(2)).ok()?,
+            backward: false,
+            count: 0,
+            epoch: w(5),
+            gap_lo: blob_off.checked_add(blob_len)?,
+            gap_hi: w(3),
+            records_at: w(4),
+            state,
+            intent: true,
+        })
     }
 
     /// Whether a writer is changing the partition (its state is odd).
@@ -290,15 +398,21 @@ impl Entry {
                 gap_hi: r.u64()?,
                 records_at: r.u64()?,
                 state: r.u64()?,
+                intent: false,
             };
-            r.bytes((ENTRY_BYTES - 72) as usize)?;
+            let rest = r.bytes((ENTRY_BYTES - ENTRY_INTENT_AT) as usize)?;
+            let e = if ignore_intents() {
+                e
+            } else {
+                Entry::from_intent(rest, e.state).unwrap_or(e)
+            };
             let (lo, hi) = e.range(record).ok_or_else(|| {
                 Error::corrupted(format!("d-hnsw partition {i}: its bytes overflow"))
             })?;
             if hi > alloc_end
                 || e.gap_lo > e.gap_hi
                 || e.gap_hi > alloc_end
-                || lo < HEADER_BYTES
+                || lo < SECTIONS_AT
                 || e.records_at > e.blob_len
                 || (e.count > 0
                     && (e.overflow_lo(record) < e.gap_lo || e.overflow_hi(record) > e.gap_hi))
@@ -580,27 +694,35 @@ mod tests {
             k: 2,
             record: record_bytes(3, 4) as u32,
             epoch: 9,
-            meta_off: 256,
+            meta_off: 1280,
             meta_len: 100,
-            table_off: 356,
+            table_off: 1384,
             alloc_end: 4096,
             region_size: 8192,
             live: 5,
-            labels_off: 1024,
+            labels_off: 2048,
             labels_buckets: 64,
             keys: 7,
-            free_off: 2048,
+            free_off: 3072,
             free_slots: 4,
+            boot: 3,
         };
         let b = h.encode();
         assert_eq!(Header::decode(&b, 8192).unwrap(), h);
         assert!(Header::decode(&b, 4096).is_err(), "another region size");
-        let mut v3 = b.clone();
-        v3[12] = 3;
-        let e = Header::decode(&v3, 8192).unwrap_err();
-        assert!(e.to_string().contains("version 3"), "{e}");
-        // A label map outside the used bytes, or not a power of two.
-        for (buckets, off) in [(48u64, 1024u64), (512, 1024), (64, 4000), (64, 1028)] {
+        let mut v4 = b.clone();
+        v4[12] = 4;
+        let e = Header::decode(&v4, 8192).unwrap_err();
+        assert!(e.to_string().contains("version 4"), "{e}");
+        // A label map outside the used bytes, over the writer table, or not
+        // a power of two.
+        for (buckets, off) in [
+            (48u64, 2048u64),
+            (512, 2048),
+            (64, 4000),
+            (64, 2052),
+            (64, 1024),
+        ] {
             let bad = Header {
                 labels_buckets: buckets,
                 labels_off: off,
@@ -612,16 +734,17 @@ mod tests {
             );
         }
         let e = Entry {
-            blob_off: 1000,
+            blob_off: 3000,
             blob_len: 200,
             n_base: 3,
             backward: true,
             count: 2,
             epoch: 1,
-            gap_lo: 500,
-            gap_hi: 1000,
+            gap_lo: 2500,
+            gap_hi: 3000,
             records_at: 56,
             state: 7,
+            intent: false,
         };
         assert!(e.busy() && !Entry { state: 8, ..e }.busy());
         let rec = h.record as u64;
@@ -636,10 +759,10 @@ mod tests {
         );
         let got = Entry::decode_table(&t, 2, rec, 4096).unwrap();
         assert_eq!(got[0], e);
-        assert_eq!(got[0].range(rec), Some((1000 - 2 * rec, 1200)));
-        assert_eq!(got[0].overflow_at(0, rec), 1000 - rec);
+        assert_eq!(got[0].range(rec), Some((3000 - 2 * rec, 3200)));
+        assert_eq!(got[0].overflow_at(0, rec), 3000 - rec);
         assert!(
-            Entry::decode_table(&t, 2, rec, 1100).is_err(),
+            Entry::decode_table(&t, 2, rec, 3100).is_err(),
             "past alloc_end"
         );
         let over = Entry { count: 100, ..e };

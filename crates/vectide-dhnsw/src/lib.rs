@@ -59,13 +59,16 @@ pub mod layout;
 mod locks;
 pub mod params;
 pub mod persist;
+mod recovery;
 mod search;
+pub mod sites;
 mod space;
 mod state;
 pub mod subgraph;
 #[cfg(test)]
 mod test_transport;
 mod update;
+pub mod writers;
 
 pub use params::{DhnswParams, Fetch, PARAMS};
 pub use state::DHnsw;
@@ -77,8 +80,8 @@ use vectide_core::{EngineDescriptor, Knob, Metric, Params, Persistence, Result, 
 /// Engine `d-hnsw`.
 pub static DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     name: "d-hnsw",
-    summary: "d-HNSW (HotStorage'25): partitions as sub-HNSWs in a memory node's region, a meta-HNSW on the compute node, doorbell-batched and pipelined fetches; save/load to a file",
-    persistence: Persistence::Volatile,
+    summary: "d-HNSW (HotStorage'25): partitions as sub-HNSWs in a memory node's region, a meta-HNSW on the compute node, doorbell-batched and pipelined fetches; durable on a memory node with a backing file, several compute nodes writing one region; save/load to a file",
+    persistence: Persistence::OnMemoryNode,
     medium: Medium::Remote,
     params: &PARAMS,
     open_params: params::OPEN_PARAMS,

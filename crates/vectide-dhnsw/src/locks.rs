@@ -22,6 +22,24 @@ use vectide_remote::Verb;
 /// A node to tombstone: (partition, node, label, the label's map bucket).
 pub(crate) type Doomed = (u32, u32, u64, u64);
 
+/// What taking a lock word came to.
+pub(crate) enum Taken {
+    /// Held at this odd value; whether it was taken over from a stopped
+    /// holder.
+    Held(u64, bool),
+    /// Still held by another after the patience given.
+    Busy,
+    /// Given back at once: the region is not put right since its memory
+    /// node restarted (`recovery.rs`).
+    Restarted,
+}
+
+fn restarted() -> Error {
+    Error::unavailable(
+        "d-hnsw: the memory node restarted during this call; the region is put right by the next one",
+    )
+}
+
 /// A lock word unchanged for this many times the timeout is taken over.
 pub const TAKE_OVER: u64 = 6;
 
@@ -50,9 +68,23 @@ impl DHnsw {
     /// Takes partition `p` for writing; returns the odd state it now holds.
     /// This node's copy of the entry is brought up to date when another
     /// writer published since (and the LRU's graph of `p` dropped).
+    /// Called holding no other lock: when the memory node restarted since
+    /// the region was last put right, puts it right first.
     pub(crate) fn acquire(&self, lay: &mut Layout, p: u32) -> Result<u64> {
-        let (held, took_over) =
-            self.take_word(lay.region, lay.state_at(p), lay.table[p as usize].state)?;
+        let (held, took_over) = loop {
+            match self.take_word_within(
+                lay.region,
+                lay.state_at(p),
+                lay.table[p as usize].state,
+                None,
+            )? {
+                Taken::Held(h, t) => break (h, t),
+                Taken::Restarted => {
+                    self.recover_if_restarted(lay)?;
+                }
+                Taken::Busy => unreachable!("no patience: waits until it takes the word"),
+            }
+        };
         self.refresh_entry(lay, p, held)?;
         if took_over {
             // Taken over (odd to the next odd value): its writer stopped
@@ -80,8 +112,12 @@ impl DHnsw {
             lay.table[p as usize].state,
             Some(patience),
         )?;
-        let Some((held, took_over)) = got else {
-            return Ok(None);
+        let (held, took_over) = match got {
+            Taken::Held(h, t) => (h, t),
+            Taken::Busy => return Ok(None),
+            // Another lock is held: no recovery now; the call fails and
+            // the next one puts the region right.
+            Taken::Restarted => return Err(restarted()),
         };
         self.refresh_entry(lay, p, held)?;
         if took_over {
@@ -198,7 +234,7 @@ impl DHnsw {
                 let scanned = lay.map.scan(&*self.mem)?;
                 let live = scanned.iter().filter(|(_, v)| v.present).count() as u64;
                 let keys = scanned.len() as u64;
-                crate::fetch::post_writes(
+                crate::fetch::post_unflushed(
                     &*self.mem,
                     lay.region,
                     vec![
@@ -264,7 +300,7 @@ impl DHnsw {
                 )
             })
             .collect();
-        crate::fetch::post_phases(&*self.mem, lay.region, vec![flags])?;
+        crate::fetch::post_unflushed(&*self.mem, lay.region, flags)?;
         Ok(renamed + orphans.len())
     }
 
@@ -280,8 +316,11 @@ impl DHnsw {
         at: u64,
         guess: u64,
     ) -> Result<(u64, bool)> {
-        let taken = self.take_word_within(region, at, guess, None)?;
-        Ok(taken.expect("no patience: waits until it takes the word"))
+        match self.take_word_within(region, at, guess, None)? {
+            Taken::Held(h, t) => Ok((h, t)),
+            Taken::Restarted => Err(restarted()),
+            Taken::Busy => unreachable!("no patience: waits until it takes the word"),
+        }
     }
 
     /// The take-over time: six times the memory node's timeout (a minute by
@@ -301,7 +340,7 @@ impl DHnsw {
         at: u64,
         guess: u64,
         patience: Option<Duration>,
-    ) -> Result<Option<(u64, bool)>> {
+    ) -> Result<Taken> {
         let lease = self.lease();
         let began = Instant::now();
         let mut cur = guess;
@@ -321,16 +360,41 @@ impl DHnsw {
                 }
             };
             if let Some(t) = take {
-                let found = self.mem.cas(region, at, cur, t)?;
+                // The region's boot word in the same doorbell: a lock taken
+                // in a region not yet put right since its memory node
+                // restarted is given back at once.
+                let c = self.mem.post(&[
+                    Verb::Cas {
+                        region: region.id,
+                        offset: at,
+                        expect: cur,
+                        new: t,
+                    },
+                    Verb::Read {
+                        region: region.id,
+                        offset: crate::layout::BOOT_AT,
+                        len: 8,
+                    },
+                ])?;
+                let mut c = c.into_iter();
+                let found = c.next().expect("two completions").into_word()?;
+                let boot = c.next().expect("two completions").into_data()?;
+                let boot = u64::from_le_bytes(boot[..8].try_into().expect("8 bytes"));
                 if found == cur {
-                    return Ok(Some((t, t == cur + 2)));
+                    if !self.recovering.load(std::sync::atomic::Ordering::Acquire)
+                        && !self.boot_current(boot)
+                    {
+                        self.mem.cas(region, at, t, cur)?;
+                        return Ok(Taken::Restarted);
+                    }
+                    return Ok(Taken::Held(t, t == cur + 2));
                 }
                 crate::state::Timing::add(&self.timing.cas_retries, 1);
                 cur = found;
                 continue;
             }
             if patience.is_some_and(|p| began.elapsed() > p) {
-                return Ok(None);
+                return Ok(Taken::Busy);
             }
             round += 1;
             std::thread::sleep(Duration::from_micros(20 << round.min(9)));
@@ -340,8 +404,10 @@ impl DHnsw {
     }
 
     /// After taking `p` at odd state `held`: the entry as it is (another
-    /// writer may have published since this node last read it).
-    fn refresh_entry(&self, lay: &mut Layout, p: u32, held: u64) -> Result<()> {
+    /// writer may have published since this node last read it). A rebuild
+    /// intent a stopped writer left is folded into the entry's fields
+    /// first (`layout.rs`).
+    pub(crate) fn refresh_entry(&self, lay: &mut Layout, p: u32, held: u64) -> Result<()> {
         let mine = lay.table[p as usize];
         // The state before the take: equal to this node's copy's means
         // nobody published in between.
@@ -354,31 +420,23 @@ impl DHnsw {
             .read(lay.region, lay.entry_at(p), ENTRY_BYTES as u32)?;
         let mut e = Entry::decode_table(&b, 1, lay.record(), lay.header.region_size)?[0];
         e.state = held;
+        if e.intent {
+            self.fold_intent(lay, p, &e)?;
+            e.intent = false;
+        }
         lay.table[p as usize] = e;
         self.cache.lock().remove(p);
         Ok(())
     }
 
     /// Publishes partition `p`, held at `held`: CAS of its state to the
-    /// next even value (FLUSHed). A CAS that finds another value means a
+    /// next even value (not FLUSHed: every partition is taken and published
+    /// again when the region is put right after its memory node restarted,
+    /// and what the state guarded is durable already). A CAS that finds another value means a
     /// waiter took the partition over (this hold outlived the take-over
     /// time): an error, and this node's copy of the entry is dropped.
     pub(crate) fn publish(&self, lay: &mut Layout, p: u32, held: u64) -> Result<()> {
-        let at = lay.state_at(p);
-        let c = self.mem.post(&[
-            Verb::Cas {
-                region: lay.region.id,
-                offset: at,
-                expect: held,
-                new: held + 1,
-            },
-            Verb::Flush {
-                region: lay.region.id,
-                offset: at,
-                len: 8,
-            },
-        ])?;
-        let found = c.into_iter().next().expect("two completions").into_word()?;
+        let found = self.mem.cas(lay.region, lay.state_at(p), held, held + 1)?;
         if found != held {
             self.cache.lock().remove(p);
             return Err(Error::unavailable(format!(
@@ -477,7 +535,7 @@ impl DHnsw {
                     marked.push(n);
                 }
             }
-            let written = crate::fetch::post_phases(&*self.mem, lay.region, vec![flags]);
+            let written = crate::fetch::post_unflushed(&*self.mem, lay.region, flags);
             let published = self.publish(lay, p, held);
             written?;
             published?;

@@ -61,20 +61,27 @@ const fn spec(
 }
 
 /// Every parameter `d-hnsw` takes.
-pub static PARAMS: [ParamSpec; 19] = [
+pub static PARAMS: [ParamSpec; 20] = [
     THREADS,
     spec(
         "memnode",
         ParamKind::Text,
         "in-process",
-        "the memory node, HOST:PORT (`vectide memnode`); absent: a memory node inside this process (tests, the demo)",
+        "the memory node, HOST:PORT (`vectide memnode`); file:PATH: a memory node inside this process keeping its regions in the backing file PATH (as `vectide memnode --backing PATH`); absent: a memory node inside this process that keeps nothing (tests, the demo)",
         "d-HNSW: partitions live in a remote memory node",
+    ),
+    spec(
+        "writer",
+        ParamKind::Text,
+        "none",
+        "this compute node's name among the region's writers: its durable_seq is kept in the region's writer table at each flush and read back when a node of that name attaches (none: kept in this process only, 0 at each attach)",
+        "issue 37: each compute node its own sequence space and durable_seq",
     ),
     spec(
         "region",
         ParamKind::Text,
         "auto",
-        "the region's name on the memory node (auto: a new unique name, given back to the node when the index closes; a named region is kept)",
+        "the region's name on the memory node (auto: a new unique name, given back to the node when the index closes, or `index` on a memnode file:PATH; a named region is kept)",
         "regions are registered by name, as RDMA memory regions are",
     ),
     spec(
@@ -176,11 +183,16 @@ pub static PARAMS: [ParamSpec; 19] = [
 /// The `memnode` value (and default) for a memory node inside this process.
 pub const IN_PROCESS: &str = "in-process";
 
+/// The region an index on a memory node inside this process with a backing
+/// file (`memnode = file:PATH`) lives in when `region` is auto.
+pub const FILE_REGION: &str = "index";
+
 /// Parameters that may change when an index is opened again.
 pub const OPEN_PARAMS: &[&str] = &[
     "threads",
     "memnode",
     "region",
+    "writer",
     "timeout_ms",
     "ef_search",
     "probe",
@@ -199,6 +211,7 @@ pub struct DhnswParams {
     pub threads: Option<usize>,
     pub memnode: Option<String>,
     pub region: Option<String>,
+    pub writer: Option<String>,
     pub timeout_ms: u64,
     pub partitions: Option<usize>,
     pub partition_points: usize,
@@ -223,6 +236,7 @@ impl Default for DhnswParams {
             threads: None,
             memnode: None,
             region: None,
+            writer: None,
             timeout_ms: 10_000,
             partitions: None,
             partition_points: 6250,
@@ -264,6 +278,10 @@ impl DhnswParams {
                 .string("region")
                 .filter(|r| *r != "auto")
                 .map(str::to_string),
+            writer: p
+                .string("writer")
+                .filter(|w| *w != "none")
+                .map(str::to_string),
             timeout_ms: p.int("timeout_ms").map_or(d.timeout_ms, |v| v as u64),
             partitions: p.usize("partitions").filter(|&k| k > 0),
             partition_points: p.usize("partition_points").unwrap_or(d.partition_points),
@@ -287,7 +305,34 @@ impl DhnswParams {
         if out.m < 2 {
             return Err(Error::invalid("d-hnsw: m must be at least 2"));
         }
+        if let Some(w) = &out.writer {
+            if w.is_empty() || w.len() > 255 {
+                return Err(Error::invalid(format!(
+                    "d-hnsw: writer must be a name of 1 to 255 bytes, got {} bytes",
+                    w.len()
+                )));
+            }
+        }
+        let mut out = out;
+        if let Some(f) = out.backing_file() {
+            if f.as_os_str().is_empty() {
+                return Err(Error::invalid(
+                    "d-hnsw: memnode file: needs a path (file:PATH)",
+                ));
+            }
+            // Kept in the file: a name the next open finds it by.
+            out.region.get_or_insert_with(|| FILE_REGION.to_string());
+        }
         Ok(out)
+    }
+
+    /// The backing file of a memory node inside this process
+    /// (`memnode = file:PATH`).
+    pub fn backing_file(&self) -> Option<std::path::PathBuf> {
+        self.memnode
+            .as_deref()
+            .and_then(|m| m.strip_prefix("file:"))
+            .map(std::path::PathBuf::from)
     }
 
     /// Only the parameters an open may change, from `p` over `self`.
@@ -350,6 +395,10 @@ impl DhnswParams {
         put(
             "region",
             ParamValue::Str(self.region.clone().unwrap_or_else(|| "auto".into())),
+        );
+        put(
+            "writer",
+            ParamValue::Str(self.writer.clone().unwrap_or_else(|| "none".into())),
         );
         put("timeout_ms", ParamValue::Int(self.timeout_ms as i64));
         put(

@@ -195,8 +195,15 @@ pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
     let map_at = h.labels_off as usize;
     let map_b =
         &image[map_at..map_at + (h.labels_buckets * crate::labelmap::BUCKET_BYTES) as usize];
+    // A partition a writer was inside (its state odd: a writer at work or
+    // one that stopped) is not held to the map: its labels are where the
+    // map says, unchecked (a rebuild renumbers its nodes while their
+    // labels are named again, two at one slot for a while), and a later
+    // take-over puts them right.
+    let busy: Vec<bool> = table.iter().map(Entry::busy).collect();
     let mut named: std::collections::HashMap<(u32, u32), (u64, u64, u16)> =
         std::collections::HashMap::new();
+    let mut locs = Vec::new();
     let mut keys = 0u64;
     for (b, kv) in map_b.chunks_exact(16).enumerate() {
         let key = u64::from_le_bytes(kv[..8].try_into().expect("8 bytes"));
@@ -206,10 +213,23 @@ pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
         keys += 1;
         let v =
             crate::labelmap::Slot::decode(u64::from_le_bytes(kv[8..].try_into().expect("8 bytes")));
-        if v.present
-            && named
-                .insert((v.part, v.slot), (key - 1, b as u64, v.version))
-                .is_some()
+        if !v.present {
+            continue;
+        }
+        if busy.get(v.part as usize).copied().unwrap_or(false) {
+            locs.push((
+                key - 1,
+                Loc {
+                    part: v.part,
+                    node: v.slot,
+                    seq,
+                    bucket: b as u64,
+                    version: v.version,
+                },
+            ));
+        } else if named
+            .insert((v.part, v.slot), (key - 1, b as u64, v.version))
+            .is_some()
         {
             return Err(Error::corrupted(format!(
                 "d-hnsw: two labels of the label map name partition {} node {}",
@@ -217,27 +237,6 @@ pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
             )));
         }
     }
-    let mut locs = Vec::new();
-    // A partition a writer was inside (its state odd: a writer at work or
-    // one that stopped) is not held to the map: its labels are where the
-    // map says, unchecked, and a later take-over puts them right.
-    let busy: Vec<bool> = table.iter().map(Entry::busy).collect();
-    named.retain(|&(p, slot), &mut (l, bucket, version)| {
-        if !busy.get(p as usize).copied().unwrap_or(false) {
-            return true;
-        }
-        locs.push((
-            l,
-            Loc {
-                part: p,
-                node: slot,
-                seq,
-                bucket,
-                version,
-            },
-        ));
-        false
-    });
     for (p, e) in table.iter().enumerate() {
         let (lo, hi) = e.range(rec).expect("checked");
         // The entry must describe its blob as the blob describes itself:
@@ -327,18 +326,23 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
         .clone()
         .unwrap_or_else(crate::builder::auto_name);
     let region = idx.mem.create_region(&name, header.region_size)?;
-    let up = crate::fetch::post_writes(
+    // A new region: put right for the node's current boot. The header but
+    // its magic after the rest, the magic last (as a build writes them).
+    header.boot = idx.mem.boot() & ((1 << 48) - 1);
+    let mut head = s.image[..HEADER_BYTES as usize].to_vec();
+    head[crate::layout::BOOT_AT as usize..][..8].copy_from_slice(&header.boot.to_le_bytes());
+    let up = crate::fetch::post_phases(
         &*idx.mem,
         region,
-        vec![(HEADER_BYTES, s.image[HEADER_BYTES as usize..].to_vec())],
-    )
-    .and_then(|()| {
-        crate::fetch::post_writes(
-            &*idx.mem,
-            region,
-            vec![(0, s.image[..HEADER_BYTES as usize].to_vec())],
-        )
-    });
+        vec![
+            (
+                crate::sites::BUILD,
+                vec![(HEADER_BYTES, s.image[HEADER_BYTES as usize..].to_vec())],
+            ),
+            (crate::sites::BUILD, vec![(8, head[8..].to_vec())]),
+            (crate::sites::BUILD_HEADER, vec![(0, head[..8].to_vec())]),
+        ],
+    );
     if let Err(e) = up {
         let _ = idx.mem.drop_region(&name);
         return Err(e);
@@ -362,12 +366,29 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
 /// first insert builds it). The attached node reads the partition table
 /// again before each search batch and writes like any writer (`locks.rs`).
 pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
-    if idx._local.is_some() {
+    if idx.params.memnode.is_none() {
         return Ok(false);
     }
     let Some((lay, locs)) = find_region(idx)? else {
         return Ok(false);
     };
+    let mut lay = lay;
+    // A memory node restarted since the region was last put right: put
+    // right first (the labels read before are read again after).
+    let locs = if idx.recover_if_restarted(&mut lay)? {
+        match find_region(idx)? {
+            Some((l, locs)) => {
+                lay = l;
+                locs
+            }
+            None => return Ok(false),
+        }
+    } else {
+        locs
+    };
+    let durable = idx.stored_durable(&lay)?;
+    idx.durable.store(durable, Ordering::Release);
+    idx.applied.store(durable, Ordering::Release);
     idx.params.m = lay.header.m as usize;
     idx.params.partitions = Some(lay.header.k as usize);
     *idx.cache.get_mut() = idx.params.cache(lay.header.k as usize);
@@ -400,12 +421,23 @@ fn find_region(idx: &DHnsw) -> Result<Option<Attached>> {
                 .ok()
         }
     };
-    let Some(name) = regions
+    let mut found: Vec<(u64, String)> = regions
         .iter()
         .filter_map(|r| generation(&r.name).map(|g| (g, r.name.clone())))
-        .max()
-        .map(|(_, n)| n)
-    else {
+        .collect();
+    found.sort_unstable_by(|a, b| b.cmp(a));
+    // The newest with a header's magic: a newer one without is a move that
+    // stopped before its header was durable (the one it left is whole).
+    let mut pick = None;
+    for (_, n) in &found {
+        let r = idx.mem.open_region(n)?;
+        let magic = idx.mem.read(r, 0, 8.min(r.size) as u32)?;
+        if magic == crate::layout::MAGIC {
+            pick = Some(n.clone());
+            break;
+        }
+    }
+    let Some(name) = pick.or_else(|| found.first().map(|f| f.1.clone())) else {
         return Ok(None);
     };
     let region = idx.mem.open_region(&name)?;
@@ -446,7 +478,7 @@ impl DHnsw {
     /// node's calls failed on the dropped one): attaches to the newest
     /// region of the index's name. Returns whether there was one to move to.
     pub(crate) fn reattach(&self) -> Result<bool> {
-        if self._local.is_some() || self.params.region.is_none() {
+        if self.params.memnode.is_none() || self.params.region.is_none() {
             return Ok(false);
         }
         let Some((lay, locs)) = find_region(self)? else {

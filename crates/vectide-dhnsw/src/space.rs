@@ -79,9 +79,7 @@ impl DHnsw {
         } else {
             (off + size, len - size)
         };
-        let mut b = rest.0.to_le_bytes().to_vec();
-        b.extend_from_slice(&rest.1.to_le_bytes());
-        crate::fetch::post_writes(&*self.mem, lay.region, vec![(Self::slot_at(lay, i), b)])?;
+        self.write_slots(lay, &[i], Some((i, rest)))?;
         Ok(Some(off))
     }
 
@@ -118,15 +116,76 @@ impl DHnsw {
         let Some(t) = target else {
             return Ok(false);
         };
-        let mut writes = Vec::new();
-        for &i in clear.iter().filter(|&&i| i != t) {
-            writes.push((Self::slot_at(lay, i), vec![0u8; FREE_SLOT_BYTES as usize]));
-        }
-        let mut b = lo.to_le_bytes().to_vec();
-        b.extend_from_slice(&(hi - lo).to_le_bytes());
-        writes.push((Self::slot_at(lay, t), b));
-        crate::fetch::post_writes(&*self.mem, lay.region, writes)?;
+        self.write_slots(lay, &clear, Some((t, (lo, hi - lo))))?;
         Ok(true)
+    }
+
+    /// Empties the slots `clear` and writes `set` (slot, (offset,
+    /// length)), with no FLUSH: the table is recomputed from the partition
+    /// table when the region is put right after its memory node restarted
+    /// ([`rebuild_free`](Self::rebuild_free)), so what a crash leaves of it
+    /// does not matter.
+    fn write_slots(
+        &self,
+        lay: &Layout,
+        clear: &[usize],
+        set: Option<(usize, (u64, u64))>,
+    ) -> Result<()> {
+        let mut writes: Vec<(u64, Vec<u8>)> = clear
+            .iter()
+            .filter(|&&i| set.is_none_or(|(t, _)| t != i))
+            .map(|&i| (Self::slot_at(lay, i), vec![0u8; FREE_SLOT_BYTES as usize]))
+            .collect();
+        if let Some((t, (off, len))) = set {
+            let mut b = off.to_le_bytes().to_vec();
+            b.extend_from_slice(&len.to_le_bytes());
+            writes.push((Self::slot_at(lay, t), b));
+        }
+        crate::fetch::post_unflushed(&*self.mem, lay.region, writes)
+    }
+
+    /// Recomputes the free table from the partition table (with no writer
+    /// at work: a recovery): every byte between the first partition's and
+    /// `alloc_end` that no partition's blob, overflow or gap covers is
+    /// free (the areas of rebuilds a crash cut short among them), entered
+    /// largest first; what the table has no room for stays dead until the
+    /// next relayout. Returns the free bytes entered.
+    pub(crate) fn rebuild_free(&self, lay: &Layout) -> Result<u64> {
+        if lay.header.free_slots == 0 {
+            return Ok(0);
+        }
+        let rec = lay.record();
+        let start = lay.header.free_off + lay.header.free_slots * FREE_SLOT_BYTES;
+        let end = self.read_word(lay, crate::layout::ALLOC_END_AT)?;
+        let mut used: Vec<(u64, u64)> = Vec::with_capacity(2 * lay.table.len());
+        for e in &lay.table {
+            if let Some(r) = e.range(rec) {
+                used.push(r);
+            }
+            used.push((e.gap_lo, e.gap_hi));
+        }
+        used.sort_unstable();
+        let mut free = Vec::new();
+        let mut at = start;
+        for (lo, hi) in used {
+            if lo > at {
+                free.push((at, lo - at));
+            }
+            at = at.max(hi);
+        }
+        if end > at {
+            free.push((at, end - at));
+        }
+        free.sort_unstable_by_key(|f| std::cmp::Reverse(f.1));
+        free.truncate(lay.header.free_slots as usize);
+        let total = free.iter().map(|f| f.1).sum();
+        let mut b = vec![0u8; (lay.header.free_slots * FREE_SLOT_BYTES) as usize];
+        for (i, (off, len)) in free.iter().enumerate() {
+            b[16 * i..16 * i + 8].copy_from_slice(&off.to_le_bytes());
+            b[16 * i + 8..16 * i + 16].copy_from_slice(&len.to_le_bytes());
+        }
+        crate::fetch::post_unflushed(&*self.mem, lay.region, vec![(lay.header.free_off, b)])?;
+        Ok(total)
     }
 
     /// Bytes the free table holds (a figure for the stats).

@@ -229,6 +229,8 @@ pub struct Timing {
     pub cas_retries: AtomicU64,
     /// Time this node spent rebuilding partitions (build and write).
     pub rebuild_ns: AtomicU64,
+    /// Regions this node put right after their memory node restarted.
+    pub recoveries: AtomicU64,
 }
 
 impl Timing {
@@ -265,6 +267,11 @@ pub struct DHnsw {
     /// Set when this node took a partition over: the header's counts are
     /// recounted once it holds none.
     pub(crate) taken_over: std::sync::atomic::AtomicBool,
+    /// Set while this node puts a region right after its memory node
+    /// restarted (`recovery.rs`): its own takes skip the boot check.
+    pub(crate) recovering: std::sync::atomic::AtomicBool,
+    /// This writer's slot in the writer table: (region id, offset).
+    pub(crate) writer_at: Mutex<Option<(u32, u64)>>,
     pub(crate) timing: Timing,
 }
 
@@ -297,6 +304,18 @@ impl DHnsw {
             bandwidth_bps: params.net_gbps * 1e9,
         };
         let (mem, local): (Arc<dyn RemoteMemory>, _) = match &params.memnode {
+            Some(_) if params.backing_file().is_some() => {
+                let path = params.backing_file().expect("checked");
+                let r = Arc::new(Regions::on_file(
+                    &path,
+                    LOCAL_NODE_BYTES,
+                    vectide_storage::PersistMode::Msync,
+                )?);
+                (
+                    Arc::new(vectide_remote::LocalMemory::local(Arc::clone(&r), model)),
+                    Some(r),
+                )
+            }
             Some(addr) => (
                 Arc::new(TcpMemory::connect(
                     addr,
@@ -355,6 +374,8 @@ impl DHnsw {
             attached: false,
             stuck: Mutex::new(HashMap::new()),
             taken_over: std::sync::atomic::AtomicBool::new(false),
+            recovering: std::sync::atomic::AtomicBool::new(false),
+            writer_at: Mutex::new(None),
             timing: Timing::default(),
         })
     }

@@ -207,14 +207,11 @@ impl DHnsw {
                 offset: KEYS_AT,
                 add: keys,
             },
-            Verb::Flush {
-                region: lay.region.id,
-                offset: LIVE_AT,
-                len: KEYS_AT + 8 - LIVE_AT,
-            },
         ];
         let c = self.mem.post(&wrs)?;
         let mut it = c.into_iter();
+        // Not FLUSHed: a region is recounted when it is put right after its
+        // memory node restarted (`recovery.rs`).
         let live_before = it.next().expect("two completions").into_word()?;
         let keys_before = it.next().expect("two completions").into_word()?;
         lay.header.live = live_before.wrapping_add(live as u64);
@@ -421,7 +418,14 @@ impl DHnsw {
         // finds the new nodes already named by the map.
         let at = lay.entry_at(p);
         let publish = vec![(at + ENTRY_COUNT_AT, count.to_le_bytes().to_vec())];
-        crate::fetch::post_phases(&*self.mem, lay.region, vec![writes, publish])?;
+        crate::fetch::post_phases(
+            &*self.mem,
+            lay.region,
+            vec![
+                (crate::sites::RECORDS, writes),
+                (crate::sites::COUNT, publish),
+            ],
+        )?;
         lay.table[p as usize].count = count;
         let mapped = self.map_swap(lay, seq, &new_locs)?;
         // The counts too before the publish: a writer that dies before it
@@ -546,7 +550,9 @@ impl DHnsw {
                 )
             })
             .collect();
-        crate::fetch::post_phases(&*self.mem, lay.region, vec![flags])?;
+        // Not FLUSHed: a node the map no longer names is tombstoned when
+        // the region is put right after its memory node restarted.
+        crate::fetch::post_unflushed(&*self.mem, lay.region, flags)?;
         self.count_changes(lay, -(ids.len() as i64), 0)?;
         self.publish(lay, p, held)?;
         {

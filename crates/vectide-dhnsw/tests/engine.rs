@@ -306,7 +306,7 @@ fn over_tcp_to_a_memory_node() {
         use vectide_remote::RemoteMemory;
         let t1 = mem.open_region(&moved).unwrap();
         let mut h = mem.read(t1, 0, 256).unwrap();
-        h[12..16].copy_from_slice(&3u32.to_le_bytes());
+        h[12..16].copy_from_slice(&4u32.to_le_bytes());
         let v2 = mem.create_region("v2", t1.size).unwrap();
         mem.write(v2, 0, &h).unwrap();
         mem.create_region("zeros", 4096).unwrap();
@@ -314,7 +314,7 @@ fn over_tcp_to_a_memory_node() {
         h
     };
     assert_eq!(&head[..8], b"VTDHNSW\0");
-    assert!(attach(DIM, Metric::L2, "v2").contains("format is version 3"));
+    assert!(attach(DIM, Metric::L2, "v2").contains("format is version 4"));
     assert!(attach(DIM, Metric::L2, "zeros").contains("holds no d-hnsw index"));
     assert!(attach(DIM, Metric::L2, "tiny").contains("too few for a d-hnsw index"));
     for r in ["v2", "zeros", "tiny"] {

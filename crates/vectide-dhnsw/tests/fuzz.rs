@@ -132,7 +132,7 @@ proptest! {
             let rec = u64::from(h.record);
             for e in &table {
                 let (lo, hi) = e.range(rec).unwrap();
-                prop_assert!(lo >= 256 && hi <= h.alloc_end);
+                prop_assert!(lo >= vectide_dhnsw::layout::SECTIONS_AT && hi <= h.alloc_end);
                 for id in 0..u64::from(e.n_base) + e.count {
                     prop_assert!(e.node_at(id, rec) + rec <= h.alloc_end);
                 }
@@ -147,10 +147,10 @@ proptest! {
     fn damaged_headers_are_rejected_or_in_bounds(at in proptest::collection::vec((0usize..256, any::<u8>()), 1..4)) {
         let h = Header {
             dim: 3, metric: Metric::L2, m: 2, m0: 4, k: 1,
-            record: record_bytes(3, 4) as u32, epoch: 1, meta_off: 256, meta_len: 64,
-            table_off: 320, alloc_end: 4096, region_size: 8192, live: 0,
-            labels_off: 384, labels_buckets: 64, keys: 0,
-            free_off: 1408, free_slots: 4,
+            record: record_bytes(3, 4) as u32, epoch: 1, meta_off: 1280, meta_len: 64,
+            table_off: 1344, alloc_end: 4096, region_size: 8192, live: 0,
+            labels_off: 1472, labels_buckets: 64, keys: 0,
+            free_off: 2496, free_slots: 4, boot: 0,
         };
         let mut b = h.encode();
         for (i, v) in at {

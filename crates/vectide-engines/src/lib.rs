@@ -42,6 +42,16 @@ pub fn names() -> Vec<&'static str> {
     REGISTRY.iter().map(|d| d.name).collect()
 }
 
+/// The names of the engines whose data outlives their process by itself
+/// (in a directory, or on a memory node's backing file).
+pub fn survivor_names() -> Vec<&'static str> {
+    REGISTRY
+        .iter()
+        .filter(|d| d.persistence.durable())
+        .map(|d| d.name)
+        .collect()
+}
+
 /// The names of the engines that live in a directory.
 pub fn durable_names() -> Vec<&'static str> {
     REGISTRY

@@ -38,6 +38,10 @@ pub const DATA_AT: u64 = 128 << 10;
 pub const ALIGN: u64 = 4096;
 /// Offset of the next-id word inside the superblock.
 const NEXT_ID_AT: usize = 64;
+/// Offset of the boot word inside the superblock: the node's starts on
+/// this file (1 at creation, one more at each open), durable before the
+/// node serves anything.
+const BOOT_AT: usize = 72;
 /// A live slot's state word.
 const LIVE: u64 = u64::from_le_bytes(*b"LIVEREGN");
 /// Superblock bytes the CRC covers.
@@ -50,6 +54,7 @@ pub const SITE_CATALOG: Site = Site("memnode.catalog");
 pub const SITE_PUBLISH: Site = Site("memnode.publish");
 pub const SITE_ZERO: Site = Site("memnode.zero");
 pub const SITE_FLUSH: Site = Site("memnode.flush");
+pub const SITE_BOOT: Site = Site("memnode.boot");
 /// Sync site of the directory after a new file is renamed into place.
 pub const SYNC_RENAME: vectide_core::sync::SyncSite =
     vectide_core::sync::SyncSite("memnode.create");
@@ -70,6 +75,8 @@ pub struct Restored {
     pub slots: Vec<(usize, Slot)>,
     /// The next region id to hand out (ids are never reused).
     pub next_id: u32,
+    /// This start's number on the file (1 for a new file).
+    pub boot: u64,
 }
 
 /// The open backing file.
@@ -126,6 +133,7 @@ impl Backing {
                 Restored {
                     slots: Vec::new(),
                     next_id: 1,
+                    boot: 1,
                 },
             ))
         }
@@ -151,7 +159,7 @@ impl Backing {
         debug_assert_eq!(sb.len(), SUPER_CRC_AT);
         let crc = crc32fast::hash(&sb);
         sb.extend_from_slice(&crc.to_le_bytes());
-        let b = Backing {
+        let mut b = Backing {
             map,
             path: path.to_path_buf(),
             _lock: held,
@@ -160,9 +168,13 @@ impl Backing {
         b.map
             .u64_at(NEXT_ID_AT)
             .store(1, std::sync::atomic::Ordering::Release);
+        b.map
+            .u64_at(BOOT_AT)
+            .store(1, std::sync::atomic::Ordering::Release);
         b.map.persist(SITE_SUPER, 0, CATALOG_AT);
         b.map.fence(SITE_SUPER);
         std::fs::rename(&tmp, path).map_err(|e| Error::io_at(path, e))?;
+        b.map.renamed(path);
         let parent = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -189,7 +201,7 @@ impl Backing {
                 format!("{len} bytes, shorter than its catalog"),
             ));
         }
-        let head = b.map.snapshot(0, NEXT_ID_AT + 8);
+        let head = b.map.snapshot(0, BOOT_AT + 8);
         let mut r = ByteReader::new(&head);
         if r.bytes(8)? != MAGIC {
             return Err(corrupt(path, "not a memory-node backing file (bad magic)"));
@@ -209,7 +221,12 @@ impl Backing {
         if shape != (SLOTS as u32, SLOT_BYTES as u32, CATALOG_AT as u32) {
             return Err(corrupt(path, format!("a catalog of shape {shape:?}")));
         }
-        let stored_next = u64::from_le_bytes(head[NEXT_ID_AT..].try_into().expect("8 bytes"));
+        let stored_next = u64::from_le_bytes(
+            head[NEXT_ID_AT..NEXT_ID_AT + 8]
+                .try_into()
+                .expect("8 bytes"),
+        );
+        let stored_boot = u64::from_le_bytes(head[BOOT_AT..].try_into().expect("8 bytes"));
         let mut slots = Vec::new();
         for i in 0..SLOTS {
             let raw = b.map.snapshot(CATALOG_AT + i * SLOT_BYTES, SLOT_BYTES);
@@ -256,7 +273,23 @@ impl Backing {
             .unwrap_or(u32::MAX)
             .max(max_id.saturating_add(1))
             .max(1);
-        Ok((b, Restored { slots, next_id }))
+        // This start's number, durable before anything is served: a compute
+        // node that sees it change knows the locks it finds held belong to
+        // writes the restart cut short.
+        let boot = stored_boot.wrapping_add(1).max(1);
+        b.map
+            .u64_at(BOOT_AT)
+            .store(boot, std::sync::atomic::Ordering::Release);
+        b.map.persist(SITE_BOOT, BOOT_AT, 8);
+        b.map.fence(SITE_BOOT);
+        Ok((
+            b,
+            Restored {
+                slots,
+                next_id,
+                boot,
+            },
+        ))
     }
 
     /// The file's path.
@@ -354,11 +387,12 @@ impl Backing {
         self.map.fence(SITE_PUBLISH);
     }
 
-    /// FLUSH: makes `len` bytes at file offset `at` durable.
-    pub fn flush(&self, at: u64, len: u64) {
+    /// FLUSH: makes `len` bytes at file offset `at` durable (`site`: the
+    /// caller's name for the call, [`SITE_FLUSH`] for one from the network).
+    pub fn flush(&self, site: Site, at: u64, len: u64) {
         if len > 0 {
-            self.map.persist(SITE_FLUSH, at as usize, len as usize);
-            self.map.fence(SITE_FLUSH);
+            self.map.persist(site, at as usize, len as usize);
+            self.map.fence(site);
         }
     }
 }

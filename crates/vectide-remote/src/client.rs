@@ -11,21 +11,38 @@ use vectide_core::{Error, Result};
 
 /// Sends one request frame and returns the reply frame's body.
 pub trait Exchange: Send + Sync {
-    fn exchange(&self, frame: &[u8]) -> Result<Vec<u8>>;
+    /// `frame` is `req` encoded; a transport sends the frame (the request
+    /// is there for one that can use what the wire does not carry, a
+    /// FLUSH's site).
+    fn exchange(&self, req: &Request, frame: &[u8]) -> Result<Vec<u8>>;
+    /// The boot number the node greeted the newest connection with
+    /// (`None`: the exchange greets once, in [`Remote::new`]).
+    fn boot(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A [`RemoteMemory`] over an [`Exchange`].
 pub struct Remote<X: Exchange> {
     pub(crate) x: X,
     pub(crate) counters: Counters,
+    /// The boot number of the first greeting.
+    boot: u64,
 }
 
 impl<X: Exchange> Remote<X> {
     /// Wraps `x`, checking the node's protocol version (a HELLO).
     pub(crate) fn new(x: X, counters: Counters) -> Result<Remote<X>> {
-        let r = Remote { x, counters };
+        let mut r = Remote {
+            x,
+            counters,
+            boot: 0,
+        };
         match r.call(&Request::Hello { version: VERSION }, 0)? {
-            Reply::Hello { version } if version == VERSION => Ok(r),
+            Reply::Hello { version, boot } if version == VERSION => {
+                r.boot = boot;
+                Ok(r)
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -34,7 +51,7 @@ impl<X: Exchange> Remote<X> {
     fn call(&self, req: &Request, wrs: u64) -> Result<Reply> {
         let frame = req.encode();
         let t0 = Instant::now();
-        let body = self.x.exchange(&frame)?;
+        let body = self.x.exchange(req, &frame)?;
         self.counters
             .record(wrs, frame.len() as u64, body.len() as u64 + 4, t0.elapsed());
         match Reply::decode(&body)? {
@@ -113,5 +130,9 @@ impl<X: Exchange> RemoteMemory for Remote<X> {
 
     fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    fn boot(&self) -> u64 {
+        self.x.boot().unwrap_or(self.boot)
     }
 }

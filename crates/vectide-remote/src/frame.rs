@@ -11,7 +11,7 @@ use vectide_core::{Error, Result};
 /// The HELLO's magic.
 pub const MAGIC: &[u8; 8] = b"VTDXMEM\0";
 /// The protocol version (2 added FLUSH).
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Largest request frame body (a doorbell of WRITEs): 64 MiB.
 pub const MAX_REQUEST: usize = 64 << 20;
 /// Largest reply frame body, and so the most bytes a doorbell's READs may
@@ -72,6 +72,8 @@ pub enum Reply {
     },
     Hello {
         version: u32,
+        /// The node's boot number (see [`crate::RemoteMemory::boot`]).
+        boot: u64,
     },
     Region {
         id: u32,
@@ -190,6 +192,7 @@ impl Request {
                             region,
                             offset,
                             len,
+                            ..
                         } => {
                             b.push(OP_FLUSH);
                             b.extend_from_slice(&region.to_le_bytes());
@@ -281,6 +284,7 @@ impl Request {
                             region,
                             offset,
                             len: r.u64()?,
+                            site: crate::backing::SITE_FLUSH,
                         },
                         op => return Err(Error::corrupted(format!("unknown verb {op}"))),
                     });
@@ -325,9 +329,10 @@ impl Reply {
                 b.extend_from_slice(&(m.len() as u16).to_le_bytes());
                 b.extend_from_slice(m);
             }
-            Reply::Hello { version } => {
+            Reply::Hello { version, boot } => {
                 b.extend_from_slice(&[0, HELLO]);
                 b.extend_from_slice(&version.to_le_bytes());
+                b.extend_from_slice(&boot.to_le_bytes());
             }
             Reply::Region { id, size } => {
                 b.extend_from_slice(&[0, CREATE]);
@@ -399,7 +404,10 @@ impl Reply {
                 }
             }
             0 => match r.u8()? {
-                HELLO => Reply::Hello { version: r.u32()? },
+                HELLO => Reply::Hello {
+                    version: r.u32()?,
+                    boot: r.u64()?,
+                },
                 CREATE => Reply::Region {
                     id: r.u32()?,
                     size: r.u64()?,
@@ -528,6 +536,7 @@ mod tests {
                     region,
                     offset,
                     len,
+                    site: crate::backing::SITE_FLUSH,
                 }
             }),
         ]
@@ -557,7 +566,7 @@ mod tests {
     fn reply() -> impl Strategy<Value = Reply> {
         prop_oneof![
             (1u8..=4, "[ -~]{0,60}").prop_map(|(code, message)| Reply::Error { code, message }),
-            any::<u32>().prop_map(|version| Reply::Hello { version }),
+            (any::<u32>(), any::<u64>()).prop_map(|(version, boot)| Reply::Hello { version, boot }),
             (any::<u32>(), any::<u64>()).prop_map(|(id, size)| Reply::Region { id, size }),
             Just(Reply::Dropped),
             (

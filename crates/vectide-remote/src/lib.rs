@@ -42,6 +42,8 @@ pub use model::{Counters, CountersSnapshot, NetModel};
 pub use node::{MemoryNode, NodeLimits};
 pub use regions::Regions;
 pub use tcp::{TcpMemory, TcpOptions};
+/// The name of a persistence call (a FLUSH's site; see [`Verb::Flush`]).
+pub use vectide_storage::Site;
 pub use verbs::{is_unknown_region, Completion, Region, RegionInfo, Status, Verb};
 
 use vectide_core::Result;
@@ -65,6 +67,15 @@ pub trait RemoteMemory: Send + Sync {
     fn post(&self, wrs: &[Verb]) -> Result<Vec<Completion>>;
     /// The transport's counters (shared by its clones).
     fn counters(&self) -> &Counters;
+    /// The node's boot number, as it greeted this transport's newest
+    /// connection: a node with a backing file counts its starts on that
+    /// file (1, 2, …), so a change tells a compute node that the node
+    /// restarted and serves what it held at its last FLUSH (locks held
+    /// then belong to writes that failed); 0 for a node that keeps nothing
+    /// across a restart.
+    fn boot(&self) -> u64 {
+        0
+    }
 
     /// READ `len` bytes at `offset` (one round trip).
     fn read(&self, region: Region, offset: u64, len: u32) -> Result<Vec<u8>> {
@@ -102,6 +113,7 @@ pub trait RemoteMemory: Send + Sync {
             region: region.id,
             offset,
             len,
+            site: backing::SITE_FLUSH,
         }])?;
         c.pop().expect("one completion").into_done()
     }

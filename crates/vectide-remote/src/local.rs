@@ -1,4 +1,5 @@
-//! The in-process transport, for unit tests: the same frames as TCP
+//! The in-process transport (a memory node inside the compute node's
+//! process: tests, the demo, `memnode = file:PATH`): the same frames as TCP
 //! (encoded, decoded, counted), handed to a [`Regions`] in this process.
 //! Every figure of record goes through [`crate::TcpMemory`] instead.
 
@@ -14,12 +15,18 @@ use vectide_core::Result;
 pub struct Local(Arc<Regions>);
 
 impl Exchange for Local {
-    fn exchange(&self, frame: &[u8]) -> Result<Vec<u8>> {
+    fn exchange(&self, sent: &Request, frame: &[u8]) -> Result<Vec<u8>> {
+        // The frame decoded (as a node over TCP decodes it), then the
+        // request served as sent: the same but for the FLUSH sites, which
+        // the wire does not carry and the crash simulator counts here.
         let reply = match Request::decode(&frame[4..]) {
-            Ok(req) => serve(&self.0, req),
+            Ok(_) => serve(&self.0, sent.clone()),
             Err(e) => crate::frame::Reply::error(crate::frame::ErrorCode::Malformed, e.to_string()),
         };
         Ok(reply.encode()[4..].to_vec())
+    }
+    fn boot(&self) -> Option<u64> {
+        Some(self.0.boot())
     }
 }
 

@@ -22,7 +22,10 @@ pub fn serve(regions: &Regions, req: Request) -> Reply {
                 format!("protocol version {version}; this memory node speaks version {VERSION}"),
             )
         }
-        Request::Hello { .. } => Ok(Reply::Hello { version: VERSION }),
+        Request::Hello { .. } => Ok(Reply::Hello {
+            version: VERSION,
+            boot: regions.boot(),
+        }),
         Request::Create { name, size } => regions.create(&name, size).map(|r| Reply::Region {
             id: r.id,
             size: r.size,

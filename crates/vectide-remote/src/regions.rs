@@ -106,7 +106,7 @@ impl Mem {
 
     /// FLUSH of `n` bytes at `at`: durable in the backing file before it
     /// returns (nothing to do in the heap); `None` once dropped.
-    fn flush(&self, at: usize, n: usize) -> Option<()> {
+    fn flush(&self, site: vectide_storage::Site, at: usize, n: usize) -> Option<()> {
         if let Bytes::Mapped {
             backing,
             at: base,
@@ -118,7 +118,7 @@ impl Mem {
             if !*alive {
                 return None;
             }
-            backing.flush(base + at as u64, n as u64);
+            backing.flush(site, base + at as u64, n as u64);
         }
         Some(())
     }
@@ -145,6 +145,8 @@ pub struct Regions {
     capacity: u64,
     table: RwLock<Table>,
     backing: Option<Arc<Backing>>,
+    /// This start's number on the backing file; 0 in the heap.
+    boot: u64,
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -167,13 +169,30 @@ impl Regions {
                 ..Table::default()
             }),
             backing: None,
+            boot: 0,
         }
+    }
+
+    /// A store kept in the backing file `path` (created when absent),
+    /// serving what it held at its last FLUSH: what `vectide memnode
+    /// --backing PATH` serves, for a memory node inside the caller's
+    /// process. The media is the storage layer's for that path (`mode`,
+    /// unless a crash simulator stands in for it there).
+    pub fn on_file(
+        path: &std::path::Path,
+        capacity: u64,
+        mode: vectide_storage::PersistMode,
+    ) -> Result<Regions> {
+        let media = vectide_storage::media_for(path, || vectide_storage::media::for_mode(mode));
+        let (b, restored) = Backing::open_or_create(path, media)?;
+        Regions::backed(capacity, b, restored)
     }
 
     /// A store in `backing`, serving the regions it held (`restored`);
     /// an error when they need more than `capacity` bytes.
     pub fn backed(capacity: u64, backing: Backing, restored: Restored) -> Result<Regions> {
         let backing = Arc::new(backing);
+        let boot = restored.boot;
         let mut t = Table {
             next_id: restored.next_id,
             ..Table::default()
@@ -208,7 +227,14 @@ impl Regions {
             capacity,
             table: RwLock::new(t),
             backing: Some(backing),
+            boot,
         })
+    }
+
+    /// This start's number on the backing file (see
+    /// [`crate::RemoteMemory::boot`]); 0 for regions in the heap.
+    pub fn boot(&self) -> u64 {
+        self.boot
     }
 
     /// The backing file, if the regions live in one.
@@ -392,6 +418,7 @@ impl Regions {
                 region,
                 offset,
                 len,
+                ..
             } => (*region, *offset, *len, false),
         };
         let Some(mem) = self.table.read().by_id.get(&region).cloned() else {
@@ -428,7 +455,7 @@ impl Regions {
                     old
                 })
                 .map(Completion::Word),
-            Verb::Flush { .. } => mem.flush(at, n).map(|()| Completion::Done),
+            Verb::Flush { site, .. } => mem.flush(*site, at, n).map(|()| Completion::Done),
         };
         // Dropped while this verb waited for it.
         done.unwrap_or(Completion::Failed(Status::UnknownRegion))
@@ -596,7 +623,9 @@ mod tests {
             "the new region took the old one's bytes"
         );
         assert!(stale.write(0, 8, |w| w.fill(0xAB)).is_none());
-        assert!(stale.read(0, 8).is_none() && stale.flush(0, 8).is_none());
+        assert!(
+            stale.read(0, 8).is_none() && stale.flush(crate::backing::SITE_FLUSH, 0, 8).is_none()
+        );
         let c = r.execute(&[Verb::Read {
             region: new.id,
             offset: 0,

@@ -36,6 +36,8 @@ pub struct Tcp {
     addr: SocketAddr,
     timeout: Duration,
     pool: Mutex<Vec<TcpStream>>,
+    /// The boot number of the newest greeting.
+    boot: std::sync::atomic::AtomicU64,
 }
 
 fn unavailable(addr: SocketAddr, e: std::io::Error) -> Error {
@@ -60,7 +62,10 @@ impl Tcp {
         let mut s = s;
         let body = self.round_trip(&mut s, &Request::Hello { version: VERSION }.encode())?;
         match Reply::decode(&body)? {
-            Reply::Hello { version } if version == VERSION => Ok(s),
+            Reply::Hello { version, boot } if version == VERSION => {
+                self.boot.store(boot, std::sync::atomic::Ordering::Release);
+                Ok(s)
+            }
             Reply::Error { code, message } => Err(crate::client::node_error(
                 code,
                 format!("{}: {message}", self.addr),
@@ -86,7 +91,7 @@ impl Tcp {
 }
 
 impl Exchange for Tcp {
-    fn exchange(&self, frame: &[u8]) -> Result<Vec<u8>> {
+    fn exchange(&self, _: &Request, frame: &[u8]) -> Result<Vec<u8>> {
         let pooled = self.pool.lock().pop();
         let mut s = match pooled {
             Some(s) => s,
@@ -96,6 +101,9 @@ impl Exchange for Tcp {
         let body = self.round_trip(&mut s, frame)?;
         self.pool.lock().push(s);
         Ok(body)
+    }
+    fn boot(&self) -> Option<u64> {
+        Some(self.boot.load(std::sync::atomic::Ordering::Acquire))
     }
 }
 
@@ -114,6 +122,7 @@ impl TcpMemory {
             addr: sa,
             timeout: opts.timeout,
             pool: Mutex::new(Vec::new()),
+            boot: std::sync::atomic::AtomicU64::new(0),
         };
         Remote::new(tcp, Counters::new(opts.model))
     }

@@ -1,6 +1,7 @@
 //! Work requests (one-sided verbs) and their completions.
 
 use vectide_core::{Error, Result};
+use vectide_storage::Site;
 
 /// An open region: its id on the node (valid while the node runs and the
 /// region is not dropped) and its size.
@@ -41,8 +42,17 @@ pub enum Verb {
     FetchAdd { region: u32, offset: u64, add: u64 },
     /// Makes `len` bytes at `offset` durable on a node with a backing file
     /// before it completes (RDMA's FLUSH to persistent memory); on a node
-    /// without one it completes at once.
-    Flush { region: u32, offset: u64, len: u64 },
+    /// without one it completes at once. `site` names the caller's
+    /// persistence call for the crash simulator when the node runs in the
+    /// caller's process (its mutation check switches sites off one at a
+    /// time); it is not sent over the network, where a node records its
+    /// own site, [`crate::backing::SITE_FLUSH`].
+    Flush {
+        region: u32,
+        offset: u64,
+        len: u64,
+        site: Site,
+    },
 }
 
 impl Verb {

@@ -187,6 +187,17 @@ impl Region {
         &self.path
     }
 
+    /// Records that the region's file was renamed to `to` (the media names
+    /// its crash images' files by it).
+    pub fn renamed(&mut self, to: &Path) {
+        self.path = to.to_path_buf();
+        let name = to
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.media.renamed(self.id, &name);
+    }
+
     /// The media that makes this region durable.
     pub fn media(&self) -> &Arc<dyn Media> {
         &self.media

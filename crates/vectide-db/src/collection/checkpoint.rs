@@ -8,7 +8,6 @@ use crate::error::Result;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use vectide_core::Seq;
-use vectide_engines::Persistence;
 
 impl Collection {
     /// Whether the checkpoint policy calls for a checkpoint now.
@@ -67,7 +66,7 @@ impl Collection {
         }
         let upto = *turn - 1;
         let engine_seq = self.engine_seq.load(Ordering::Acquire);
-        let volatile = self.engine.descriptor().persistence == Persistence::Volatile;
+        let volatile = self.engine.descriptor().persistence.saved_by_database();
         // A volatile engine's state is written beside its file now, under
         // the turn (in the page cache: no fsync); the fsync and rename come
         // after the turn is released.

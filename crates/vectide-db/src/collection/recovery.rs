@@ -13,7 +13,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use vectide_engines::{ParamValue, Params, Persistence};
+use vectide_engines::{ParamValue, Params};
 
 pub(super) const INDEX_FILE: &str = "index.vtdx";
 const INDEX_DIR: &str = "index";
@@ -93,7 +93,7 @@ impl Collection {
         let params = engine_params(&config, dir, &opts);
         let snapshot = dir.join(INDEX_FILE);
         let desc = vectide_engines::descriptor(&config.engine)?;
-        let engine = if desc.persistence == Persistence::Volatile && snapshot.exists() {
+        let engine = if desc.persistence.saved_by_database() && snapshot.exists() {
             let e = vectide_engines::load(&snapshot, opts.threads)?;
             if e.dim() != config.dim || e.metric() != config.metric || e.engine() != config.engine {
                 return Err(DbError::corrupted(format!(

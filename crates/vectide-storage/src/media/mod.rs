@@ -37,6 +37,10 @@ pub trait Media: Send + Sync {
     fn grown(&self, id: u32, new_len: usize);
     /// Called by a region before it unmaps.
     fn detach(&self, id: u32);
+    /// Called by a region whose file was renamed (a file made durable
+    /// under a temporary name, then moved into place): `name` is its new
+    /// file name.
+    fn renamed(&self, _id: u32, _name: &str) {}
     /// Whether regions should ask for `MAP_SYNC` (DAX persistence).
     fn wants_map_sync(&self) -> bool {
         false

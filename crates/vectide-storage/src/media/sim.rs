@@ -106,10 +106,16 @@ struct State {
     report: SimReport,
     crash_before: BTreeSet<u64>,
     disabled: Option<Site>,
+    /// Crash at the fence after each call of the disabled site.
+    aim: bool,
     rng: u64,
     images: usize,
     on_crash: Option<Callback>,
 }
+
+/// Fences after a disabled site's call among which an aimed crash point is
+/// drawn ([`SimMedia::aim_after_disabled`]).
+pub const AIM_SPREAD: u64 = 8;
 
 /// The crash-simulating media (see the module docs).
 pub struct SimMedia {
@@ -161,6 +167,7 @@ impl SimMedia {
                 report: SimReport::default(),
                 crash_before: config.crash_before,
                 disabled: None,
+                aim: false,
                 rng: config.seed ^ 0x51ed_c0de,
                 images: config.images_per_crash.max(1),
                 on_crash: None,
@@ -182,6 +189,15 @@ impl SimMedia {
     /// Disables (or, with `None`, re-enables) every persist and fence of a site.
     pub fn disable(&self, site: Option<Site>) {
         self.state.lock().disabled = site;
+    }
+
+    /// With a site disabled: makes one of the [`AIM_SPREAD`] fences after
+    /// each of its (skipped) fences a crash point, where its loss shows if
+    /// it shows at all (a
+    /// site called a few times in a long run is met by few crash points
+    /// drawn at random). As `FileSim::aim_after_disabled` does for syncs.
+    pub fn aim_after_disabled(&self, on: bool) {
+        self.state.lock().aim = on;
     }
 
     /// The counters so far.
@@ -297,6 +313,13 @@ impl Media for SimMedia {
         s.report.by_site.entry(site).or_default().1 += 1;
         if s.disabled == Some(site) {
             s.report.skipped += 1;
+            if s.aim {
+                // One of the next few fences (drawn): a loss may show only
+                // once what the site guarded is built on (an area handed
+                // out, then named).
+                let at = s.report.fences + next(&mut s.rng) % AIM_SPREAD;
+                s.crash_before.insert(at);
+            }
             return;
         }
         let n = s.report.fences;
@@ -347,6 +370,12 @@ impl Media for SimMedia {
         if let Some(r) = self.state.lock().regions.get_mut(&id) {
             r.shadow.resize(new_len, 0);
             r.len = new_len;
+        }
+    }
+
+    fn renamed(&self, id: u32, name: &str) {
+        if let Some(r) = self.state.lock().regions.get_mut(&id) {
+            r.name = name.to_string();
         }
     }
 
