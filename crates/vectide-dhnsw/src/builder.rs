@@ -149,12 +149,11 @@ impl DHnsw {
         let (subs, meta) = self.plan(ids, vectors)?;
         let name = self.params.region.clone().unwrap_or_else(auto_name);
         let (region, header, table, buckets) = self.write_layout(&name, &subs, &meta, 1, None)?;
-        self.switch_to(
-            Layout::new(region, name, header, table, &meta),
-            &subs,
-            &buckets,
-            |_, _| seq,
-        );
+        let lay = Layout::new(region, name, header, table, &meta);
+        // A new region's lease (if this node takes one) before any other
+        // node can find it written.
+        self.take_lease(&lay)?;
+        self.switch_to(lay, &subs, &buckets, |_, _| seq);
         Ok(())
     }
 
@@ -205,6 +204,7 @@ impl DHnsw {
         *map = fresh;
         *self.cache.lock() = self.params.cache(subs.len());
         self.stuck.lock().clear();
+        self.leased.on_region(lay.region);
         *guard = Some(lay);
     }
 
@@ -403,6 +403,8 @@ impl DHnsw {
             // Put right for the node's current boot (a new region holds
             // no lock of a write a restart cut short).
             boot: self.mem.boot() & ((1 << 48) - 1),
+            // A move carries the lease over (only its holder moves it).
+            owner: self.leased.word.load(std::sync::atomic::Ordering::Acquire),
         };
         let mut writes = vec![(meta_off, meta_blob), (labels_off, map_bytes)];
         if let Some(w) = writers {
@@ -419,7 +421,13 @@ impl DHnsw {
         // The sections, then the header but its magic, then the magic, each
         // durable before the next: a region with the magic is whole (an
         // attach after a restart takes the newest such region).
-        let head = header.encode();
+        let mut head = header.encode();
+        if let (Some(name), true) = (&self.params.lease, header.owner != 0) {
+            let n = name.len().min(crate::layout::OWNER_NAME_MAX as usize);
+            let at = crate::layout::OWNER_NAME_AT as usize;
+            head[at] = n as u8;
+            head[at + 1..at + 1 + n].copy_from_slice(&name.as_bytes()[..n]);
+        }
         let written = crate::fetch::post_phases(
             &*self.mem,
             region,
@@ -480,6 +488,7 @@ impl DHnsw {
         let _ = self.mem.drop_region(&old);
         self.stuck.lock().clear();
         lay.region = region;
+        self.leased.on_region(region);
         lay.map = LabelMap {
             region,
             off: header.labels_off,

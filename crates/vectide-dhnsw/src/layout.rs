@@ -56,6 +56,15 @@ pub const FREE_LOCK_AT: u64 = 136;
 /// (its lock words all belonging to live writers of that boot); with
 /// [`RECOVERING`] set, a compute node is putting it right for that boot.
 pub const BOOT_AT: u64 = 144;
+/// Offset of the header's owner word: the lease (`lease.rs`), the owner's
+/// key in the high 48 bits and the lease's epoch in the low 16; 0: none.
+pub const OWNER_AT: u64 = 152;
+/// Offset of the lease's beat word (raised by the holder as it renews).
+pub const BEAT_AT: u64 = 160;
+/// Offset of the lease holder's name (a length byte, then up to
+/// [`OWNER_NAME_MAX`] bytes), for messages.
+pub const OWNER_NAME_AT: u64 = 168;
+pub const OWNER_NAME_MAX: u64 = 80;
 /// The boot word's mark of a recovery under way (bits 48..63 count the
 /// attempts, so that a stopped recovery is seen to stop and taken over).
 pub const RECOVERING: u64 = 1 << 63;
@@ -144,6 +153,8 @@ pub struct Header {
     pub free_slots: u64,
     /// The boot word ([`BOOT_AT`]) as written at the build.
     pub boot: u64,
+    /// The owner word ([`OWNER_AT`]) as written at the build.
+    pub owner: u64,
 }
 
 impl Header {
@@ -173,6 +184,7 @@ impl Header {
         // The free table's lock, free.
         b.extend_from_slice(&0u64.to_le_bytes());
         b.extend_from_slice(&self.boot.to_le_bytes());
+        b.extend_from_slice(&self.owner.to_le_bytes());
         b.resize(HEADER_BYTES as usize, 0);
         b
     }
@@ -221,6 +233,7 @@ impl Header {
                 r.u64()?; // the free table's lock
                 r.u64()?
             },
+            owner: r.u64()?,
         };
         let bad = |what: &str| Err(Error::corrupted(format!("d-hnsw header: {what}")));
         if dim == 0 || dim as usize > vectide_core::limits::MAX_DIM {
@@ -706,6 +719,7 @@ mod tests {
             free_off: 3072,
             free_slots: 4,
             boot: 3,
+            owner: 5 << 16 | 2,
         };
         let b = h.encode();
         assert_eq!(Header::decode(&b, 8192).unwrap(), h);

@@ -56,6 +56,7 @@ pub mod fetch;
 mod interleave_tests;
 pub mod labelmap;
 pub mod layout;
+mod lease;
 mod locks;
 pub mod params;
 pub mod persist;

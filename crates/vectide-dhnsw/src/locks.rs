@@ -373,14 +373,21 @@ impl DHnsw {
                     Verb::Read {
                         region: region.id,
                         offset: crate::layout::BOOT_AT,
-                        len: 8,
+                        len: 16,
                     },
                 ])?;
                 let mut c = c.into_iter();
                 let found = c.next().expect("two completions").into_word()?;
                 let boot = c.next().expect("two completions").into_data()?;
+                let owner = u64::from_le_bytes(boot[8..16].try_into().expect("8 bytes"));
                 let boot = u64::from_le_bytes(boot[..8].try_into().expect("8 bytes"));
                 if found == cur {
+                    // Only the lease's holder writes a leased region (and
+                    // a node without a lease one without).
+                    if let Err(e) = self.may_write(region, owner) {
+                        self.mem.cas(region, at, t, cur)?;
+                        return Err(e);
+                    }
                     if !self.recovering.load(std::sync::atomic::Ordering::Acquire)
                         && !self.boot_current(boot)
                     {

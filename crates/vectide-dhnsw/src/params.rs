@@ -61,7 +61,7 @@ const fn spec(
 }
 
 /// Every parameter `d-hnsw` takes.
-pub static PARAMS: [ParamSpec; 20] = [
+pub static PARAMS: [ParamSpec; 21] = [
     THREADS,
     spec(
         "memnode",
@@ -83,6 +83,13 @@ pub static PARAMS: [ParamSpec; 20] = [
         "auto",
         "the region's name on the memory node (auto: a new unique name, given back to the node when the index closes, or `index` on a memnode file:PATH; a named region is kept)",
         "regions are registered by name, as RDMA memory regions are",
+    ),
+    spec(
+        "lease",
+        ParamKind::Text,
+        "none",
+        "take the region's lease for this owner (a database): one owner at a time writes a leased region, another is refused with an error naming it until the lease goes unrenewed for 6 x timeout_ms; the same owner reopening takes it back at once (none: no lease; a leased region is then read-only)",
+        "issue 37: a database collection leases its region",
     ),
     spec(
         "timeout_ms",
@@ -193,6 +200,7 @@ pub const OPEN_PARAMS: &[&str] = &[
     "memnode",
     "region",
     "writer",
+    "lease",
     "timeout_ms",
     "ef_search",
     "probe",
@@ -212,6 +220,7 @@ pub struct DhnswParams {
     pub memnode: Option<String>,
     pub region: Option<String>,
     pub writer: Option<String>,
+    pub lease: Option<String>,
     pub timeout_ms: u64,
     pub partitions: Option<usize>,
     pub partition_points: usize,
@@ -237,6 +246,7 @@ impl Default for DhnswParams {
             memnode: None,
             region: None,
             writer: None,
+            lease: None,
             timeout_ms: 10_000,
             partitions: None,
             partition_points: 6250,
@@ -282,6 +292,10 @@ impl DhnswParams {
                 .string("writer")
                 .filter(|w| *w != "none")
                 .map(str::to_string),
+            lease: p
+                .string("lease")
+                .filter(|w| *w != "none")
+                .map(str::to_string),
             timeout_ms: p.int("timeout_ms").map_or(d.timeout_ms, |v| v as u64),
             partitions: p.usize("partitions").filter(|&k| k > 0),
             partition_points: p.usize("partition_points").unwrap_or(d.partition_points),
@@ -305,12 +319,14 @@ impl DhnswParams {
         if out.m < 2 {
             return Err(Error::invalid("d-hnsw: m must be at least 2"));
         }
-        if let Some(w) = &out.writer {
-            if w.is_empty() || w.len() > 255 {
-                return Err(Error::invalid(format!(
-                    "d-hnsw: writer must be a name of 1 to 255 bytes, got {} bytes",
-                    w.len()
-                )));
+        for (what, v, max) in [("writer", &out.writer, 255), ("lease", &out.lease, 80)] {
+            if let Some(w) = v {
+                if w.is_empty() || w.len() > max {
+                    return Err(Error::invalid(format!(
+                        "d-hnsw: {what} must be a name of 1 to {max} bytes, got {} bytes",
+                        w.len()
+                    )));
+                }
             }
         }
         let mut out = out;
@@ -399,6 +415,10 @@ impl DhnswParams {
         put(
             "writer",
             ParamValue::Str(self.writer.clone().unwrap_or_else(|| "none".into())),
+        );
+        put(
+            "lease",
+            ParamValue::Str(self.lease.clone().unwrap_or_else(|| "none".into())),
         );
         put("timeout_ms", ParamValue::Int(self.timeout_ms as i64));
         put(

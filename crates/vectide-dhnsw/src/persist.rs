@@ -331,6 +331,10 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
     header.boot = idx.mem.boot() & ((1 << 48) - 1);
     let mut head = s.image[..HEADER_BYTES as usize].to_vec();
     head[crate::layout::BOOT_AT as usize..][..8].copy_from_slice(&header.boot.to_le_bytes());
+    // No lease carried over from the file: this node takes one if it is
+    // given an owner.
+    header.owner = 0;
+    head[crate::layout::OWNER_AT as usize..].fill(0);
     let up = crate::fetch::post_phases(
         &*idx.mem,
         region,
@@ -353,7 +357,9 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
         map.extend(locs);
     }
     *idx.cache.lock() = idx.params.cache(header.k as usize);
-    *idx.layout.write() = Some(Layout::with_meta(region, name, header, table, meta));
+    let lay = Layout::with_meta(region, name, header, table, meta);
+    idx.take_lease(&lay)?;
+    *idx.layout.write() = Some(lay);
     Ok(idx)
 }
 
@@ -386,6 +392,7 @@ pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
     } else {
         locs
     };
+    idx.take_lease(&lay)?;
     let durable = idx.stored_durable(&lay)?;
     idx.durable.store(durable, Ordering::Release);
     idx.applied.store(durable, Ordering::Release);
@@ -499,6 +506,7 @@ impl DHnsw {
         }
         *self.cache.lock() = self.params.cache(lay.header.k as usize);
         self.stuck.lock().clear();
+        self.leased.on_region(lay.region);
         *guard = Some(lay);
         Ok(true)
     }

@@ -29,5 +29,7 @@ pub const REBUILD_DONE: Site = Site("dhnsw.rebuild.done");
 
 /// The end of the bytes handed out, moved by a rebuild.
 pub const ALLOC: Site = Site("dhnsw.alloc");
+/// A region's lease taken (the header's owner word).
+pub const LEASE: Site = Site("dhnsw.lease");
 /// A writer's durable point in the writer table (at `flush()`).
 pub const DURABLE: Site = Site("dhnsw.durable");

@@ -272,6 +272,8 @@ pub struct DHnsw {
     pub(crate) recovering: std::sync::atomic::AtomicBool,
     /// This writer's slot in the writer table: (region id, offset).
     pub(crate) writer_at: Mutex<Option<(u32, u64)>>,
+    /// The region's lease this node holds, if any (`lease.rs`).
+    pub(crate) leased: Arc<crate::lease::Held>,
     pub(crate) timing: Timing,
 }
 
@@ -282,6 +284,11 @@ impl Drop for DHnsw {
     /// uploads them into a new region). A region the caller named is left
     /// for the caller. Best effort: a node that does not answer keeps it.
     fn drop(&mut self) {
+        // The lease's renewals stop: held by no one alive, it may be
+        // taken once it goes unrenewed past the take-over time.
+        self.leased
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
         if self.params.region.is_some() || self._local.is_some() {
             return;
         }
@@ -357,6 +364,7 @@ impl DHnsw {
         mem: Arc<dyn RemoteMemory>,
         local: Option<Arc<Regions>>,
     ) -> Result<DHnsw> {
+        let leased = Arc::new(crate::lease::Held::new(Arc::clone(&mem)));
         Ok(DHnsw {
             dim,
             metric,
@@ -376,6 +384,7 @@ impl DHnsw {
             taken_over: std::sync::atomic::AtomicBool::new(false),
             recovering: std::sync::atomic::AtomicBool::new(false),
             writer_at: Mutex::new(None),
+            leased,
             timing: Timing::default(),
         })
     }

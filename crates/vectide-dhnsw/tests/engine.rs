@@ -792,3 +792,86 @@ fn a_writer_waiting_for_a_partner_gives_back_what_it_holds() {
     assert!(idx.contains(9000).unwrap());
     assert!(idx.check_structure().unwrap().is_empty());
 }
+
+/// A region's lease: one owner (a database) at a time writes it. Another
+/// owner is refused with an error naming the holder while the holder
+/// renews; a compute node without a lease may search it but not write it;
+/// the same owner reopening takes it back at once with the next epoch, and
+/// the node that held it before writes nothing more (fenced by the owner
+/// word every lock's doorbell reads); once the holder is gone, another
+/// owner takes the lease after it went unrenewed for the take-over time.
+#[test]
+fn one_owner_at_a_time_writes_a_leased_region() {
+    let node = MemoryNode::start("127.0.0.1:0", 64 << 20, NodeLimits::default()).unwrap();
+    let addr = node.addr().to_string();
+    let open = |lease: Option<&str>| {
+        let mut p = vec![
+            ("memnode", ParamValue::Str(addr.clone())),
+            ("region", ParamValue::Str("leased".into())),
+            ("timeout_ms", ParamValue::Int(50)),
+        ];
+        if let Some(l) = lease {
+            p.push(("lease", ParamValue::Str(l.into())));
+        }
+        (vectide_dhnsw::DESCRIPTOR.create)(DIM, Metric::L2, &params_of(p))
+    };
+    let rows = oracle::clustered(400, DIM, 4, 3);
+    let a = open(Some("db-a")).unwrap();
+    a.insert(1, &(0..400).collect::<Vec<u64>>(), &rows).unwrap();
+    // Another owner, while db-a renews: refused, naming db-a.
+    let t = std::time::Instant::now();
+    let e = open(Some("db-b")).err().expect("refused").to_string();
+    assert!(e.contains("leased to \"db-a\""), "{e}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    // No lease: searches, but writes nothing.
+    let reader = open(None).unwrap();
+    assert_eq!(reader.len(), 400);
+    assert_eq!(
+        reader
+            .search(&rows[..DIM], 1, &SearchParams::default(), None)
+            .unwrap()[0]
+            .id,
+        0
+    );
+    let e = reader
+        .insert(1, &[9999], &rows[..DIM])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("leased to \"db-a\""), "{e}");
+    assert!(!reader.contains(9999).unwrap());
+    // db-a reopening (its old node still alive, as after a crash that left
+    // a zombie): the lease back at once, the old node fenced.
+    let t = std::time::Instant::now();
+    let a2 = open(Some("db-a")).unwrap();
+    assert!(
+        t.elapsed() < std::time::Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    a2.insert(2, &[1000], &rows[..DIM]).unwrap();
+    let e = a
+        .insert(3, &[1001], &rows[DIM..2 * DIM])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lease on the region was taken"), "{e}");
+    assert!(!a2.contains(1001).unwrap());
+    drop(a);
+    // db-a gone (no renewals): db-b takes the lease after the take-over
+    // time (6 x 50 ms) and writes.
+    drop(a2);
+    let t = std::time::Instant::now();
+    let b = open(Some("db-b")).unwrap();
+    assert!(
+        t.elapsed() >= std::time::Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    b.insert(4, &[2000], &rows[..DIM]).unwrap();
+    assert!(b.contains(2000).unwrap() && b.contains(1000).unwrap());
+    assert_eq!(b.len(), 402);
+    assert!(b.check_structure().unwrap().is_empty());
+}

@@ -150,7 +150,7 @@ proptest! {
             record: record_bytes(3, 4) as u32, epoch: 1, meta_off: 1280, meta_len: 64,
             table_off: 1344, alloc_end: 4096, region_size: 8192, live: 0,
             labels_off: 1472, labels_buckets: 64, keys: 0,
-            free_off: 2496, free_slots: 4, boot: 0,
+            free_off: 2496, free_slots: 4, boot: 0, owner: 0,
         };
         let mut b = h.encode();
         for (i, v) in at {
