@@ -270,3 +270,62 @@ def test_dhnsw_writes_benchmark_small(tmp_path, data_root, monkeypatch):
     assert s["round_trips_per_insert"] > 0 and s["bytes_per_insert"] > 0
     assert s["recall10_after_insert"] > 0.8 and abs(s["recall10_points_below_fresh_after_insert"]) < 10
     assert r["commit"] and r["machine"]["simd_isa"]
+
+
+_DB_WRITER = r"""
+import sys
+import numpy as np
+import vectide
+
+path, addr = sys.argv[1], sys.argv[2]
+db = vectide.connect(path, checkpoint_seconds=0.3)
+c = db.create_collection("c", 8, "l2", engine="d-hnsw", memnode=addr, region="shared", timeout_ms=1000)
+rng = np.random.default_rng(5)
+for b in range(10_000):
+    ids = np.arange(10 * b, 10 * b + 10, dtype=np.uint64)
+    c.upsert(ids, rng.normal(size=(10, 8)).astype(np.float32))
+    print(f"acked {10 * b + 10}", flush=True)
+"""
+
+
+@needs_cli
+def test_a_database_collection_leases_its_region(tmp_path):
+    """A database collection of d-hnsw on a memory node with a backing file
+    lives in its region (checkpoints FLUSH it, no saved file) and holds the
+    region's lease: while its database writes, a second database's
+    collection on that region is refused with an error naming the holder;
+    the writing process SIGKILLed mid-stream, its database reopened takes
+    the lease back at once and holds every acknowledged point."""
+    backing = tmp_path / "node.vtb"
+    with MemoryNode(256 << 20, extra=["--backing", str(backing)]) as node:
+        proc = subprocess.Popen([sys.executable, "-c", _DB_WRITER, str(tmp_path / "db1"), node.address],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        acked = 0
+        try:
+            for line in proc.stdout:
+                acked = int(line.split()[1])
+                if acked >= 600:
+                    break
+            assert acked >= 600, proc.stderr.read()[-2000:]
+            other = vectide.connect(tmp_path / "db2")
+            with pytest.raises(ValueError) as refused:
+                other.create_collection("c", 8, "l2", engine="d-hnsw", memnode=node.address, region="shared",
+                                        timeout_ms=1000)
+            msg = str(refused.value)
+            assert "leased to" in msg and "/c" in msg and "one database at a time" in msg, msg
+            other.close()
+        finally:
+            proc.kill()  # SIGKILL, mid-stream
+            proc.wait()
+        for line in proc.stdout:  # what it acknowledged before it died
+            acked = int(line.split()[1])
+        assert not list((tmp_path / "db1").rglob("index.vtdx")), "no saved file: the region is the engine's copy"
+        t0 = time.monotonic()
+        db = vectide.connect(tmp_path / "db1")
+        c = db.get_collection("c")
+        reopened = time.monotonic() - t0
+        assert reopened < 1.0, f"the lease back at once, not after its expiry ({reopened:.2f} s)"
+        assert c.count() >= acked
+        c.get(list(range(acked)), with_vector=False)  # raises KeyError naming any lost point
+        c.upsert(np.array([10**9], dtype=np.uint64), np.ones((1, 8), dtype=np.float32))
+        db.close()

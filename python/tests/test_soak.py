@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,6 +94,20 @@ def test_the_slowest_calls_are_named_on_the_samples_clock():
     assert soak.slowest(starts[:0], lats[:0], samples) == []
 
 
+def _clean_report(proc, out):
+    """The soak's report, after checking it found nothing wrong: (report,
+    summary, a message with the examples)."""
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    s = r["summary"]
+    detail = f"{s}\n{r['wrong_answer_examples'][:5]}\n{r['lost_examples'][:5]}\n{r['error_examples'][:5]}"
+    assert s["wrong_answers"] == 0, detail
+    assert s["acked_writes_lost"] == 0, detail
+    assert s["errors"] == 0, detail
+    assert proc.returncode == 0, detail
+    return r, s, detail
+
+
 def _run(tmp_path, engine, mode, minutes, points, *extra):
     out = tmp_path / f"{engine}-{mode}.json"
     cmd = [sys.executable, "-m", "vectide.torture", "--workdir", str(tmp_path / "work"), "soak", "--engine", engine,
@@ -102,14 +117,7 @@ def _run(tmp_path, engine, mode, minutes, points, *extra):
     elif mode == "standalone":
         cmd.append("--standalone")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    r = json.loads(out.read_text())
-    s = r["summary"]
-    detail = f"{s}\n{r['wrong_answer_examples'][:5]}\n{r['lost_examples'][:5]}\n{r['error_examples'][:5]}"
-    assert s["wrong_answers"] == 0, detail
-    assert s["acked_writes_lost"] == 0, detail
-    assert s["errors"] == 0, detail
-    assert proc.returncode == 0, detail
+    r, s, detail = _clean_report(proc, out)
     assert s["acknowledged_ops_checked"] > 0 and s["exact_searches" if mode != "standalone" else "searches"] > 0, detail
     assert len(r["samples"]) >= 2, detail
     # The slowest writes, on the samples' clock (within the run).
@@ -195,6 +203,92 @@ def test_a_standalone_soak_holds_the_jobs_that_never_stop_for_idle_windows(tmp_p
     assert r["summary"]["write_p999_maintenance_over_idle"] is not None
 
 
+HAVE_CLI = (Path(sys.executable).parent / "vectide").exists()
+needs_cli = pytest.mark.skipif(not HAVE_CLI, reason="the vectide binary is not installed beside this Python")
+
+
+def _memnodes_on(backing: Path):
+    """Pids of processes whose command line names ``backing`` (a memory
+    node the soak started on it)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if str(backing).encode() in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except OSError:
+                pass
+    return pids
+
+
+@needs_cli
+def test_a_soak_on_a_memory_node_through_two_compute_nodes_loses_nothing_across_its_restart(tmp_path):
+    """d-hnsw (chosen by the registry's persistence class) on a memory node
+    the soak starts, written and read through two compute nodes on one
+    region: every answer checked against the one model (answers through one
+    node see the other's writes), both nodes wrote, each node's durable_seq
+    is its own last operation at the settle; the memory node SIGKILLed
+    mid-stream and restarted on its backing file loses no acknowledged
+    write, brings no deleted id back, counts no label twice, keeps every
+    writer's durable_seq; the memory node is gone and the work dir
+    removed afterwards."""
+    work = tmp_path / "work"
+    out = tmp_path / "d-hnsw.json"
+    cmd = [sys.executable, "-m", "vectide.torture", "--workdir", str(work), "soak", "--engine", "d-hnsw",
+           "--compute-nodes", "2", "--minutes", "0.2", "--points", "3000", "--param", "partition_points=500",
+           "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r, s, detail = _clean_report(proc, out)
+    assert r["mode"] == "standalone" and r["compute_nodes"] == s["compute_nodes"] == 2, detail
+    # Both compute nodes wrote and answered searches.
+    assert len(s["writes_per_compute_node"]) == 2 and min(s["writes_per_compute_node"]) > 0, detail
+    assert min(s["searches_per_compute_node"]) > 0, detail
+    assert sum(s["writes_per_compute_node"]) == s["writes"], detail
+    # The region after the restart: its count is the ids found, whole,
+    # no absent id in an answer, every writer's durable_seq kept.
+    assert s["label_count_minus_live"] == 0 and s["structure_violations"] == 0, detail
+    assert s["absent_ids_in_answers_after_restart"] == 0, detail
+    assert s["durable_seq_mismatches"] == 0 and s["durable_seq_regressions"] == 0, detail
+    assert all(b >= a > 0 for a, b in zip(s["durable_seq_at_settle"], s["durable_seq_after_restart"])), detail
+    assert s["acknowledged_ops_checked"] > 100 and s["writes_begun_after_settle"] > 0, detail
+    assert r["restart_s"] > 0 and s["settled"], detail
+    # Each node numbers its own operations: at the settle, one flush each,
+    # its durable_seq is where its own count ends.
+    q = r["settled_sample"]
+    assert [n["durable_seq"] for n in q["compute_nodes"]] == [n["base_seq"] + n["ops"] for n in q["compute_nodes"]]
+    # The holder sampled is the memory node: its backing file is the data,
+    # its RSS the holder's (no C heap of the driver's).
+    for x in r["samples"]:
+        assert set(x["disk_parts"]) == {"memnode.vtb"} and x["disk_bytes"] > 0, x
+        assert x["rss"] > 0 and x["heap_in_use"] is None, x
+    assert not work.exists(), list(work.rglob("*"))
+    assert _memnodes_on(work / "data" / "memnode.vtb") == []
+
+
+@needs_cli
+def test_a_failed_soak_on_a_memory_node_stops_it_and_cleans_its_work_dir(tmp_path):
+    work = tmp_path / "work"
+    with pytest.raises(RuntimeError, match="did not start"):
+        # A parameter out of range: the driver fails to open its first compute node.
+        soak.run("d-hnsw", 0.05, "standalone", work, points=500, params={"partition_points": 0},
+                 progress=False, compute_nodes=2)
+    assert not work.exists()
+    assert _memnodes_on(work / "data" / "memnode.vtb") == []
+
+
+def test_compute_nodes_are_refused_for_an_engine_off_a_memory_node(tmp_path):
+    with pytest.raises(soak.BadSoakArguments, match="memory node"):
+        soak.run("flat", 0.01, "standalone", tmp_path, compute_nodes=2)
+    with pytest.raises(soak.BadSoakArguments, match="N >= 1"):
+        soak.run("d-hnsw", 0.01, "standalone", tmp_path, compute_nodes=0)
+    with pytest.raises(soak.BadSoakArguments, match="server"):
+        soak.run("d-hnsw", 0.01, "server", tmp_path, compute_nodes=2)
+    r = subprocess.run([sys.executable, "-m", "vectide.torture", "--workdir", str(tmp_path / "w"), "soak",
+                        "--engine", "flat", "--compute-nodes", "2", "--minutes", "0.01"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--compute-nodes is for an engine that lives on a memory node" in r.stderr, r.stderr
+
+
 def _every(mode):
     import vectide
 
@@ -209,6 +303,24 @@ def _every(mode):
 def test_a_soak_of_every_engine_has_no_wrong_answer_and_loses_no_write(tmp_path, mode):
     for engine in _every(mode):
         _run(tmp_path / engine, engine, mode, 3, 100_000, *SMALL.get(engine, []))
+
+
+@pytest.mark.slow
+@needs_cli
+def test_a_soak_of_every_engine_on_a_memory_node_through_two_compute_nodes(tmp_path):
+    import vectide
+
+    for engine in [e["name"] for e in vectide.engines() if e["persistence"] == soak.ON_MEMORY_NODE]:
+        out = tmp_path / f"{engine}.json"
+        proc = subprocess.run([sys.executable, "-m", "vectide.torture", "--workdir", str(tmp_path / engine), "soak",
+                               "--engine", engine, "--compute-nodes", "2", "--minutes", "3", "--points", "100000",
+                               "--out", str(out)], capture_output=True, text=True, timeout=1800)
+        assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+        r = json.loads(out.read_text())
+        s = r["summary"]
+        detail = f"{s}\n{r['wrong_answer_examples'][:5]}\n{r['lost_examples'][:5]}\n{r['error_examples'][:5]}"
+        assert s["wrong_answers"] == 0 and s["acked_writes_lost"] == 0 and s["errors"] == 0, detail
+        assert min(s["writes_per_compute_node"]) > 0 and proc.returncode == 0, detail
 
 
 def test_disk_parts_name_a_collections_wal_store_and_index(tmp_path):

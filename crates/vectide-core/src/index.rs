@@ -347,6 +347,14 @@ pub trait VectorIndex: Send + Sync {
             path.display()
         )))
     }
+    /// Whether the engine keeps its data itself, so that a database
+    /// checkpoints it by [`VectorIndex::flush`] and reopens it where it is,
+    /// rather than saving it to a file (the default: an engine that lives
+    /// in a directory). An engine on a memory node keeps itself when the
+    /// node keeps its regions across restarts.
+    fn keeps_itself(&self) -> bool {
+        self.descriptor().persistence.in_directory()
+    }
     /// Stops background work and makes everything durable (the default:
     /// [`VectorIndex::flush`]). Calls after `close` may fail.
     fn close(&self) -> Result<()> {

@@ -205,6 +205,30 @@ fn lock_dir(dir: &Path) -> Result<File> {
     Ok(f)
 }
 
+/// A collection of an engine that lives on a memory node takes its
+/// region's lease (so that one database at a time writes it) under an
+/// owner name of its own, made here once and kept in the catalog with the
+/// rest of its parameters: a random 64-bit id and the collection's name
+/// (unless the caller named one).
+fn with_lease(name: &str, mut config: CollectionConfig) -> CollectionConfig {
+    let on_node = vectide_engines::descriptor(&config.engine)
+        .is_ok_and(|d| d.persistence == vectide_engines::Persistence::OnMemoryNode);
+    if on_node && !config.params.contains_key("lease") {
+        // A random 64-bit id: std's hasher keys are drawn from the OS.
+        let id = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            h.finish()
+        };
+        config.params.insert(
+            "lease".into(),
+            vectide_engines::ParamValue::Str(format!("db-{id:016x}/{name}")),
+        );
+    }
+    config
+}
+
 /// The collections the catalog in `dir` lists (none without a catalog).
 fn read_catalog(dir: &Path) -> Result<Vec<(String, CollectionConfig)>> {
     Ok(read_catalog_versioned(dir)?.1)
@@ -460,6 +484,7 @@ impl Database {
         let cdir = self.dir.join("collections").join(name);
         // Leftovers of a collection whose creation or deletion a crash cut.
         let _ = std::fs::remove_dir_all(&cdir);
+        let config = with_lease(name, config);
         let c = Arc::new(Collection::open(name, &cdir, config, self.opts.clone())?);
         let mut cols = self.collections.read().clone();
         cols.insert(name.to_string(), c.clone());

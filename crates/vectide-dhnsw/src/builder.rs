@@ -149,10 +149,10 @@ impl DHnsw {
         let (subs, meta) = self.plan(ids, vectors)?;
         let name = self.params.region.clone().unwrap_or_else(auto_name);
         let (region, header, table, buckets) = self.write_layout(&name, &subs, &meta, 1, None)?;
-        let lay = Layout::new(region, name, header, table, &meta);
+        let mut lay = Layout::new(region, name, header, table, &meta);
         // A new region's lease (if this node takes one) before any other
         // node can find it written.
-        self.take_lease(&lay)?;
+        self.take_lease(&mut lay)?;
         self.switch_to(lay, &subs, &buckets, |_, _| seq);
         Ok(())
     }
@@ -528,7 +528,7 @@ impl DHnsw {
     /// Holds every partition but those in `holding` (the caller's), each
     /// waited on a third of the take-over time at most; gives back what it
     /// took and fails when one stays held. Returns what it took.
-    fn hold_all(&self, lay: &mut Layout, holding: &[u32]) -> Result<Vec<(u32, u64)>> {
+    pub(crate) fn hold_all(&self, lay: &mut Layout, holding: &[u32]) -> Result<Vec<(u32, u64)>> {
         let patience = self.lease() / 3;
         let mut mine: Vec<(u32, u64)> = Vec::new();
         for q in 0..lay.table.len() as u32 {
@@ -555,7 +555,7 @@ impl DHnsw {
 
     /// Gives back partitions [`hold_all`](Self::hold_all) took (best
     /// effort: on a failure path).
-    fn release_all(&self, lay: &mut Layout, mine: Vec<(u32, u64)>) {
+    pub(crate) fn release_all(&self, lay: &mut Layout, mine: Vec<(u32, u64)>) {
         for (q, h) in mine {
             let _ = self.release(lay, q, h);
         }

@@ -161,6 +161,11 @@ impl VectorIndex for DHnsw {
     fn flush(&self) -> Result<()> {
         self.on_moved(|| self.flush_writer())
     }
+    fn keeps_itself(&self) -> bool {
+        // A named region on a memory node that keeps its regions across
+        // its restarts (a backing file: a boot number).
+        self.params.memnode.is_some() && self.params.region.is_some() && self.mem.boot() != 0
+    }
     fn durable_seq(&self) -> Seq {
         self.durable.load(Ordering::Acquire)
     }
@@ -250,8 +255,15 @@ impl VectorIndex for DHnsw {
     }
     fn maintain(&self) -> Result<()> {
         // Partitions a stopped writer left held: taken over (after six
-        // timeouts of being seen so), their labels put right, published.
-        self.repair_stuck().map(|_| ())
+        // timeouts of being seen so), their labels put right, published;
+        // then old nodes a stopped writer owed a tombstone.
+        self.repair_stuck()?;
+        let _w = self.write.lock();
+        let mut guard = self.layout.write();
+        if let Some(lay) = guard.as_mut() {
+            self.sweep_owed(lay)?;
+        }
+        Ok(())
     }
     fn save(&self, path: &std::path::Path) -> Result<()> {
         self.save_file(path)

@@ -35,8 +35,11 @@ pub fn post_writes(
     post_phases(mem, region, vec![(site, writes)])
 }
 
-/// Writes (offset, bytes) FLUSHed at one site, before the next phase's.
-pub type Phase = (Site, Vec<(u64, Vec<u8>)>);
+/// Writes: (offset, bytes) each.
+pub type Writes = Vec<(u64, Vec<u8>)>;
+
+/// Writes FLUSHed at one site, before the next phase's.
+pub type Phase = (Site, Writes);
 
 /// Posts `writes` in doorbell chains with no FLUSH: for what a region
 /// recomputes when it is put right after its memory node restarted (the
@@ -66,7 +69,7 @@ pub fn post_phases(mem: &dyn RemoteMemory, region: Region, phases: Vec<Phase>) -
 fn post_chains(
     mem: &dyn RemoteMemory,
     region: Region,
-    phases: Vec<(Option<Site>, Vec<(u64, Vec<u8>)>)>,
+    phases: Vec<(Option<Site>, Writes)>,
 ) -> Result<()> {
     let mut chain: Vec<Verb> = Vec::new();
     let mut bytes = 0usize;

@@ -64,7 +64,11 @@ pub const BEAT_AT: u64 = 160;
 /// Offset of the lease holder's name (a length byte, then up to
 /// [`OWNER_NAME_MAX`] bytes), for messages.
 pub const OWNER_NAME_AT: u64 = 168;
-pub const OWNER_NAME_MAX: u64 = 80;
+pub const OWNER_NAME_MAX: u64 = 72;
+/// Offset of the header's owed word: upserts that moved a label and have
+/// not yet tombstoned its old node (raised before the new node is
+/// published, lowered once the old one is tombstoned; see `sweep.rs`).
+pub const OWED_AT: u64 = 248;
 /// The boot word's mark of a recovery under way (bits 48..63 count the
 /// attempts, so that a stopped recovery is seen to stop and taken over).
 pub const RECOVERING: u64 = 1 << 63;

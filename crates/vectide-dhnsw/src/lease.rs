@@ -119,7 +119,7 @@ impl Held {
 
 impl DHnsw {
     /// The owner word and name a region's header holds.
-    fn read_owner(&self, region: Region) -> Result<(u64, u64, String)> {
+    pub(crate) fn read_owner(&self, region: Region) -> Result<(u64, u64, String)> {
         let b = self.mem.read(
             region,
             OWNER_AT,
@@ -138,7 +138,10 @@ impl DHnsw {
     /// without one): free, or this owner's (a reopen: the next epoch at
     /// once), or another's whose beat stood still for the take-over time.
     /// A lease another owner renews meanwhile is an error naming it.
-    pub(crate) fn take_lease(&self, lay: &Layout) -> Result<()> {
+    /// A lease taken from a holder (this owner's earlier epoch, or another
+    /// owner gone quiet) comes with the region put right: the holder was
+    /// its only writer and will not finish what it left held.
+    pub(crate) fn take_lease(&self, lay: &mut Layout) -> Result<()> {
         let Some(name) = self.params.lease.clone() else {
             return Ok(());
         };
@@ -189,6 +192,9 @@ impl DHnsw {
             self.leased.on_region(lay.region);
             self.leased
                 .start_renewals(Duration::from_millis(self.params.timeout_ms.max(1)));
+            if w != 0 {
+                self.recover_orphans(lay)?;
+            }
             return Ok(());
         }
     }

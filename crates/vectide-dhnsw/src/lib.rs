@@ -45,7 +45,13 @@
 //! compute node that built it: writers take partitions by CAS of their
 //! state word (`locks`), publish labels in the remote label map by CAS, and
 //! readers check the state around what they read. Moving the index to a
-//! new region is still done by one compute node alone.
+//! new region is done by one compute node holding every partition.
+//!
+//! Durability (a memory node with a backing file): [`sites`] names every
+//! FLUSH; `recovery` puts a region right after its memory node restarted;
+//! [`writers`] keeps each named compute node's `durable_seq` in the region;
+//! `lease` lets one owner (a database collection) at a time write a
+//! region; `sweep` tombstones old nodes a stopped writer owed.
 
 mod builder;
 #[cfg(test)]
@@ -66,6 +72,7 @@ pub mod sites;
 mod space;
 mod state;
 pub mod subgraph;
+mod sweep;
 #[cfg(test)]
 mod test_transport;
 mod update;

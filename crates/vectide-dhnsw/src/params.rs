@@ -319,7 +319,7 @@ impl DhnswParams {
         if out.m < 2 {
             return Err(Error::invalid("d-hnsw: m must be at least 2"));
         }
-        for (what, v, max) in [("writer", &out.writer, 255), ("lease", &out.lease, 80)] {
+        for (what, v, max) in [("writer", &out.writer, 255), ("lease", &out.lease, 255)] {
             if let Some(w) = v {
                 if w.is_empty() || w.len() > max {
                     return Err(Error::invalid(format!(
@@ -337,7 +337,16 @@ impl DhnswParams {
                 ));
             }
             // Kept in the file: a name the next open finds it by.
-            out.region.get_or_insert_with(|| FILE_REGION.to_string());
+            if out.lease.is_none() {
+                out.region.get_or_insert_with(|| FILE_REGION.to_string());
+            }
+        }
+        // A leased index (a database collection) lives in a region named
+        // after its owner, which its next open finds, and keeps its
+        // durable point under the owner's name.
+        if let Some(owner) = &out.lease {
+            out.region.get_or_insert_with(|| format!("leased:{owner}"));
+            out.writer.get_or_insert_with(|| owner.clone());
         }
         Ok(out)
     }

@@ -36,11 +36,28 @@ impl DHnsw {
     /// Writes the saved file (atomically: temp file, fsync, rename).
     pub(crate) fn save_file(&self, path: &Path) -> Result<()> {
         let _w = self.write.lock();
-        let guard = self.layout.read();
-        let (name, image) = match guard.as_ref() {
+        let mut guard = self.layout.write();
+        let (name, image) = match guard.as_mut() {
             Some(lay) => {
-                let mut img =
-                    crate::fetch::read_range(&*self.mem, lay.region, 0, lay.header.alloc_end)?;
+                // Every partition held while the bytes are read (other
+                // compute nodes may write the region): one moment's image.
+                let mine = self.hold_all(lay, &[])?;
+                let end = self.read_word(lay, crate::layout::ALLOC_END_AT);
+                let read = end.and_then(|end| {
+                    lay.header.alloc_end = lay.header.alloc_end.max(end);
+                    crate::fetch::read_range(&*self.mem, lay.region, 0, end)
+                });
+                self.release_all(lay, mine);
+                let mut img = read?;
+                let at = lay.header.table_off as usize;
+                // The held states read as they were before the hold.
+                for p in 0..lay.table.len() {
+                    let s = at
+                        + p * crate::layout::ENTRY_BYTES as usize
+                        + crate::layout::ENTRY_STATE_AT as usize;
+                    let w = u64::from_le_bytes(img[s..s + 8].try_into().expect("8 bytes"));
+                    img[s..s + 8].copy_from_slice(&(w & !1).to_le_bytes());
+                }
                 // The header as this node knows it (live count now).
                 let mut h = lay.header.clone();
                 h.live = self.labels.read().len() as u64;
@@ -325,7 +342,24 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
         .region
         .clone()
         .unwrap_or_else(crate::builder::auto_name);
-    let region = idx.mem.create_region(&name, header.region_size)?;
+    let region = match idx.mem.create_region(&name, header.region_size) {
+        Ok(r) => r,
+        // This owner's region, left on a memory node that kept it (a
+        // database reopening from its saved file): replaced.
+        Err(e) => {
+            let ours = idx.params.lease.as_deref().is_some_and(|owner| {
+                idx.mem.open_region(&name).is_ok_and(|r| {
+                    idx.read_owner(r)
+                        .is_ok_and(|(w, ..)| w >> 16 == crate::writers::writer_key(owner))
+                })
+            });
+            if !ours {
+                return Err(e);
+            }
+            idx.mem.drop_region(&name)?;
+            idx.mem.create_region(&name, header.region_size)?
+        }
+    };
     // A new region: put right for the node's current boot. The header but
     // its magic after the rest, the magic last (as a build writes them).
     header.boot = idx.mem.boot() & ((1 << 48) - 1);
@@ -357,8 +391,8 @@ pub fn open(path: &Path, params: &vectide_core::Params) -> Result<DHnsw> {
         map.extend(locs);
     }
     *idx.cache.lock() = idx.params.cache(header.k as usize);
-    let lay = Layout::with_meta(region, name, header, table, meta);
-    idx.take_lease(&lay)?;
+    let mut lay = Layout::with_meta(region, name, header, table, meta);
+    idx.take_lease(&mut lay)?;
     *idx.layout.write() = Some(lay);
     Ok(idx)
 }
@@ -375,13 +409,25 @@ pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
     if idx.params.memnode.is_none() {
         return Ok(false);
     }
+    // A region another compute node moves the index out of meanwhile is
+    // dropped under this one's reads: the newest is looked for again.
+    let mut moves = 0;
+    loop {
+        match attach_once(idx) {
+            Err(e) if vectide_remote::is_unknown_region(&e) && moves < 8 => moves += 1,
+            other => return other,
+        }
+    }
+}
+
+fn attach_once(idx: &mut DHnsw) -> Result<bool> {
     let Some((lay, locs)) = find_region(idx)? else {
         return Ok(false);
     };
     let mut lay = lay;
     // A memory node restarted since the region was last put right: put
     // right first (the labels read before are read again after).
-    let locs = if idx.recover_if_restarted(&mut lay)? {
+    let mut locs = if idx.recover_if_restarted(&mut lay)? {
         match find_region(idx)? {
             Some((l, locs)) => {
                 lay = l;
@@ -392,7 +438,14 @@ pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
     } else {
         locs
     };
-    idx.take_lease(&lay)?;
+    if idx.params.lease.is_some() {
+        idx.take_lease(&mut lay)?;
+        // Labels as the region holds them once put right.
+        if let Some((l, fresh)) = find_region(idx)? {
+            lay = l;
+            locs = fresh;
+        }
+    }
     let durable = idx.stored_durable(&lay)?;
     idx.durable.store(durable, Ordering::Release);
     idx.applied.store(durable, Ordering::Release);
@@ -472,8 +525,24 @@ fn find_region(idx: &DHnsw) -> Result<Option<Attached>> {
             idx.metric.name()
         )));
     }
-    let image = crate::fetch::read_range(&*idx.mem, region, 0, h.alloc_end)?;
-    let (header, table, meta, locs) = decode_image(&image, idx.dim, 0)?;
+    // The used bytes read whole and checked. Other compute nodes may be
+    // writing meanwhile (a rebuild moves `alloc_end`, an entry and the map
+    // change between the reads): what does not check out is read again a
+    // few times before it counts as damage.
+    let mut tries = 0;
+    let (header, table, meta, locs) = loop {
+        let head = idx.mem.read(region, 0, HEADER_BYTES as u32)?;
+        let end = Header::decode(&head, region.size).map_or(h.alloc_end, |h| h.alloc_end);
+        let image = crate::fetch::read_range(&*idx.mem, region, 0, end)?;
+        match decode_image(&image, idx.dim, 0) {
+            Ok(x) => break x,
+            Err(Error::Corrupted(_)) if tries < 8 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5 << tries));
+            }
+            Err(e) => return Err(e),
+        }
+    };
     Ok(Some((
         Layout::with_meta(region, name, header, table, meta),
         locs,

@@ -93,12 +93,7 @@ impl DHnsw {
                     if self.mem.cas(lay.region, BOOT_AT, w, mark)? != w {
                         continue;
                     }
-                    self.recovering
-                        .store(true, std::sync::atomic::Ordering::Release);
-                    let done = self.recover(lay);
-                    self.recovering
-                        .store(false, std::sync::atomic::Ordering::Release);
-                    done?;
+                    self.recover_orphans(lay)?;
                     if self.mem.cas(lay.region, BOOT_AT, mark, boot)? != mark {
                         // Taken over meanwhile (this recovery outlived the
                         // take-over time): the other one finishes.
@@ -118,7 +113,20 @@ impl DHnsw {
         Ok(u64::from_le_bytes(b[..8].try_into().expect("8 bytes")))
     }
 
-    /// The recovery itself, with the boot word marked by this node.
+    /// Puts right what writers that will not finish left (every lock held
+    /// now is theirs): after a restart of the memory node, or when an
+    /// owner takes a region's lease over (a leased region has no other
+    /// writer). Its own takes skip the boot check meanwhile.
+    pub(crate) fn recover_orphans(&self, lay: &mut Layout) -> Result<()> {
+        self.recovering
+            .store(true, std::sync::atomic::Ordering::Release);
+        let done = self.recover(lay);
+        self.recovering
+            .store(false, std::sync::atomic::Ordering::Release);
+        done
+    }
+
+    /// The recovery itself.
     fn recover(&self, lay: &mut Layout) -> Result<()> {
         // The free table's lock: held by a write the restart cut short.
         let free = self.read_word(lay, FREE_LOCK_AT)?;
@@ -156,6 +164,12 @@ impl DHnsw {
         let rebuilt = self.rebuild_free(lay);
         self.mem.cas(lay.region, FREE_LOCK_AT, held, held + 1)?;
         rebuilt?;
+        // Every partition reconciled: nothing is owed.
+        crate::fetch::post_unflushed(
+            &*self.mem,
+            lay.region,
+            vec![(crate::layout::OWED_AT, 0u64.to_le_bytes().to_vec())],
+        )?;
         self.taken_over
             .store(true, std::sync::atomic::Ordering::Release);
         self.recount_if_taken_over(lay)

@@ -272,6 +272,9 @@ pub struct DHnsw {
     pub(crate) recovering: std::sync::atomic::AtomicBool,
     /// This writer's slot in the writer table: (region id, offset).
     pub(crate) writer_at: Mutex<Option<(u32, u64)>>,
+    /// The owed word's nonzero value this node saw, and since when
+    /// (`sweep.rs`).
+    pub(crate) owed_seen: Mutex<Option<(u64, std::time::Instant)>>,
     /// The region's lease this node holds, if any (`lease.rs`).
     pub(crate) leased: Arc<crate::lease::Held>,
     pub(crate) timing: Timing,
@@ -385,6 +388,7 @@ impl DHnsw {
             recovering: std::sync::atomic::AtomicBool::new(false),
             writer_at: Mutex::new(None),
             leased,
+            owed_seen: Mutex::new(None),
             timing: Timing::default(),
         })
     }

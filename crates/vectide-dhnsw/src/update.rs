@@ -9,7 +9,9 @@
 //! swapped by CAS to the new node; a CAS that finds another value (another
 //! node changed the label meanwhile) re-reads and swaps again, the last
 //! writer winning, and whichever node a label pointed at before is
-//! tombstoned. A delete swaps the label's value to absent the same way,
+//! tombstoned (the header's owed word raised before the publish and
+//! lowered after, so that a writer stopping in between leaves a trace
+//! `maintain` follows: `sweep.rs`). A delete swaps the label's value to absent the same way,
 //! then tombstones its node (searches walk through tombstones, never
 //! return them).
 
@@ -23,6 +25,23 @@ use vectide_graph::prune::{backlink, plan_links, Backlink};
 use vectide_graph::{Graph, Scratch};
 use vectide_remote::Verb;
 
+/// A switch of the fault tests: the writer stops once its new nodes are
+/// published, before it tombstones the old ones (as one that dies there).
+#[cfg(test)]
+pub(crate) static STOP_BEFORE_TOMBSTONES: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(test)]
+fn stops_before_tombstones() -> bool {
+    STOP_BEFORE_TOMBSTONES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn stops_before_tombstones() -> bool {
+    false
+}
+
 /// What naming placed rows in the label map changed (the counts, moved
 /// before the partition is published) and leaves to do once no partition
 /// is held (the tombstones).
@@ -34,6 +53,8 @@ pub(crate) struct Mapped {
     pub took: u64,
     /// Nodes no label points at any more: (partition, node, label).
     pub tombstones: Vec<crate::locks::Doomed>,
+    /// What this write raised the header's owed word by (`sweep.rs`).
+    pub owed: i64,
 }
 
 impl DHnsw {
@@ -121,7 +142,10 @@ impl DHnsw {
         let mut failed = None;
         for (p, group) in groups {
             match self.insert_into(lay, p, seq, ids, vectors, &group, &mut s) {
-                Ok(m) => all.tombstones.extend(m.tombstones),
+                Ok(m) => {
+                    all.tombstones.extend(m.tombstones);
+                    all.owed += m.owed;
+                }
                 Err(e) => {
                     failed = Some(e);
                     break;
@@ -131,7 +155,14 @@ impl DHnsw {
         // With no partition held: the nodes the labels left behind (also
         // those of the groups placed before a failure), and a recount if a
         // take-over happened on the way.
-        let tombstoned = self.tombstone(lay, &all.tombstones).map(|_| ());
+        if stops_before_tombstones() {
+            return Err(vectide_core::Error::unavailable(
+                "the compute node died (a test's switch)",
+            ));
+        }
+        let tombstoned = self
+            .tombstone(lay, &all.tombstones)
+            .and_then(|_| self.owe(lay, -all.owed));
         let recounted = self.recount_if_taken_over(lay);
         match failed {
             Some(e) => Err(e),
@@ -188,6 +219,16 @@ impl DHnsw {
         }
         self.labels.write().extend(locs);
         Ok(out)
+    }
+
+    /// Before the publish: raises the owed word when nodes are left to
+    /// tombstone once no partition is held (`sweep.rs`).
+    fn owe_for(&self, lay: &Layout, mapped: &mut Mapped) -> Result<()> {
+        if !mapped.tombstones.is_empty() {
+            self.owe(lay, 1)?;
+            mapped.owed = 1;
+        }
+        Ok(())
     }
 
     /// Moves the header's live count by `live` and its taken-bucket count
@@ -324,6 +365,7 @@ impl DHnsw {
             let mut mapped = self.map_swap(lay, seq, &rows)?;
             mapped.tombstones.extend(stale);
             self.count_changes(lay, mapped.added, mapped.took)?;
+            self.owe_for(lay, &mut mapped)?;
             if let Some((off, len)) = left {
                 // Published once the map names the new rows; only then is
                 // the old area free (a reader still on it sees the state
@@ -427,10 +469,11 @@ impl DHnsw {
             ],
         )?;
         lay.table[p as usize].count = count;
-        let mapped = self.map_swap(lay, seq, &new_locs)?;
+        let mut mapped = self.map_swap(lay, seq, &new_locs)?;
         // The counts too before the publish: a writer that dies before it
         // leaves the partition held, and its taker recounts.
         self.count_changes(lay, mapped.added, mapped.took)?;
+        self.owe_for(lay, &mut mapped)?;
         self.publish(lay, p, held)?;
         g.set_version(held + 1);
         let g = Arc::new(g);

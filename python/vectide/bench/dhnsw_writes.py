@@ -2,7 +2,11 @@
 memory node in its own process.
 
 ``python -m vectide.bench dhnsw-writes [--dataset glove-6b-50-angular] [--limit 100000]
-[--share 0.2] [--batch 100] [--nodes 1,2] [--threads 1] [--queries 1000] --out FILE.json``
+[--share 0.2] [--batch 100] [--nodes 1,2] [--threads 1] [--queries 1000] [--backing] --out FILE.json``
+
+With ``--backing`` the memory node keeps its regions in a backing file (in
+the temporary directory, on the local disk): every acknowledged write is
+then FLUSHed (msync) phase by phase, and the figures include that cost.
 
 Per run: the first ``1 - share`` of ``limit`` rows are built into a region
 by this process; then ``n`` compute-node processes (each ``vectide.Index``
@@ -80,14 +84,16 @@ def run(args) -> Dict[str, object]:
     queries = np.ascontiguousarray(ds.test[: args.queries], dtype=np.float32)
     n = len(x)
     cut = int(n * (1 - args.share))
-    res: Dict[str, object] = {"dataset": args.dataset, "points": n, "built": cut, "inserted": n - cut}
-    work = Path(tempfile.mkdtemp(prefix="vectide-dhnsw-writes-"))
+    res: Dict[str, object] = {"dataset": args.dataset, "points": n, "built": cut, "inserted": n - cut,
+                              "backing": bool(args.backing)}
+    work = Path(tempfile.mkdtemp(prefix="vectide-dhnsw-writes-", dir=args.workdir))
     path = work / "x.npy"
     np.save(path, x)
     truth_all = _truth(x, queries, ds.metric)
     runs = {}
     for nodes in args.nodes:
-        with MemoryNode(size=args.node_size) as node:
+        extra = ["--backing", str(work / f"node-{nodes}.vtb")] if args.backing else []
+        with MemoryNode(size=args.node_size, extra=extra) as node:
             region = f"w{nodes}"
             t0 = time.perf_counter()
             ix = vectide.Index(x.shape[1], ds.metric, engine="d-hnsw", memnode=node.address,
@@ -165,6 +171,7 @@ def summary(r: Dict[str, object]) -> Dict[str, object]:
     two = runs.get("2")
     out = {
         "dataset": r["dataset"],
+        "backing": r.get("backing", False),
         "insert_rows_per_s_1_node": one["insert_rows_per_s"],
         "insert_rows_per_s_2_nodes": two["insert_rows_per_s"] if two else None,
         "scaling_2_vs_1_nodes": (two["insert_rows_per_s"] / one["insert_rows_per_s"]) if two else None,
@@ -193,6 +200,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--node-size", type=int, default=4 << 30)
+    ap.add_argument("--backing", action="store_true",
+                    help="the memory node keeps its regions in a backing file (FLUSHes cost msyncs)")
+    ap.add_argument("--workdir", default=None, help="where the temporary files go (default: the temp dir)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     args.nodes = [int(v) for v in args.nodes.split(",")]

@@ -153,7 +153,7 @@ def _run_soak(args, argv) -> int:
     if args.server and args.standalone:
         print("--server and --standalone exclude each other", file=sys.stderr)
         return 2
-    mode = "server" if args.server else "standalone" if args.standalone else "db"
+    mode = "server" if args.server else "standalone" if args.standalone or args.compute_nodes else "db"
     try:
         params = soak.parse_params(args.param)
     except ValueError as e:
@@ -165,8 +165,9 @@ def _run_soak(args, argv) -> int:
         try:
             report = soak.run(args.engine, args.minutes, mode, work, points=args.points, writers=args.writers,
                               readers=args.readers, seed=args.seed, maintain_every=args.maintain_every,
-                              params=params, settle_max=args.settle_max, quiet_every=args.quiet_every)
-        except soak.UsedWorkdir as e:
+                              params=params, settle_max=args.settle_max, quiet_every=args.quiet_every,
+                              compute_nodes=args.compute_nodes, memnode_size_=args.memnode_size)
+        except (soak.UsedWorkdir, soak.BadSoakArguments) as e:
             print(e, file=sys.stderr)
             return 2
     report["command"] = " ".join([Path(sys.executable).name, "-m", "vectide.torture"] + (argv or sys.argv[1:]))

@@ -28,7 +28,7 @@ from ..memnode import MemoryNode
 from .badinput import ChildProcess
 
 MAGIC = b"VTDXMEM\0"
-VERSION = 2
+VERSION = 3
 SIZE = 1 << 20
 MAX_CONNECTIONS = 8
 CANARY = bytes(range(256)) * 4  # 1 KiB
@@ -228,7 +228,8 @@ def cases(node: Node) -> List[Case]:
         ("hello", "a POST first", raw(post([read_wr(c, 0, 8)]), greet=False), error("HELLO"), "error"),
         ("hello", "wrong magic", raw(hello(magic=b"VTDXMEM1"), greet=False), error("magic"), "error"),
         ("hello", "version 1 (before FLUSH)", raw(hello(1), greet=False), error("version"), "error"),
-        ("hello", "version 3", raw(hello(3), greet=False), error("version"), "error"),
+        ("hello", "version 2 (before the boot number)", raw(hello(2), greet=False), error("version"), "error"),
+        ("hello", "version 4", raw(hello(4), greet=False), error("version"), "error"),
         ("hello", "bytes after", raw(frame(hello()[4:] + b"x"), greet=False), error("after"), "error"),
         ("post", "count 2**31, no requests", raw(post([], count=2**31)), error("work requests"), "error"),
         ("post", "count 5000", raw(post([read_wr(c, 0, 1)] * 5000)), error("work requests"), "error"),

@@ -2,11 +2,12 @@
 checked against a model of the exact expected state.
 
 ``python -m vectide.torture soak --engine E --minutes M [--server]
-[--standalone] --out FILE.json``. The workload is written once, against the
-collection protocol (the embedded ``Collection``, or ``vectide.Client``'s
-collection with ``--server``); ``--standalone`` runs a durable engine
-alone, on its own log, through ``vectide.Index`` (no payloads, no exact
-search).
+[--standalone] [--compute-nodes N] --out FILE.json``. The workload is
+written once, against the collection protocol (the embedded
+``Collection``, or ``vectide.Client``'s collection with ``--server``);
+``--standalone`` runs a durable engine alone, on its own log, through
+``vectide.Index`` (no payloads, no exact search); ``--compute-nodes N`` an
+engine on a memory node, through N compute nodes (below).
 
 How it runs:
 
@@ -50,6 +51,38 @@ How it runs:
   the holder of the data (the driver, or the server) is SIGKILLed
   mid-stream, the data reopened and every id compared with the
   acknowledged history.
+
+An engine that lives on a memory node (registry persistence
+``"durable at flush, on its memory node"``, ``ON_MEMORY_NODE``; decided by
+that string, never by the engine's name) runs standalone with
+``--compute-nodes N`` (N >= 1; 1 when not given): the soak starts a memory
+node itself (``vectide memnode`` on 127.0.0.1, ``--backing`` a file in the
+work dir's ``data``, whose bytes are the disk samples and whose RSS is the
+holder's), and the driver attaches N compute nodes (N ``vectide.Index``
+objects on one region, each with its own ``writer`` name, each numbering
+its own operations) after loading the points through the first. Writer
+``w`` writes through node ``w % N``, reader ``r`` reads through node
+``r % N``: the one model in the driver checks every answer, so an answer
+read through one node is held to the writes made through another. A write
+is acknowledged when its call returns (durable on a backed memory node);
+each node also flushes every second (its durable_seq in the region's
+writer table), and at the settle each node's durable_seq must be the last
+of its operations. The holder SIGKILLed at the end is the memory node; it
+is restarted on its backing file (a new port), a fresh compute node
+attaches and every id is compared with the acknowledged history as for
+the other engines; besides, the region's live count must be the number of
+ids found (no label twice), its structure whole (``Index.check``), no
+search through the fresh node may return an id found absent, and each
+writer name must read back at least the durable_seq it flushed at the
+settle. The memory node is stopped and what the soak put in the work dir
+removed at the end, also when the soak fails. The summary adds
+``compute_nodes``, ``writes_per_compute_node``,
+``searches_per_compute_node``, ``write_ms_mean_per_compute_node``,
+``cas_retries_per_compute_node``, ``durable_seq_mismatches``,
+``label_count_minus_live``, ``structure_violations``,
+``absent_ids_in_answers_after_restart``, ``durable_seq_at_settle``,
+``durable_seq_after_restart`` and ``durable_seq_regressions`` (every
+failure among them is also one of ``errors``).
 
 The JSON report's ``summary`` holds ``wrong_answers``,
 ``acked_writes_lost``, ``disk_over_live_growth`` (the settled sample over
@@ -301,16 +334,63 @@ class Model:
 
 # ---------------------------------------------------------------- the driver
 
-class _Target:
-    """The collection (or standalone index) the driver works on."""
+# The registry's persistence class of an engine that lives in a memory
+# node's region (``vectide memnode``), not in a directory: the soak runs it
+# on a memory node of its own with ``--compute-nodes N`` compute nodes.
+ON_MEMORY_NODE = "durable at flush, on its memory node"
+# The region the soak's compute nodes share, and their writer names.
+REGION = NAME
 
-    def __init__(self, mode: str, engine: str, path: str, url: Optional[str], params: Dict[str, object]) -> None:
+
+def engine_desc(engine: str) -> dict:
+    """The registry's entry of ``engine`` (``vectide.engines()``)."""
+    import vectide
+
+    for e in vectide.engines():
+        if e["name"] == engine:
+            return e
+    raise ValueError(f"unknown engine {engine!r}")
+
+
+def on_memory_node(engine: str) -> bool:
+    """Whether ``engine`` lives on a memory node, by its registry
+    persistence class (never by its name)."""
+    return engine_desc(engine)["persistence"] == ON_MEMORY_NODE
+
+
+def writer_name(node: int) -> str:
+    """Compute node ``node``'s writer name in the region's writer table."""
+    return f"{NAME}-{node}"
+
+
+class _Target:
+    """The collection (or standalone index) the driver works on. For an
+    engine on a memory node (``memnode``), ``nodes`` compute nodes attached
+    to one region (``idx`` is the first: the load, the maintenance polls
+    and the engine's stats go through it); each numbers its own operations
+    (``ops``, the product's own sequence numbers counted from ``base``,
+    its ``durable_seq`` when it attached)."""
+
+    def __init__(self, mode: str, engine: str, path: str, url: Optional[str], params: Dict[str, object],
+                 memnode: Optional[str] = None, nodes: int = 0) -> None:
         import vectide
 
         self.mode = mode
+        self.engine = engine
+        self.params = params
         self.payloads = mode != "standalone"
         self.exact = mode != "standalone"
-        if mode == "standalone":
+        self.memnode = memnode
+        self.nodes: List[object] = []
+        self.n_nodes = max(1, nodes) if memnode else 1
+        self.ops = [0] * self.n_nodes
+        self.base = [0] * self.n_nodes
+        self.node_locks = [threading.Lock() for _ in range(self.n_nodes)]
+        if mode == "standalone" and memnode:
+            self.at_flush = False  # every write is durable when it returns
+            self._attach(0)
+            self.idx = self.nodes[0]
+        elif mode == "standalone":
             self.idx = vectide.Index(dim=DIM, metric="cosine", engine=engine, path=path, **params)
             desc = next(e for e in vectide.engines() if e["name"] == engine)
             self.at_flush = desc["persistence"] == "durable at flush"
@@ -325,17 +405,69 @@ class _Target:
             except KeyError:
                 self.col = self.db.create_collection(NAME, dim=DIM, metric="cosine", engine=engine, **params)
 
-    def upsert(self, ids, vecs, seeds) -> None:
-        if self.mode == "standalone":
+    def _attach(self, n: int) -> None:
+        import vectide
+
+        idx = vectide.Index(dim=DIM, metric="cosine", engine=self.engine, memnode=self.memnode, region=REGION,
+                            writer=writer_name(n), **self.params)
+        self.base[n] = int(idx.durable_seq)
+        self.nodes.append(idx)
+
+    def attach_peers(self) -> None:
+        """Attaches compute nodes 1..N-1 to the region (once the load has
+        built it: a region is built from its first insert)."""
+        for n in range(len(self.nodes), self.n_nodes):
+            self._attach(n)
+
+    def _node(self, node: int):
+        """Compute node ``node``'s index, its operation counted (the
+        counter follows the product's sequence numbers: one per call)."""
+        with self.node_locks[node]:
+            self.ops[node] += 1
+        return self.nodes[node]
+
+    def upsert(self, ids, vecs, seeds, node: int = 0) -> None:
+        if self.memnode:
+            self._node(node).add(np.asarray(ids, dtype=np.uint64), vecs)
+        elif self.mode == "standalone":
             self.idx.add(np.asarray(ids, dtype=np.uint64), vecs)
         else:
             self.col.upsert(list(ids), vecs, payloads=[{"s": int(s)} for s in seeds])
 
-    def delete(self, id_: int) -> None:
-        if self.mode == "standalone":
+    def delete(self, id_: int, node: int = 0) -> None:
+        if self.memnode:
+            self._node(node).delete(np.array([id_], dtype=np.uint64))
+        elif self.mode == "standalone":
             self.idx.delete(np.array([id_], dtype=np.uint64))
         else:
             self.col.delete([id_])
+
+    def flush_nodes(self) -> List[int]:
+        """Flushes every compute node (each records its durable_seq in the
+        region's writer table); returns their durable_seqs."""
+        for idx in self.nodes:
+            idx.flush()
+        return [int(idx.durable_seq) for idx in self.nodes]
+
+    def node_report(self) -> List[Dict[str, object]]:
+        """Per compute node: operations issued (``ops``: calls since it
+        attached, each one of its sequence numbers), the sequence number
+        it started from, its durable_seq, and a few of its own stats."""
+        out = []
+        for n, idx in enumerate(self.nodes):
+            with self.node_locks[n]:
+                ops = self.ops[n]
+            row: Dict[str, object] = {"ops": ops, "base_seq": self.base[n], "durable_seq": int(idx.durable_seq)}
+            try:
+                st = idx.stats()
+                for k in ("cas_retries", "round_trips", "partition_rebuilds", "repartitions", "region_relayouts",
+                          "cached_partitions"):
+                    if k in st:
+                        row[k] = st[k]
+            except Exception as e:  # noqa: BLE001
+                row["stats_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            out.append(row)
+        return out
 
     def set_payload(self, id_: int, seed: int) -> None:
         self.col.set_payload({"s": seed}, ids=[id_])
@@ -343,9 +475,9 @@ class _Target:
     def flush(self) -> None:
         self.idx.flush()
 
-    def search(self, q: np.ndarray, exact: bool) -> Tuple[List[int], List[float]]:
+    def search(self, q: np.ndarray, exact: bool, node: int = 0) -> Tuple[List[int], List[float]]:
         if self.mode == "standalone":
-            ids, d = self.idx.search(q, K)
+            ids, d = (self.nodes[node] if self.memnode else self.idx).search(q, K)
             keep = ids[0] != np.iinfo(np.uint64).max
             return [int(i) for i in ids[0][keep]], [float(x) for x in d[0][keep]]
         hits = self.col.search(q[None, :], K, with_payload=False, exact=exact)[0]
@@ -398,6 +530,8 @@ class _Target:
         self.maintain()
         if self.mode == "db":
             self.col.checkpoint()
+        elif self.memnode:
+            self.flush_nodes()
         elif self.at_flush:
             self.flush()
 
@@ -414,18 +548,24 @@ def driver(args) -> None:
     vecs, queries = _rows()
     n_ids = id_space(args.points)
     params = json.loads(args.params)
-    t = _Target(args.mode, args.engine, args.dir, args.url, params)
+    t = _Target(args.mode, args.engine, args.dir, args.url, params, memnode=args.memnode,
+                nodes=args.compute_nodes)
     model = Model(n_ids, vecs)
     rows0 = initial_rows(args.points, args.seed, len(vecs))
     ids0 = np.arange(args.points)
     t_load = time.perf_counter()
-    step = 5_000
+    # On a memory node the load is one insert through the first compute
+    # node: the region is built from its first insert (its partitions from
+    # all the points, as a bulk load would), and the others attach to it.
+    step = args.points if t.memnode else 5_000
     for lo in range(0, args.points, step):
         hi = min(lo + step, args.points)
         t.upsert(ids0[lo:hi], vecs[rows0[lo:hi]], rows0[lo:hi])
         say(f"P load {hi}")
     if t.at_flush:
         t.flush()
+    if t.memnode:
+        t.attach_peers()
     model.load(ids0, rows0)
     say(f"L {time.perf_counter() - t_load:.3f}")
     holder = args.holder_pid or os.getpid()
@@ -448,9 +588,15 @@ def driver(args) -> None:
     unflushed_lock = threading.Lock()
     counts = {"upsert_new": 0, "reupsert": 0, "delete": 0, "payload": 0, "searches": 0, "exact_searches": 0}
     count_lock = threading.Lock()
+    # Per compute node (on a memory node): writes acknowledged through it,
+    # searches answered by it.
+    node_writes = [0] * t.n_nodes
+    node_searches = [0] * t.n_nodes
+    node_write_s = [0.0] * t.n_nodes
 
     def writer(w: int) -> None:
         rng = random.Random(args.seed * 7919 + w)
+        node = w % t.n_nodes  # the compute node this writer writes through
         live = [i for i in range(w, args.points, args.writers)]
         absent = [i for i in range(args.points + (w - args.points) % args.writers, n_ids, args.writers)]
         mine = lat_w[w]
@@ -485,11 +631,11 @@ def driver(args) -> None:
             t0 = time.monotonic()
             try:
                 if code == DELETE:
-                    t.delete(id_)
+                    t.delete(id_, node)
                 elif code == SET_PAYLOAD:
                     t.set_payload(id_, seed)
                 else:
-                    t.upsert([id_], vecs[row][None, :], [seed])
+                    t.upsert([id_], vecs[row][None, :], [seed], node)
             except Exception as e:  # noqa: BLE001
                 # The outcome is unknown: the operation stays in flight.
                 say(f"E writer {w}: {type(e).__name__}: {str(e)[:300]}")
@@ -509,6 +655,8 @@ def driver(args) -> None:
                 (absent if kind == "delete" else live).append(id_)
             with count_lock:
                 counts[kind] += 1
+                node_writes[node] += 1
+                node_write_s[node] += t1 - t0
 
     def flusher() -> None:
         while not stop.is_set():
@@ -524,8 +672,21 @@ def driver(args) -> None:
             for op in done:
                 say(f"A {op}")
 
+    def node_flusher() -> None:
+        """On a memory node: each compute node flushes every second (it
+        records its durable_seq in the region's writer table), beside its
+        writes; acknowledgements do not wait for it (a write is durable on
+        the backed memory node when it returns)."""
+        while not stop.wait(1.0):
+            try:
+                t.flush_nodes()
+            except Exception as e:  # noqa: BLE001
+                say(f"E flush: {type(e).__name__}: {str(e)[:300]}")
+                return
+
     def reader(rd: int) -> None:
         rng = random.Random(args.seed * 104729 + rd)
+        node = rd % t.n_nodes  # the compute node this reader reads through
         mine = lat_s[rd]
         n = 0
         while not stop.is_set():
@@ -535,7 +696,7 @@ def driver(args) -> None:
             r0 = model.tick()
             t0 = time.monotonic()
             try:
-                ids, dists = t.search(q, exact)
+                ids, dists = t.search(q, exact, node)
             except Exception as e:  # noqa: BLE001
                 say(f"V search failed: {type(e).__name__}: {str(e)[:300]}")
                 continue
@@ -546,6 +707,7 @@ def driver(args) -> None:
                 say(f"V {'exact' if exact else 'ann'}: {v}")
             with count_lock:
                 counts["exact_searches" if exact else "searches"] += 1
+                node_searches[node] += 1
 
     polls: List[float] = []
 
@@ -596,6 +758,8 @@ def driver(args) -> None:
     threads.append(threading.Thread(target=poller, daemon=True))
     if t.at_flush:
         threads.append(threading.Thread(target=flusher, daemon=True))
+    if t.memnode:
+        threads.append(threading.Thread(target=node_flusher, daemon=True))
     if args.maintain_every > 0:
         threads.append(threading.Thread(target=maintainer, daemon=True))
     if quieting:
@@ -644,9 +808,15 @@ def driver(args) -> None:
         engine_memory = None if m is None else int(m)
         with count_lock:
             c = dict(counts)
+            per_node = list(zip(node_writes, node_searches, node_write_s))
         heap = heap_bytes() if holder == os.getpid() else None
+        nodes = None
+        if t.memnode:
+            nodes = t.node_report()
+            for row, (nw, ns, ws) in zip(nodes, per_node):
+                row.update({"writes": nw, "searches": ns, "write_ms_mean": round(1000.0 * ws / max(1, nw), 3)})
         now = time.monotonic()
-        return {"t": round(now - t_start, 3), "clock": round(now, 3), "disk_bytes": alloc, "apparent_bytes": size,
+        return {"compute_nodes": nodes, "t": round(now - t_start, 3), "clock": round(now, 3), "disk_bytes": alloc, "apparent_bytes": size,
                 "live": model.n_live, **rss_bytes(holder), "engine_memory": engine_memory,
                 "heap_in_use": None if heap is None else heap[0],
                 "heap_free": None if heap is None else heap[1],
@@ -934,27 +1104,244 @@ def _final_state(mode: str, path: str, url: Optional[str], engine: str, params, 
     return found, opened
 
 
+def _final_state_memnode(address: str, engine: str, params, oracle: Oracle, vecs: np.ndarray, queries: np.ndarray,
+                         nodes: int, settled_seqs: Optional[List[int]]) -> Tuple[Dict[int, object], float, dict]:
+    """After the memory node's restart: a fresh compute node attaches to the
+    region (the first to call puts it right), every id is read through it,
+    and beside the acknowledged history's check (the caller's) the region
+    is held to what it says of itself: its live count is the number of ids
+    found (a label twice would count twice), its structure is whole, a
+    search returns no id found absent, and each compute node's writer name
+    reads back at least the durable_seq it flushed at the settle."""
+    import vectide
+
+    t0 = time.perf_counter()
+    idx = vectide.Index(dim=DIM, metric="cosine", engine=engine, memnode=address, region=REGION,
+                        writer=f"{NAME}-check", **params)
+    opened = time.perf_counter() - t0
+    found: Dict[int, object] = {}
+    for i in oracle.expected:
+        cands = oracle.uncertain.get(i, [oracle.expected[i]])
+        vec = idx.get(np.array([i], dtype=np.uint64))[0] if i in idx else None
+        found[i] = _identify(vec, None, cands, vecs)
+    live = sum(v is not None for v in found.values())
+    extra: dict = {"live_found": live, "count": len(idx)}
+    extra["structure_violations"] = [str(v) for v in idx.check()]
+    # Searches through the fresh node: no id found absent comes back.
+    back = []
+    rng = np.random.default_rng(0)
+    for q in queries[rng.integers(0, len(queries), 200)]:
+        ids, _ = idx.search(q, K)
+        back += [int(i) for i in ids[0] if i != np.iinfo(np.uint64).max and found.get(int(i)) is None]
+    extra["absent_ids_in_answers"] = sorted(set(back))
+    # Each writer name's durable_seq, as the region's writer table keeps it.
+    seqs = []
+    for n in range(nodes):
+        peer = vectide.Index(dim=DIM, metric="cosine", engine=engine, memnode=address, region=REGION,
+                             writer=writer_name(n), **params)
+        seqs.append(int(peer.durable_seq))
+        del peer
+    extra["durable_seq_after_restart"] = seqs
+    extra["durable_seq_at_settle"] = settled_seqs
+    del idx
+    return found, opened, extra
+
+
+class _MemoryNodes:
+    """The memory node the soak runs an engine on: a child process on
+    loopback (``vectide memnode --listen 127.0.0.1:0``) keeping its regions
+    in ``DATA/memnode.vtb`` (the data's directory, sampled for disk bytes;
+    its RSS is the holder's), restarted on that file after its SIGKILL (a
+    new port, a log of its own each time)."""
+
+    def __init__(self, data: Path, workdir: Path, size: str) -> None:
+        self.data, self.workdir, self.size = data, workdir, size
+        self.backing = data / "memnode.vtb"
+        self.started: List[object] = []
+
+    @property
+    def current(self):
+        return self.started[-1]
+
+    @property
+    def address(self) -> str:
+        return self.current.address
+
+    @property
+    def pid(self) -> int:
+        return self.current.proc.pid
+
+    def log(self, n: int) -> Path:
+        return self.workdir / f"memnode-{n}.log"
+
+    def start(self) -> float:
+        """Starts one on the backing file; the seconds until it listened."""
+        from vectide.memnode import MemoryNode
+
+        self.data.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        node = MemoryNode(self.size, log=self.log(len(self.started)), extra=["--backing", str(self.backing)])
+        self.started.append(node)
+        node.start()
+        return round(time.perf_counter() - t0, 4)
+
+    def alive(self) -> bool:
+        return bool(self.started) and self.current.proc is not None and self.current.proc.poll() is None
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log(len(self.started) - 1).read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL (``MemoryNode.stop`` kills), waited for."""
+        if self.started:
+            self.current.stop()
+
+    def stop_all(self) -> None:
+        for node in self.started:
+            try:
+                node.stop()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def memnode_size(points: int, size: Optional[str] = None) -> str:
+    """The memory node's ``--size``: ``size``, else max(1 GiB, 16 KiB per
+    point) (the backing file grows with what the regions use, not to it)."""
+    return str(size) if size else str(max(1 << 30, points * (16 << 10)))
+
+
+def _memnode_figures(remote: Optional[dict], q: Optional[dict], last: dict, errors: List[str]) -> dict:
+    """The summary's figures of a soak on a memory node (``remote``: what
+    ``_final_state_memnode`` found after the restart), each failure also
+    one of ``errors``."""
+    rows = last.get("compute_nodes") or []
+    out: Dict[str, object] = {
+        "compute_nodes": len(rows) or None,
+        "writes_per_compute_node": [r.get("writes", 0) for r in rows],
+        "searches_per_compute_node": [r.get("searches", 0) for r in rows],
+        "write_ms_mean_per_compute_node": [r.get("write_ms_mean") for r in rows],
+        "cas_retries_per_compute_node": [r.get("cas_retries") for r in rows],
+    }
+    # At the settle every writer was parked and each node flushed: its
+    # durable_seq is the last of its own sequence numbers (the operations
+    # it issued since it attached, counted from where it started).
+    settle_rows = (q or {}).get("compute_nodes") or []
+    mism = [f"compute node {n}: durable_seq {r['durable_seq']} at the settle, its operations end at "
+            f"{r['base_seq'] + r['ops']}" for n, r in enumerate(settle_rows)
+            if r["durable_seq"] != r["base_seq"] + r["ops"]]
+    out["durable_seq_mismatches"] = len(mism) if settle_rows and q and q.get("settled") else None
+    if out["durable_seq_mismatches"]:
+        errors.extend(mism)
+    if remote is None:
+        return out
+    out.update({
+        # A label twice (or a count that forgot one) shows here: the
+        # region's live count over the ids found.
+        "label_count_minus_live": remote["count"] - remote["live_found"],
+        "structure_violations": len(remote["structure_violations"]),
+        "absent_ids_in_answers_after_restart": len(remote["absent_ids_in_answers"]),
+        "durable_seq_at_settle": remote["durable_seq_at_settle"],
+        "durable_seq_after_restart": remote["durable_seq_after_restart"],
+    })
+    if remote["count"] != remote["live_found"]:
+        errors.append(f"after the restart the region counts {remote['count']} live labels, "
+                      f"{remote['live_found']} ids were found")
+    errors.extend(f"structure after the restart: {v}" for v in remote["structure_violations"][:20])
+    if remote["absent_ids_in_answers"]:
+        errors.append(f"after the restart searches returned ids found absent: {remote['absent_ids_in_answers'][:20]}")
+    at, back = remote["durable_seq_at_settle"], remote["durable_seq_after_restart"]
+    if at is not None:
+        regress = [n for n, (a, b) in enumerate(zip(at, back)) if b < a]
+        out["durable_seq_regressions"] = len(regress)
+        errors.extend(f"compute node {n}'s writer name reads back durable_seq {back[n]} after the restart, "
+                      f"it flushed {at[n]} at the settle" for n in regress)
+    return out
+
+
 class UsedWorkdir(ValueError):
     """The soak's ``--workdir`` holds an earlier soak's data."""
 
 
+class BadSoakArguments(ValueError):
+    """Soak options that do not fit together (e.g. ``--compute-nodes`` for
+    an engine that does not live on a memory node)."""
+
+
 def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100_000, writers: int = 4,
         readers: int = 2, seed: int = 1, maintain_every: float = 0.0, params: Optional[dict] = None,
-        progress: bool = True, settle_max: Optional[float] = None, quiet_every: float = QUIET_EVERY_S) -> dict:
+        progress: bool = True, settle_max: Optional[float] = None, quiet_every: float = QUIET_EVERY_S,
+        compute_nodes: Optional[int] = None, memnode_size_: Optional[str] = None) -> dict:
     """Runs one soak and returns its report (see the module docs). A
     ``workdir`` whose ``data`` holds anything (an earlier soak's index, left
     by a killed run) is refused with :class:`UsedWorkdir`: the model starts empty,
-    and an index reopened from it would fail every check."""
-    from .kill import _cli, _Server
+    and an index reopened from it would fail every check.
 
+    An engine that lives on a memory node (registry persistence
+    ``ON_MEMORY_NODE``) runs standalone on a memory node the soak starts,
+    through ``compute_nodes`` compute nodes (default 1); the memory node is
+    stopped and what the soak put in ``workdir`` removed at the end, also
+    when the soak fails. ``compute_nodes`` for any other engine, or through
+    the server, is :class:`BadSoakArguments`."""
     data = workdir / "data"
     if data.exists() and any(data.iterdir()):
         raise UsedWorkdir(f"{data} already holds data (an earlier soak's?); give the soak an empty --workdir")
-    vecs, _ = _rows()
+    remote = on_memory_node(engine)
+    if compute_nodes is not None:
+        if not remote:
+            raise BadSoakArguments(f"--compute-nodes is for an engine that lives on a memory node (persistence "
+                                   f"{ON_MEMORY_NODE!r}); {engine}'s is {engine_desc(engine)['persistence']!r}")
+        if mode == "server":
+            raise BadSoakArguments("--compute-nodes runs the engine standalone, not through the server")
+        if compute_nodes < 1:
+            raise BadSoakArguments(f"--compute-nodes takes N >= 1, got {compute_nodes}")
+        mode = "standalone"
     params = dict(params or {})
+    if not (remote and mode == "standalone"):
+        return _soak(engine, minutes, mode, workdir, points, writers, readers, seed, maintain_every, params,
+                     progress, settle_max, quiet_every, None, 0)
+    for k in ("memnode", "region", "writer"):
+        if k in params:
+            raise BadSoakArguments(f"--param {k} is the soak's own on a memory node")
+    created = not workdir.exists()
+    mem = _MemoryNodes(data, workdir, memnode_size(points, memnode_size_))
+    try:
+        return _soak(engine, minutes, mode, workdir, points, writers, readers, seed, maintain_every, params,
+                     progress, settle_max, quiet_every, mem, compute_nodes or 1)
+    finally:
+        mem.stop_all()
+        # What the soak put in the work dir: the backing file (a region as
+        # large as the run made it), the nodes' logs, the latency files.
+        import shutil
+
+        if created:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            shutil.rmtree(data, ignore_errors=True)
+            for f in [mem.log(i) for i in range(len(mem.started))] + [
+                    workdir / n for n in ("lat-write.f64", "lat-search.f64", "maint.f64")]:
+                try:
+                    f.unlink()
+                except OSError:
+                    pass
+
+
+def _soak(engine: str, minutes: float, mode: str, workdir: Path, points: int, writers: int, readers: int,
+          seed: int, maintain_every: float, params: dict, progress: bool, settle_max: Optional[float],
+          quiet_every: float, mem: Optional[_MemoryNodes], n_nodes: int) -> dict:
+    """``run``'s soak; ``mem`` the memory node (not started yet) of an
+    engine that lives on one, worked through ``n_nodes`` compute nodes."""
+    from .kill import _Server
+
+    data = workdir / "data"
+    vecs, queries = _rows()
     workdir.mkdir(parents=True, exist_ok=True)
     server = None
     url = None
+    if mem is not None:
+        mem.start()
     if mode == "server":
         server = _Server(data, dim=DIM)
         server.start()
@@ -968,6 +1355,8 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         cmd += ["--settle-max", str(settle_max)]
     if server:
         cmd += ["--url", url, "--holder-pid", str(server.proc.pid)]
+    if mem is not None:
+        cmd += ["--memnode", mem.address, "--compute-nodes", str(n_nodes), "--holder-pid", str(mem.pid)]
     oracle = Oracle(id_space(points))
     rows0 = initial_rows(points, seed, len(vecs))
     for i, r in enumerate(rows0):
@@ -1042,6 +1431,7 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         th.start()
     report: Dict[str, object] = {"engine": engine, "mode": mode, "minutes": minutes, "points": points,
                                  "writers": writers, "readers": readers, "params": params,
+                                 "compute_nodes": n_nodes if mem is not None else None,
                                  "maintain_every_s": maintain_every, "quiet_every_s": quiet_every,
                                  "quiet_window_s": min(QUIET_WINDOW_S, quiet_every / 3)}
     try:
@@ -1071,9 +1461,13 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
                 break
         # A random moment inside the 1-3 s after the writers resumed, mid-stream.
         time.sleep(random.Random(seed).uniform(1.0, 3.0))
+        if mem is not None and not mem.alive():
+            errors.append(f"the memory node exited before the kill: {mem.log_tail()}")
         killed.set()
         if server:
             server.kill()
+        if mem is not None:
+            mem.kill()  # the holder of the data, mid-stream
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         threads[0].join()
@@ -1084,13 +1478,24 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         acked = oracle.acked
         if server:
             report["restart_s"] = server.start()
-        found, opened = _final_state(mode, str(data), url, engine, params, oracle, vecs)
+        remote: Optional[dict] = None
+        if mem is not None:
+            # Restarted on the same backing file (a new address).
+            report["restart_s"] = mem.start()
+            qs = settled.get("sample") or {}
+            at_settle = [r["durable_seq"] for r in qs["compute_nodes"]] if qs.get("compute_nodes") else None
+            found, opened, remote = _final_state_memnode(mem.address, engine, params, oracle, vecs, queries,
+                                                         n_nodes, at_settle)
+        else:
+            found, opened = _final_state(mode, str(data), url, engine, params, oracle, vecs)
         lost = oracle.check(found, DIM)
     finally:
         if proc.poll() is None:
             proc.kill()
         if server:
             server.kill()
+        if mem is not None:
+            mem.kill()
     w = _read_f64(workdir / "lat-write.f64", 2)
     s = _read_f64(workdir / "lat-search.f64", 3)
     polls = _read_f64(workdir / "maint.f64", 3)
@@ -1112,6 +1517,7 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
     ref = None if first_done is None else ratio[first_done]
     total_writes = sum(last.get(k, 0) for k in WRITE_KINDS)
     mw, iw = writes["maintenance"], writes["idle"]
+    on_node = _memnode_figures(remote, q, last, errors) if mem is not None else {}
     summary = {
         "wrong_answers": n_violations,
         "acked_writes_lost": len(lost),
@@ -1173,6 +1579,7 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
         "load_s": loaded.get("seconds"),
         "jobs_before_churn": loaded.get("jobs_before_churn"),
         "disk_reference_t": None if first_done is None else samples[first_done]["t"],
+        **on_node,
     }
     report.update({
         "summary": summary,
@@ -1208,6 +1615,15 @@ def add_arguments(p) -> None:
     p.add_argument("--settle-max", type=float, default=None, metavar="SECONDS",
                    help="how long the settle before the kill may wait for the jobs to end (default "
                         f"{SETTLE_S:.0f} s)")
+    p.add_argument("--compute-nodes", type=int, default=None, metavar="N",
+                   help="an engine that lives on a memory node (registry persistence "
+                        f"{ON_MEMORY_NODE!r}): the soak starts a memory node (loopback, backing file in the "
+                        "work dir) and N >= 1 compute nodes attached to one region, writer w writing through "
+                        "node w %% N and reader r reading through node r %% N; at the end the memory node is "
+                        "SIGKILLed mid-stream and restarted on its backing file (implies --standalone; "
+                        "default 1 for such an engine standalone)")
+    p.add_argument("--memnode-size", default=None, metavar="BYTES",
+                   help="the memory node's --size (suffixes K, M, G; default max(1G, 16K per point))")
     p.add_argument("--out", dest="soak_out", type=Path, help="write the JSON report here")
 
 
@@ -1216,6 +1632,8 @@ def add_driver_arguments(p) -> None:
         p.add_argument(a, required=True)
     p.add_argument("--url")
     p.add_argument("--holder-pid", type=int, default=0)
+    p.add_argument("--memnode", default=None, help="the memory node's HOST:PORT (an engine on a memory node)")
+    p.add_argument("--compute-nodes", type=int, default=0)
     for a, d in (("--points", 100_000), ("--writers", 4), ("--readers", 2), ("--seed", 1)):
         p.add_argument(a, type=int, default=d)
     p.add_argument("--maintain-every", type=float, default=0.0)

@@ -66,7 +66,7 @@ impl Collection {
         }
         let upto = *turn - 1;
         let engine_seq = self.engine_seq.load(Ordering::Acquire);
-        let volatile = self.engine.descriptor().persistence.saved_by_database();
+        let volatile = !self.engine.keeps_itself();
         // A volatile engine's state is written beside its file now, under
         // the turn (in the page cache: no fsync); the fsync and rename come
         // after the turn is released.
