@@ -169,6 +169,9 @@ def test_corruption_matrix_sample_has_no_violation(shm_path):
     engine_files = {f for f in r["files"] if f.startswith("collections/") and Path(f).parts[2].startswith("index")}
     assert engine_files <= set(damaged)
     assert {Path(f).parts[1] for f in engine_files} == set(corrupt.engines())
+    # The backing file of the memory node the backed collections live on
+    # (every engine that lives on one) is damaged too.
+    assert corrupt.on_memory_node() and corrupt.BACKING in damaged
 
 
 @pytest.mark.slow

@@ -57,6 +57,20 @@ fn p_hnsw_on_both_media() {
     crash_test("p-hnsw", &["--param", "persist=msync"]);
 }
 
+/// d-hnsw runs on a memory node inside the child process, on a backing
+/// file in the target's directory: the simulator crashes at its FLUSHes,
+/// and a SIGKILL takes the compute node and the memory node down together
+/// (the next open finds the node restarted and puts the region right).
+#[test]
+fn d_hnsw_on_a_backing_file() {
+    let v = crash_test("d-hnsw", &[]);
+    assert!(v["simulator"]["crashes_at_fence"].as_u64().unwrap() > 0);
+    assert!(
+        v["kill"]["recoveries_with_work"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+}
+
 #[test]
 fn snapshot_baseline_and_database_collections() {
     crash_test("hnsw-snap", &[]);

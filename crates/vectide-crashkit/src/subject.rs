@@ -101,6 +101,7 @@ impl Target {
                     // region, one named writer: a crash is the memory
                     // node's, and the next round's compute node attaches
                     // to what its restart serves.
+                    std::fs::create_dir_all(dir).map_err(|e| Error::io_at(dir, e))?;
                     let file = dir.join(MEMNODE_FILE);
                     p.insert(
                         "memnode".into(),

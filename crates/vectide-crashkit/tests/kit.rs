@@ -124,7 +124,6 @@ fn mutation_check_d_hnsw_detects_every_flush_site() {
         "rebuild",
         "rebuild.intent",
         "rebuild.entry",
-        "rebuild.done",
         "durable",
     ] {
         assert!(

@@ -785,21 +785,23 @@ impl DHnsw {
     }
 
     /// Writes `e` (partition `p`'s entry, held) into the entry's fields,
-    /// then clears its intent, each durable before the next: what a rebuild
-    /// does once its intent is durable, and what a writer that takes a
-    /// partition over does with an intent its stopped writer left.
+    /// durable, then clears its intent: what a rebuild does once its intent
+    /// is durable, and what a writer that takes a partition over does with
+    /// an intent its stopped writer left. The clear needs no FLUSH of its
+    /// own: while the intent stands it says what the fields say, and the
+    /// first change of the fields after (an insert's count) clears it again
+    /// in the same FLUSHed phase.
     pub(crate) fn fold_intent(&self, lay: &Layout, p: u32, e: &Entry) -> Result<()> {
         let at = lay.entry_at(p);
         crate::fetch::post_phases(
             &*self.mem,
             lay.region,
-            vec![
-                (crate::sites::REBUILD_ENTRY, vec![(at, e.field_bytes())]),
-                (
-                    crate::sites::REBUILD_DONE,
-                    vec![(at + Entry::INTENT_CHECK_AT, vec![0u8; 8])],
-                ),
-            ],
+            vec![(crate::sites::REBUILD_ENTRY, vec![(at, e.field_bytes())])],
+        )?;
+        crate::fetch::post_unflushed(
+            &*self.mem,
+            lay.region,
+            vec![(at + Entry::INTENT_CHECK_AT, vec![0u8; 8])],
         )
     }
 

@@ -455,24 +455,28 @@ impl LabelMap {
     ) -> Result<Vec<Slot>> {
         let mut out = Vec::with_capacity(swaps.len());
         for chunk in swaps.chunks(CHAIN / 2) {
+            // The CASes, then a FLUSH of each bucket (one run of FLUSHes,
+            // which the memory node makes durable with one fence): every
+            // bucket durable when the doorbell returns.
             let mut wrs: Vec<Verb> = Vec::with_capacity(2 * chunk.len());
             for &(b, e, n) in chunk {
-                let at = self.bucket_at(b) + 8;
                 wrs.push(Verb::Cas {
                     region: self.region.id,
-                    offset: at,
+                    offset: self.bucket_at(b) + 8,
                     expect: e.encode(),
                     new: n.encode(),
                 });
+            }
+            for &(b, ..) in chunk {
                 wrs.push(Verb::Flush {
                     region: self.region.id,
-                    offset: at - 8,
+                    offset: self.bucket_at(b),
                     len: BUCKET_BYTES,
                     site: crate::sites::MAP_SWAP,
                 });
             }
             for (i, c) in mem.post(&wrs)?.into_iter().enumerate() {
-                if i % 2 == 0 {
+                if i < chunk.len() {
                     out.push(Slot::decode(c.into_word()?));
                 } else {
                     c.into_done()?;

@@ -43,18 +43,20 @@ pub struct Held {
     pub stop: AtomicBool,
     renewing: AtomicBool,
     region: Mutex<Option<Region>>,
-    mem: Arc<dyn RemoteMemory>,
+    /// Weak: a closed compute node's transport (and a memory node inside
+    /// its process, with its backing file's lock) goes with it at once.
+    mem: std::sync::Weak<dyn RemoteMemory>,
 }
 
 impl Held {
-    pub fn new(mem: Arc<dyn RemoteMemory>) -> Held {
+    pub fn new(mem: &Arc<dyn RemoteMemory>) -> Held {
         Held {
             word: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             renewing: AtomicBool::new(false),
             region: Mutex::new(None),
-            mem,
+            mem: Arc::downgrade(mem),
         }
     }
 
@@ -69,7 +71,10 @@ impl Held {
         let Some(region) = *self.region.lock() else {
             return true;
         };
-        let c = self.mem.post(&[
+        let Some(mem) = self.mem.upgrade() else {
+            return false;
+        };
+        let c = mem.post(&[
             Verb::FetchAdd {
                 region: region.id,
                 offset: BEAT_AT,

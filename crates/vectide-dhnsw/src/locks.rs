@@ -383,8 +383,17 @@ impl DHnsw {
                 let boot = u64::from_le_bytes(boot[..8].try_into().expect("8 bytes"));
                 if found == cur {
                     // Only the lease's holder writes a leased region (and
-                    // a node without a lease one without).
-                    if let Err(e) = self.may_write(region, owner) {
+                    // a node without a lease one without); a recovery
+                    // (putting right what writers left, changing no point)
+                    // runs whoever holds the lease.
+                    let recovering = self.recovering.load(std::sync::atomic::Ordering::Acquire);
+                    if let Err(e) = self.may_write(region, owner).or_else(|e| {
+                        if recovering {
+                            Ok(())
+                        } else {
+                            Err(e)
+                        }
+                    }) {
                         self.mem.cas(region, at, t, cur)?;
                         return Err(e);
                     }

@@ -13,7 +13,8 @@ pub const BUILD: Site = Site("dhnsw.build");
 pub const BUILD_HEADER: Site = Site("dhnsw.build.header");
 /// New node records and changed neighbour lists in a partition's gap.
 pub const RECORDS: Site = Site("dhnsw.records");
-/// A partition's overflow count, after the records it covers.
+/// A partition's overflow count, after the records it covers (with its
+/// entry's rebuild intent cleared: the intent no longer says the same).
 pub const COUNT: Site = Site("dhnsw.count");
 /// A label map value swapped (where a label's node is, or absent), with
 /// its bucket's key.
@@ -24,8 +25,6 @@ pub const REBUILD: Site = Site("dhnsw.rebuild");
 pub const REBUILD_INTENT: Site = Site("dhnsw.rebuild.intent");
 /// A partition's entry fields naming its rebuilt area.
 pub const REBUILD_ENTRY: Site = Site("dhnsw.rebuild.entry");
-/// The rebuild's intent cleared (its check word), the fields holding it.
-pub const REBUILD_DONE: Site = Site("dhnsw.rebuild.done");
 
 /// The end of the bytes handed out, moved by a rebuild.
 pub const ALLOC: Site = Site("dhnsw.alloc");

@@ -367,7 +367,7 @@ impl DHnsw {
         mem: Arc<dyn RemoteMemory>,
         local: Option<Arc<Regions>>,
     ) -> Result<DHnsw> {
-        let leased = Arc::new(crate::lease::Held::new(Arc::clone(&mem)));
+        let leased = Arc::new(crate::lease::Held::new(&mem));
         Ok(DHnsw {
             dim,
             metric,

@@ -459,7 +459,15 @@ impl DHnsw {
         // and a writer that takes the partition next (to rebuild it, say)
         // finds the new nodes already named by the map.
         let at = lay.entry_at(p);
-        let publish = vec![(at + ENTRY_COUNT_AT, count.to_le_bytes().to_vec())];
+        // The count, and the entry's rebuild intent cleared with it (an
+        // intent left standing would say count 0: `layout.rs`).
+        let publish = vec![
+            (at + ENTRY_COUNT_AT, count.to_le_bytes().to_vec()),
+            (
+                at + crate::layout::Entry::INTENT_CHECK_AT,
+                0u64.to_le_bytes().to_vec(),
+            ),
+        ];
         crate::fetch::post_phases(
             &*self.mem,
             lay.region,

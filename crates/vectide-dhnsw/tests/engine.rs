@@ -878,3 +878,41 @@ fn one_owner_at_a_time_writes_a_leased_region() {
     assert_eq!(b.len(), 402);
     assert!(b.check_structure().unwrap().is_empty());
 }
+
+/// A leased index on a memory node with a backing file, reopened after the
+/// node restarted (here: a node inside the process, on its file): the
+/// region is put right first (its lock words may be held by writes the
+/// restart cut short), then the same owner takes its lease back, and its
+/// durable_seq is what its last flush recorded.
+#[test]
+fn a_leased_region_reopens_after_its_memory_node_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("node.vtb");
+    let params = || {
+        params_of([
+            (
+                "memnode",
+                ParamValue::Str(format!("file:{}", file.display())),
+            ),
+            ("lease", ParamValue::Str("db-x/c".into())),
+            ("timeout_ms", ParamValue::Int(50)),
+        ])
+    };
+    let rows = oracle::clustered(300, DIM, 4, 9);
+    {
+        let a = (vectide_dhnsw::DESCRIPTOR.create)(DIM, Metric::L2, &params()).unwrap();
+        a.insert(7, &(0..300).collect::<Vec<u64>>(), &rows).unwrap();
+        a.flush().unwrap();
+        assert_eq!(a.durable_seq(), 7);
+    }
+    let b = (vectide_dhnsw::DESCRIPTOR.create)(DIM, Metric::L2, &params()).unwrap();
+    assert_eq!(b.durable_seq(), 7);
+    assert_eq!(b.len(), 300);
+    b.insert(8, &[1000], &rows[..DIM]).unwrap();
+    assert!(b.contains(1000).unwrap() && b.check_structure().unwrap().is_empty());
+    assert_eq!(
+        b.stats().unwrap().extra_value("recovery.restarts"),
+        Some(1.0),
+        "the region was put right for the node's new boot"
+    );
+}

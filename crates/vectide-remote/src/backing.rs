@@ -391,9 +391,22 @@ impl Backing {
     /// caller's name for the call, [`SITE_FLUSH`] for one from the network).
     pub fn flush(&self, site: Site, at: u64, len: u64) {
         if len > 0 {
-            self.map.persist(site, at as usize, len as usize);
-            self.map.fence(site);
+            self.persist(site, at, len);
+            self.fence(site);
         }
+    }
+
+    /// A FLUSH's first half: `len` bytes at `at` written back (not yet
+    /// durable until [`Backing::fence`]).
+    pub fn persist(&self, site: Site, at: u64, len: u64) {
+        if len > 0 {
+            self.map.persist(site, at as usize, len as usize);
+        }
+    }
+
+    /// A FLUSH's second half: what was persisted is durable.
+    pub fn fence(&self, site: Site) {
+        self.map.fence(site);
     }
 }
 

@@ -104,9 +104,10 @@ impl Mem {
         }
     }
 
-    /// FLUSH of `n` bytes at `at`: durable in the backing file before it
-    /// returns (nothing to do in the heap); `None` once dropped.
-    fn flush(&self, site: vectide_storage::Site, at: usize, n: usize) -> Option<()> {
+    /// A FLUSH's persist of `n` bytes at `at` (the chain fences after its
+    /// run of FLUSHes): whether there was anything to persist (nothing in
+    /// the heap); `None` once dropped.
+    fn persist(&self, site: vectide_storage::Site, at: usize, n: usize) -> Option<bool> {
         if let Bytes::Mapped {
             backing,
             at: base,
@@ -118,9 +119,10 @@ impl Mem {
             if !*alive {
                 return None;
             }
-            backing.flush(site, base + at as u64, n as u64);
+            backing.persist(site, base + at as u64, n as u64);
+            return Some(n > 0);
         }
-        Some(())
+        Some(false)
     }
 
     /// Marks a region in the backing file dead once no verb is on it.
@@ -387,19 +389,34 @@ impl Regions {
     pub fn execute(&self, wrs: &[Verb]) -> Vec<Completion> {
         let mut out = Vec::with_capacity(wrs.len());
         let mut failed = false;
+        // A run of FLUSHes persists each range and fences once, before the
+        // next other request runs (or the chain ends): one `msync` for the
+        // run rather than one per range, the same durability order.
+        let mut fence: Option<vectide_storage::Site> = None;
         for wr in wrs {
             if failed {
                 out.push(Completion::Failed(Status::Flushed));
                 continue;
             }
-            let c = self.one(wr);
+            if !matches!(wr, Verb::Flush { .. }) {
+                self.fence_pending(&mut fence);
+            }
+            let c = self.one(wr, &mut fence);
             failed = matches!(c, Completion::Failed(_));
             out.push(c);
         }
+        self.fence_pending(&mut fence);
         out
     }
 
-    fn one(&self, wr: &Verb) -> Completion {
+    /// The fence a run of FLUSHes owes, if any.
+    fn fence_pending(&self, fence: &mut Option<vectide_storage::Site>) {
+        if let (Some(site), Some(b)) = (fence.take(), &self.backing) {
+            b.fence(site);
+        }
+    }
+
+    fn one(&self, wr: &Verb, fence: &mut Option<vectide_storage::Site>) -> Completion {
         let (region, offset, len, atomic) = match wr {
             Verb::Read {
                 region,
@@ -455,7 +472,16 @@ impl Regions {
                     old
                 })
                 .map(Completion::Word),
-            Verb::Flush { site, .. } => mem.flush(*site, at, n).map(|()| Completion::Done),
+            Verb::Flush { site, .. } => mem.persist(*site, at, n).map(|persisted| {
+                if persisted {
+                    // A run of another site's FLUSHes fences first.
+                    if fence.is_some_and(|f| f != *site) {
+                        self.fence_pending(fence);
+                    }
+                    *fence = Some(*site);
+                }
+                Completion::Done
+            }),
         };
         // Dropped while this verb waited for it.
         done.unwrap_or(Completion::Failed(Status::UnknownRegion))
@@ -624,7 +650,7 @@ mod tests {
         );
         assert!(stale.write(0, 8, |w| w.fill(0xAB)).is_none());
         assert!(
-            stale.read(0, 8).is_none() && stale.flush(crate::backing::SITE_FLUSH, 0, 8).is_none()
+            stale.read(0, 8).is_none() && stale.persist(crate::backing::SITE_FLUSH, 0, 8).is_none()
         );
         let c = r.execute(&[Verb::Read {
             region: new.id,

@@ -3,7 +3,12 @@
 A template database holds one collection per engine of the registry, named
 after it (``targets.py``: the small parameters that make freezes, merges,
 snapshots and splits happen; ``p-hnsw`` with ``persist=msync``): snapshot +
-WAL tail for the in-memory engines, each durable engine's own files. For
+WAL tail for the in-memory engines, each durable engine's own files, and
+for each engine that lives on a memory node one more collection
+(``<engine>-backed``) on a memory node inside the process on the backing
+file ``memnode.vtb`` in the database's directory (``memnode=file:...``,
+relative: every probe runs in its copy's directory), which the collection
+keeps itself in (no saved file). For
 every file in it (catalog, WAL
 segments, point stores, engine files) and every damage (flip 8 bytes, zero
 512 bytes, truncate) at its start, middle and end, a copy is damaged and
@@ -16,14 +21,17 @@ case is classified:
   indistinguishable from a write torn by a crash (``docs/format-wal.md``);
 - ``typed-error``: opening fails with a Vectide error naming the damage;
 - ``undetected``: it opens with different data where the format has no
-  checksum by design (P-HNSW node data, ``docs/format-phnsw.md``);
+  checksum by design (P-HNSW node data, ``docs/format-phnsw.md``; a memory
+  node's region bytes, raw remote memory, ``docs/format-dhnsw.md``);
 - ``violation``: a crash, a panic, a hang, or different data anywhere else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -46,13 +54,46 @@ def engines() -> List[str]:
     return [e["name"] for e in vectide.engines()]
 
 
+#: The backing file of the memory node the ``-backed`` collections use.
+BACKING = "memnode.vtb"
+
+
+def on_memory_node() -> List[str]:
+    """The engines that live on a memory node (by the registry's class)."""
+    import vectide
+
+    return [e["name"] for e in vectide.engines() if e["persistence"].endswith("on its memory node")]
+
+
+@contextlib.contextmanager
+def _inside(path: Path):
+    """Runs with ``path`` as the working directory (the backed collections
+    name their backing file relative to it)."""
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def build_template(path: Path) -> None:
     import vectide
 
     rng = np.random.default_rng(5)
-    db = vectide.connect(path)
-    for engine in engines():
-        c = db.create_collection(engine, dim=DIM, metric="l2", engine=engine, **collection_kwargs(engine))
+    path.mkdir(parents=True, exist_ok=True)
+    with _inside(path):
+        _fill(vectide.connect(path), rng)
+    import gc
+
+    gc.collect()
+
+
+def _fill(db, rng) -> None:
+    colls = [(e, e, collection_kwargs(e)) for e in engines()]
+    colls += [(f"{e}-backed", e, {**collection_kwargs(e), "memnode": f"file:{BACKING}"}) for e in on_memory_node()]
+    for name, engine, kwargs in colls:
+        c = db.create_collection(name, dim=DIM, metric="l2", engine=engine, **kwargs)
         c.upsert(list(range(300)), rng.standard_normal((300, DIM)).astype(np.float32),
                  payloads=[{"i": i, "f": float(rng.standard_normal())} for i in range(300)])
         c.checkpoint()
@@ -62,9 +103,6 @@ def build_template(path: Path) -> None:
         c.set_payload({"late": True}, ids=[25])
     # Dropped without close (no final checkpoint): the WAL tails stay.
     del c, db
-    import gc
-
-    gc.collect()
 
 
 def probe(path: Path) -> dict:
@@ -131,6 +169,8 @@ def classify(rel: Path, kind: str, where: str, files: List[Path], want: dict, go
         return "intact"
     coll = rel.parts[1] if rel.parts[0] == "collections" else None
     changed = {k for k in want["collections"] if got["collections"].get(k) != want["collections"][k]}
+    if rel.name == BACKING and changed and all(k.endswith("-backed") for k in changed):
+        return "undetected"  # a region's bytes: raw memory, no checksum
     if coll and changed <= {coll}:
         if where == "end" and _is_last_wal_segment(rel, files):
             return "torn-tail"
@@ -168,7 +208,8 @@ def run(quick: bool, workdir: Path, python: str = sys.executable, sample: bool =
     # Opening checkpoints on close and changes the files: probe a copy.
     pristine = workdir / "pristine"
     shutil.copytree(template, pristine)
-    want = probe(pristine)
+    with _inside(pristine):
+        want = probe(pristine)
     assert want["ok"], want
     shutil.rmtree(pristine)
     damages = DAMAGES
@@ -184,7 +225,7 @@ def run(quick: bool, workdir: Path, python: str = sys.executable, sample: bool =
         t0 = time.perf_counter()
         try:
             p = subprocess.run([python, "-m", "vectide.torture", "probe", "--dir", str(case_dir)],
-                               capture_output=True, text=True, timeout=300)
+                               capture_output=True, text=True, timeout=300, cwd=case_dir)
             rc, out, err = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired:
             rc, out, err = -999, "", "timed out (hang)"
