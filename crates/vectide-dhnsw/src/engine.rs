@@ -256,7 +256,9 @@ impl VectorIndex for DHnsw {
     fn maintain(&self) -> Result<()> {
         // Partitions a stopped writer left held: taken over (after six
         // timeouts of being seen so), their labels put right, published;
-        // then old nodes a stopped writer owed a tombstone.
+        // then old nodes a stopped writer owed a tombstone. A region whose
+        // memory node restarted is put right first.
+        self.ensure_recovered()?;
         self.repair_stuck()?;
         let _w = self.write.lock();
         let mut guard = self.layout.write();

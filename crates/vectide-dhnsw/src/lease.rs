@@ -212,6 +212,14 @@ impl DHnsw {
         crate::fetch::post_unflushed(&*self.mem, region, vec![(OWNER_NAME_AT, b)])
     }
 
+    /// Whether this node may repair `lay`'s region (`maintain`): it may
+    /// write it (the lease's holder, or no lease on either side).
+    pub(crate) fn may_repair(&self, lay: &Layout) -> Result<bool> {
+        let b = self.mem.read(lay.region, OWNER_AT, 8)?;
+        let owner = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        Ok(owner == self.leased.word.load(Ordering::Acquire))
+    }
+
     /// Whether this node may write a region whose owner word is `owner`
     /// (read in the doorbell that took a lock): its own lease, or no lease
     /// when it holds none. The error names the holder.

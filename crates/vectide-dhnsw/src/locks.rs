@@ -153,6 +153,11 @@ impl DHnsw {
         let Some(lay) = guard.as_mut() else {
             return Ok(0);
         };
+        // A node that may not write the region (its lease is another's)
+        // repairs nothing in it.
+        if !self.may_repair(lay)? {
+            return Ok(0);
+        }
         let k = lay.table.len() as u64;
         let at = lay.header.table_off;
         let table = crate::fetch::read_range(&*self.mem, lay.region, at, at + k * ENTRY_BYTES)?;
@@ -431,6 +436,11 @@ impl DHnsw {
             lay.table[p as usize].state = held;
             return Ok(());
         }
+        self.reload_entry(lay, p, held)
+    }
+
+    /// [`refresh_entry`](Self::refresh_entry) that always reads the entry.
+    pub(crate) fn reload_entry(&self, lay: &mut Layout, p: u32, held: u64) -> Result<()> {
         let b = self
             .mem
             .read(lay.region, lay.entry_at(p), ENTRY_BYTES as u32)?;

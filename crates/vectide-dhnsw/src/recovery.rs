@@ -68,6 +68,13 @@ impl DHnsw {
             if w == boot {
                 return Ok(false);
             }
+            if w & BOOT_BITS > boot {
+                // Put right for a later boot than this node knows of (its
+                // transport's greeting is stale): never claimed from here.
+                return Err(vectide_core::Error::unavailable(
+                    "d-hnsw: the memory node restarted since this compute node last greeted it; retry",
+                ));
+            }
             let marked = w & RECOVERING != 0 && w & BOOT_BITS == boot;
             let claim = if !marked {
                 // Behind the node's boot: the first to mark it recovers.
@@ -93,7 +100,13 @@ impl DHnsw {
                     if self.mem.cas(lay.region, BOOT_AT, w, mark)? != w {
                         continue;
                     }
-                    self.recover_orphans(lay)?;
+                    if let Err(e) = self.recover_orphans(lay) {
+                        // The mark taken back, so that the next attempt (any
+                        // node's) starts at once rather than after the
+                        // take-over time.
+                        let _ = self.mem.cas(lay.region, BOOT_AT, mark, w);
+                        return Err(e);
+                    }
                     if self.mem.cas(lay.region, BOOT_AT, mark, boot)? != mark {
                         // Taken over meanwhile (this recovery outlived the
                         // take-over time): the other one finishes.
@@ -147,14 +160,29 @@ impl DHnsw {
                     .expect("8 bytes"),
             );
             // Held by a write that will not finish: taken over at once
-            // (odd to the next odd value); free: taken.
-            let take = if s % 2 == 1 { s + 2 } else { s + 1 };
-            if self.mem.cas(lay.region, lay.state_at(p), s, take)? != s {
-                return Err(vectide_core::Error::unavailable(format!(
-                    "d-hnsw: partition {p} changed while the region was put right after its memory node restarted"
-                )));
-            }
-            self.refresh_entry(lay, p, take)?;
+            // (odd to the next odd value); free: taken. A writer that took
+            // it meanwhile gives it back at once (its doorbell saw the boot
+            // word marked): the state read again and the take tried again.
+            let mut s = s;
+            let mut tries = 0;
+            let take = loop {
+                let take = if s % 2 == 1 { s + 2 } else { s + 1 };
+                let found = self.mem.cas(lay.region, lay.state_at(p), s, take)?;
+                if found == s {
+                    break take;
+                }
+                tries += 1;
+                if tries > 64 {
+                    return Err(vectide_core::Error::unavailable(format!(
+                        "d-hnsw: partition {p} kept changing while the region was put right after its memory node restarted"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                s = found;
+            };
+            // The entry as the region has it (this node's copy may match
+            // the state read and still be older than the fields).
+            self.reload_entry(lay, p, take)?;
             self.reconcile(lay, p)?;
             self.publish(lay, p, take)?;
         }

@@ -15,10 +15,23 @@ use std::time::Instant;
 use vectide_core::Result;
 
 impl DHnsw {
-    /// Moves the owed word by `by` (wrapping).
+    /// Raises the owed word by `by` (> 0), or lowers it by `-by`, never
+    /// below 0 (a sweep may have set it to 0 while this writer's
+    /// tombstones were under way: lowering it past 0 would hide another
+    /// writer's raise).
     pub(crate) fn owe(&self, lay: &Layout, by: i64) -> Result<()> {
-        if by != 0 {
+        if by > 0 {
             self.mem.fetch_add(lay.region, OWED_AT, by as u64)?;
+        } else if by < 0 {
+            let mut w = self.read_word(lay, OWED_AT)?;
+            while w > 0 {
+                let next = w.saturating_sub(by.unsigned_abs());
+                let found = self.mem.cas(lay.region, OWED_AT, w, next)?;
+                if found == w {
+                    break;
+                }
+                w = found;
+            }
         }
         Ok(())
     }
@@ -26,6 +39,9 @@ impl DHnsw {
     /// `maintain`'s part: returns how many partitions it reconciled (0 when
     /// nothing was owed, or not for long enough yet).
     pub(crate) fn sweep_owed(&self, lay: &mut Layout) -> Result<usize> {
+        if !self.may_repair(lay)? {
+            return Ok(0);
+        }
         let w = self.read_word(lay, OWED_AT)?;
         let mut seen = self.owed_seen.lock();
         if w == 0 {

@@ -63,7 +63,10 @@ impl Tcp {
         let body = self.round_trip(&mut s, &Request::Hello { version: VERSION }.encode())?;
         match Reply::decode(&body)? {
             Reply::Hello { version, boot } if version == VERSION => {
-                self.boot.store(boot, std::sync::atomic::Ordering::Release);
+                // The newest boot seen (two greetings around a restart may
+                // land in either order).
+                self.boot
+                    .fetch_max(boot, std::sync::atomic::Ordering::AcqRel);
                 Ok(s)
             }
             Reply::Error { code, message } => Err(crate::client::node_error(
