@@ -191,9 +191,9 @@ fn old_nodes_a_stopped_writer_owed_are_tombstoned_by_maintain() {
     let other = attached(&addr, "owed");
     let moved: Vec<u64> = (10..16).collect();
     let vs: Vec<f32> = moved.iter().flat_map(|&l| point(l + MOVE)).collect();
-    crate::update::STOP_BEFORE_TOMBSTONES.store(true, Ordering::Relaxed);
+    crate::switches::STOP_BEFORE_TOMBSTONES.set(true);
     let stopped = writer.insert(2, &moved, &vs);
-    crate::update::STOP_BEFORE_TOMBSTONES.store(false, Ordering::Relaxed);
+    crate::switches::STOP_BEFORE_TOMBSTONES.set(false);
     assert!(stopped.is_err());
     drop(writer);
     let every = SearchParams {

@@ -273,7 +273,7 @@ impl DHnsw {
                     .try_into()
                     .expect("8 bytes"),
             );
-            let stable = (state % 2 == 0 && state == after) || trust_torn_reads();
+            let stable = (state % 2 == 0 && state == after) || crate::switches::TRUST_TORN.on();
             if !stable {
                 out.push((p, e, None, None));
                 continue;
@@ -489,21 +489,4 @@ fn chunks(want: &[(u32, Entry)], rec: u64, chain: usize) -> Vec<&[(u32, Entry)]>
         out.push(&want[start..]);
     }
     out
-}
-
-/// A switch of the interleaving test's mutation check: take every read as
-/// if no writer were inside (what this state check prevents).
-#[cfg(test)]
-pub(crate) static TRUST_TORN: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-#[cfg(test)]
-fn trust_torn_reads() -> bool {
-    TRUST_TORN.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-#[cfg(not(test))]
-#[inline(always)]
-fn trust_torn_reads() -> bool {
-    false
 }

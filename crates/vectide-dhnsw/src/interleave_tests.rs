@@ -137,8 +137,8 @@ fn run(trust_torn: bool) -> Seen {
         });
         assert!(hook_slot.set(hook).is_ok());
     }
-    crate::fetch::TRUST_TORN.store(trust_torn, Ordering::Relaxed);
-    crate::layout::IGNORE_INTENTS.store(trust_torn, Ordering::Relaxed);
+    crate::switches::TRUST_TORN.set(trust_torn);
+    crate::switches::IGNORE_INTENTS.set(trust_torn);
     armed.store(true, Ordering::Release);
     for b in 0..5u64 {
         let ls: Vec<u64> = (1000 + 6 * b..1006 + 6 * b).collect();
@@ -147,8 +147,8 @@ fn run(trust_torn: bool) -> Seen {
     }
     writer.delete(20, &[5, 6, 1003]).unwrap();
     armed.store(false, Ordering::Release);
-    crate::fetch::TRUST_TORN.store(false, Ordering::Relaxed);
-    crate::layout::IGNORE_INTENTS.store(false, Ordering::Relaxed);
+    crate::switches::TRUST_TORN.set(false);
+    crate::switches::IGNORE_INTENTS.set(false);
     assert!(
         writer
             .stats()

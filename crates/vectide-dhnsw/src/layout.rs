@@ -109,23 +109,6 @@ pub fn record_bytes(dim: usize, m0: usize) -> usize {
     (16 + 4 * m0 + 4 * dim).next_multiple_of(8)
 }
 
-/// A switch of the interleaving test's mutation check: read entries as
-/// if no rebuild intent were there.
-#[cfg(test)]
-pub(crate) static IGNORE_INTENTS: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-#[cfg(test)]
-fn ignore_intents() -> bool {
-    IGNORE_INTENTS.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-#[cfg(not(test))]
-#[inline(always)]
-fn ignore_intents() -> bool {
-    false
-}
-
 /// The region's header.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Header {
@@ -418,7 +401,7 @@ impl Entry {
                 intent: false,
             };
             let rest = r.bytes((ENTRY_BYTES - ENTRY_INTENT_AT) as usize)?;
-            let e = if ignore_intents() {
+            let e = if crate::switches::IGNORE_INTENTS.on() {
                 e
             } else {
                 Entry::from_intent(rest, e.state).unwrap_or(e)

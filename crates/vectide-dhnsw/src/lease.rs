@@ -35,11 +35,10 @@ fn same_owner(a: u64, b: u64) -> bool {
 }
 
 /// What a compute node holds of a lease, shared with its renewal thread:
-/// its owner word (0: none), the region it is on, whether a renewal found
-/// the lease taken, and whether the node closed.
+/// its owner word (0: none), the region it is on, and whether the node
+/// closed.
 pub struct Held {
     pub word: AtomicU64,
-    pub lost: AtomicBool,
     pub stop: AtomicBool,
     renewing: AtomicBool,
     region: Mutex<Option<Region>>,
@@ -52,7 +51,6 @@ impl Held {
     pub fn new(mem: &Arc<dyn RemoteMemory>) -> Held {
         Held {
             word: AtomicU64::new(0),
-            lost: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             renewing: AtomicBool::new(false),
             region: Mutex::new(None),
@@ -65,7 +63,7 @@ impl Held {
         *self.region.lock() = Some(region);
     }
 
-    /// One renewal; false once the lease is found taken.
+    /// One renewal; false once the lease is found taken (the renewals stop).
     fn renew(&self) -> bool {
         let word = self.word.load(Ordering::Acquire);
         let Some(region) = *self.region.lock() else {
@@ -90,7 +88,6 @@ impl Held {
             Ok(Some(Ok(b))) => {
                 let w = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
                 if w != word {
-                    self.lost.store(true, Ordering::Release);
                     return false;
                 }
                 true
@@ -193,7 +190,6 @@ impl DHnsw {
             }
             self.write_owner_name(lay.region, &name)?;
             self.leased.word.store(next, Ordering::Release);
-            self.leased.lost.store(false, Ordering::Release);
             self.leased.on_region(lay.region);
             self.leased
                 .start_renewals(Duration::from_millis(self.params.timeout_ms.max(1)));
@@ -227,9 +223,6 @@ impl DHnsw {
         let mine = self.leased.word.load(Ordering::Acquire);
         if owner == mine {
             return Ok(());
-        }
-        if mine != 0 {
-            self.leased.lost.store(true, Ordering::Release);
         }
         let (_, _, holder) = self.read_owner(region).unwrap_or_default();
         Err(Error::invalid(if mine == 0 {

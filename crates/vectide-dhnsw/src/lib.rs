@@ -73,6 +73,7 @@ mod space;
 mod state;
 pub mod subgraph;
 mod sweep;
+mod switches;
 #[cfg(test)]
 mod test_transport;
 mod update;

@@ -25,23 +25,6 @@ use vectide_graph::prune::{backlink, plan_links, Backlink};
 use vectide_graph::{Graph, Scratch};
 use vectide_remote::Verb;
 
-/// A switch of the fault tests: the writer stops once its new nodes are
-/// published, before it tombstones the old ones (as one that dies there).
-#[cfg(test)]
-pub(crate) static STOP_BEFORE_TOMBSTONES: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-#[cfg(test)]
-fn stops_before_tombstones() -> bool {
-    STOP_BEFORE_TOMBSTONES.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-#[cfg(not(test))]
-#[inline(always)]
-fn stops_before_tombstones() -> bool {
-    false
-}
-
 /// What naming placed rows in the label map changed (the counts, moved
 /// before the partition is published) and leaves to do once no partition
 /// is held (the tombstones).
@@ -155,7 +138,7 @@ impl DHnsw {
         // With no partition held: the nodes the labels left behind (also
         // those of the groups placed before a failure), and a recount if a
         // take-over happened on the way.
-        if stops_before_tombstones() {
+        if crate::switches::STOP_BEFORE_TOMBSTONES.on() {
             return Err(vectide_core::Error::unavailable(
                 "the compute node died (a test's switch)",
             ));
