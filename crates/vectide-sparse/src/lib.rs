@@ -1,0 +1,83 @@
+//! # vectide-sparse
+//!
+//! The sparse-vector room: Qdrant-shaped sparse vectors (u32 term indices,
+//! f32 weights) searched by dot product over an inverted index.
+//!
+//! - `vector.rs`: [`SparseVector`], checked where it enters (equal lengths,
+//!   unique indices, finite values), kept sorted by index.
+//! - `postings.rs`: one term's posting list in document order, with
+//!   per-block bounds (last document, largest and smallest weight).
+//! - `index.rs`: [`SparseIndex`] (each document's vector and the posting
+//!   lists; upsert and delete are idempotent per document), the
+//!   [`Modifier`] (Qdrant's IDF).
+//! - `search.rs`: exact top-k by dot product with MaxScore and block-max
+//!   pruning, filters asked inside the search, ties in the caller's order;
+//!   `search_scan`, the full scan it must agree with.
+//! - `persist.rs`: save and load (`docs/format-sparse.md`).
+//!
+//! The index is volatile: the database makes it durable through its one
+//! commit log and checkpoints (a saved file plus the log's tail), as it
+//! does the volatile dense engines.
+
+mod index;
+mod persist;
+mod postings;
+mod search;
+mod vector;
+
+pub use index::{Modifier, SparseIndex};
+pub use persist::{END_MAGIC, FORMAT_VERSION, HEADER_LEN, MAGIC, TRAILER_LEN};
+pub use postings::BLOCK;
+pub use search::{blocks, SearchStats};
+pub use vector::{SparseVector, MAX_NNZ};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cmp::Ordering;
+
+    fn sv(i: &[u32], v: &[f32]) -> SparseVector {
+        SparseVector::new(i.to_vec(), v.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn search_scores_overlapping_documents_only_and_breaks_ties_by_the_callers_order() {
+        let mut x = SparseIndex::new(Modifier::None);
+        x.upsert(1, 1, sv(&[1], &[1.0]));
+        x.upsert(1, 2, sv(&[1, 2], &[1.0, 0.0]));
+        x.upsert(1, 3, sv(&[2], &[5.0]));
+        x.upsert(1, 4, sv(&[3], &[9.0]));
+        x.upsert(1, 5, sv(&[1], &[-1.0]));
+        let q = sv(&[1], &[2.0]);
+        let asc = |a: u64, b: u64| a.cmp(&b);
+        let desc = |a: u64, b: u64| b.cmp(&a);
+        let (r, _) = x.search(&q, 10, &|_| true, &asc);
+        assert_eq!(r, vec![(1, 2.0), (2, 2.0), (5, -2.0)]);
+        let (r, _) = x.search(&q, 1, &|_| true, &desc);
+        assert_eq!(r, vec![(2, 2.0)]);
+        let (r, _) = x.search(&q, 10, &|d| d != 1, &asc);
+        assert_eq!(r, vec![(2, 2.0), (5, -2.0)]);
+        let _: Ordering = asc(1, 2);
+    }
+
+    #[test]
+    fn pruning_skips_most_postings_of_a_common_term() {
+        let mut x = SparseIndex::new(Modifier::None);
+        // Term 0 in every document with a small weight; term 1 in a few
+        // with a large one.
+        for d in 0..20_000u64 {
+            let (t, v) = if d % 1000 == 0 {
+                (vec![0, 1], vec![0.01, 10.0 + d as f32 / 1000.0])
+            } else {
+                (vec![0], vec![0.01 * ((d % 7) as f32 + 1.0)])
+            };
+            x.upsert(1, d, SparseVector::new(t, v).unwrap());
+        }
+        let q = sv(&[0, 1], &[1.0, 1.0]);
+        let asc = |a: u64, b: u64| a.cmp(&b);
+        let (r, stats) = x.search(&q, 10, &|_| true, &asc);
+        assert_eq!(r, x.search_scan(&q, 10, &|_| true, &asc));
+        assert_eq!(stats.postings, 20_020);
+        assert!(stats.scored < 2_000, "{stats:?}");
+    }
+}
