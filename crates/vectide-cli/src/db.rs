@@ -393,6 +393,7 @@ pub fn import(args: &ImportArgs) -> Result<(), String> {
                     metric: Metric::parse(&args.metric).map_err(|e| e.to_string())?,
                     engine: args.engine.clone(),
                     params: Default::default(),
+                    ..Default::default()
                 },
             )
             .map_err(|e| e.to_string())?,

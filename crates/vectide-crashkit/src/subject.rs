@@ -142,6 +142,7 @@ impl Target {
                                 metric: Metric::L2,
                                 engine: engine.clone(),
                                 params: params.clone(),
+                                ..Default::default()
                             },
                         )
                         .map_err(db_err)?,
@@ -320,7 +321,10 @@ impl Subject for DbSubject {
         Ok(r.into_iter().next().flatten().and_then(|r| r.vector))
     }
     fn nearest(&self, v: &[f32]) -> Result<Option<u64>> {
-        let p = wide_search(&**self.coll.engine());
+        let Some(engine) = self.coll.engine() else {
+            return Ok(None);
+        };
+        let p = wide_search(&**engine);
         let hits = self
             .coll
             .search(v, 1, &p, None, false, false)
@@ -331,14 +335,19 @@ impl Subject for DbSubject {
         }))
     }
     fn check(&self) -> Result<Vec<String>> {
-        let mut v = self.coll.engine().check_structure()?;
-        // The engine and the point store must agree on what is live.
-        if self.coll.engine().len() != self.coll.len() {
-            v.push(format!(
-                "engine holds {} vectors, the point store {} points",
-                self.coll.engine().len(),
-                self.coll.len()
-            ));
+        let mut v = Vec::new();
+        for (name, engine) in self.coll.engines() {
+            v.extend(engine.check_structure()?);
+            // Each space holds a vector of every live point (the kit
+            // writes every space of every point), and the point store
+            // agrees on what is live.
+            if engine.len() != self.coll.len() {
+                v.push(format!(
+                    "vector space {name:?} holds {} vectors, the point store {} points",
+                    engine.len(),
+                    self.coll.len()
+                ));
+            }
         }
         Ok(v)
     }
@@ -349,12 +358,15 @@ impl Subject for DbSubject {
         self.coll.len()
     }
     fn recovery_note(&self) -> String {
-        note(&recovery_figures(&**self.coll.engine()))
+        self.coll
+            .engine()
+            .map(|e| note(&recovery_figures(&**e)))
+            .unwrap_or_default()
     }
     fn recovered_work(&self) -> bool {
-        recovery_figures(&**self.coll.engine())
-            .iter()
-            .any(|(_, v)| *v != 0.0)
+        self.coll
+            .engines()
+            .any(|(_, e)| recovery_figures(&**e).iter().any(|(_, v)| *v != 0.0))
     }
 }
 

@@ -32,7 +32,14 @@ use crate::commitlog::{CommitLog, Durability};
 use crate::error::{DbError, Result};
 use crate::filter::Filter;
 use crate::ids::ExtId;
-use crate::record::{encode_targets, encode_upsert, Op, UpsertRow, OP_DELETE, OP_SET_PAYLOAD};
+use crate::record::{
+    encode_targets, encode_upsert, encode_upsert_multi, MultiRow, Op, UpsertRow, OP_DELETE,
+    OP_SET_PAYLOAD,
+};
+use crate::spaces::{
+    DenseSpace, NamedVectors, PointData, Shape, SparseSpace, SparseSpaceConfig, VectorSpaceConfig,
+    VectorValue,
+};
 use crate::store::{IndexKind, PointStore};
 use parking_lot::{Condvar, Mutex, RwLock};
 use serde_json::Value;
@@ -45,17 +52,39 @@ use vectide_core::poison::Poison;
 use vectide_core::{Metric, Seq};
 use vectide_engines::{AnyIndex, Params};
 
+mod apply;
 mod checkpoint;
 mod recovery;
 mod search;
 
-/// How a collection is built (kept in the catalog).
+/// How a collection is built (kept in the catalog): its main dense space
+/// (`dim`, `metric`, `engine`, `params`, named `vector_name`; `dim` 0 when
+/// the collection has no dense space), further dense spaces and sparse
+/// spaces (see [`crate::spaces`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectionConfig {
     pub dim: usize,
     pub metric: Metric,
     pub engine: String,
     pub params: Params,
+    /// The main space's name: `""` is Qdrant's unnamed vector.
+    pub vector_name: String,
+    pub more_vectors: Vec<VectorSpaceConfig>,
+    pub sparse_vectors: Vec<SparseSpaceConfig>,
+}
+
+impl Default for CollectionConfig {
+    fn default() -> Self {
+        CollectionConfig {
+            dim: 0,
+            metric: Metric::L2,
+            engine: "hnsw".into(),
+            params: Params::new(),
+            vector_name: String::new(),
+            more_vectors: Vec::new(),
+            sparse_vectors: Vec::new(),
+        }
+    }
 }
 
 impl CollectionConfig {
@@ -65,8 +94,61 @@ impl CollectionConfig {
             dim,
             metric,
             engine: engine.into(),
-            params: Params::new(),
+            ..Default::default()
         }
+    }
+
+    /// The single form: one unnamed dense space and nothing else (its
+    /// records and files are those of a collection before spaces existed).
+    pub fn is_single(&self) -> bool {
+        self.dim > 0
+            && self.vector_name.is_empty()
+            && self.more_vectors.is_empty()
+            && self.sparse_vectors.is_empty()
+    }
+
+    /// The dense spaces, the main one first.
+    pub fn dense_spaces(&self) -> Vec<VectorSpaceConfig> {
+        let mut out = Vec::with_capacity(1 + self.more_vectors.len());
+        if self.dim > 0 {
+            out.push(VectorSpaceConfig {
+                name: self.vector_name.clone(),
+                dim: self.dim,
+                metric: self.metric,
+                engine: self.engine.clone(),
+                params: self.params.clone(),
+            });
+        }
+        out.extend(self.more_vectors.iter().cloned());
+        out
+    }
+
+    /// The record shape of a multi collection.
+    pub(crate) fn shape(&self) -> Shape {
+        Shape {
+            dense: self.dense_spaces().iter().map(|s| s.dim).collect(),
+            sparse: self.sparse_vectors.len(),
+        }
+    }
+
+    /// A collection of the given dense and sparse spaces (the first dense
+    /// space becomes the main one).
+    pub fn with_spaces(dense: Vec<VectorSpaceConfig>, sparse: Vec<SparseSpaceConfig>) -> Self {
+        let mut dense = dense.into_iter();
+        let mut c = match dense.next() {
+            Some(m) => CollectionConfig {
+                dim: m.dim,
+                metric: m.metric,
+                engine: m.engine,
+                params: m.params,
+                vector_name: m.name,
+                ..Default::default()
+            },
+            None => CollectionConfig::default(),
+        };
+        c.more_vectors = dense.collect();
+        c.sparse_vectors = sparse;
+        c
     }
 }
 
@@ -139,10 +221,15 @@ pub struct PointInput {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hit {
     pub id: ExtId,
-    /// The engine's distance ("smaller is closer": squared L2, 1 − cos, −dot).
+    /// The engine's distance ("smaller is closer": squared L2, 1 − cos, −dot;
+    /// a sparse space's is −dot).
     pub distance: f32,
     pub payload: Option<Value>,
+    /// The main dense space's vector, when asked for and the point has one.
     pub vector: Option<Vec<f32>>,
+    /// In a multi collection, when asked for: every vector the point has,
+    /// by space name.
+    pub vectors: Option<NamedVectors>,
 }
 
 /// The score users see for an engine distance (Qdrant's conventions):
@@ -161,7 +248,11 @@ pub fn score(metric: Metric, distance: f32) -> f32 {
 pub struct Record {
     pub id: ExtId,
     pub payload: Value,
+    /// The main dense space's vector, when asked for and the point has one.
     pub vector: Option<Vec<f32>>,
+    /// In a multi collection, when asked for: every vector the point has,
+    /// by space name.
+    pub vectors: Option<NamedVectors>,
 }
 
 /// Counters of a collection.
@@ -187,15 +278,16 @@ pub struct Collection {
     name: String,
     dir: PathBuf,
     config: CollectionConfig,
-    engine: AnyIndex,
+    /// The dense spaces, the main one first (none in a sparse-only
+    /// collection).
+    dense: Vec<DenseSpace>,
+    sparse: Vec<SparseSpace>,
+    /// A multi collection's record shape (`None`: the single form).
+    shape: Option<Shape>,
     log: CommitLog,
     store: RwLock<PointStore>,
     /// The next sequence number to apply.
     turn: Mutex<Seq>,
-    /// The newest sequence number applied to the engine (payload-only
-    /// operations do not reach it): a checkpoint may cut the log past an
-    /// engine's `durable_seq()` only when that covers this.
-    engine_seq: AtomicU64,
     turn_cv: Condvar,
     last_checkpoint: Mutex<Instant>,
     /// Held through a checkpoint: one at a time, so that the store's
@@ -239,9 +331,72 @@ impl Collection {
         &self.dir
     }
 
-    /// The engine (for benchmarks comparing with the engine alone).
-    pub fn engine(&self) -> &AnyIndex {
-        &self.engine
+    /// The main dense space's engine (for benchmarks comparing with the
+    /// engine alone, and the crash kit); `None` in a collection without a
+    /// dense space.
+    pub fn engine(&self) -> Option<&AnyIndex> {
+        self.dense.first().map(|d| &d.engine)
+    }
+
+    /// The main dense space's engine, or an error naming what the
+    /// collection has instead.
+    pub fn main_engine(&self) -> Result<&AnyIndex> {
+        self.engine()
+            .ok_or_else(|| DbError::invalid("the collection has no dense vectors"))
+    }
+
+    /// The engine of the dense space named `using`.
+    pub fn dense_engine(&self, using: &str) -> Result<&AnyIndex> {
+        Ok(&self.dense_space(using)?.engine)
+    }
+
+    /// Every dense space's name and engine, the main one first.
+    pub fn engines(&self) -> impl Iterator<Item = (&str, &AnyIndex)> {
+        self.dense
+            .iter()
+            .map(|d| (d.config.name.as_str(), &d.engine))
+    }
+
+    /// Whether the collection is of the single form (one unnamed dense
+    /// space, nothing else).
+    pub fn is_single(&self) -> bool {
+        self.shape.is_none()
+    }
+
+    /// The dense space named `name`.
+    pub(crate) fn dense_space(&self, name: &str) -> Result<&DenseSpace> {
+        self.dense
+            .iter()
+            .find(|d| d.config.name == name)
+            .ok_or_else(|| self.no_space(name))
+    }
+
+    /// The sparse space named `name`.
+    pub(crate) fn sparse_space(&self, name: &str) -> Result<&SparseSpace> {
+        self.sparse
+            .iter()
+            .find(|d| d.config.name == name)
+            .ok_or_else(|| self.no_space(name))
+    }
+
+    fn no_space(&self, name: &str) -> DbError {
+        let mut names: Vec<String> = self
+            .dense
+            .iter()
+            .map(|d| format!("{:?}", d.config.name))
+            .chain(
+                self.sparse
+                    .iter()
+                    .map(|d| format!("{:?} (sparse)", d.config.name)),
+            )
+            .collect();
+        if names.is_empty() {
+            names.push("none".into());
+        }
+        DbError::invalid(format!(
+            "the collection has no vector named {name:?} (it has {})",
+            names.join(", ")
+        ))
     }
 
     pub fn durability(&self) -> Durability {
@@ -293,10 +448,7 @@ impl Collection {
                 // no writer (nor a `settle`) waits for it forever.
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     vectide_core::fault::hit(&self.dir, APPLY_FAULT)?;
-                    op.apply_committed(&self.engine)?;
-                    if op.touches_engine() {
-                        self.engine_seq.store(seq, Ordering::Release);
-                    }
+                    apply::apply(&self.dense, &self.sparse, &op, None)?;
                     self.store.write().apply_recorded(seq, op.changes);
                     Ok(())
                 }))
@@ -337,9 +489,13 @@ impl Collection {
         Ok(())
     }
 
+    /// Checks a query or row against the main dense space.
     fn check_vector(&self, v: &[f32]) -> Result<()> {
-        vectide_core::validate::check_vector(self.config.dim, self.config.metric, v)
-            .map_err(DbError::from)
+        let main = self
+            .dense
+            .first()
+            .ok_or_else(|| DbError::invalid("the collection has no dense vectors"))?;
+        check_dense(&main.config, v)
     }
 
     /// Inserts or replaces points (vectors and payloads); durable and visible
@@ -350,25 +506,31 @@ impl Collection {
 
     /// [`upsert`](Self::upsert), taking the points: their ids and payloads
     /// move into the record and the point store instead of being copied.
+    /// Each point's vector is the main dense space's.
     pub fn upsert_owned(&self, mut points: Vec<PointInput>) -> Result<Seq> {
         if points.is_empty() {
             return Ok(self.last_seq());
+        }
+        if self.shape.is_some() {
+            let name = self.config.vector_name.clone();
+            return self.upsert_points(
+                points
+                    .into_iter()
+                    .map(|p| PointData {
+                        id: p.id,
+                        vectors: vec![(name.clone(), VectorValue::Dense(p.vector))],
+                        payload: p.payload,
+                    })
+                    .collect(),
+            );
         }
         let mut seen = HashSet::with_capacity(points.len());
         for p in &points {
             self.check_vector(&p.vector)
                 .map_err(|e| DbError::invalid(format!("point {}: {e}", p.id)))?;
-            if !(p.payload.is_null() || p.payload.is_object()) {
-                return Err(DbError::invalid(format!(
-                    "point {}: the payload must be a JSON object",
-                    p.id
-                )));
-            }
+            check_payload(&p.id, &p.payload)?;
             if !seen.insert(&p.id) {
-                return Err(DbError::invalid(format!(
-                    "point {} appears twice in one batch",
-                    p.id
-                )));
+                return Err(twice(&p.id));
             }
         }
         drop(seen);
@@ -387,6 +549,115 @@ impl Collection {
             .upserted
             .fetch_add(n as u64, Ordering::Relaxed);
         Ok(seq)
+    }
+
+    /// Inserts or replaces points with their vectors by space name (a
+    /// point may lack some spaces; an upsert replaces the whole point, so
+    /// a vector it had in a space it now lacks is removed). Every vector
+    /// is checked against its space first; nothing is written when one
+    /// is wrong.
+    pub fn upsert_points(&self, mut points: Vec<PointData>) -> Result<Seq> {
+        if points.is_empty() {
+            return Ok(self.last_seq());
+        }
+        let Some(shape) = &self.shape else {
+            // The single form: one unnamed dense vector per point.
+            let mut single = Vec::with_capacity(points.len());
+            for p in points {
+                let PointData {
+                    id,
+                    mut vectors,
+                    payload,
+                } = p;
+                let vector = match (vectors.len(), vectors.pop()) {
+                    (1, Some((name, VectorValue::Dense(v)))) if name.is_empty() => v,
+                    (0, _) => {
+                        return Err(DbError::invalid(format!(
+                            "point {id}: the collection's vector is missing"
+                        )))
+                    }
+                    (_, Some((name, _))) => return Err(self.no_space_for(&id, &name)),
+                    _ => unreachable!("len > 0 has a last"),
+                };
+                single.push(PointInput {
+                    id,
+                    vector,
+                    payload,
+                });
+            }
+            return self.upsert_owned(single);
+        };
+        // Each point's vectors as (space number, value), ascending.
+        let mut slots: Vec<Vec<(usize, usize)>> = Vec::with_capacity(points.len());
+        let mut seen = HashSet::with_capacity(points.len());
+        for p in &points {
+            check_payload(&p.id, &p.payload)?;
+            if !seen.insert(&p.id) {
+                return Err(twice(&p.id));
+            }
+            let mut mine = Vec::with_capacity(p.vectors.len());
+            for (k, (name, v)) in p.vectors.iter().enumerate() {
+                let space = self.space_number(name, v).map_err(|e| match e {
+                    SpaceMiss::Name => self.no_space_for(&p.id, name),
+                    SpaceMiss::Kind(msg) => DbError::invalid(format!("point {}: {msg}", p.id)),
+                })?;
+                if let VectorValue::Dense(x) = v {
+                    check_dense(&self.dense[space].config, x).map_err(|e| {
+                        DbError::invalid(format!("point {}: vector {name:?}: {e}", p.id))
+                    })?;
+                }
+                mine.push((space, k));
+            }
+            mine.sort_unstable();
+            if let Some(w) = mine.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(DbError::invalid(format!(
+                    "point {}: vector {:?} given twice",
+                    p.id, p.vectors[w[0].1].0
+                )));
+            }
+            slots.push(mine);
+        }
+        drop(seen);
+        let n = points.len();
+        let seq = self.commit(|seq, store| {
+            let rows = points.iter_mut().zip(&slots).map(|(p, mine)| MultiRow {
+                id: store.assign(&p.id),
+                ext: std::mem::replace(&mut p.id, ExtId::Num(0)),
+                vectors: mine.iter().map(|&(s, k)| (s, &p.vectors[k].1)).collect(),
+                payload: std::mem::take(&mut p.payload),
+            });
+            Ok(encode_upsert_multi(seq, shape, n, rows))
+        })?;
+        self.counters
+            .upserted
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok(seq)
+    }
+
+    /// The number of the space `name` (dense spaces first, then sparse),
+    /// checked against the value's kind.
+    fn space_number(&self, name: &str, v: &VectorValue) -> std::result::Result<usize, SpaceMiss> {
+        if let Some(i) = self.dense.iter().position(|d| d.config.name == name) {
+            return match v {
+                VectorValue::Dense(_) => Ok(i),
+                VectorValue::Sparse(_) => Err(SpaceMiss::Kind(format!(
+                    "vector {name:?} is dense, got a sparse vector"
+                ))),
+            };
+        }
+        if let Some(j) = self.sparse.iter().position(|d| d.config.name == name) {
+            return match v {
+                VectorValue::Sparse(_) => Ok(self.dense.len() + j),
+                VectorValue::Dense(_) => Err(SpaceMiss::Kind(format!(
+                    "vector {name:?} is sparse, got a dense vector"
+                ))),
+            };
+        }
+        Err(SpaceMiss::Name)
+    }
+
+    fn no_space_for(&self, id: &ExtId, name: &str) -> DbError {
+        DbError::invalid(format!("point {id}: {}", self.no_space(name)))
     }
 
     /// Logs and applies a delete or payload update of `targets`, selected
@@ -484,8 +755,32 @@ impl Collection {
 
     /// The engine's size counters, with the collection's checkpoints
     /// among the maintenance jobs.
+    /// In a collection of several spaces: the main dense space's counters
+    /// with every space's memory and disk bytes added (and each further
+    /// space's under `extra`, as `space.NAME.memory_bytes`).
     pub fn stats(&self) -> Result<vectide_core::IndexStats> {
-        let mut s = self.engine.stats()?;
+        let mut s = match self.dense.first() {
+            Some(d) => d.engine.stats()?,
+            None => vectide_core::IndexStats {
+                live: self.len(),
+                ..Default::default()
+            },
+        };
+        for d in self.dense.iter().skip(1) {
+            let o = d.engine.stats()?;
+            s.memory_bytes += o.memory_bytes;
+            s.disk_bytes += o.disk_bytes;
+            s.extra.push((
+                format!("space.{}.memory_bytes", d.config.name),
+                o.memory_bytes as f64,
+            ));
+        }
+        for sp in &self.sparse {
+            let m = sp.index.read().memory_bytes();
+            s.memory_bytes += m;
+            s.extra
+                .push((format!("space.{}.memory_bytes", sp.config.name), m as f64));
+        }
         self.activity.fill(&mut s);
         Ok(s)
     }
@@ -524,7 +819,7 @@ impl Collection {
     pub fn maintenance_due(&self) -> bool {
         !self.closed.load(Ordering::Acquire)
             && self.poison.cause().is_none()
-            && self.engine.maintenance_due()
+            && self.dense.iter().any(|d| d.engine.maintenance_due())
     }
 
     /// Runs the engine's pending maintenance (delete consolidation, a
@@ -532,6 +827,33 @@ impl Collection {
     /// meanwhile. Its progress is in [`Collection::stats`]' extras.
     pub fn maintain(&self) -> Result<()> {
         self.check_open()?;
-        Ok(self.engine.maintain()?)
+        for d in &self.dense {
+            d.engine.maintain()?;
+        }
+        Ok(())
     }
+}
+
+/// Why a vector found no space.
+enum SpaceMiss {
+    Name,
+    Kind(String),
+}
+
+fn check_dense(space: &VectorSpaceConfig, v: &[f32]) -> Result<()> {
+    vectide_core::validate::check_vector(space.dim, space.metric, v).map_err(DbError::from)
+}
+
+fn check_payload(id: &ExtId, payload: &Value) -> Result<()> {
+    if payload.is_null() || payload.is_object() {
+        Ok(())
+    } else {
+        Err(DbError::invalid(format!(
+            "point {id}: the payload must be a JSON object"
+        )))
+    }
+}
+
+fn twice(id: &ExtId) -> DbError {
+    DbError::invalid(format!("point {id} appears twice in one batch"))
 }

@@ -25,6 +25,7 @@ pub mod filter;
 mod guard;
 pub mod ids;
 mod record;
+pub mod spaces;
 pub mod store;
 
 /// The files of a collection's point store: its snapshot and its log of
@@ -61,7 +62,11 @@ const CATALOG_FORMAT: &str = "vectide-catalog";
 /// `points.log`) instead of redb; a version-3 database is migrated at its
 /// open (each collection's `points.redb` converted, then the catalog
 /// rewritten as version 4).
-const CATALOG_VERSION: u64 = 4;
+/// Version 5: collections of several vector spaces (named dense ones,
+/// sparse ones; `vector_name`, `more_vectors`, `sparse_vectors`) and their
+/// multi upsert records; a version-4 catalog is read as is (its
+/// collections are all of the single form) and rewritten as version 5.
+const CATALOG_VERSION: u64 = 5;
 /// The oldest catalog version an open migrates.
 const CATALOG_MIGRATES_FROM: u64 = 3;
 
@@ -119,22 +124,42 @@ pub fn params_from_json(v: &Value) -> Result<Params> {
     Ok(out)
 }
 
-fn config_to_json(name: &str, c: &CollectionConfig) -> Value {
-    let params: serde_json::Map<String, Value> = c
-        .params
-        .iter()
-        .map(|(k, v)| (k.clone(), param_to_json(v)))
-        .collect();
-    json!({"name": name, "dim": c.dim, "metric": c.metric.name(), "engine": c.engine, "params": params})
+fn params_to_json(p: &Params) -> Value {
+    Value::Object(
+        p.iter()
+            .map(|(k, v)| (k.clone(), param_to_json(v)))
+            .collect(),
+    )
 }
 
-fn config_from_json(v: &Value) -> Result<(String, CollectionConfig)> {
-    let bad = |what: &str| DbError::corrupted(format!("catalog entry without a valid {what}: {v}"));
-    let name = v["name"].as_str().ok_or_else(|| bad("name"))?.to_string();
-    check_name(&name).map_err(|_| bad("name"))?;
+fn config_to_json(name: &str, c: &CollectionConfig) -> Value {
+    let mut v = json!({"name": name, "dim": c.dim, "metric": c.metric.name(), "engine": c.engine, "params": params_to_json(&c.params)});
+    if !c.is_single() {
+        v["vector_name"] = json!(c.vector_name);
+        v["more_vectors"] = c
+            .more_vectors
+            .iter()
+            .map(|s| json!({"name": s.name, "dim": s.dim, "metric": s.metric.name(), "engine": s.engine, "params": params_to_json(&s.params)}))
+            .collect();
+        v["sparse_vectors"] = c
+            .sparse_vectors
+            .iter()
+            .map(|s| json!({"name": s.name, "modifier": s.modifier.name()}))
+            .collect();
+    }
+    v
+}
+
+/// A dense space's fields of a catalog entry (`dim` 0 allowed only for a
+/// collection's main space, meaning none).
+fn space_from_json(
+    v: &Value,
+    bad: &dyn Fn(&str) -> DbError,
+    main: bool,
+) -> Result<(usize, Metric, String, Params)> {
     let dim = v["dim"]
         .as_u64()
-        .filter(|d| (1..=65_536).contains(d))
+        .filter(|d| (1..=65_536).contains(d) || (main && *d == 0))
         .ok_or_else(|| bad("dim"))? as usize;
     let metric = Metric::parse(v["metric"].as_str().ok_or_else(|| bad("metric"))?)
         .map_err(|_| bad("metric"))?;
@@ -143,15 +168,55 @@ fn config_from_json(v: &Value) -> Result<(String, CollectionConfig)> {
         .ok_or_else(|| bad("engine"))?
         .to_string();
     let params = params_from_json(&v["params"]).map_err(|_| bad("params"))?;
-    Ok((
-        name,
-        CollectionConfig {
-            dim,
-            metric,
-            engine,
-            params,
-        },
-    ))
+    Ok((dim, metric, engine, params))
+}
+
+fn config_from_json(v: &Value) -> Result<(String, CollectionConfig)> {
+    let bad = |what: &str| DbError::corrupted(format!("catalog entry without a valid {what}: {v}"));
+    let name = v["name"].as_str().ok_or_else(|| bad("name"))?.to_string();
+    check_name(&name).map_err(|_| bad("name"))?;
+    let multi = v.get("vector_name").is_some();
+    let (dim, metric, engine, params) = space_from_json(v, &bad, multi)?;
+    let mut config = CollectionConfig {
+        dim,
+        metric,
+        engine,
+        params,
+        ..Default::default()
+    };
+    if multi {
+        config.vector_name = v["vector_name"]
+            .as_str()
+            .ok_or_else(|| bad("vector_name"))?
+            .to_string();
+        for s in v["more_vectors"]
+            .as_array()
+            .ok_or_else(|| bad("more_vectors"))?
+        {
+            let (dim, metric, engine, params) = space_from_json(s, &bad, false)?;
+            config.more_vectors.push(spaces::VectorSpaceConfig {
+                name: s["name"].as_str().ok_or_else(|| bad("vector name"))?.into(),
+                dim,
+                metric,
+                engine,
+                params,
+            });
+        }
+        for s in v["sparse_vectors"]
+            .as_array()
+            .ok_or_else(|| bad("sparse_vectors"))?
+        {
+            config.sparse_vectors.push(spaces::SparseSpaceConfig {
+                name: s["name"].as_str().ok_or_else(|| bad("vector name"))?.into(),
+                modifier: s["modifier"]
+                    .as_str()
+                    .and_then(spaces::Modifier::parse)
+                    .ok_or_else(|| bad("modifier"))?,
+            });
+        }
+        Collection::validate_config(&config).map_err(|e| bad(&format!("space ({e})")))?;
+    }
+    Ok((name, config))
 }
 
 /// An open database (see the crate docs).
@@ -724,7 +789,7 @@ mod tests {
         }
         let catalog = root.path().join(CATALOG);
         let text = std::fs::read_to_string(&catalog).unwrap();
-        let v3 = text.replacen("\"version\": 4", "\"version\": 3", 1);
+        let v3 = text.replacen("\"version\": 5", "\"version\": 3", 1);
         assert_ne!(v3, text);
         std::fs::write(&catalog, &v3).unwrap();
 
@@ -740,7 +805,7 @@ mod tests {
         assert!(!col.join(legacy::LEGACY_FILE).exists());
         assert!(std::fs::read_to_string(&catalog)
             .unwrap()
-            .contains("\"version\": 4"));
+            .contains("\"version\": 5"));
         drop(c);
         drop(db);
         let db = Database::open(root.path(), Options::default()).unwrap();

@@ -9,10 +9,10 @@
 
 use crate::error::{DbError, Result};
 use crate::ids::ExtId;
+use crate::spaces::{Shape, SparseVector, VectorValue};
 use crate::store::Change;
 use serde_json::Value;
 use vectide_core::io::ByteReader;
-use vectide_core::validate::Checked;
 use vectide_core::Seq;
 use vectide_engines::AnyIndex;
 use vectide_storage::durable::record::{self, Kind};
@@ -37,8 +37,43 @@ pub(crate) struct Op {
     pub seq: Seq,
     pub kind: u8,
     pub ids: Vec<u64>,
+    /// The single form's rows (a multi collection's upserts carry theirs
+    /// in `spaces`).
     pub vectors: Vec<f32>,
     pub changes: Vec<Change>,
+    /// A multi collection's upsert: each space's rows.
+    pub spaces: Option<SpaceRows>,
+}
+
+/// A multi upsert's rows, by space: the points that carry the space's
+/// vector, and those that do not (an upsert replaces the whole point, so
+/// a vector the point had there is removed).
+#[derive(Debug, Default)]
+pub(crate) struct SpaceRows {
+    pub dense: Vec<DenseRows>,
+    pub sparse: Vec<SparseRows>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct DenseRows {
+    pub ids: Vec<u64>,
+    pub vectors: Vec<f32>,
+    pub absent: Vec<u64>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct SparseRows {
+    pub rows: Vec<(u64, SparseVector)>,
+    pub absent: Vec<u64>,
+}
+
+impl SpaceRows {
+    fn new(shape: &Shape) -> SpaceRows {
+        SpaceRows {
+            dense: shape.dense.iter().map(|_| DenseRows::default()).collect(),
+            sparse: (0..shape.sparse).map(|_| SparseRows::default()).collect(),
+        }
+    }
 }
 
 impl Op {
@@ -51,17 +86,6 @@ impl Op {
     /// validated at the collection's edge (`upsert_owned`: every vector by
     /// `check_vector`, every point an id of its own), so the engine takes
     /// them without checking again.
-    pub fn apply_committed(&self, engine: &AnyIndex) -> Result<()> {
-        if self.kind != OP_UPSERT {
-            return self.apply_to(engine);
-        }
-        let (dim, metric) = (engine.dim(), engine.metric());
-        let batch = Checked::validated_by_caller(dim, metric, &self.ids, &self.vectors);
-        Ok(engine.insert_checked(self.seq, batch)?)
-    }
-
-    /// Applies a record read back from the log (its rows are validated as
-    /// they enter the engine again).
     pub fn apply_to(&self, engine: &AnyIndex) -> Result<()> {
         match self.kind {
             OP_UPSERT => engine.insert(self.seq, &self.ids, &self.vectors)?,
@@ -106,6 +130,7 @@ pub(crate) fn encode_upsert<'a>(
         ids: Vec::with_capacity(n),
         vectors: Vec::with_capacity(n * dim),
         changes: Vec::with_capacity(n),
+        spaces: None,
     };
     let mut tail = Vec::with_capacity(n * 64);
     for r in rows {
@@ -140,6 +165,7 @@ pub(crate) fn encode_targets(
         ids: Vec::with_capacity(targets.len()),
         vectors: Vec::new(),
         changes: Vec::with_capacity(targets.len()),
+        spaces: None,
     };
     let mut tail = Vec::with_capacity(targets.len() * 32);
     for (id, ext) in targets {
@@ -180,6 +206,15 @@ fn json(r: &mut ByteReader<'_>) -> Result<Value> {
 }
 
 /// Reads a record of a collection of dimension `dim`.
+/// Decodes a record of a collection of the single form (`dim`) or of a
+/// multi collection (`shape`).
+pub(crate) fn decode_for(payload: &[u8], dim: usize, shape: Option<&Shape>) -> Result<Op> {
+    match shape {
+        Some(s) => decode_multi(payload, s),
+        None => decode(payload, dim),
+    }
+}
+
 pub(crate) fn decode(payload: &[u8], dim: usize) -> Result<Op> {
     let rec = record::decode(payload, dim).map_err(|e| DbError::corrupted(e.to_string()))?;
     if rec.continues {
@@ -224,6 +259,170 @@ pub(crate) fn decode(payload: &[u8], dim: usize) -> Result<Op> {
         ids: rec.ids,
         vectors: rec.vectors,
         changes,
+        spaces: None,
+    })
+}
+
+/// A multi collection's upsert row.
+pub(crate) struct MultiRow<'a> {
+    pub id: u64,
+    pub ext: ExtId,
+    /// (space number, value), ascending by space number.
+    pub vectors: Vec<(usize, &'a VectorValue)>,
+    pub payload: Value,
+}
+
+fn put_vector(b: &mut Vec<u8>, v: &VectorValue) {
+    match v {
+        VectorValue::Dense(x) => {
+            for f in x {
+                b.extend_from_slice(&f.to_le_bytes());
+            }
+        }
+        VectorValue::Sparse(x) => {
+            b.extend_from_slice(&(x.len() as u32).to_le_bytes());
+            for t in x.indices() {
+                b.extend_from_slice(&t.to_le_bytes());
+            }
+            for w in x.values() {
+                b.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// The upsert record of a multi collection: the codec's ids (no vector
+/// columns), then per point its external id, payload and vectors by space
+/// number (`docs/format-database.md`).
+pub(crate) fn encode_upsert_multi<'a>(
+    seq: Seq,
+    shape: &Shape,
+    n: usize,
+    rows: impl Iterator<Item = MultiRow<'a>>,
+) -> (Vec<u8>, Op) {
+    let mut op = Op {
+        seq,
+        kind: OP_UPSERT,
+        ids: Vec::with_capacity(n),
+        vectors: Vec::new(),
+        changes: Vec::with_capacity(n),
+        spaces: Some(SpaceRows::new(shape)),
+    };
+    let spaces = op.spaces.as_mut().expect("set above");
+    let mut tail = Vec::with_capacity(n * 64);
+    for r in rows {
+        r.ext.encode(&mut tail);
+        put_json(&mut tail, &r.payload);
+        tail.extend_from_slice(&(r.vectors.len() as u16).to_le_bytes());
+        let mut next = 0;
+        for &(space, v) in &r.vectors {
+            tail.extend_from_slice(&(space as u16).to_le_bytes());
+            put_vector(&mut tail, v);
+            place(spaces, shape, r.id, next, space);
+            next = space + 1;
+            match v {
+                VectorValue::Dense(x) => {
+                    let d = &mut spaces.dense[space];
+                    d.ids.push(r.id);
+                    d.vectors.extend_from_slice(x);
+                }
+                VectorValue::Sparse(x) => {
+                    spaces.sparse[space - shape.dense.len()]
+                        .rows
+                        .push((r.id, x.clone()));
+                }
+            }
+        }
+        place(spaces, shape, r.id, next, shape.spaces());
+        op.ids.push(r.id);
+        op.changes.push(Change::Upsert {
+            id: r.id,
+            ext: r.ext,
+            payload: r.payload,
+        });
+    }
+    let mut b = Vec::with_capacity(record::HEAD + 8 * n + tail.len());
+    record::encode(&mut b, Kind::Insert, seq, false, &op.ids, &[]);
+    b.extend_from_slice(&tail);
+    (b, op)
+}
+
+/// Marks point `id` absent from the spaces `from..to` (those its record
+/// skipped).
+fn place(spaces: &mut SpaceRows, shape: &Shape, id: u64, from: usize, to: usize) {
+    for s in from..to {
+        if s < shape.dense.len() {
+            spaces.dense[s].absent.push(id);
+        } else {
+            spaces.sparse[s - shape.dense.len()].absent.push(id);
+        }
+    }
+}
+
+fn decode_multi(payload: &[u8], shape: &Shape) -> Result<Op> {
+    let rec = record::decode(payload, 0).map_err(|e| DbError::corrupted(e.to_string()))?;
+    if rec.kind != Kind::Insert {
+        let mut op = decode(payload, 0)?;
+        op.spaces = None;
+        return Ok(op);
+    }
+    if rec.continues {
+        return Err(DbError::corrupted(
+            "WAL record marked as continued: the database writes each operation in one record",
+        ));
+    }
+    let mut spaces = SpaceRows::new(shape);
+    let mut r = ByteReader::new(rec.tail);
+    let mut changes = Vec::with_capacity(rec.ids.len());
+    let (mut idx, mut vals) = (Vec::new(), Vec::new());
+    for &id in &rec.ids {
+        let ext = ext(&mut r)?;
+        let payload = json(&mut r)?;
+        let count = u16::from_le_bytes(r.bytes(2)?.try_into().expect("2 bytes")) as usize;
+        let mut next = 0;
+        for _ in 0..count {
+            let space = u16::from_le_bytes(r.bytes(2)?.try_into().expect("2 bytes")) as usize;
+            if space < next || space >= shape.spaces() {
+                return Err(DbError::corrupted(format!(
+                    "WAL record: point {ext} names space {space} (out of order or beyond the collection's {})",
+                    shape.spaces()
+                )));
+            }
+            place(&mut spaces, shape, id, next, space);
+            next = space + 1;
+            if space < shape.dense.len() {
+                let d = &mut spaces.dense[space];
+                r.f32s(shape.dense[space], &mut d.vectors)?;
+                d.ids.push(id);
+            } else {
+                let nnz = r.u32()? as usize;
+                if nnz > vectide_sparse::MAX_NNZ {
+                    return Err(DbError::corrupted(format!(
+                        "WAL record: a sparse vector of {nnz} terms"
+                    )));
+                }
+                idx.clear();
+                vals.clear();
+                r.u32s(nnz, &mut idx)?;
+                r.f32s(nnz, &mut vals)?;
+                let v = SparseVector::new(idx.clone(), vals.clone())
+                    .map_err(|e| DbError::corrupted(format!("WAL record: {e}")))?;
+                spaces.sparse[space - shape.dense.len()].rows.push((id, v));
+            }
+        }
+        place(&mut spaces, shape, id, next, shape.spaces());
+        changes.push(Change::Upsert { id, ext, payload });
+    }
+    if r.remaining() != 0 {
+        return Err(DbError::corrupted("WAL record: bytes after the last point"));
+    }
+    Ok(Op {
+        seq: rec.seq,
+        kind: OP_UPSERT,
+        ids: rec.ids,
+        vectors: Vec::new(),
+        changes,
+        spaces: Some(spaces),
     })
 }
 

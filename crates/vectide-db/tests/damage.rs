@@ -19,6 +19,7 @@ fn cfg() -> CollectionConfig {
         metric: Metric::L2,
         engine: "hnsw".into(),
         params,
+        ..Default::default()
     }
 }
 
@@ -301,12 +302,12 @@ fn catalogs_of_older_formats_are_refused_by_version() {
         fill(dir.path());
         let catalog = dir.path().join("catalog.json");
         let text = std::fs::read_to_string(&catalog).unwrap();
-        let old = text.replacen("\"version\": 4", &format!("\"version\": {v}"), 1);
+        let old = text.replacen("\"version\": 5", &format!("\"version\": {v}"), 1);
         assert_ne!(old, text, "{text}");
         std::fs::write(&catalog, &old).unwrap();
         match Database::open(dir.path(), opts()) {
             Err(DbError::Core(vectide_core::Error::Version { found, supported })) => {
-                assert_eq!((found, supported), (v, 4))
+                assert_eq!((found, supported), (v, 5))
             }
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => panic!("a version {v} catalog opened"),

@@ -21,6 +21,7 @@ fn cfg(dim: usize, engine: &str) -> CollectionConfig {
         metric: Metric::L2,
         engine: engine.into(),
         params,
+        ..Default::default()
     }
 }
 

@@ -212,6 +212,7 @@ fn dropping_the_database_mid_job_releases_its_lock_at_once() {
         metric: vectide_core::Metric::L2,
         engine: "hnsw".into(),
         params: Params::new(),
+        ..Default::default()
     };
     let n = 20_000u64;
     {

@@ -54,6 +54,7 @@ fn exact_search_matches_a_brute_force_over_the_live_points_for_every_engine() {
             metric: Metric::L2,
             engine: engine.into(),
             params: params(engine),
+            ..Default::default()
         };
         let c = db.create_collection("c", cfg).unwrap();
         let mut live: BTreeMap<u64, Vec<f32>> = BTreeMap::new();

@@ -80,6 +80,7 @@ fn payload_numbers_round_trip_through_wal_and_store() {
                 metric: Metric::L2,
                 engine: "hnsw".into(),
                 params: Params::new(),
+                ..Default::default()
             },
         )
         .unwrap();

@@ -118,6 +118,7 @@ fn config(engine: &str) -> CollectionConfig {
         metric: Metric::L2,
         engine: engine.to_string(),
         params: small_params(engine),
+        ..Default::default()
     }
 }
 
@@ -361,7 +362,7 @@ fn a_restart_replays_the_database_log_past_the_engines_last_checkpoint() {
                 })
                 .collect();
             c.upsert(&moved).unwrap();
-            let engine_durable = c.engine().durable_seq();
+            let engine_durable = c.engine().unwrap().durable_seq();
             assert!(
                 engine_durable < c.last_seq(),
                 "{engine}: the engine covers every write ({engine_durable}): nothing is left to replay"

@@ -44,6 +44,7 @@ fn a_record_that_fails_to_apply_poisons_the_collection_until_the_reopen_replays_
             metric: Metric::L2,
             engine: name.into(),
             params: Params::new(),
+            ..Default::default()
         };
         let c = db.create_collection("c", cfg).unwrap();
         for i in 0..40 {

@@ -86,6 +86,7 @@ fn run(disabled: Option<SyncSite>) -> (FileSimReport, Vec<String>) {
                 metric: Metric::L2,
                 engine: "hnsw".into(),
                 params: Params::new(),
+                ..Default::default()
             },
         )
         .unwrap();

@@ -156,6 +156,7 @@ impl PyDatabase {
             metric,
             engine: engine.to_string(),
             params,
+            ..Default::default()
         };
         let c = py
             .detach(|| self.db.create_collection(name, config))
@@ -307,7 +308,7 @@ impl PyCollection {
     ) -> PyResult<Bound<'py, PyList>> {
         let c = self.col()?;
         let k = opt_int_arg(k, "k", 1, limits::MAX_K as u64)?.unwrap_or(10) as i64;
-        let desc = c.engine().descriptor();
+        let desc = c.main_engine().map_err(to_py)?.descriptor();
         let mut params = SearchParams {
             exact,
             ..SearchParams::default()

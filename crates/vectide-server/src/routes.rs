@@ -187,6 +187,7 @@ fn create_config(body: CreateCollection) -> Result<CollectionConfig, ApiError> {
         metric: distance.metric(),
         engine,
         params,
+        ..Default::default()
     })
 }
 
@@ -421,7 +422,7 @@ fn query_of(c: &Collection, q: QueryRequest, search_api: bool) -> Result<Query, 
 /// takes.
 fn search_params(c: &Collection, p: SearchParamsIn) -> Result<SearchParams, ApiError> {
     let mut out = SearchParams::default();
-    let desc = c.engine().descriptor();
+    let desc = c.main_engine()?.descriptor();
     if let (Some(ef), Some(knob)) = (p.hnsw_ef, desc.primary_knob) {
         out.set(knob, ef.0.min(knob.max()))?;
     }

@@ -5,6 +5,7 @@
 use super::recovery::{hands_log_over, INDEX_FILE};
 use super::Collection;
 use crate::error::Result;
+use crate::spaces::{dense_dir, DenseSpace, SparseSpace};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use vectide_core::Seq;
@@ -24,7 +25,7 @@ impl Collection {
     /// checkpoint due (see [`Options::checkpoint_bytes`]).
     pub fn checkpoint_threshold(&self) -> u64 {
         let o = &self.opts;
-        let index = self.engine.stats().map_or(0, |s| s.memory_bytes) as f64 * o.checkpoint_ratio;
+        let index = self.stats().map_or(0, |s| s.memory_bytes) as f64 * o.checkpoint_ratio;
         let cap = o.checkpoint_bytes.max(1);
         (index as u64).clamp(o.checkpoint_min_bytes.min(cap), cap)
     }
@@ -65,45 +66,58 @@ impl Collection {
             return if close { Ok(()) } else { Err(e.into()) };
         }
         let upto = *turn - 1;
-        let engine_seq = self.engine_seq.load(Ordering::Acquire);
-        let volatile = !self.engine.keeps_itself();
-        // A volatile engine's state is written beside its file now, under
-        // the turn (in the page cache: no fsync); the fsync and rename come
-        // after the turn is released.
-        let staged = if volatile {
-            Some(self.engine.save_staged(&self.dir.join(INDEX_FILE))?)
-        } else {
-            if close {
-                self.engine.close()?;
-            }
-            None
-        };
+        // Each space's state: a volatile engine's or a sparse index's is
+        // written beside its file now, under the turn (in the page cache:
+        // no fsync); the fsync and rename come after the turn is released.
+        let mut parts = Vec::with_capacity(self.dense.len() + self.sparse.len());
+        for (i, d) in self.dense.iter().enumerate() {
+            let touched = d.engine_seq.load(Ordering::Acquire);
+            let part = if d.engine.keeps_itself() {
+                if close {
+                    d.engine.close()?;
+                }
+                Part::Durable(d)
+            } else {
+                let file = dense_dir(&self.dir, i).join(INDEX_FILE);
+                Part::Staged(d.engine.save_staged(&file)?)
+            };
+            parts.push((touched, part));
+        }
+        for sp in &self.sparse {
+            let x = sp.index.read();
+            let touched = x.applied_seq();
+            parts.push((touched, Part::Sparse(sp, x.save_staged(&sp.file)?, touched)));
+        }
         // The store's rows through `upto` are taken now, under the turn;
         // they are written after it is released, while later operations
         // apply to the store's memory.
         let mut flush = self.store.write().begin_checkpoint(0);
         drop(turn);
         // Writers go on from here.
-        let engine_durable = match self.engine_part(staged, close) {
-            Ok(d) => d,
-            Err(e) => {
-                self.store.write().end_checkpoint(flush, false);
-                return Err(e);
+        let mut cut = upto;
+        let mut lowest = upto;
+        for (touched, part) in parts {
+            let durable = match self.space_part(part, close) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.store.write().end_checkpoint(flush, false);
+                    return Err(e);
+                }
+            };
+            // Every operation through `upto` is applied. A space holds
+            // all of them durably when its durable point covers the last
+            // operation that reached it by `upto` (operations that do not
+            // touch it, such as payload updates, leave its own counter
+            // behind); otherwise the log keeps what follows its durable
+            // point.
+            if durable < touched {
+                cut = cut.min(durable);
             }
-        };
-        // Every operation through `upto` is applied, and the store holds
-        // all of them durably once the flush commits. The engine holds all
-        // of them durably when its watermark covers the last operation that
-        // reached it by `upto` (operations that do not touch the engine,
-        // such as payload updates, leave its own counter behind);
-        // otherwise the log keeps what follows its watermark. The engine's
-        // part is durable before the store records its watermark.
-        let cut = if engine_durable >= engine_seq {
-            upto
-        } else {
-            engine_durable.min(upto)
-        };
-        flush.set_engine_seq(engine_durable.min(upto));
+            lowest = lowest.min(durable);
+        }
+        // The spaces' parts are durable before the store records where
+        // they stand.
+        flush.set_engine_seq(lowest);
         let committed = flush.commit();
         self.store.write().end_checkpoint(flush, committed.is_ok());
         committed?;
@@ -113,32 +127,37 @@ impl Collection {
         Ok(())
     }
 
-    /// The engine's part of a checkpoint, after the turn: a volatile
-    /// engine's staged save committed; a durable engine flushed when it
-    /// keeps no log of its own to us, or when the log's tail past its own
-    /// durable point outgrows [`Self::handover_tail_cap`]. Returns the
-    /// engine's durable point.
-    fn engine_part(
-        &self,
-        staged: Option<vectide_core::StagedSave<'_>>,
-        close: bool,
-    ) -> Result<Seq> {
-        if let Some(s) = staged {
-            let covers = s.covers();
-            s.commit()?;
-            return Ok(covers);
+    /// A space's part of a checkpoint, after the turn: a staged save
+    /// committed; a durable engine flushed when it keeps no log of its own
+    /// to us, or when the log's tail past its own durable point outgrows
+    /// [`Self::handover_tail_cap`]. Returns the space's durable point.
+    fn space_part(&self, part: Part<'_>, close: bool) -> Result<Seq> {
+        match part {
+            Part::Staged(s) => {
+                let covers = s.covers();
+                s.commit()?;
+                Ok(covers)
+            }
+            Part::Sparse(sp, file, covers) => {
+                file.commit()?;
+                sp.durable.fetch_max(covers, Ordering::AcqRel);
+                Ok(covers)
+            }
+            Part::Durable(d) => {
+                if !close
+                    && (!hands_log_over(&d.config.engine, &self.opts)
+                        || self.log.bytes_after(d.engine.durable_seq()) > self.handover_tail_cap())
+                {
+                    // An engine that handed its log over persists
+                    // checkpoints at its own pace (a freeze, a snapshot),
+                    // and the log keeps what it has not covered yet; it is
+                    // made to checkpoint only once that tail would make a
+                    // restart's replay long.
+                    d.engine.flush()?;
+                }
+                Ok(d.engine.durable_seq())
+            }
         }
-        if !close
-            && (!hands_log_over(&self.config.engine, &self.opts)
-                || self.log.bytes_after(self.engine.durable_seq()) > self.handover_tail_cap())
-        {
-            // An engine that handed its log over persists checkpoints at
-            // its own pace (a freeze, a snapshot), and the log keeps what
-            // it has not covered yet; it is made to checkpoint only once
-            // that tail would make a restart's replay long.
-            self.engine.flush()?;
-        }
-        Ok(self.engine.durable_seq())
     }
 
     /// The longest log tail past its own durable point that an engine
@@ -151,4 +170,14 @@ impl Collection {
             .saturating_mul(8)
             .min(self.opts.checkpoint_bytes)
     }
+}
+
+/// A space's share of a checkpoint, taken under the turn.
+enum Part<'a> {
+    /// A volatile engine's save, staged.
+    Staged(vectide_core::StagedSave<'a>),
+    /// An engine that keeps itself.
+    Durable(&'a DenseSpace),
+    /// A sparse index's file, staged, and what it covers.
+    Sparse(&'a SparseSpace, vectide_core::io::StagedFile, Seq),
 }

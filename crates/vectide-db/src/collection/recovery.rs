@@ -3,16 +3,22 @@
 //! the point store), the checks that refuse states which would lose
 //! acknowledged data, and what `repair` does after it cut a damaged log.
 
+use super::apply::{apply, Durable};
 use super::{Collection, CollectionConfig, Counters, Options};
 use crate::commitlog::{record_seq, CommitLog};
 use crate::error::{DbError, Result};
 use crate::ids::ExtId;
-use crate::record::{decode, Op, ReplayBatch, OP_DELETE};
+use crate::record::{decode_for, Op, ReplayBatch, OP_DELETE};
+use crate::spaces::{
+    check_space_name, dense_dir, sparse_file, DenseSpace, SparseSpace, VectorSpaceConfig,
+    MAX_SPACES,
+};
 use crate::store::PointStore;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use vectide_core::Seq;
 use vectide_engines::{ParamValue, Params};
 
 pub(super) const INDEX_FILE: &str = "index.vtdx";
@@ -27,7 +33,7 @@ pub(super) fn hands_log_over(engine: &str, opts: &Options) -> bool {
             .is_ok_and(|d| d.param(vectide_core::engine::LOG.name).is_some())
 }
 
-fn engine_params(config: &CollectionConfig, dir: &Path, opts: &Options) -> Params {
+fn engine_params(config: &VectorSpaceConfig, dir: &Path, opts: &Options) -> Params {
     let threads = opts.threads;
     let mut p = config.params.clone();
     // Catalogs written before `threads` was bounded may hold more: clamp
@@ -64,21 +70,102 @@ fn engine_params(config: &CollectionConfig, dir: &Path, opts: &Options) -> Param
 }
 
 impl Collection {
-    /// Checks a configuration by building a throwaway engine (durable
-    /// engines are checked without touching disk: parameters only).
+    /// Checks a configuration by building a throwaway engine per dense
+    /// space (durable engines are checked without touching disk:
+    /// parameters only), and the spaces' names.
     pub fn validate_config(config: &CollectionConfig) -> Result<()> {
-        if config.params.contains_key("path") {
+        let dense = config.dense_spaces();
+        if config.dim == 0 && config.sparse_vectors.is_empty() {
             return Err(DbError::invalid(
-                "collections place their engine themselves: do not pass path",
+                "a collection needs a vector space: dim must be at least 1 (or give sparse vectors)",
             ));
         }
-        if config.params.contains_key(vectide_core::engine::LOG.name) {
+        if config.dim == 0 && !config.more_vectors.is_empty() {
             return Err(DbError::invalid(
-                "collections keep the one log of their writes themselves: do not pass log",
+                "a collection's first dense space is its main one: more_vectors without a main space",
             ));
         }
-        vectide_engines::validate(&config.engine, config.dim, &config.params)?;
+        if dense.len() + config.sparse_vectors.len() > MAX_SPACES {
+            return Err(DbError::invalid(format!(
+                "a collection has at most {MAX_SPACES} vector spaces"
+            )));
+        }
+        let mut names = std::collections::HashSet::new();
+        let all = dense
+            .iter()
+            .map(|d| &d.name)
+            .chain(config.sparse_vectors.iter().map(|s| &s.name));
+        for name in all {
+            check_space_name(name)?;
+            if !names.insert(name) {
+                return Err(DbError::invalid(format!(
+                    "vector name {name:?} is used twice"
+                )));
+            }
+        }
+        for (i, space) in dense.iter().enumerate() {
+            let at = |e: DbError| {
+                if config.is_single() {
+                    e
+                } else {
+                    DbError::invalid(format!("vector {:?}: {e}", space.name))
+                }
+            };
+            if space.params.contains_key("path") {
+                return Err(at(DbError::invalid(
+                    "collections place their engine themselves: do not pass path",
+                )));
+            }
+            if space.params.contains_key(vectide_core::engine::LOG.name) {
+                return Err(at(DbError::invalid(
+                    "collections keep the one log of their writes themselves: do not pass log",
+                )));
+            }
+            if i > 0
+                && vectide_engines::descriptor(&space.engine)
+                    .is_ok_and(|d| d.persistence == vectide_engines::Persistence::OnMemoryNode)
+            {
+                return Err(at(DbError::invalid(format!(
+                    "engine {} lives on a memory node: only a collection's first vector space may use it",
+                    space.engine
+                ))));
+            }
+            vectide_engines::validate(&space.engine, space.dim, &space.params)
+                .map_err(|e| at(e.into()))?;
+        }
         Ok(())
+    }
+
+    /// Opens (or creates) dense space `i`'s engine in its directory.
+    fn open_dense(
+        space: &VectorSpaceConfig,
+        dir: &Path,
+        i: usize,
+        opts: &Options,
+    ) -> Result<DenseSpace> {
+        let sdir = dense_dir(dir, i);
+        std::fs::create_dir_all(&sdir).map_err(|e| DbError::io_at(&sdir, e))?;
+        let params = engine_params(space, &sdir, opts);
+        let snapshot = sdir.join(INDEX_FILE);
+        let desc = vectide_engines::descriptor(&space.engine)?;
+        let engine = if desc.persistence.saved_by_database() && snapshot.exists() {
+            let e = vectide_engines::load(&snapshot, opts.threads)?;
+            if e.dim() != space.dim || e.metric() != space.metric || e.engine() != space.engine {
+                return Err(DbError::corrupted(format!(
+                    "{}: the engine snapshot does not match the collection",
+                    snapshot.display()
+                )));
+            }
+            e
+        } else {
+            vectide_engines::open_or_create(&space.engine, space.dim, space.metric, &params)?
+        };
+        let seq = engine.durable_seq();
+        Ok(DenseSpace {
+            config: space.clone(),
+            engine,
+            engine_seq: AtomicU64::new(seq),
+        })
     }
 
     /// Opens (recovering) or creates the collection in `dir`.
@@ -90,25 +177,46 @@ impl Collection {
     ) -> Result<Collection> {
         let t0 = Instant::now();
         std::fs::create_dir_all(dir).map_err(|e| DbError::io_at(dir, e))?;
-        let params = engine_params(&config, dir, &opts);
-        let snapshot = dir.join(INDEX_FILE);
-        let desc = vectide_engines::descriptor(&config.engine)?;
-        let engine = if desc.persistence.saved_by_database() && snapshot.exists() {
-            let e = vectide_engines::load(&snapshot, opts.threads)?;
-            if e.dim() != config.dim || e.metric() != config.metric || e.engine() != config.engine {
-                return Err(DbError::corrupted(format!(
-                    "{}: the engine snapshot does not match the collection",
-                    snapshot.display()
-                )));
-            }
-            e
-        } else {
-            vectide_engines::open_or_create(&config.engine, config.dim, config.metric, &params)?
+        let dense = config
+            .dense_spaces()
+            .iter()
+            .enumerate()
+            .map(|(i, space)| Self::open_dense(space, dir, i, &opts))
+            .collect::<Result<Vec<_>>>()?;
+        let sparse = config
+            .sparse_vectors
+            .iter()
+            .enumerate()
+            .map(|(j, space)| SparseSpace::open(space.clone(), sparse_file(dir, j)))
+            .collect::<Result<Vec<_>>>()?;
+        let shape = (!config.is_single()).then(|| config.shape());
+        let durable = Durable {
+            dense: dense.iter().map(|d| d.engine.durable_seq()).collect(),
+            sparse: sparse.iter().map(SparseSpace::durable_seq).collect(),
         };
         let mut store = PointStore::open(dir)?;
-        let engine_durable = engine.durable_seq();
+        let spaces_durable = durable.dense.iter().chain(&durable.sparse);
+        // The oldest durable point of a space (the store's without one).
+        let engine_durable = spaces_durable
+            .clone()
+            .copied()
+            .min()
+            .unwrap_or(store.applied_seq());
+        // Records from here on are due in some space (an engine durable
+        // per call takes the record at its durable point again: `apply`).
+        let due_from = dense
+            .iter()
+            .zip(&durable.dense)
+            .map(|(d, &s)| if d.engine.keeps_itself() { s } else { s + 1 })
+            .chain(durable.sparse.iter().map(|s| s + 1))
+            .min()
+            .unwrap_or(Seq::MAX);
         let wal_dir = dir.join("wal");
-        let held = engine_durable.max(store.applied_seq());
+        let held = spaces_durable
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(store.applied_seq());
         let (log, records) = CommitLog::open(&wal_dir, opts.durability, opts.segment_bytes)?;
         if opts.repair {
             // A repair cut the log behind what the engine or the store
@@ -156,22 +264,27 @@ impl Collection {
         }
         let mut replayed = 0u64;
         let mut replayed_bytes = 0u64;
-        let mut engine_seq = engine_durable;
         // The store's share of the tail goes in one transaction per chunk
         // (a commit per record would dominate restart time).
         let mut store_ops: Vec<Op> = Vec::new();
         let mut pending = ReplayBatch::default();
         for rec in &records {
             let seq = record_seq(rec)?;
-            if seq <= engine_durable && seq <= store.applied_seq() {
+            if seq < due_from && seq <= store.applied_seq() {
                 continue;
             }
-            let op = decode(rec, config.dim)?;
-            if op.seq > engine_durable {
-                pending.add(&engine, &op)?;
-                if op.touches_engine() {
-                    engine_seq = op.seq;
+            let op = decode_for(rec, config.dim, shape.as_ref())?;
+            match (&shape, dense.first()) {
+                // The single form: consecutive upserts in one batch.
+                (None, Some(main)) => {
+                    if op.seq > durable.dense[0] {
+                        pending.add(&main.engine, &op)?;
+                        if op.touches_engine() {
+                            main.engine_seq.store(op.seq, Ordering::Release);
+                        }
+                    }
                 }
+                _ => apply(&dense, &sparse, &op, Some(&durable))?,
             }
             if op.seq > store.applied_seq() {
                 store_ops.push(op);
@@ -182,7 +295,9 @@ impl Collection {
             replayed += 1;
             replayed_bytes += rec.len() as u64 + 8;
         }
-        pending.flush(&engine)?;
+        if let (None, Some(main)) = (&shape, dense.first()) {
+            pending.flush(&main.engine)?;
+        }
         store.apply_many(store_ops.drain(..).map(|o| (o.seq, o.changes)));
         drop(store_ops);
         log.set_bytes_since_checkpoint(replayed_bytes);
@@ -190,35 +305,24 @@ impl Collection {
         // (each applies every operation, the engine first). A difference
         // means an engine or store file lost or changed data.
         if !opts.repair {
-            let mut missing = 0;
-            for (&id, _) in store.iter() {
-                missing += usize::from(!engine.contains(id)?);
-            }
-            // With none missing, the engine's live count beyond the
-            // store's is the deleted points it still holds (the store
-            // forgets deleted ids, so they are counted, not listed).
-            let stale = (engine.len() + missing).saturating_sub(store.len());
-            if missing > 0 || stale > 0 {
-                return Err(DbError::corrupted(format!(
-                    "{}: the engine and the point store disagree ({missing} of the store's {} points have no vector, {stale} deleted points still have one): a file of the engine or the store is damaged; `vectide repair` deletes the points that lost their vector",
-                    dir.display(),
-                    store.len()
-                )));
-            }
+            check_agreement(dir, &store, &dense, &sparse, shape.is_none())?;
         }
         let next = log.last_seq() + 1;
         // From here on a write never runs the engine's due maintenance
         // under the turn: the database's background thread does.
-        engine.defer_maintenance();
+        for d in &dense {
+            d.engine.defer_maintenance();
+        }
         let c = Collection {
             name: name.to_string(),
             dir: dir.to_path_buf(),
             config,
-            engine,
+            dense,
+            sparse,
+            shape,
             log,
             store: RwLock::new(store),
             turn: Mutex::new(next),
-            engine_seq: AtomicU64::new(engine_seq),
             turn_cv: Condvar::new(),
             last_checkpoint: Mutex::new(Instant::now()),
             checkpointing: Mutex::new(()),
@@ -251,21 +355,29 @@ impl Collection {
     /// vectors the engine holds for points the store deleted are removed
     /// from the engine (counted). The caller checkpoints afterwards.
     pub fn remove_orphans(&self) -> Result<(Vec<ExtId>, usize)> {
-        let (orphans, stale): (Vec<ExtId>, Vec<u64>) = {
+        let (orphans, stale): (Vec<ExtId>, Vec<Vec<u64>>) = {
             let store = self.store.read();
             let mut orphans = Vec::new();
-            for (&id, p) in store.iter() {
-                if !self.engine.contains(id)? {
-                    orphans.push(p.ext.clone());
+            // In a multi collection a point may lack any space: only the
+            // single form's points must all have a vector.
+            if let (true, Some(main)) = (self.is_single(), self.dense.first()) {
+                for (&id, p) in store.iter() {
+                    if !main.engine.contains(id)? {
+                        orphans.push(p.ext.clone());
+                    }
                 }
             }
             // Deleted ids are forgotten: every internal id ever assigned
             // that is not live is looked up (a repair is rare; an open
             // only counts them).
-            let mut stale = Vec::new();
+            let mut stale = vec![Vec::new(); self.dense.len()];
             for id in 0..store.next_internal() {
-                if store.get(id).is_none() && self.engine.contains(id)? {
-                    stale.push(id);
+                if store.get(id).is_none() {
+                    for (d, out) in self.dense.iter().zip(&mut stale) {
+                        if d.engine.contains(id)? {
+                            out.push(id);
+                        }
+                    }
                 }
             }
             (orphans, stale)
@@ -273,13 +385,88 @@ impl Collection {
         if !orphans.is_empty() {
             self.delete(Some(&orphans), None)?;
         }
-        if !stale.is_empty() {
-            let turn = self.turn.lock();
-            self.engine.delete(*turn - 1, &stale)?;
-            self.engine_seq.fetch_max(*turn - 1, Ordering::AcqRel);
+        let mut removed = 0;
+        let turn = self.turn.lock();
+        for (d, ids) in self.dense.iter().zip(&stale) {
+            if !ids.is_empty() {
+                d.engine.delete(*turn - 1, ids)?;
+                d.engine_seq.fetch_max(*turn - 1, Ordering::AcqRel);
+                removed += ids.len();
+            }
         }
-        Ok((orphans, stale.len()))
+        let store = self.store.read();
+        for sp in &self.sparse {
+            let mut x = sp.index.write();
+            let gone: Vec<u64> = x
+                .iter()
+                .map(|(d, _)| d)
+                .filter(|&d| store.get(d).is_none())
+                .collect();
+            for d in &gone {
+                x.delete(*turn - 1, *d);
+            }
+            removed += gone.len();
+        }
+        Ok((orphans, removed))
     }
+}
+
+/// After replay every space and the store hold the same points (each
+/// applies every operation): a difference means a file of a space or of
+/// the store lost or changed data.
+fn check_agreement(
+    dir: &Path,
+    store: &PointStore,
+    dense: &[DenseSpace],
+    sparse: &[SparseSpace],
+    single: bool,
+) -> Result<()> {
+    let disagree = |what: String| {
+        DbError::corrupted(format!(
+            "{}: {what}: a file of the engine or the store is damaged; `vectide repair` deletes the points that lost their vector",
+            dir.display()
+        ))
+    };
+    if let (true, Some(main)) = (single, dense.first()) {
+        let mut missing = 0;
+        for (&id, _) in store.iter() {
+            missing += usize::from(!main.engine.contains(id)?);
+        }
+        // With none missing, the engine's live count beyond the store's
+        // is the deleted points it still holds (the store forgets deleted
+        // ids, so they are counted, not listed).
+        let stale = (main.engine.len() + missing).saturating_sub(store.len());
+        if missing > 0 || stale > 0 {
+            return Err(disagree(format!(
+                "the engine and the point store disagree ({missing} of the store's {} points have no vector, {stale} deleted points still have one)",
+                store.len()
+            )));
+        }
+        return Ok(());
+    }
+    // A multi collection's points may lack any space: a space holds no
+    // more points than the store, and none the store deleted.
+    for d in dense {
+        if d.engine.len() > store.len() {
+            return Err(disagree(format!(
+                "vector space {:?} holds {} points, the point store {}",
+                d.config.name,
+                d.engine.len(),
+                store.len()
+            )));
+        }
+    }
+    for sp in sparse {
+        let x = sp.index.read();
+        let stale = x.iter().filter(|(d, _)| store.get(*d).is_none()).count();
+        if stale > 0 {
+            return Err(disagree(format!(
+                "sparse space {:?} holds {stale} points the point store deleted",
+                sp.config.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -294,7 +481,8 @@ mod tests {
         params.insert("wal_buffer".into(), ParamValue::Int(1024));
         params.insert("m".into(), ParamValue::Int(8));
         params.insert("threads".into(), ParamValue::Int(1500));
-        let config = CollectionConfig {
+        let config = VectorSpaceConfig {
+            name: String::new(),
             dim: 4,
             metric: Metric::L2,
             engine: "hnsw-snap".into(),

@@ -5,9 +5,11 @@ use super::{Collection, Hit, Record};
 use crate::error::{DbError, Result};
 use crate::filter::Filter;
 use crate::ids::ExtId;
+use crate::spaces::{DenseSpace, NamedVectors, SparseVector, VectorValue};
 use crate::store::Point;
 use std::sync::atomic::Ordering;
 use vectide_core::{heap, SearchParams};
+use vectide_engines::AnyIndex;
 
 impl Collection {
     /// The live internal ids the selector names: explicit ids (unknown ones
@@ -63,22 +65,46 @@ impl Collection {
                 out.push(None);
                 continue;
             };
+            let (vector, vectors) = self.vectors_of(i, with_vector)?;
             out.push(Some(Record {
                 id: p.ext.clone(),
                 payload: p.payload.clone(),
-                vector: self.vector_of(i, with_vector)?,
+                vector,
+                vectors,
             }));
         }
         Ok(out)
     }
 
-    /// The engine's vector of a point when asked for.
-    fn vector_of(&self, i: u64, with_vector: bool) -> Result<Option<Vec<f32>>> {
-        Ok(if with_vector {
-            self.engine.get(i)?
-        } else {
-            None
-        })
+    /// A point's vectors when asked for: the main dense space's, and in a
+    /// multi collection every one it has, by space name.
+    fn vectors_of(
+        &self,
+        i: u64,
+        with_vector: bool,
+    ) -> Result<(Option<Vec<f32>>, Option<NamedVectors>)> {
+        if !with_vector {
+            return Ok((None, None));
+        }
+        if self.shape.is_none() {
+            return Ok((self.dense[0].engine.get(i)?, None));
+        }
+        let mut named = Vec::with_capacity(self.dense.len() + self.sparse.len());
+        let mut main = None;
+        for (k, d) in self.dense.iter().enumerate() {
+            if let Some(v) = d.engine.get(i)? {
+                if k == 0 {
+                    main = Some(v.clone());
+                }
+                named.push((d.config.name.clone(), VectorValue::Dense(v)));
+            }
+        }
+        for sp in &self.sparse {
+            if let Some(v) = sp.index.read().get(i) {
+                named.push((sp.config.name.clone(), VectorValue::Sparse(v.clone())));
+            }
+        }
+        Ok((main, Some(named)))
     }
 
     /// Points matching a filter (all without one).
@@ -111,10 +137,12 @@ impl Collection {
             .into_iter()
             .take(limit)
             .map(|(e, i, p)| {
+                let (vector, vectors) = self.vectors_of(i, with_vector)?;
                 Ok(Record {
                     id: e.clone(),
                     payload: p.payload.clone(),
-                    vector: self.vector_of(i, with_vector)?,
+                    vector,
+                    vectors,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -139,29 +167,62 @@ impl Collection {
         with_payload: bool,
         with_vector: bool,
     ) -> Result<Vec<Hit>> {
-        self.check_open()?;
-        if k == 0 {
-            return Err(DbError::invalid("k (limit) must be at least 1"));
-        }
-        vectide_core::limits::check_k(k)?;
         self.check_vector(query)?;
-        self.counters.searches.fetch_add(1, Ordering::Relaxed);
-        let filter = filter.filter(|f| !f.is_trivial());
+        self.search_dense(
+            &self.dense[0],
+            query,
+            k,
+            params,
+            filter,
+            with_payload,
+            with_vector,
+        )
+    }
+
+    /// [`search`](Self::search) in the dense space named `using`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn search_in(
+        &self,
+        using: &str,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<&Filter>,
+        with_payload: bool,
+        with_vector: bool,
+    ) -> Result<Vec<Hit>> {
+        let space = self.dense_space(using)?;
+        super::check_dense(&space.config, query)?;
+        self.search_dense(space, query, k, params, filter, with_payload, with_vector)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn search_dense(
+        &self,
+        space: &DenseSpace,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        filter: Option<&Filter>,
+        with_payload: bool,
+        with_vector: bool,
+    ) -> Result<Vec<Hit>> {
+        let filter = self.begin_search(k, filter)?;
+        let engine = &space.engine;
         // The store's lock is held only to read the points, never through
         // a whole engine search or exact scan (an exact scan of an SSD
         // engine reads every posting): writers wait for it. A point deleted
         // or replaced meanwhile is dropped or returned as it was during
         // the call (the lookup below).
         let found: Vec<(u64, f32)> = match filter {
-            None if params.exact => match self.engine.exact_scan(query, spared(k))? {
+            None if params.exact => match engine.exact_scan(query, spared(k))? {
                 Some(found) => found.into_iter().map(|n| (n.id, n.distance)).collect(),
                 None => {
                     let all: Vec<u64> = self.store.read().iter().map(|(&i, _)| i).collect();
-                    self.exact(query, k, &all)?
+                    exact(engine, query, k, &all)?
                 }
             },
-            None => self
-                .engine
+            None => engine
                 .search(query, k, params, None)?
                 .into_iter()
                 .map(|n| (n.id, n.distance))
@@ -197,19 +258,19 @@ impl Collection {
                             .collect(),
                     };
                     drop(store);
-                    self.exact(query, k, &matches)?
+                    exact(engine, query, k, &matches)?
                 } else {
                     let sel = (estimate as f64 / n as f64).clamp(1e-6, 1.0);
                     // Engines with a candidate list widen it by the
                     // filter's selectivity (others take the knobs as given).
                     let mut widened = params.clone();
-                    if let Some(base) = params.ef.or(self.engine.search_defaults().ef) {
+                    if let Some(base) = params.ef.or(engine.search_defaults().ef) {
                         let ef = (k as f64 / sel).ceil() as usize;
                         widened.ef = Some(ef.max(base.max(k)).min(4096));
                     }
                     // The filter reads the payloads as the engine walks.
                     let pred = |i: u64| store.get(i).is_some_and(|p| f.eval(&p.ext, &p.payload));
-                    self.engine
+                    engine
                         .search(query, k, &widened, Some(&pred))?
                         .into_iter()
                         .map(|n| (n.id, n.distance))
@@ -217,6 +278,31 @@ impl Collection {
                 }
             }
         };
+        self.hits(found, k, filter, with_payload, with_vector)
+    }
+
+    /// A search's common checks and count; the filter, unless trivial.
+    fn begin_search<'f>(&self, k: usize, filter: Option<&'f Filter>) -> Result<Option<&'f Filter>> {
+        self.check_open()?;
+        if k == 0 {
+            return Err(DbError::invalid("k (limit) must be at least 1"));
+        }
+        vectide_core::limits::check_k(k)?;
+        self.counters.searches.fetch_add(1, Ordering::Relaxed);
+        Ok(filter.filter(|f| !f.is_trivial()))
+    }
+
+    /// The points of `found` (internal id, distance) as hits, up to `k`:
+    /// a point deleted since is dropped, and one whose payload no longer
+    /// matches the filter.
+    fn hits(
+        &self,
+        found: Vec<(u64, f32)>,
+        k: usize,
+        filter: Option<&Filter>,
+        with_payload: bool,
+        with_vector: bool,
+    ) -> Result<Vec<Hit>> {
         let store = self.store.read();
         let mut hits = Vec::with_capacity(found.len().min(k));
         for (i, d) in found {
@@ -229,32 +315,69 @@ impl Collection {
                 if filter.is_some_and(|f| !f.eval(&p.ext, &p.payload)) {
                     continue;
                 }
+                let (vector, vectors) = self.vectors_of(i, with_vector)?;
                 hits.push(Hit {
                     id: p.ext.clone(),
                     distance: d,
                     payload: with_payload.then(|| p.payload.clone()),
-                    vector: self.vector_of(i, with_vector)?,
+                    vector,
+                    vectors,
                 });
             }
         }
         Ok(hits)
     }
 
-    /// Exact top-k among `ids` by the engine's distance, and up to
-    /// `EXACT_SPARE` more: the scan runs without the store's lock, and a
-    /// point of the top k deleted meanwhile is dropped at the lookup, where
-    /// the next one takes its place (else the answer would come back short
-    /// though enough points were live throughout).
-    fn exact(&self, query: &[f32], k: usize, ids: &[u64]) -> Result<Vec<(u64, f32)>> {
-        // One call with every id: an SSD engine answers a long list with
-        // one pass over its postings (several shorter calls would each
-        // make that pass).
-        let mut all = Vec::with_capacity(ids.len());
-        self.engine.distances(query, ids, &mut all)?;
-        heap::keep_nearest(&mut all, spared(k));
-        all.sort_by(heap::by_distance_then_id);
-        Ok(all.into_iter().map(|n| (n.id, n.distance)).collect())
+    /// The `k` points of the sparse space `using` with the largest dot
+    /// product with `query` (after the space's modifier) that pass
+    /// `filter`, exactly (`vectide_sparse`: block-max pruned, the filter
+    /// asked inside the search); only points sharing a term with the query
+    /// are answers; ties by point id. A hit's distance is −dot.
+    #[allow(clippy::too_many_arguments)]
+    pub fn search_sparse(
+        &self,
+        using: &str,
+        query: &SparseVector,
+        k: usize,
+        filter: Option<&Filter>,
+        with_payload: bool,
+        with_vector: bool,
+    ) -> Result<Vec<Hit>> {
+        let space = self.sparse_space(using)?;
+        let filter = self.begin_search(k, filter)?;
+        let found: Vec<(u64, f32)> = {
+            let store = self.store.read();
+            let accept = |i: u64| {
+                store
+                    .get(i)
+                    .is_some_and(|p| filter.is_none_or(|f| f.eval(&p.ext, &p.payload)))
+            };
+            let tie = |a: u64, b: u64| match (store.get(a), store.get(b)) {
+                (Some(x), Some(y)) => x.ext.cmp(&y.ext),
+                _ => a.cmp(&b),
+            };
+            let (found, _) = space.index.read().search(query, k, &accept, &tie);
+            found.into_iter().map(|(i, s)| (i, -s)).collect()
+        };
+        self.hits(found, k, filter, with_payload, with_vector)
     }
+}
+
+/// Exact top-k among `ids` by the engine's distance, and up to
+/// `EXACT_SPARE` more: the scan runs without the store's lock, and a point
+/// of the top k deleted meanwhile is dropped at the lookup, where the next
+/// one takes its place (else the answer would come back short though
+/// enough points were live throughout). Ids the engine does not hold (a
+/// point without this space's vector) are skipped.
+fn exact(engine: &AnyIndex, query: &[f32], k: usize, ids: &[u64]) -> Result<Vec<(u64, f32)>> {
+    // One call with every id: an SSD engine answers a long list with one
+    // pass over its postings (several shorter calls would each make that
+    // pass).
+    let mut all = Vec::with_capacity(ids.len());
+    engine.distances(query, ids, &mut all)?;
+    heap::keep_nearest(&mut all, spared(k));
+    all.sort_by(heap::by_distance_then_id);
+    Ok(all.into_iter().map(|n| (n.id, n.distance)).collect())
 }
 
 /// `k` and the spare results of an exact search (within the bound on `k`).
