@@ -29,6 +29,7 @@
 //! replay, repair), `search` (reads) and `checkpoint`.
 
 use crate::commitlog::{CommitLog, Durability};
+use crate::edit::PayloadEdit;
 use crate::error::{DbError, Result};
 use crate::filter::Filter;
 use crate::ids::ExtId;
@@ -712,23 +713,34 @@ impl Collection {
         Ok(targets.len())
     }
 
-    /// Merges `payload`'s keys into the payloads of the selected points;
-    /// returns how many.
+    /// Merges `payload`'s keys into the payloads of the selected points
+    /// (a null removes its key, as in Qdrant); returns how many.
     pub fn set_payload(
         &self,
         ids: Option<&[ExtId]>,
         filter: Option<&Filter>,
         payload: &Value,
     ) -> Result<usize> {
-        if !payload.is_object() {
+        let Value::Object(m) = payload else {
             return Err(DbError::invalid("the payload to set must be a JSON object"));
-        }
+        };
+        self.edit_payload(ids, filter, &PayloadEdit::Merge(m.clone()))
+    }
+
+    /// Applies a payload edit (set with or without a key path, overwrite,
+    /// delete keys, clear) to the selected points; returns how many.
+    pub fn edit_payload(
+        &self,
+        ids: Option<&[ExtId]>,
+        filter: Option<&Filter>,
+        edit: &PayloadEdit,
+    ) -> Result<usize> {
         let targets = self.select(ids, filter);
         if targets.is_empty() {
             self.settle()?;
             return Ok(0);
         }
-        self.simple_op(OP_SET_PAYLOAD, &targets, payload)?;
+        self.simple_op(OP_SET_PAYLOAD, &targets, &edit.to_json())?;
         Ok(targets.len())
     }
 

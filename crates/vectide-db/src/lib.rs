@@ -20,10 +20,12 @@
 
 pub mod collection;
 pub mod commitlog;
+pub mod edit;
 pub mod error;
 pub mod filter;
 mod guard;
 pub mod ids;
+pub mod path;
 mod record;
 pub mod spaces;
 pub mod store;

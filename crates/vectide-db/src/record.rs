@@ -243,11 +243,11 @@ pub(crate) fn decode(payload: &[u8], dim: usize) -> Result<Op> {
                 payload: json(&mut r)?,
             },
             OP_DELETE => Change::Delete { id, ext },
-            _ => Change::SetPayload {
-                id,
-                ext,
-                payload: json(&mut r)?,
-            },
+            _ => {
+                let payload = json(&mut r)?;
+                crate::edit::PayloadEdit::from_json(&payload)?;
+                Change::SetPayload { id, ext, payload }
+            }
         });
     }
     if r.remaining() != 0 {

@@ -79,6 +79,10 @@ impl IndexKind {
 #[derive(Debug, Default)]
 struct FieldIndex {
     kind: Option<IndexKind>,
+    /// The field's key path (`None` for a name declared before fields were
+    /// key paths that is not one: such an index holds nothing and answers
+    /// no condition).
+    path: Option<crate::path::KeyPath>,
     keyword: HashMap<String, HashSet<u64>>,
     integer: BTreeMap<i64, HashSet<u64>>,
     /// Numbers an integer index cannot hold (fractions, beyond i64): while
@@ -89,15 +93,24 @@ struct FieldIndex {
 impl FieldIndex {
     /// The indexable values of `field` in a payload; `None` stands for a
     /// number an integer index cannot hold.
-    fn values(&self, field: &str, p: &Value, f: &mut dyn FnMut(Option<Scalar>)) {
-        crate::filter::any_value(p, field, &mut |v| {
+    /// The values a condition compares are the ones the field's path
+    /// selects with arrays unwrapped one level (`crate::filter`), so the
+    /// index holds exactly those.
+    fn values(&self, _field: &str, p: &Value, f: &mut dyn FnMut(Option<Scalar>)) {
+        let Some(path) = &self.path else {
+            return;
+        };
+        let mut vals = Vec::new();
+        path.values(p, true, &mut vals);
+        for v in vals {
             match (self.kind, v) {
                 (Some(IndexKind::Keyword), Value::String(s)) => f(Some(Scalar::Str(s.clone()))),
-                (Some(IndexKind::Integer), Value::Number(n)) => f(n.as_i64().map(Scalar::Int)),
+                (Some(IndexKind::Integer), Value::Number(n)) => {
+                    f(n.as_i64().filter(|_| !n.is_f64()).map(Scalar::Int))
+                }
                 _ => {}
             }
-            false
-        });
+        }
     }
 
     fn add(&mut self, field: &str, id: u64, p: &Value) {
@@ -205,7 +218,7 @@ pub enum Change {
         id: u64,
         ext: ExtId,
     },
-    /// Merge keys into the payload.
+    /// A payload edit (`crate::edit::PayloadEdit`, as the log holds it).
     SetPayload {
         id: u64,
         ext: ExtId,
@@ -473,8 +486,9 @@ impl PointStore {
                         continue;
                     }
                     let mut merged = p.payload.clone();
-                    if let (Value::Object(m), Value::Object(patch)) = (&mut merged, payload) {
-                        m.extend(patch);
+                    // Checked when the record was made or decoded.
+                    if let Ok(edit) = crate::edit::PayloadEdit::from_json(&payload) {
+                        edit.apply(&mut merged);
                     }
                     self.dirty
                         .points
@@ -550,6 +564,7 @@ impl PointStore {
     fn build_index(&mut self, field: &str, kind: IndexKind) {
         let mut idx = FieldIndex {
             kind: Some(kind),
+            path: crate::path::KeyPath::parse(field).ok(),
             ..Default::default()
         };
         for (&id, p) in &self.points {
@@ -563,6 +578,7 @@ impl PointStore {
         if field.is_empty() || field.len() > 256 {
             return Err(DbError::invalid("index field names are 1..=256 bytes"));
         }
+        crate::path::KeyPath::parse(field)?;
         self.files.lock().declare_index(field, kind)?;
         self.build_index(field, kind);
         Ok(())
@@ -589,7 +605,9 @@ impl PointStore {
         match c {
             Condition::Match { key, .. }
             | Condition::Any { key, .. }
-            | Condition::Range { key, .. } => self.indexes.get(key).and_then(|i| i.postings(c)),
+            | Condition::Range { key, .. } => {
+                self.indexes.get(key.as_str()).and_then(|i| i.postings(c))
+            }
             Condition::HasId(ids) => {
                 // `ids` holds upserts in flight too: keep the live ones.
                 has_id.extend(

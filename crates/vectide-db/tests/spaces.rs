@@ -418,3 +418,92 @@ fn a_sparse_only_collection_works_and_reopens() {
         );
     }
 }
+
+#[test]
+fn payload_edits_and_nested_keys_survive_replay() {
+    use vectide_db::edit::PayloadEdit;
+    use vectide_db::path::KeyPath;
+    use vectide_db::IndexKind;
+    let dir = tempfile::tempdir().unwrap();
+    let obj = |v: serde_json::Value| v.as_object().unwrap().clone();
+    let topic = |i: u64| ["a", "b", "c"][i as usize % 3];
+    let want = {
+        let db = Database::open(dir.path(), opts()).unwrap();
+        let c = db
+            .create_collection("p", CollectionConfig::new(2, Metric::L2, "flat"))
+            .unwrap();
+        c.create_index("meta.topic", IndexKind::Keyword).unwrap();
+        let pts: Vec<vectide_db::PointInput> = (0..20)
+            .map(|i| vectide_db::PointInput {
+                id: ExtId::Num(i),
+                vector: vec![i as f32, 1.0],
+                payload: json!({"meta": {"topic": topic(i), "n": i}, "tags": ["x"], "drop": i}),
+            })
+            .collect();
+        c.upsert(&pts).unwrap();
+        let by = |t: &str| {
+            Filter::parse(&json!({"must": [{"key": "meta.topic", "match": {"value": t}}]})).unwrap()
+        };
+        assert_eq!(c.count(Some(&by("a"))), 7);
+        let ids = [ExtId::Num(0), ExtId::Num(1)];
+        c.edit_payload(
+            Some(&ids),
+            None,
+            &PayloadEdit::SetAt(
+                KeyPath::parse("meta").unwrap(),
+                obj(json!({"topic": "z", "n": null})),
+            ),
+        )
+        .unwrap();
+        c.edit_payload(
+            None,
+            Some(&by("b")),
+            &PayloadEdit::Delete(vec![
+                KeyPath::parse("drop").unwrap(),
+                KeyPath::parse("tags[]").unwrap(),
+            ]),
+        )
+        .unwrap();
+        c.edit_payload(
+            Some(&[ExtId::Num(2)]),
+            None,
+            &PayloadEdit::Overwrite(obj(json!({"only": 1}))),
+        )
+        .unwrap();
+        c.edit_payload(Some(&[ExtId::Num(3)]), None, &PayloadEdit::Clear)
+            .unwrap();
+        c.set_payload(
+            Some(&[ExtId::Num(6)]),
+            None,
+            &json!({"drop": null, "new": true}),
+        )
+        .unwrap();
+        assert_eq!(c.count(Some(&by("z"))), 2);
+        assert_eq!(c.delete(None, Some(&by("c"))).unwrap(), 5);
+        let all: Vec<ExtId> = (0..20).map(ExtId::Num).collect();
+        c.get(&all, false).unwrap()
+        // Dropped without a checkpoint: the reopen replays every edit.
+    };
+    let db = Database::open(dir.path(), opts()).unwrap();
+    let c = db.collection("p").unwrap();
+    let all: Vec<ExtId> = (0..20).map(ExtId::Num).collect();
+    let got = c.get(&all, false).unwrap();
+    assert_eq!(got, want);
+    let p = |i: usize| {
+        got[i]
+            .as_ref()
+            .unwrap_or_else(|| panic!("point {i} gone: {got:?}"))
+            .payload
+            .clone()
+    };
+    assert_eq!(p(0)["meta"], json!({"topic": "z"}));
+    assert_eq!(p(1)["meta"], json!({"topic": "z"}));
+    assert_eq!(p(2), json!({"only": 1}));
+    assert_eq!(p(3), json!({}));
+    assert_eq!(p(4), json!({"meta": {"topic": "b", "n": 4}, "tags": []}));
+    assert_eq!(
+        p(6),
+        json!({"meta": {"topic": "a", "n": 6}, "tags": ["x"], "new": true})
+    );
+    assert!(got[8].is_none(), "deleted by a filter on a nested key");
+}
