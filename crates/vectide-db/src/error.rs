@@ -31,6 +31,9 @@ pub enum DbError {
     /// The payload store.
     #[error("payload store: {0}")]
     Store(String),
+    /// A point (or a vector of it) a request names is not there.
+    #[error("{0} not found")]
+    PointNotFound(String),
 }
 
 impl DbError {

@@ -26,6 +26,7 @@ pub mod filter;
 mod guard;
 pub mod ids;
 pub mod path;
+pub mod query;
 mod record;
 pub mod spaces;
 pub mod store;

@@ -31,7 +31,7 @@ pub(crate) fn to_py(e: DbError) -> PyErr {
     let msg = e.to_string();
     match e {
         DbError::Core(e) => crate::to_py(e),
-        DbError::CollectionNotFound(_) => PyKeyError::new_err(msg),
+        DbError::CollectionNotFound(_) | DbError::PointNotFound(_) => PyKeyError::new_err(msg),
         DbError::CollectionExists(_) => PyValueError::new_err(msg),
         DbError::Locked { .. } => DatabaseLockedError::new_err(msg),
         DbError::Store(_) | DbError::Closed(_) => PyRuntimeError::new_err(msg),

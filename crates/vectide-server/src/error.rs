@@ -53,7 +53,7 @@ fn core_status(e: &vectide_core::Error) -> StatusCode {
 fn db_status(e: &DbError) -> StatusCode {
     match e {
         DbError::Core(e) => core_status(e),
-        DbError::CollectionNotFound(_) => StatusCode::NOT_FOUND,
+        DbError::CollectionNotFound(_) | DbError::PointNotFound(_) => StatusCode::NOT_FOUND,
         DbError::CollectionExists(_) | DbError::Locked { .. } | DbError::Closed(_) => {
             StatusCode::CONFLICT
         }

@@ -104,7 +104,12 @@ pub fn document() -> Value {
             "/collections/{name}/points/count": {"post": op("Count points", Some(r("CountRequest")), json!({"type": "object", "properties": {"count": {"type": "integer"}}}))},
             "/collections/{name}/points/delete": {"post": op("Delete points by id or filter", Some(r("Selector")), update.clone())},
             "/collections/{name}/points/scroll": {"post": op("Page through points in id order", Some(r("ScrollRequest")), json!({"type": "object", "properties": {"points": points, "next_page_offset": r("PointId")}}))},
-            "/collections/{name}/points/payload": {"post": op("Merge keys into payloads", Some(r("SetPayload")), update.clone())},
+            "/collections/{name}/points/payload": {
+                "post": op("Merge keys into payloads (at a key path when `key` is given; a null removes its key)", Some(r("SetPayload")), update.clone()),
+                "put": op("Replace payloads", Some(r("SetPayload")), update.clone())
+            },
+            "/collections/{name}/points/payload/delete": {"post": op("Remove keys (key paths) from payloads", Some(r("DeletePayload")), update.clone())},
+            "/collections/{name}/points/payload/clear": {"post": op("Empty payloads", Some(r("Selector")), update.clone())},
             "/collections/{name}/index": {"put": op("Declare a payload index", Some(r("CreateIndex")), update)},
             "/collections/{name}/vectide/maintain": {"post": op("Vectide's own: run the engine's pending maintenance now (consolidation, merge, rebuild); answers when none is in flight", None, json!({"type": "boolean"}))},
             "/collections/{name}/vectide/checkpoint": {"post": op("Vectide's own: take a checkpoint now (engine state durable, commit log cut)", None, json!({"type": "boolean"}))}
@@ -113,13 +118,22 @@ pub fn document() -> Value {
             "Error": {"type": "object", "properties": {"status": {"type": "object", "properties": {"error": {"type": "string"}}}, "time": {"type": "number"}}},
             "PointId": {"oneOf": [{"type": "integer", "minimum": 0, "maximum": u64::MAX}, {"type": "string", "minLength": 1, "maxLength": vectide_db::ids::MAX_KEY_BYTES}]},
             "Vector": {"type": "array", "items": {"type": "number"}},
+            "SparseVector": {"type": "object", "required": ["indices", "values"], "properties": {"indices": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": u32::MAX}}, "values": {"type": "array", "items": {"type": "number"}}}},
+            "AnyVector": {"oneOf": [r("Vector"), r("SparseVector")]},
+            "Vectors": {"oneOf": [r("Vector"), {"type": "object", "additionalProperties": r("AnyVector"), "description": "vectors by space name"}]},
+            "WithVector": {"oneOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "string"}, "description": "vector names"}]},
+            "QueryInput": {"oneOf": [r("Vector"), r("SparseVector"), r("PointId"),
+                {"type": "object", "required": ["nearest"], "properties": {"nearest": {"oneOf": [r("Vector"), r("SparseVector"), r("PointId")]}}},
+                {"type": "object", "required": ["fusion"], "properties": {"fusion": {"type": "string", "enum": ["rrf", "dbsf"]}}},
+                {"type": "object", "required": ["rrf"], "properties": {"rrf": {"type": "object", "properties": {"k": {"type": "integer", "minimum": 1}}}}}]},
+            "Prefetch": {"type": "object", "properties": {"prefetch": {"type": "array", "items": {"$ref": "#/components/schemas/Prefetch"}}, "query": r("QueryInput"), "using": {"type": "string"}, "filter": r("Filter"), "params": search_params.clone(), "score_threshold": {"type": "number"}, "limit": limit.clone()}},
             "Payload": {"type": "object", "nullable": true},
-            "Point": {"type": "object", "properties": {"id": r("PointId"), "payload": r("Payload"), "vector": {"type": "array", "items": {"type": "number"}, "nullable": true}}},
-            "PointStruct": {"type": "object", "required": ["id", "vector"], "properties": {"id": r("PointId"), "vector": r("Vector"), "payload": r("Payload")}},
+            "Point": {"type": "object", "properties": {"id": r("PointId"), "payload": r("Payload"), "vector": r("Vectors")}},
+            "PointStruct": {"type": "object", "required": ["id", "vector"], "properties": {"id": r("PointId"), "vector": r("Vectors"), "payload": r("Payload")}},
             "PointsList": {"type": "object", "properties": {"points": {"type": "array", "items": r("PointStruct")}, "batch": r("Batch")}},
-            "Batch": {"type": "object", "required": ["ids", "vectors"], "properties": {"ids": {"type": "array", "items": r("PointId")}, "vectors": {"type": "array", "items": r("Vector")}, "payloads": {"type": "array", "items": r("Payload")}}},
-            "PointRequest": {"type": "object", "required": ["ids"], "properties": {"ids": {"type": "array", "items": r("PointId")}, "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}}},
-            "ScoredPoint": {"type": "object", "required": ["id", "version", "score"], "properties": {"id": r("PointId"), "version": {"type": "integer"}, "score": {"type": "number"}, "payload": r("Payload"), "vector": {"type": "array", "items": {"type": "number"}, "nullable": true}}},
+            "Batch": {"type": "object", "required": ["ids", "vectors"], "properties": {"ids": {"type": "array", "items": r("PointId")}, "vectors": {"oneOf": [{"type": "array", "items": r("Vector")}, {"type": "object", "additionalProperties": {"type": "array", "items": r("AnyVector")}}]}, "payloads": {"type": "array", "items": r("Payload")}}},
+            "PointRequest": {"type": "object", "required": ["ids"], "properties": {"ids": {"type": "array", "items": r("PointId")}, "with_payload": r("WithPayload"), "with_vector": r("WithVector")}},
+            "ScoredPoint": {"type": "object", "required": ["id", "version", "score"], "properties": {"id": r("PointId"), "version": {"type": "integer"}, "score": {"type": "number"}, "payload": r("Payload"), "vector": r("Vectors")}},
             "UpdateResult": {"type": "object", "properties": {"operation_id": {"type": "integer"}, "status": {"type": "string", "enum": ["completed"]}}},
             "Condition": {"type": "object", "properties": {
                 "key": {"type": "string"},
@@ -131,20 +145,23 @@ pub fn document() -> Value {
             }},
             "Filter": {"type": "object", "properties": {"must": {"type": "array", "items": r("Condition")}, "should": {"type": "array", "items": r("Condition")}, "must_not": {"type": "array", "items": r("Condition")}}},
             "Selector": {"type": "object", "properties": {"points": {"type": "array", "items": r("PointId")}, "filter": r("Filter")}},
-            "SetPayload": {"type": "object", "required": ["payload"], "properties": {"points": {"type": "array", "items": r("PointId")}, "filter": r("Filter"), "payload": {"type": "object"}}},
+            "SetPayload": {"type": "object", "required": ["payload"], "properties": {"points": {"type": "array", "items": r("PointId")}, "filter": r("Filter"), "payload": {"type": "object"}, "key": {"type": "string", "description": "a key path (a.b, tags[], items[0].name)"}}},
+            "DeletePayload": {"type": "object", "required": ["keys"], "properties": {"points": {"type": "array", "items": r("PointId")}, "filter": r("Filter"), "keys": {"type": "array", "items": {"type": "string"}}}},
             "CountRequest": {"type": "object", "properties": {"filter": r("Filter"), "exact": {"type": "boolean"}}},
             "CreateIndex": {"type": "object", "required": ["field_name", "field_schema"], "properties": {"field_name": {"type": "string", "minLength": 1}, "field_schema": {"oneOf": [{"type": "string", "enum": ["keyword", "integer"]}, {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "enum": ["keyword", "integer"]}}}]}}},
             "QueryBatch": {"type": "object", "required": ["searches"], "properties": {"searches": {"type": "array", "items": r("QueryRequest")}}},
             "WithPayload": {"oneOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "string"}},
                 {"type": "object", "properties": {"include": {"type": "array", "items": {"type": "string"}}}, "required": ["include"], "additionalProperties": false},
                 {"type": "object", "properties": {"exclude": {"type": "array", "items": {"type": "string"}}}, "required": ["exclude"], "additionalProperties": false}]},
-            "QueryRequest": {"type": "object", "properties": {"query": {"oneOf": [r("Vector"), r("PointId"), {"type": "object", "properties": {"nearest": r("Vector")}}]}, "filter": r("Filter"), "limit": limit.clone(), "offset": offset.clone(), "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}, "score_threshold": {"type": "number"}, "params": search_params.clone()}},
-            "SearchRequest": {"type": "object", "required": ["vector", "limit"], "properties": {"vector": r("Vector"), "filter": r("Filter"), "limit": limit.clone(), "offset": offset, "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}, "score_threshold": {"type": "number"}, "params": search_params}},
-            "ScrollRequest": {"type": "object", "properties": {"filter": r("Filter"), "limit": limit, "offset": r("PointId"), "with_payload": r("WithPayload"), "with_vector": {"type": "boolean"}}},
-            "CreateCollection": {"type": "object", "required": ["vectors"], "properties": {
-                "vectors": {"type": "object", "required": ["size", "distance"], "properties": {"size": {"type": "integer", "minimum": 1, "maximum": limits::MAX_DIM}, "distance": {"type": "string", "enum": ["Cosine", "Dot", "Euclid"]}}},
+            "QueryRequest": {"type": "object", "properties": {"prefetch": {"oneOf": [r("Prefetch"), {"type": "array", "items": r("Prefetch")}]}, "query": r("QueryInput"), "using": {"type": "string"}, "filter": r("Filter"), "limit": limit.clone(), "offset": offset.clone(), "with_payload": r("WithPayload"), "with_vector": r("WithVector"), "with_vectors": r("WithVector"), "score_threshold": {"type": "number"}, "params": search_params.clone()}},
+            "SearchRequest": {"type": "object", "required": ["vector"], "properties": {"vector": {"oneOf": [r("Vector"), {"type": "object", "required": ["name", "vector"], "properties": {"name": {"type": "string"}, "vector": r("AnyVector")}}]}, "filter": r("Filter"), "limit": limit.clone(), "offset": offset, "with_payload": r("WithPayload"), "with_vector": r("WithVector"), "score_threshold": {"type": "number"}, "params": search_params}},
+            "ScrollRequest": {"type": "object", "properties": {"filter": r("Filter"), "limit": limit, "offset": r("PointId"), "with_payload": r("WithPayload"), "with_vector": r("WithVector")}},
+            "VectorParams": {"type": "object", "required": ["size", "distance"], "properties": {"size": {"type": "integer", "minimum": 1, "maximum": limits::MAX_DIM}, "distance": {"type": "string", "enum": ["Cosine", "Dot", "Euclid"]}, "hnsw_config": {"type": "object", "properties": {"m": {"type": "integer"}, "ef_construct": {"type": "integer"}}}}},
+            "CreateCollection": {"type": "object", "properties": {
+                "vectors": {"oneOf": [r("VectorParams"), {"type": "object", "additionalProperties": r("VectorParams"), "description": "named dense vectors, each its own engine"}]},
+                "sparse_vectors": {"type": "object", "additionalProperties": {"type": "object", "nullable": true, "properties": {"modifier": {"type": "string", "enum": ["idf", "none"], "nullable": true}, "index": {"type": "object"}}}},
                 "hnsw_config": {"type": "object", "properties": {"m": {"type": "integer", "minimum": limits::MIN_M, "maximum": limits::MAX_M}, "ef_construct": {"type": "integer", "minimum": 1, "maximum": limits::MAX_EF}}},
-                "vectide": {"type": "object", "additionalProperties": false, "properties": {"engine": {"type": "string", "enum": engine_names}, "params": {
+                "vectide": {"type": "object", "additionalProperties": false, "properties": {"engine": {"type": "string", "enum": engine_names.clone()}, "vectors": {"type": "object", "description": "per named dense vector: its own engine and params", "additionalProperties": {"type": "object", "additionalProperties": false, "properties": {"engine": {"type": "string", "enum": engine_names}, "params": {"type": "object"}}}}, "params": {
                     "type": "object",
                     "description": format!(
                         "Engine parameters, checked against the engine's schema: unknown names are refused and \
@@ -229,13 +246,13 @@ mod tests {
                 .collect();
             assert_eq!(documented, accepted, "{schema}");
         };
-        let refused = ["using", "prefetch", "lookup_from"];
-        let mut query = fields::<types::QueryRequest>();
-        query.remove("vector");
-        check("QueryRequest", query, &refused);
-        let mut search = fields::<types::QueryRequest>();
-        search.remove("query");
-        check("SearchRequest", search, &refused);
+        let query: BTreeSet<&'static str> =
+            vectide_db::query::QUERY_FIELDS.iter().copied().collect();
+        check("QueryRequest", query, &["lookup_from", "shard_key"]);
+        let prefetch: BTreeSet<&'static str> =
+            vectide_db::query::PREFETCH_FIELDS.iter().copied().collect();
+        check("Prefetch", prefetch, &["lookup_from"]);
+        check("SearchRequest", fields::<types::SearchRequest>(), &[]);
         check("ScrollRequest", fields::<types::Scroll>(), &["order_by"]);
         check("PointRequest", fields::<types::Retrieve>(), &[]);
         check("PointsList", fields::<types::Upsert>(), &[]);
@@ -245,14 +262,17 @@ mod tests {
         check("CreateIndex", fields::<types::CreateIndex>(), &[]);
         check("QueryBatch", fields::<types::QueryBatch>(), &[]);
         let mut selector = fields::<types::Selector>();
-        selector.remove("payload");
-        check("Selector", selector, &["key"]);
-        check("SetPayload", fields::<types::Selector>(), &["key"]);
+        for f in ["payload", "key", "keys"] {
+            selector.remove(f);
+        }
+        check("Selector", selector, &[]);
+        check("SetPayload", fields::<types::Selector>(), &["keys"]);
         check(
-            "CreateCollection",
-            fields::<types::CreateCollection>(),
-            &["sparse_vectors"],
+            "DeletePayload",
+            fields::<types::Selector>(),
+            &["key", "payload"],
         );
+        check("CreateCollection", fields::<types::CreateCollection>(), &[]);
         let create = &schemas["CreateCollection"]["properties"];
         let sub = |v: &serde_json::Value| -> BTreeSet<String> {
             v["properties"]
@@ -267,7 +287,7 @@ mod tests {
         };
         let mut vectors = fields::<types::VectorsConfig>();
         vectors.remove("multivector_config");
-        assert_eq!(sub(&create["vectors"]), names(vectors));
+        assert_eq!(sub(&schemas["VectorParams"]), names(vectors));
         assert_eq!(
             sub(&create["hnsw_config"]),
             names(fields::<types::HnswConfig>())
@@ -276,8 +296,16 @@ mod tests {
             sub(&create["vectide"]),
             names(fields::<types::VectideConfig>())
         );
+        assert_eq!(
+            sub(&create["vectide"]["properties"]["vectors"]["additionalProperties"]),
+            names(fields::<types::VectideSpace>())
+        );
         assert_eq!(create["vectide"]["additionalProperties"], false);
-        let params = &schemas["QueryRequest"]["properties"]["params"];
-        assert_eq!(sub(params), names(fields::<types::SearchParamsIn>()));
+        let mut sparse = fields::<types::SparseVectorParams>();
+        sparse.retain(|_| true);
+        assert_eq!(
+            sub(&create["sparse_vectors"]["additionalProperties"]),
+            names(sparse)
+        );
     }
 }

@@ -5,9 +5,9 @@
 
 use crate::error::ApiError;
 use crate::types::{
-    self, parse_body, CreateCollection, CreateIndex, Distance, QueryBatch, QueryInput,
-    QueryRequest, QueryResponse, Record, Retrieve, ScoredPoint, Scroll, ScrollResponse,
-    SearchParamsIn, Selector, UpdateResult, Upsert, WithPayload,
+    self, parse_body, CreateCollection, CreateIndex, Distance, QueryBatch, QueryResponse, Record,
+    Retrieve, ScoredPoint, Scroll, ScrollResponse, SearchRequest, Selector, UpdateResult, Upsert,
+    VectorsConfig, WithPayload,
 };
 use crate::{metrics, middleware, openapi, App, ServerConfig, QDRANT_API_VERSION};
 use axum::body::Bytes;
@@ -21,11 +21,15 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Instant;
-use vectide_core::{limits, Metric, SearchParams};
-use vectide_db::{
-    score, Collection, CollectionConfig, Database, ExtId, Filter, IndexKind, PointInput,
+use vectide_core::limits;
+use vectide_db::edit::PayloadEdit;
+use vectide_db::path::KeyPath;
+use vectide_db::query::{parse_vector, QueryRequest, WithVector};
+use vectide_db::spaces::{
+    Modifier, NamedVectors, PointData, SparseSpaceConfig, VectorSpaceConfig, VectorValue,
 };
-use vectide_engines::{ParamValue, Params};
+use vectide_db::{Collection, CollectionConfig, Database, ExtId, Filter, IndexKind};
+use vectide_engines::ParamValue;
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -96,12 +100,63 @@ fn filter(f: Option<&Value>) -> Result<Option<Filter>, ApiError> {
         .transpose()
 }
 
-fn record(r: vectide_db::Record, sel: &WithPayload) -> Record {
+/// A vector as the API shows it.
+fn vector_json(v: VectorValue) -> Value {
+    match v {
+        VectorValue::Dense(d) => json!(d),
+        VectorValue::Sparse(s) => json!({"indices": s.indices(), "values": s.values()}),
+    }
+}
+
+/// A point's vectors as the API shows them: the list itself in a
+/// collection of the single form, `{"NAME": vector}` otherwise.
+fn vectors_json(c: &Collection, named: NamedVectors) -> Value {
+    if c.is_single() {
+        return named
+            .into_iter()
+            .next()
+            .map_or(Value::Null, |(_, v)| vector_json(v));
+    }
+    Value::Object(
+        named
+            .into_iter()
+            .map(|(k, v)| (k, vector_json(v)))
+            .collect(),
+    )
+}
+
+/// A record's vectors as asked for.
+fn record_vectors(c: &Collection, r: &mut vectide_db::Record, sel: &WithVector) -> Option<Value> {
+    if !sel.any() {
+        return None;
+    }
+    let named = match r.vectors.take() {
+        Some(n) => n,
+        None => r
+            .vector
+            .take()
+            .map(|v| vec![(String::new(), VectorValue::Dense(v))])
+            .unwrap_or_default(),
+    };
+    Some(vectors_json(c, sel.select(named)))
+}
+
+fn record(
+    c: &Collection,
+    mut r: vectide_db::Record,
+    sel: &WithPayload,
+    vsel: &WithVector,
+) -> Record {
+    let vector = record_vectors(c, &mut r, vsel);
     Record {
         id: r.id.to_json(),
         payload: sel.apply(r.payload),
-        vector: r.vector,
+        vector,
     }
+}
+
+fn with_vector(v: Option<&Value>) -> Result<WithVector, ApiError> {
+    Ok(WithVector::parse(v.unwrap_or(&Value::Null), "with_vector")?)
 }
 
 // ---------------------------------------------------------------- service
@@ -141,54 +196,105 @@ async fn collection_exists(State(app): State<Arc<App>>, Path(name): Path<String>
     ok(json!({"exists": app.db.collection(&name).is_ok()}), t0)
 }
 
-/// The collection's configuration: dimension and metric, the engine (the
-/// default unless `vectide.engine` names one) and its parameters, from
-/// `vectide.params` and from Qdrant's `hnsw_config` for engines that take
-/// `m` / `ef_construction` (others ignore it: qdrant-client sends it
-/// whatever the engine, and an exact engine has no graph to configure).
+/// The collection's configuration: its dense spaces (`vectors`: one
+/// unnamed `{"size", "distance"}` or named ones), each with its engine (the
+/// default unless `vectide.vectors.NAME.engine` or `vectide.engine` names
+/// one) and parameters (`vectide.vectors.NAME.params` or `vectide.params`,
+/// and Qdrant's `hnsw_config`, the space's own first, for engines that take
+/// `m` / `ef_construction`: others ignore it, since qdrant-client sends it
+/// whatever the engine); and its sparse spaces (`sparse_vectors`).
 fn create_config(body: CreateCollection) -> Result<CollectionConfig, ApiError> {
-    if body.sparse_vectors.is_some() {
-        return Err(ApiError::bad("sparse vectors are not supported"));
-    }
-    let vectors = body
-        .vectors
-        .ok_or_else(|| ApiError::bad("vectors: {\"size\", \"distance\"} is required"))?;
-    let Some(dim) = vectors.size else {
-        return Err(ApiError::bad(
-            "named vectors are not supported: vectors must be {\"size\", \"distance\"}",
-        ));
+    let vectide = body.vectide;
+    let (default_engine, default_params) = match &vectide {
+        Some(v) => (
+            v.engine.clone(),
+            v.params
+                .as_ref()
+                .map(vectide_db::params_from_json)
+                .transpose()?,
+        ),
+        None => (None, None),
     };
-    let distance = vectors
-        .distance
-        .ok_or_else(|| ApiError::bad("vectors.distance is required"))?;
-    if vectors.multivector_config.is_some() {
-        return Err(ApiError::bad("multivectors are not supported"));
-    }
-    let mut params = Params::new();
-    let mut engine = vectide_engines::DEFAULT_ENGINE.to_string();
-    if let Some(v) = body.vectide {
-        if let Some(e) = v.engine {
-            engine = e;
+    let mut own: std::collections::BTreeMap<String, types::VectideSpace> =
+        vectide.and_then(|v| v.vectors).unwrap_or_default();
+    let spaces: Vec<(String, Value)> = match body.vectors {
+        None | Some(Value::Null) if body.sparse_vectors.is_some() => Vec::new(),
+        None | Some(Value::Null) => {
+            return Err(ApiError::bad(
+                "vectors: {\"size\", \"distance\"} (or named vectors, or sparse_vectors) is required",
+            ))
         }
-        if let Some(p) = &v.params {
-            params = vectide_db::params_from_json(p)?;
+        Some(Value::Object(o)) if o.contains_key("size") || o.contains_key("distance") => {
+            vec![(String::new(), Value::Object(o))]
         }
-    }
-    let desc = vectide_engines::descriptor(&engine)?;
-    if let Some(h) = body.hnsw_config {
-        for (value, ours) in [(h.m, "m"), (h.ef_construct, "ef_construction")] {
-            if let (Some(v), Some(_)) = (value, desc.param(ours)) {
-                params.entry(ours.into()).or_insert(ParamValue::Int(v));
+        Some(Value::Object(o)) => o.into_iter().collect(),
+        Some(other) => {
+            return Err(ApiError::bad(format!(
+                "vectors must be {{\"size\", \"distance\"}} or {{\"NAME\": {{\"size\", \"distance\"}}}}, got {other}"
+            )))
+        }
+    };
+    let mut dense = Vec::with_capacity(spaces.len());
+    for (name, v) in spaces {
+        let at = if name.is_empty() {
+            "vectors".to_string()
+        } else {
+            format!("vectors.{name}")
+        };
+        let cfg: VectorsConfig =
+            serde_json::from_value(v).map_err(|e| ApiError::bad(format!("{at}: {e}")))?;
+        if cfg.multivector_config.is_some() {
+            return Err(ApiError::bad(format!(
+                "{at}: multivectors are not supported"
+            )));
+        }
+        let mine = own.remove(&name);
+        let engine = mine
+            .as_ref()
+            .and_then(|m| m.engine.clone())
+            .or_else(|| default_engine.clone())
+            .unwrap_or_else(|| vectide_engines::DEFAULT_ENGINE.to_string());
+        let mut params = match mine.as_ref().and_then(|m| m.params.as_ref()) {
+            Some(p) => vectide_db::params_from_json(p)?,
+            None => default_params.clone().unwrap_or_default(),
+        };
+        let desc = vectide_engines::descriptor(&engine)?;
+        for h in [cfg.hnsw_config.as_ref(), body.hnsw_config.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            for (value, ours) in [(h.m, "m"), (h.ef_construct, "ef_construction")] {
+                if let (Some(v), Some(_)) = (value, desc.param(ours)) {
+                    params.entry(ours.into()).or_insert(ParamValue::Int(v));
+                }
             }
         }
+        dense.push(VectorSpaceConfig {
+            name,
+            dim: cfg.size.0,
+            metric: cfg.distance.metric(),
+            engine,
+            params,
+        });
     }
-    Ok(CollectionConfig {
-        dim: dim.0,
-        metric: distance.metric(),
-        engine,
-        params,
-        ..Default::default()
-    })
+    if let Some(name) = own.keys().next() {
+        return Err(ApiError::bad(format!(
+            "vectide.vectors.{name}: the collection has no dense vector named {name:?}"
+        )));
+    }
+    let mut sparse = Vec::new();
+    for (name, p) in body.sparse_vectors.unwrap_or_default() {
+        let modifier = match p.as_ref().and_then(|p| p.modifier.as_deref()) {
+            None => Modifier::None,
+            Some(m) => Modifier::parse(m).ok_or_else(|| {
+                ApiError::bad(format!(
+                    "sparse_vectors.{name}.modifier must be \"idf\" or \"none\", got {m:?}"
+                ))
+            })?,
+        };
+        sparse.push(SparseSpaceConfig { name, modifier });
+    }
+    Ok(CollectionConfig::with_spaces(dense, sparse))
 }
 
 async fn create_collection(
@@ -224,6 +330,27 @@ async fn get_collection(State(app): State<Arc<App>>, Path(name): Path<String>) -
     };
     let n = c.len();
     let (maintenance, engine_stats) = c.stats_json();
+    let dense = cfg.dense_spaces();
+    let space = |d: &VectorSpaceConfig| json!({"size": d.dim, "distance": Distance::of(d.metric)});
+    let vectors = match dense.as_slice() {
+        [only] if only.name.is_empty() => space(only),
+        all => Value::Object(all.iter().map(|d| (d.name.clone(), space(d))).collect()),
+    };
+    let sparse: Map<String, Value> = cfg
+        .sparse_vectors
+        .iter()
+        .map(|s| {
+            let modifier = match s.modifier {
+                Modifier::Idf => json!("idf"),
+                Modifier::None => Value::Null,
+            };
+            (s.name.clone(), json!({"modifier": modifier}))
+        })
+        .collect();
+    let engines: Map<String, Value> = dense
+        .iter()
+        .map(|d| (d.name.clone(), json!(d.engine)))
+        .collect();
     let schema: Map<String, Value> = c
         .indexes()
         .into_iter()
@@ -243,7 +370,8 @@ async fn get_collection(State(app): State<Arc<App>>, Path(name): Path<String>) -
             "segments_count": 1,
             "config": {
                 "params": {
-                    "vectors": {"size": cfg.dim, "distance": Distance::of(cfg.metric)},
+                    "vectors": vectors,
+                    "sparse_vectors": if sparse.is_empty() { Value::Null } else { Value::Object(sparse) },
                     "shard_number": 1, "replication_factor": 1, "write_consistency_factor": 1,
                     "on_disk_payload": true,
                 },
@@ -253,7 +381,7 @@ async fn get_collection(State(app): State<Arc<App>>, Path(name): Path<String>) -
             },
             "payload_schema": schema,
             "vectide": {
-                "engine": cfg.engine, "durability": c.durability().name(), "last_seq": c.last_seq(),
+                "engine": cfg.engine, "engines": engines, "durability": c.durability().name(), "last_seq": c.last_seq(),
                 "opened_seconds": c.opened_in.as_secs_f64(),
                 "replayed": c.counters.replayed.load(std::sync::atomic::Ordering::Relaxed),
                 "wal_tail_bytes": c.wal_tail_bytes(),
@@ -307,27 +435,36 @@ async fn run_now(
 
 // ---------------------------------------------------------------- points
 
+/// A point's vectors: a dense list (the collection's unnamed vector) or
+/// `{"NAME": dense | sparse}`.
+fn point_vectors(v: &Value, at: &str) -> Result<NamedVectors, ApiError> {
+    match v {
+        Value::Object(o) if !(o.contains_key("indices") || o.contains_key("values")) => o
+            .iter()
+            .map(|(name, x)| Ok((name.clone(), parse_vector(x, &format!("{at}.{name}"))?)))
+            .collect(),
+        other => match parse_vector(other, at)? {
+            d @ VectorValue::Dense(_) => Ok(vec![(String::new(), d)]),
+            VectorValue::Sparse(_) => Err(ApiError::bad(format!(
+                "{at}: a sparse vector needs its name: {{\"NAME\": {{\"indices\", \"values\"}}}}"
+            ))),
+        },
+    }
+}
+
 async fn upsert_points(call: OnCollection<Upsert>) -> ApiResult {
     let OnCollection { c, req, t0 } = call;
-    let dim = c.config().dim;
     let mut points = Vec::new();
     if let Some(list) = req.points {
         for (i, p) in list.into_iter().enumerate() {
-            points.push(PointInput {
+            points.push(PointData {
                 id: p.id.0,
-                vector: p.vector.of_dim(dim, &format!("points[{i}]"))?,
+                vectors: point_vectors(&p.vector, &format!("points[{i}].vector"))?,
                 payload: p.payload.unwrap_or(Value::Null),
             });
         }
     } else if let Some(batch) = req.batch {
         let ids = batch.ids.0;
-        if batch.vectors.len() != ids.len() {
-            return Err(ApiError::bad(format!(
-                "batch: {} ids but {} vectors",
-                ids.len(),
-                batch.vectors.len()
-            )));
-        }
         let payloads = match batch.payloads {
             None => vec![Value::Null; ids.len()],
             Some(p) if p.len() == ids.len() => p,
@@ -337,189 +474,123 @@ async fn upsert_points(call: OnCollection<Upsert>) -> ApiResult {
                 ))
             }
         };
-        for (i, ((id, v), payload)) in ids.into_iter().zip(batch.vectors).zip(payloads).enumerate()
-        {
-            points.push(PointInput {
+        // Per space, one vector per id (a list of dense vectors is the
+        // unnamed space's).
+        let columns: Vec<(String, Vec<Value>)> = match batch.vectors {
+            Value::Array(rows) => vec![(String::new(), rows)],
+            Value::Object(o) => o
+                .into_iter()
+                .map(|(name, rows)| match rows {
+                    Value::Array(r) => Ok((name, r)),
+                    _ => Err(ApiError::bad(format!(
+                        "batch.vectors.{name} must be a list with a vector per id"
+                    ))),
+                })
+                .collect::<Result<_, _>>()?,
+            _ => {
+                return Err(ApiError::bad(
+                    "batch.vectors must be a list of vectors or {\"NAME\": [vectors]}",
+                ))
+            }
+        };
+        for (name, rows) in &columns {
+            if rows.len() != ids.len() {
+                return Err(ApiError::bad(format!(
+                    "batch: {} ids but {} vectors{}",
+                    ids.len(),
+                    rows.len(),
+                    if name.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" named {name:?}")
+                    }
+                )));
+            }
+        }
+        for (i, (id, payload)) in ids.into_iter().zip(payloads).enumerate() {
+            let mut vectors = Vec::with_capacity(columns.len());
+            for (name, rows) in &columns {
+                let at = if name.is_empty() {
+                    format!("batch.vectors[{i}]")
+                } else {
+                    format!("batch.vectors.{name}[{i}]")
+                };
+                vectors.push((name.clone(), parse_vector(&rows[i], &at)?));
+            }
+            points.push(PointData {
                 id,
-                vector: v.of_dim(dim, &format!("batch.vectors[{i}]"))?,
+                vectors,
                 payload,
             });
         }
     } else {
         return Err(ApiError::bad("expected \"points\" or \"batch\""));
     }
-    update(t0, c, move |c| c.upsert_owned(points)).await
+    update(t0, c, move |c| c.upsert_points(points)).await
 }
 
-/// One query, checked against the collection.
-struct Query {
-    vector: Option<Vec<f32>>,
-    filter: Option<Filter>,
-    limit: usize,
-    offset: usize,
-    params: SearchParams,
-    sel: WithPayload,
-    with_vector: bool,
-    threshold: Option<f32>,
-}
-
-/// Checks a query request against the collection (`search_api`: the legacy
-/// `/points/search`, whose vector is `vector` and which returns no payload
-/// by default). A query by point id reads the point's vector.
-fn query_of(c: &Collection, q: QueryRequest, search_api: bool) -> Result<Query, ApiError> {
-    let dim = c.config().dim;
-    for (unsupported, given) in [
-        ("using", q.using.is_some()),
-        ("prefetch", q.prefetch.is_some()),
-        ("lookup_from", q.lookup_from.is_some()),
-    ] {
-        if given {
-            return Err(ApiError::bad(format!("{unsupported} is not supported")));
-        }
-    }
-    let vector = if search_api {
-        let v = q
-            .vector
-            .ok_or_else(|| ApiError::bad("vector: a vector (a list of numbers) is required"))?;
-        Some(v.of_dim(dim, "vector")?)
-    } else {
-        match q.query {
-            None => None,
-            Some(QueryInput::Vector(v, what)) => Some(v.of_dim(dim, what)?),
-            Some(QueryInput::Point(id)) => {
-                let got = c.get(std::slice::from_ref(&id), true)?;
-                let v = got
-                    .into_iter()
-                    .next()
-                    .flatten()
-                    .and_then(|r| r.vector)
-                    .ok_or_else(|| ApiError::not_found(format!("point {id} not found")))?;
-                Some(v)
-            }
-        }
+/// A query body checked and parsed (`with_payload`'s selection is read
+/// here; the rest by the database's parser).
+fn query_of(v: &Value) -> Result<(QueryRequest, WithPayload), ApiError> {
+    let q = QueryRequest::parse(v)?;
+    let sel = match v.get("with_payload") {
+        None | Some(Value::Null) => WithPayload::All,
+        Some(w) => serde_json::from_value::<WithPayload>(w.clone())
+            .map_err(|e| ApiError::bad(format!("with_payload: {e}")))?,
     };
-    let params = search_params(c, q.params.unwrap_or_default())?;
-    let threshold = q.score_threshold.map(|t| t as f32);
-    let limit = q.limit.map_or(10, |l| l.0);
-    let offset = q.offset.map_or(0, |o| o.0);
-    limits::check_page(offset, limit)?;
-    Ok(Query {
-        vector,
-        filter: filter(q.filter.as_ref())?,
-        limit,
-        offset,
-        params,
-        sel: WithPayload::or(q.with_payload, !search_api),
-        with_vector: q.with_vector.unwrap_or(false),
-        threshold,
-    })
+    Ok((q, sel))
 }
 
-/// The search knobs of a query's `params`, for the collection's engine.
-/// Qdrant's `hnsw_ef` sets the engine's primary knob (ignored by an engine
-/// without one); `exact: true` asks for an exact scan; `vectide` holds the
-/// engine's native knobs (`{"nprobe": 32}`), checked against the ones it
-/// takes.
-fn search_params(c: &Collection, p: SearchParamsIn) -> Result<SearchParams, ApiError> {
-    let mut out = SearchParams::default();
-    let desc = c.main_engine()?.descriptor();
-    if let (Some(ef), Some(knob)) = (p.hnsw_ef, desc.primary_knob) {
-        out.set(knob, ef.0.min(knob.max()))?;
-    }
-    out.exact = p.exact.unwrap_or(false);
-    for (name, v) in p.vectide.unwrap_or_default() {
-        let knob = desc.knob(&name)?;
-        let max = knob.max();
-        let value = usize::try_from(v)
-            .ok()
-            .filter(|x| (1..=max).contains(x))
-            .ok_or_else(|| {
-                ApiError::bad(format!(
-                    "params.vectide.{name} must be an integer in 1..={max}, got {v}"
-                ))
-            })?;
-        out.set(knob, value)?;
-    }
-    Ok(out)
-}
-
-fn run_query(c: &Collection, q: &Query) -> Result<Vec<ScoredPoint>, ApiError> {
-    if q.limit == 0 {
-        return Ok(Vec::new());
-    }
-    let metric = c.config().metric;
-    let Some(vector) = &q.vector else {
-        // No query: points in id order, as a scroll would give them.
-        let (page, _) = c.scroll(q.filter.as_ref(), None, q.offset + q.limit, q.with_vector)?;
-        return Ok(page
-            .into_iter()
-            .skip(q.offset)
-            .map(|r| ScoredPoint {
-                id: r.id.to_json(),
-                version: 0,
-                score: 0.0,
-                payload: q.sel.apply(r.payload),
-                vector: r.vector,
-            })
-            .collect());
-    };
-    let hits = c.search(
-        vector,
-        q.offset + q.limit,
-        &q.params,
-        q.filter.as_ref(),
-        q.sel.wants_payload(),
-        q.with_vector,
-    )?;
-    Ok(hits
+fn run_query(
+    c: &Collection,
+    q: &QueryRequest,
+    sel: &WithPayload,
+) -> Result<Vec<ScoredPoint>, ApiError> {
+    Ok(c.query(q)?
         .into_iter()
-        .skip(q.offset)
-        .filter_map(|h| {
-            let s = score(metric, h.distance);
-            let keep = q.threshold.is_none_or(|t| match metric {
-                Metric::L2 => s <= t,
-                _ => s >= t,
-            });
-            keep.then(|| ScoredPoint {
-                id: h.id.to_json(),
-                version: 0,
-                score: s,
-                payload: h.payload.and_then(|p| q.sel.apply(p)),
-                vector: h.vector,
-            })
+        .map(|p| ScoredPoint {
+            id: p.id.to_json(),
+            version: 0,
+            score: p.score,
+            payload: p.payload.and_then(|x| sel.apply(x)),
+            vector: p.vectors.map(|v| vectors_json(c, v)),
         })
         .collect())
 }
 
-async fn query_points(call: OnCollection<QueryRequest>) -> ApiResult {
+async fn query_points(call: OnCollection<Value>) -> ApiResult {
     let OnCollection { c, req, t0 } = call;
-    let points = blocking(move || run_query(&c, &query_of(&c, req, false)?)).await?;
+    let (q, sel) = query_of(&req)?;
+    let points = blocking(move || run_query(&c, &q, &sel)).await?;
     ok(QueryResponse { points }, t0)
 }
 
 async fn query_batch(call: OnCollection<QueryBatch>) -> ApiResult {
     let OnCollection { c, req, t0 } = call;
+    // Every request is checked before any runs; together they may ask for
+    // at most MAX_BATCH_RESULTS results.
+    let queries = req
+        .searches
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            query_of(s).map_err(|e| ApiError::new(e.0, format!("searches[{i}]: {}", e.1)))
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let cells: usize = queries.iter().map(|(q, _)| q.offset + q.limit).sum();
+    if cells > limits::MAX_BATCH_RESULTS {
+        return Err(ApiError::bad(format!(
+            "the batch asks for {cells} results (sum of offset + limit); at most {} \
+             per request: split it",
+            limits::MAX_BATCH_RESULTS
+        )));
+    }
     let out = blocking(move || {
-        // Every request is checked before any runs; together they may ask
-        // for at most MAX_BATCH_RESULTS results.
-        let queries = req
-            .searches
-            .into_iter()
-            .map(|s| query_of(&c, s, false))
-            .collect::<Result<Vec<Query>, ApiError>>()?;
-        let cells: usize = queries.iter().map(|q| q.offset + q.limit).sum();
-        if cells > limits::MAX_BATCH_RESULTS {
-            return Err(ApiError::bad(format!(
-                "the batch asks for {cells} results (sum of offset + limit); at most {} \
-                 per request: split it",
-                limits::MAX_BATCH_RESULTS
-            )));
-        }
         queries
             .iter()
-            .map(|q| {
+            .map(|(q, sel)| {
                 Ok(QueryResponse {
-                    points: run_query(&c, q)?,
+                    points: run_query(&c, q, sel)?,
                 })
             })
             .collect::<Result<Vec<QueryResponse>, ApiError>>()
@@ -528,23 +599,51 @@ async fn query_batch(call: OnCollection<QueryBatch>) -> ApiResult {
     ok(out, t0)
 }
 
-async fn search_points(call: OnCollection<QueryRequest>) -> ApiResult {
+/// Qdrant's legacy search, run as a query: `vector` a list (the unnamed
+/// space), `{"name", "vector"}` (dense or sparse); no payload unless asked.
+async fn search_points(call: OnCollection<SearchRequest>) -> ApiResult {
     let OnCollection { c, req, t0 } = call;
-    let points = blocking(move || run_query(&c, &query_of(&c, req, true)?)).await?;
+    let (vector, using) = match &req.vector {
+        Value::Object(o) if o.contains_key("name") && o.contains_key("vector") => {
+            (o["vector"].clone(), o["name"].clone())
+        }
+        v => (v.clone(), Value::Null),
+    };
+    let body = json!({
+        "query": {"nearest": vector},
+        "using": using,
+        "filter": req.filter,
+        "limit": req.limit.map_or(10, |l| l.0),
+        "offset": req.offset.map_or(0, |o| o.0),
+        "params": req.params,
+        "with_vector": req.with_vector,
+        "score_threshold": req.score_threshold,
+    });
+    let q = QueryRequest::parse(&body)
+        .map_err(|e| ApiError::bad(e.to_string().replace("query.nearest", "vector")))?;
+    let sel = WithPayload::or(req.with_payload, false);
+    let q = QueryRequest {
+        with_payload: sel.wants_payload(),
+        ..q
+    };
+    let points = blocking(move || run_query(&c, &q, &sel)).await?;
     ok(points, t0)
 }
 
 async fn retrieve_points(call: OnCollection<Retrieve>) -> ApiResult {
     let OnCollection { c, req, t0 } = call;
     let sel = WithPayload::or(req.with_payload, true);
-    let with_vector = req.with_vector.unwrap_or(false);
+    let vsel = with_vector(req.with_vector.as_ref())?;
     let ids = req.ids.0;
-    let recs = blocking(move || Ok(c.get(&ids, with_vector)?)).await?;
-    let out: Vec<Record> = recs
-        .into_iter()
-        .flatten()
-        .map(|r| record(r, &sel))
-        .collect();
+    let out = blocking(move || {
+        let recs = c.get(&ids, vsel.any())?;
+        Ok(recs
+            .into_iter()
+            .flatten()
+            .map(|r| record(&c, r, &sel, &vsel))
+            .collect::<Vec<Record>>())
+    })
+    .await?;
     ok(out, t0)
 }
 
@@ -586,34 +685,91 @@ async fn scroll_points(call: OnCollection<Scroll>) -> ApiResult {
     let offset = req.offset.map(|o| o.0);
     let limit = req.limit.map_or(10, |l| l.0);
     let sel = WithPayload::or(req.with_payload, true);
-    let with_vector = req.with_vector.unwrap_or(false);
-    let (page, next) =
-        blocking(move || Ok(c.scroll(filter.as_ref(), offset.as_ref(), limit, with_vector)?))
-            .await?;
+    let vsel = with_vector(req.with_vector.as_ref())?;
+    let (points, next) = blocking(move || {
+        let (page, next) = c.scroll(filter.as_ref(), offset.as_ref(), limit, vsel.any())?;
+        Ok((
+            page.into_iter()
+                .map(|r| record(&c, r, &sel, &vsel))
+                .collect::<Vec<Record>>(),
+            next,
+        ))
+    })
+    .await?;
     ok(
         ScrollResponse {
-            points: page.into_iter().map(|r| record(r, &sel)).collect(),
+            points,
             next_page_offset: next.map(|n| n.to_json()),
         },
         t0,
     )
 }
 
-async fn set_payload(call: OnCollection<Selector>) -> ApiResult {
-    let OnCollection { c, req, t0 } = call;
-    if req.key.is_some() {
-        return Err(ApiError::bad("setting a nested key is not supported"));
+fn payload_object(req: &Selector) -> Result<Map<String, Value>, ApiError> {
+    match &req.payload {
+        Some(Value::Object(o)) => Ok(o.clone()),
+        None | Some(Value::Null) => Err(ApiError::bad("payload is required")),
+        Some(other) => Err(ApiError::bad(format!(
+            "payload must be a JSON object, got {other}"
+        ))),
     }
+}
+
+/// Applies a payload edit to the selected points.
+async fn edit(
+    call: OnCollection<Selector>,
+    make: fn(&Selector) -> Result<PayloadEdit, ApiError>,
+) -> ApiResult {
+    let OnCollection { c, req, t0 } = call;
     let (ids, filter) = selected(&req)?;
-    let payload = req
-        .payload
-        .filter(|p| !p.is_null())
-        .ok_or_else(|| ApiError::bad("payload is required"))?;
+    let edit = make(&req)?;
     update(t0, c, move |c| {
-        c.set_payload(ids.as_deref(), filter.as_ref(), &payload)?;
+        c.edit_payload(ids.as_deref(), filter.as_ref(), &edit)?;
         Ok(c.last_seq())
     })
     .await
+}
+
+/// `POST .../points/payload`: merges keys (at `key` when given).
+async fn set_payload(call: OnCollection<Selector>) -> ApiResult {
+    edit(call, |req| {
+        let m = payload_object(req)?;
+        Ok(match &req.key {
+            None => PayloadEdit::Merge(m),
+            Some(k) => PayloadEdit::SetAt(
+                KeyPath::parse(k).map_err(|e| ApiError::bad(format!("key: {e}")))?,
+                m,
+            ),
+        })
+    })
+    .await
+}
+
+/// `PUT .../points/payload`: replaces payloads.
+async fn overwrite_payload(call: OnCollection<Selector>) -> ApiResult {
+    edit(call, |req| Ok(PayloadEdit::Overwrite(payload_object(req)?))).await
+}
+
+/// `POST .../points/payload/delete`: removes keys.
+async fn delete_payload(call: OnCollection<Selector>) -> ApiResult {
+    edit(call, |req| {
+        let keys = req
+            .keys
+            .as_ref()
+            .ok_or_else(|| ApiError::bad("keys (a list of key paths) is required"))?;
+        keys.iter()
+            .enumerate()
+            .map(|(i, k)| KeyPath::parse(k).map_err(|e| ApiError::bad(format!("keys[{i}]: {e}"))))
+            .collect::<Result<Vec<_>, _>>()
+            .map(PayloadEdit::Delete)
+    })
+    .await
+}
+
+/// `POST .../points/payload/clear`: empties payloads (the body is the
+/// selector itself: `{"points"}` or `{"filter"}`).
+async fn clear_payload(call: OnCollection<Selector>) -> ApiResult {
+    edit(call, |_| Ok(PayloadEdit::Clear)).await
 }
 
 /// The router (for `serve` and for in-process tests).
@@ -647,7 +803,18 @@ pub fn router(db: Arc<Database>, config: ServerConfig) -> Router {
         .route("/collections/{name}/points/count", post(count_points))
         .route("/collections/{name}/points/delete", post(delete_points))
         .route("/collections/{name}/points/scroll", post(scroll_points))
-        .route("/collections/{name}/points/payload", post(set_payload))
+        .route(
+            "/collections/{name}/points/payload",
+            post(set_payload).put(overwrite_payload),
+        )
+        .route(
+            "/collections/{name}/points/payload/delete",
+            post(delete_payload),
+        )
+        .route(
+            "/collections/{name}/points/payload/clear",
+            post(clear_payload),
+        )
         .route("/collections/{name}/index", put(create_index))
         .route("/collections/{name}/vectide/maintain", post(maintain))
         .route("/collections/{name}/vectide/checkpoint", post(checkpoint))

@@ -3,9 +3,11 @@
 //! Request types accept the fields `qdrant-client` sends even where we
 //! ignore them (Qdrant's `shard_number`, `on_disk`, `quantization`, …), so
 //! they do not deny unknown fields; our own namespaces (`vectide` in a
-//! collection's creation) do. A field we cannot honour (`using`,
-//! `prefetch`, `sparse_vectors`, …) is read as present or absent and
-//! refused by the handler with a message naming it. Every number that sizes
+//! collection's creation) do. A field we cannot honour (`lookup_from`,
+//! `order_by`, …) is read as present or absent and refused by the handler
+//! with a message naming it. Vectors (dense, sparse, named), query bodies
+//! and selectors of vectors stay JSON values for the database's parsers
+//! (`vectide_db::query`), which every front end shares. Every number that sizes
 //! work is a [`Bounded`] integer (the bounds of [`vectide_core::limits`]),
 //! vector components are finite `f32`, point ids are [`ExtId`]s. Payloads,
 //! engine parameters and filters stay JSON values: payloads are arbitrary
@@ -87,84 +89,6 @@ impl<'de, const LO: u64, const HI: u64> Deserialize<'de> for Bounded<LO, HI> {
             }
         }
         d.deserialize_any(V::<LO, HI>)
-    }
-}
-
-/// One vector component: a finite number (as `f32`).
-struct Component(f32);
-
-impl<'de> Deserialize<'de> for Component {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Component;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a finite number")
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Component, E> {
-                let x = v as f32;
-                if x.is_finite() {
-                    Ok(Component(x))
-                } else {
-                    Err(E::invalid_value(de::Unexpected::Float(v), &self))
-                }
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Component, E> {
-                Ok(Component(v as f32))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Component, E> {
-                Ok(Component(v as f32))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-fn components<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<Vec<f32>, A::Error> {
-    let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(limits::MAX_DIM));
-    while let Some(Component(x)) = seq.next_element()? {
-        out.push(x);
-    }
-    Ok(out)
-}
-
-const NAMED_VECTORS: &str =
-    "named and sparse vectors are not supported; send a plain list of floats";
-
-/// A dense vector: a list of finite numbers (its dimension is checked
-/// against the collection by [`Vector::of_dim`]).
-#[derive(Debug, Clone)]
-pub struct Vector(pub Vec<f32>);
-
-impl Vector {
-    /// The components, when there are `dim` of them.
-    pub fn of_dim(self, dim: usize, what: &str) -> Result<Vec<f32>, ApiError> {
-        if self.0.len() != dim {
-            return Err(ApiError::bad(format!(
-                "{what}: wrong vector dimension: the collection has {dim}, got {}",
-                self.0.len()
-            )));
-        }
-        Ok(self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for Vector {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Vector;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a vector (a list of numbers)")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Vector, A::Error> {
-                components(seq).map(Vector)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Vector, A::Error> {
-                Err(de::Error::custom(NAMED_VECTORS))
-            }
-        }
-        d.deserialize_any(V)
     }
 }
 
@@ -317,19 +241,31 @@ impl<'de> Deserialize<'de> for WithPayload {
 #[derive(Debug, Deserialize)]
 #[serde(expecting = "a collection: {\"vectors\": {\"size\", \"distance\"}, ...}")]
 pub struct CreateCollection {
-    pub vectors: Option<VectorsConfig>,
-    pub sparse_vectors: Option<IgnoredAny>,
+    /// `{"size", "distance"}` (one unnamed vector) or `{"NAME": {"size",
+    /// "distance"}, ...}` (named vectors; may be empty).
+    pub vectors: Option<Value>,
+    /// `{"NAME": {"modifier": "idf" | "none"}, ...}`.
+    pub sparse_vectors: Option<BTreeMap<String, Option<SparseVectorParams>>>,
     pub hnsw_config: Option<HnswConfig>,
     pub vectide: Option<VectideConfig>,
 }
 
-/// `vectors` of a collection: one unnamed dense vector.
+/// One dense vector space of a collection.
 #[derive(Debug, Deserialize)]
-#[serde(expecting = "vectors: {\"size\", \"distance\"}")]
+#[serde(expecting = "a vector space: {\"size\", \"distance\"}")]
 pub struct VectorsConfig {
-    pub size: Option<Dim>,
-    pub distance: Option<Distance>,
+    pub size: Dim,
+    pub distance: Distance,
+    pub hnsw_config: Option<HnswConfig>,
     pub multivector_config: Option<IgnoredAny>,
+}
+
+/// One sparse vector space of a collection (its `index` settings are
+/// accepted and ignored: the inverted index has none).
+#[derive(Debug, Deserialize)]
+pub struct SparseVectorParams {
+    pub modifier: Option<String>,
+    pub index: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -378,12 +314,23 @@ pub struct HnswConfig {
     pub ef_construct: Option<i64>,
 }
 
-/// Our own namespace: the engine and its parameters.
+/// Our own namespace: the engine and its parameters (for every dense
+/// space), and per named space its own.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VectideConfig {
     pub engine: Option<String>,
     /// Checked by the registry against the engine's schema.
+    pub params: Option<Value>,
+    /// Per dense space: `{"NAME": {"engine", "params"}}`.
+    pub vectors: Option<BTreeMap<String, VectideSpace>>,
+}
+
+/// The engine and parameters of one dense space.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VectideSpace {
+    pub engine: Option<String>,
     pub params: Option<Value>,
 }
 
@@ -439,7 +386,8 @@ pub struct Upsert {
 #[serde(expecting = "a point {\"id\", \"vector\", \"payload\"}")]
 pub struct PointStruct {
     pub id: PointId,
-    pub vector: Vector,
+    /// A dense vector, or `{"NAME": dense | sparse, ...}`.
+    pub vector: Value,
     pub payload: Option<Value>,
 }
 
@@ -447,7 +395,8 @@ pub struct PointStruct {
 #[serde(expecting = "a batch {\"ids\", \"vectors\", \"payloads\"}")]
 pub struct Batch {
     pub ids: PointIds,
-    pub vectors: Vec<Vector>,
+    /// A list of dense vectors, or `{"NAME": [vector per id], ...}`.
+    pub vectors: Value,
     pub payloads: Option<Vec<Value>>,
 }
 
@@ -456,7 +405,8 @@ pub struct Batch {
 pub struct Retrieve {
     pub ids: PointIds,
     pub with_payload: Option<WithPayload>,
-    pub with_vector: Option<bool>,
+    /// A bool or a list of vector names.
+    pub with_vector: Option<Value>,
 }
 
 /// `POST .../points/count`.
@@ -471,10 +421,13 @@ pub struct Count {
 pub struct Selector {
     pub points: Option<PointIds>,
     pub filter: Option<Value>,
-    /// Set payload: the keys to merge (an object, checked by the database).
+    /// Set or overwrite payload: the keys (an object, checked by the
+    /// database).
     pub payload: Option<Value>,
-    /// Set payload into a nested key: not supported.
-    pub key: Option<IgnoredAny>,
+    /// Set payload at a key path.
+    pub key: Option<String>,
+    /// Delete payload: the key paths to remove.
+    pub keys: Option<Vec<String>>,
 }
 
 /// `POST .../points/scroll`.
@@ -484,91 +437,32 @@ pub struct Scroll {
     pub offset: Option<PointId>,
     pub limit: Option<Limit>,
     pub with_payload: Option<WithPayload>,
-    pub with_vector: Option<bool>,
+    /// A bool or a list of vector names.
+    pub with_vector: Option<Value>,
     pub order_by: Option<IgnoredAny>,
 }
 
-/// What `query` asks for: a vector, `{"nearest": vector}` or the vector of
-/// a stored point.
-#[derive(Debug, Clone)]
-pub enum QueryInput {
-    Vector(Vector, &'static str),
-    Point(ExtId),
-}
-
-impl<'de> Deserialize<'de> for QueryInput {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = QueryInput;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a vector, {\"nearest\": vector} or a point id")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<QueryInput, A::Error> {
-                Ok(QueryInput::Vector(Vector(components(seq)?), "query"))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<QueryInput, A::Error> {
-                match map.next_key::<String>()? {
-                    Some(k) if k == "nearest" => {
-                        let v = map.next_value::<Vector>()?;
-                        if map.next_key::<IgnoredAny>()?.is_some() {
-                            return Err(de::Error::custom("query: expected {\"nearest\": vector}"));
-                        }
-                        Ok(QueryInput::Vector(v, "query.nearest"))
-                    }
-                    Some(k) => Err(de::Error::custom(format!(
-                        "query {k:?} is not supported; a query is a vector, \
-                         {{\"nearest\": vector}} or a point id"
-                    ))),
-                    None => Err(de::Error::custom("query: expected {\"nearest\": vector}")),
-                }
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<QueryInput, E> {
-                PointIdVisitor.visit_u64(v).map(QueryInput::Point)
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<QueryInput, E> {
-                PointIdVisitor.visit_i64(v).map(QueryInput::Point)
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<QueryInput, E> {
-                PointIdVisitor.visit_str(v).map(QueryInput::Point)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A query's `params`: Qdrant's `hnsw_ef` and `exact`, and our `vectide`
-/// object of native knobs (`{"nprobe": 32}`), checked against the engine's.
-#[derive(Debug, Deserialize, Default)]
-pub struct SearchParamsIn {
-    pub hnsw_ef: Option<Ef>,
-    pub exact: Option<bool>,
-    pub vectide: Option<BTreeMap<String, u64>>,
-}
-
-/// One query of `/points/query`, `/points/query/batch` (`query`) or
-/// `/points/search` (`vector`).
+/// `POST .../points/search` (Qdrant's legacy search): `vector` is a
+/// dense vector, `{"name", "vector"}` for a named space, or a sparse
+/// vector by name (`{"name", "vector": {"indices", "values"}}`); the rest
+/// becomes a query of the Query API.
 #[derive(Debug, Deserialize)]
-#[serde(expecting = "a query request object")]
-pub struct QueryRequest {
-    pub query: Option<QueryInput>,
-    pub vector: Option<Vector>,
-    pub using: Option<IgnoredAny>,
-    pub prefetch: Option<IgnoredAny>,
-    pub lookup_from: Option<IgnoredAny>,
+#[serde(expecting = "a search request object")]
+pub struct SearchRequest {
+    pub vector: Value,
     pub filter: Option<Value>,
     pub limit: Option<Limit>,
     pub offset: Option<Limit>,
-    pub params: Option<SearchParamsIn>,
+    pub params: Option<Value>,
     pub with_payload: Option<WithPayload>,
-    pub with_vector: Option<bool>,
+    pub with_vector: Option<Value>,
     pub score_threshold: Option<f64>,
 }
 
-/// `POST .../points/query/batch`.
+/// `POST .../points/query/batch`: each search is a query body.
 #[derive(Debug, Deserialize)]
 pub struct QueryBatch {
-    pub searches: Vec<QueryRequest>,
+    pub searches: Vec<Value>,
 }
 
 // ---------------------------------------------------------------- responses
@@ -589,12 +483,13 @@ impl UpdateResult {
     }
 }
 
-/// A stored point (retrieve, scroll).
+/// A stored point (retrieve, scroll); `vector` is a list in a
+/// collection of the single form, `{"NAME": vector}` otherwise.
 #[derive(Debug, Serialize)]
 pub struct Record {
     pub id: Value,
     pub payload: Option<Value>,
-    pub vector: Option<Vec<f32>>,
+    pub vector: Option<Value>,
 }
 
 /// A point found by a query.
@@ -604,7 +499,7 @@ pub struct ScoredPoint {
     pub version: u64,
     pub score: f32,
     pub payload: Option<Value>,
-    pub vector: Option<Vec<f32>>,
+    pub vector: Option<Value>,
 }
 
 #[derive(Debug, Serialize)]
@@ -628,46 +523,51 @@ mod tests {
 
     #[test]
     fn bounded_integers_name_the_field_and_the_range() {
-        let q: QueryRequest = parse(r#"{"limit": 100000, "offset": 0}"#).unwrap();
+        let q: SearchRequest = parse(r#"{"vector": [1], "limit": 100000, "offset": 0}"#).unwrap();
         assert_eq!(q.limit, Some(Bounded(100_000)));
         for (body, needle) in [
             (
-                r#"{"limit": 100001}"#,
+                r#"{"vector": [1], "limit": 100001}"#,
                 "limit: invalid value: integer `100001`",
             ),
-            (r#"{"limit": -1}"#, "limit: invalid value: integer `-1`"),
-            (r#"{"limit": 1.5}"#, "limit: invalid type: floating point"),
-            (r#"{"limit": "10"}"#, "limit: invalid type: string"),
-            (r#"{"limit": true}"#, "limit: invalid type: boolean"),
-            (r#"{"params": {"hnsw_ef": 0}}"#, "params.hnsw_ef"),
-            (r#"{"limit": 18446744073709551616}"#, "2**64-1"),
+            (
+                r#"{"vector": [1], "limit": -1}"#,
+                "limit: invalid value: integer `-1`",
+            ),
+            (
+                r#"{"vector": [1], "limit": 1.5}"#,
+                "limit: invalid type: floating point",
+            ),
+            (
+                r#"{"vector": [1], "limit": "10"}"#,
+                "limit: invalid type: string",
+            ),
+            (
+                r#"{"vector": [1], "limit": true}"#,
+                "limit: invalid type: boolean",
+            ),
+            (
+                r#"{"vector": [1], "limit": 18446744073709551616}"#,
+                "2**64-1",
+            ),
         ] {
-            let e = parse::<QueryRequest>(body).unwrap_err();
+            let e = parse::<SearchRequest>(body).unwrap_err();
             assert!(e.contains(needle), "{body}: {e}");
         }
-        let e = parse::<QueryRequest>(r#"{"offset": 100001}"#).unwrap_err();
+        let e = parse::<SearchRequest>(r#"{"vector": [1], "offset": 100001}"#).unwrap_err();
         assert!(e.contains("0..=100000"), "{e}");
     }
 
     #[test]
-    fn vectors_ids_and_payload_selectors() {
+    fn ids_and_payload_selectors() {
         let u: Upsert = parse(
-            r#"{"points": [{"id": 1, "vector": [1, 2.5]}, {"id": "a-key", "vector": [0, 0], "payload": {"x": 1}}]}"#,
+            r#"{"points": [{"id": 1, "vector": [1, 2.5]}, {"id": "a-key", "vector": {"s": {"indices": [1], "values": [2]}}, "payload": {"x": 1}}]}"#,
         )
         .unwrap();
         let pts = u.points.unwrap();
-        assert_eq!(pts[0].vector.0, vec![1.0, 2.5]);
+        assert_eq!(pts[0].vector, serde_json::json!([1, 2.5]));
         assert!(matches!(pts[1].id.0, ExtId::Str(ref s) if s == "a-key"));
         for (body, needle) in [
-            (
-                r#"{"points": [{"id": 1, "vector": [1e39, 0]}]}"#,
-                "points[0].vector[0]",
-            ),
-            (
-                r#"{"points": [{"id": 1, "vector": [1, "a"]}]}"#,
-                "finite number",
-            ),
-            (r#"{"points": [{"id": 1, "vector": {"a": [1]}}]}"#, "named"),
             (r#"{"points": [{"id": -1, "vector": [1]}]}"#, "points[0].id"),
             (r#"{"points": [{"id": 1.5, "vector": [1]}]}"#, "point id"),
             (r#"{"points": [{"id": 1}]}"#, "missing field `vector`"),
@@ -690,49 +590,46 @@ mod tests {
     }
 
     #[test]
-    fn queries_and_bodies_that_are_not_objects() {
-        let q: QueryRequest = parse(r#"{"query": {"nearest": [1, 2]}}"#).unwrap();
-        assert!(
-            matches!(q.query, Some(QueryInput::Vector(ref v, "query.nearest")) if v.0 == [1.0, 2.0])
-        );
-        let q: QueryRequest = parse(r#"{"query": 7}"#).unwrap();
-        assert!(matches!(q.query, Some(QueryInput::Point(ExtId::Num(7)))));
+    fn bodies_that_are_not_objects_and_collection_shapes() {
         let deep = format!(r#"{{"x": {}1{}}}"#, "[".repeat(200), "]".repeat(200));
         for (body, needle) in [
-            (r#"{"query": true}"#, "query: invalid type: boolean"),
-            (
-                r#"{"query": {"recommend": {}}}"#,
-                "\"recommend\" is not supported",
-            ),
-            (r#"{"query": 1.5}"#, "point id"),
             ("[]", "must be a JSON object"),
             ("5", "must be a JSON object"),
             ("{\"a\": 1", "malformed JSON body"),
             ("{} x", "malformed JSON body"),
             (deep.as_str(), "nested deeper"),
         ] {
-            let e = parse::<QueryRequest>(body).unwrap_err();
+            let e = parse::<Scroll>(body).unwrap_err();
             assert!(e.contains(needle), "{body}: {e}");
         }
         let e = parse::<CreateCollection>(r#"{"vectide": {"engin": "flat"}}"#).unwrap_err();
         assert!(e.contains("unknown field `engin`"), "{e}");
+        let e = parse::<CreateCollection>(r#"{"vectide": {"vectors": {"a": {"engin": "flat"}}}}"#)
+            .unwrap_err();
+        assert!(e.contains("unknown field `engin`"), "{e}");
         let c: CreateCollection = parse(
-            r#"{"vectors": {"size": 4, "distance": "Dot", "on_disk": null}, "shard_number": 1, "hnsw_config": {"m": 8, "payload_m": null}}"#,
+            r#"{"vectors": {"size": 4, "distance": "Dot", "on_disk": null}, "shard_number": 1, "hnsw_config": {"m": 8, "payload_m": null}, "sparse_vectors": {"s": {"modifier": "idf"}, "t": null}}"#,
         )
         .unwrap();
-        assert_eq!(c.vectors.unwrap().distance, Some(Distance::Dot));
         assert_eq!(c.hnsw_config.unwrap().m, Some(8));
+        let sparse = c.sparse_vectors.unwrap();
+        assert_eq!(
+            sparse["s"].as_ref().unwrap().modifier.as_deref(),
+            Some("idf")
+        );
+        assert!(sparse["t"].is_none());
         for (body, needle) in [
+            (r#"{"size": 4, "distance": 5}"#, "invalid type"),
             (
-                r#"{"vectors": {"size": 4, "distance": 5}}"#,
-                "vectors.distance: invalid type",
-            ),
-            (
-                r#"{"vectors": {"size": 4, "distance": "Manhattan"}}"#,
+                r#"{"size": 4, "distance": "Manhattan"}"#,
                 "unknown variant `Manhattan`",
             ),
+            (r#"{"size": 0, "distance": "Dot"}"#, "1..="),
         ] {
-            let e = parse::<CreateCollection>(body).unwrap_err();
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            let e = serde_json::from_value::<VectorsConfig>(v)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(needle), "{body}: {e}");
         }
     }
