@@ -141,3 +141,84 @@ def test_maintain_and_checkpoint_do_their_work_now(db, tmp_path):
     c.checkpoint()
     assert sum(f.stat().st_size for f in wal.iterdir()) < logged / 10
     assert c.count() == 200 and [h.id for h in c.search([150, 1], k=1)[0]] == [150]
+
+
+def _rag(db):
+    """A collection of two named dense spaces and a sparse one (IDF)."""
+    c = db.create_collection(
+        "rag",
+        vectors={"text": {"dim": 3, "metric": "cosine", "engine": "flat"}, "image": {"dim": 2, "metric": "l2"}},
+        sparse_vectors={"words": {"modifier": "idf"}},
+    )
+    pts = [
+        {"id": 1, "vector": {"text": [1, 0, 0], "image": [0, 0], "words": {"indices": [1, 2], "values": [1.0, 1.0]}},
+         "payload": {"meta": {"topic": "a"}, "tags": ["x", "y"]}},
+        {"id": 2, "vector": {"text": np.array([0, 1, 0], dtype=np.float32), "words": {"indices": [2], "values": [2.0]}},
+         "payload": {"meta": {"topic": "b"}, "tags": ["y"]}},
+        {"id": 3, "vector": {"image": [3, 4], "words": {"indices": [3], "values": [0.5]}}, "payload": {"meta": {"topic": "a"}}},
+        {"id": 4, "vector": {"text": [0.7, 0.7, 0]}, "payload": {"meta": {"topic": "c"}, "tags": []}},
+    ]
+    c.upsert_points(pts)
+    return c
+
+
+def test_named_and_sparse_vectors_and_the_query_api(db):
+    c = _rag(db)
+    assert len(c) == 4
+    hits = c.query([1, 0, 0], using="text", limit=2, params={"exact": True})
+    assert [h.id for h in hits] == [1, 4] and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    # Sparse with IDF: N = 3 holders of "words"; term 2 in two, term 1 in one.
+    idf1, idf2 = np.log((3 - 1 + 0.5) / 1.5 + 1), np.log((3 - 2 + 0.5) / 2.5 + 1)
+    hits = c.query({"indices": [1, 2], "values": [1.0, 1.0]}, using="words", limit=5)
+    assert [h.id for h in hits] == [1, 2]
+    assert hits[0].score == pytest.approx(idf1 + idf2, rel=1e-5) and hits[1].score == pytest.approx(2 * idf2, rel=1e-5)
+    # A point lacking a space is not found there.
+    assert [h.id for h in c.query([0, 0], using="image", limit=5)] == [1, 3]
+    # Nearest by point id leaves the point out.
+    assert [h.id for h in c.query(1, using="text", limit=1, params={"exact": True})] == [4]
+    # Hybrid: RRF over a dense and a sparse prefetch (k = 2): 1 is first in
+    # both (1/2 + 1/2), 2 second in sparse (1/3), 4 second in dense (1/3).
+    fused = c.query({"fusion": "rrf"}, prefetch=[
+        {"query": [1, 0, 0], "using": "text", "limit": 2, "params": {"exact": True}},
+        {"query": {"indices": [1, 2], "values": [1.0, 1.0]}, "using": "words"},
+    ], limit=3, with_vector=["words"])
+    assert [h.id for h in fused] == [1, 4, 2] and fused[0].score == pytest.approx(1.0)
+    assert fused[0].vector == {"words": {"indices": [1, 2], "values": [1.0, 1.0]}}
+    assert fused[1].vector == {}
+    dbsf = c.query({"fusion": "dbsf"}, prefetch=[{"query": [1, 0, 0], "using": "text", "params": {"exact": True}}], limit=4)
+    assert dbsf[0].id == 1
+    topic_a = {"must": [{"key": "meta.topic", "match": {"value": "a"}}]}
+    assert [h.id for h in c.query({"fusion": "rrf"}, prefetch=[{"query": [0, 0], "using": "image"}], filter=topic_a)] == [1, 3]
+    (p,) = c.get([2], with_vector=True)
+    assert p.payload == {"meta": {"topic": "b"}, "tags": ["y"]}
+    assert sorted(p.vector) == ["text", "words"] and p.vector["text"].tolist() == [0, 1, 0]
+    assert p.vector["words"] == {"indices": [2], "values": [2.0]}
+    for bad in ({"fusion": "rrf"}, {"indices": [1, 1], "values": [1, 1]}):
+        with pytest.raises(ValueError):
+            c.query(bad, using="words")
+    with pytest.raises(ValueError, match="no vector named"):
+        c.upsert_points([{"id": 9, "vector": {"nope": [1, 2, 3]}}])
+    with pytest.raises(ValueError, match="values"):
+        c.upsert_points([{"id": 9, "vector": {"words": {"indices": [1, 2], "values": [1.0]}}}])
+    with pytest.raises(ValueError):
+        c.upsert_points([{"id": 9, "vector": {"words": {"indices": [1], "values": [float("nan")]}}}])
+    assert len(c) == 4
+
+
+def test_payload_edits_and_nested_filters(db):
+    c = _rag(db)
+    assert c.count({"must": [{"key": "tags[]", "match": {"value": "y"}}]}) == 2
+    assert c.count({"must": [{"is_empty": {"key": "tags"}}]}) == 2
+    assert c.count({"min_should": {"conditions": [{"key": "meta.topic", "match": {"value": "a"}}, {"has_id": [1, 4]}], "min_count": 2}}) == 1
+    assert c.set_payload({"n": 1, "topic": None}, ids=[1], key="meta") == 1
+    assert c.get([1])[0].payload["meta"] == {"n": 1}
+    assert c.overwrite_payload({"only": True}, filter={"must": [{"key": "meta.topic", "match": {"value": "b"}}]}) == 1
+    assert c.get([2])[0].payload == {"only": True}
+    assert c.delete_payload(["tags"], ids=[1, 4]) == 2
+    assert "tags" not in c.get([1])[0].payload
+    assert c.clear_payload(ids=[3]) == 1
+    assert c.get([3])[0].payload == {}
+    assert c.delete(filter={"must": [{"key": "meta.topic", "match": {"value": "c"}}]}) == 1
+    assert len(c) == 3
+    with pytest.raises(ValueError, match="key path"):
+        c.delete_payload(["a["], ids=[1])

@@ -197,9 +197,12 @@ def test_bad_input_gets_json_4xx_and_changes_nothing(server):
     u = server.url
     assert _http("PUT", u + "/collections/c", {"vectors": {"size": 3, "distance": "Cosine"}})[0] == 200
     for body, needle in [
-        ({"vectors": {"a": {"size": 3, "distance": "Cosine"}}}, "named"),
+        ({"vectors": {"a": {"size": 3, "distance": "Cosine"}}, "sparse_vectors": {"a": {}}}, "used twice"),
         ({"vectors": {"size": 3, "distance": "Manhattan"}}, "Manhattan"),
-        ({"vectors": {"size": 3, "distance": "Cosine"}, "sparse_vectors": {"s": {}}}, "sparse"),
+        ({"vectors": {"a": {"size": 0, "distance": "Cosine"}}}, "vectors.a"),
+        ({"vectors": {"size": 3, "distance": "Cosine"}, "sparse_vectors": {"s": {"modifier": "bm42"}}}, "modifier"),
+        ({"vectors": {"a": {"size": 3, "distance": "Cosine"}}, "vectide": {"vectors": {"b": {"engine": "flat"}}}}, "no dense vector named"),
+        ({}, "required"),
     ]:
         code, doc = _http("PUT", u + "/collections/d", body)
         assert code == 400 and needle in doc["status"]["error"], doc
@@ -208,7 +211,8 @@ def test_bad_input_gets_json_4xx_and_changes_nothing(server):
     cases = [
         ({"points": [{"id": 1, "vector": [1, 2]}]}, "dimension"),
         (b'{"points": [{"id": 1, "vector": [1, 2, 3]}', "malformed JSON"),
-        ({"points": [{"id": 1, "vector": {"named": [1, 2, 3]}}]}, "named"),
+        ({"points": [{"id": 1, "vector": {"named": [1, 2, 3]}}]}, "no vector named"),
+        ({"points": [{"id": 1, "vector": {"indices": [1], "values": [1.0]}}]}, "needs its name"),
         ({"points": [{"id": -5, "vector": [1, 2, 3]}]}, "ids"),
         ({"points": [{"id": 1, "vector": [1, 2, 3], "payload": [1]}]}, "object"),
     ]

@@ -121,11 +121,27 @@ def test_database_collections_of_every_durable_engine_survive_sigkill_rounds(tmp
     _no_violations(r)
 
 
+# One collection of several spaces in the fast set (p-hnsw: durable per
+# call, so a replay takes a record at its durable point again); the rest
+# are slow.
+SPACES_FAST = "db-spaces:p-hnsw"
+
+
+@pytest.mark.parametrize("target", [
+    t if t == SPACES_FAST else pytest.param(t, marks=pytest.mark.slow) for t in targets.db_spaces_targets()
+])
+def test_collections_of_several_spaces_survive_sigkill_rounds(tmp_path, target):
+    r = kill.run_child_target(target, rounds=3, writers=3, n_ids=200, quick=True, seed=8, workdir=tmp_path)
+    _no_violations(r)
+
+
 def test_torture_targets_come_from_the_registry():
     names = {e["name"] for e in vectide.engines() if e["in_directory"]}
     assert {t.partition(":")[0] for t in targets.engine_targets()} == names
     assert {"p-hnsw:pmem", "p-hnsw:msync"} <= set(targets.engine_targets())
     assert set(targets.db_targets()) == {f"db:{n}" for n in names}
+    assert set(targets.db_spaces_targets()) == {f"db-spaces:{n}" for n in names}
+    assert SPACES_FAST in targets.db_spaces_targets()
     assert STANDALONE_FAST in targets.engine_targets()
     assert set(corrupt.engines()) == {e["name"] for e in vectide.engines()}
     # Each engine gets the small values of the parameters it takes, only.

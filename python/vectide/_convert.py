@@ -100,3 +100,86 @@ def _native_ids(ids):
     if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu":
         return ids.tolist()  # Python ints: no per-item numpy lookups
     return list(ids)
+
+
+def _plain(v):
+    """A vector (or a dict of them, or a sparse vector dict) with numpy
+    arrays and scalars as lists and numbers, ready for JSON or the native
+    layer."""
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    return v
+
+
+def _point_dicts(points) -> List[Dict[str, Any]]:
+    """Points for ``upsert_points``: dicts ``{"id", "vector", "payload"}``,
+    the vector a list or array (the unnamed space) or ``{"NAME": list |
+    array | {"indices", "values"}}``."""
+    if isinstance(points, Mapping) or not hasattr(points, "__iter__"):
+        raise TypeError(f"points must be a list of dicts {{id, vector, payload}}, got {type(points).__name__}")
+    out = []
+    for i, p in enumerate(points):
+        if not isinstance(p, Mapping):
+            raise TypeError(f"points[{i}] must be a dict {{id, vector, payload}}, got {type(p).__name__}")
+        unknown = set(p) - {"id", "vector", "payload"}
+        if unknown:
+            raise ValueError(f"points[{i}]: unknown key(s) {sorted(unknown)} (known: id, vector, payload)")
+        if "id" not in p or "vector" not in p:
+            raise ValueError(f"points[{i}] needs an id and a vector")
+        out.append({"id": _id_value(p["id"], i), "vector": _plain(p["vector"]), "payload": p.get("payload")})
+    return out
+
+
+def _query_body(query=None, prefetch=None, using=None, filter=None, limit: int = 10, offset: int = 0,
+                score_threshold=None, with_payload=True, with_vector=False, params=None) -> Dict[str, Any]:
+    """A Query API body (Qdrant's ``/points/query`` shape) from the keyword
+    arguments of ``Collection.query``; the database checks it."""
+    body: Dict[str, Any] = {"limit": _int(limit, "limit"), "offset": _int(offset, "offset"),
+                            "with_payload": with_payload, "with_vector": _plain(with_vector)}
+    if query is not None:
+        body["query"] = _plain(query)
+    if prefetch is not None:
+        body["prefetch"] = _plain(prefetch)
+    if using is not None:
+        body["using"] = using
+    if filter is not None:
+        if not isinstance(filter, Mapping):
+            raise TypeError(f"filter must be a dict, got {type(filter).__name__}")
+        body["filter"] = filter
+    if score_threshold is not None:
+        body["score_threshold"] = float(score_threshold)
+    if params is not None:
+        body["params"] = params
+    return body
+
+
+def _spaces(vectors, sparse_vectors):
+    """Named dense spaces ``{"NAME": {"dim", "metric", "engine", "params"}}``
+    and sparse ones ``{"NAME": {"modifier"} | None}``, checked for shape."""
+    dense = []
+    for name, spec in (vectors or {}).items():
+        if not isinstance(spec, Mapping):
+            raise TypeError(f"vectors[{name!r}] must be a dict {{dim, metric, engine, params}}")
+        unknown = set(spec) - {"dim", "metric", "engine", "params"}
+        if unknown:
+            raise ValueError(f"vectors[{name!r}]: unknown key(s) {sorted(unknown)} (known: dim, metric, engine, params)")
+        if "dim" not in spec:
+            raise ValueError(f"vectors[{name!r}] needs a dim")
+        dense.append((name, spec["dim"], spec.get("metric", "cosine"), spec.get("engine"), _check_params(dict(spec.get("params") or {}))))
+    sparse = []
+    for name, spec in (sparse_vectors or {}).items():
+        if spec is not None and not isinstance(spec, Mapping):
+            raise TypeError(f"sparse_vectors[{name!r}] must be a dict {{modifier}} or None")
+        unknown = set(spec or {}) - {"modifier"}
+        if unknown:
+            raise ValueError(f"sparse_vectors[{name!r}]: unknown key(s) {sorted(unknown)} (known: modifier)")
+        sparse.append((name, (spec or {}).get("modifier")))
+    return dense, sparse

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from ._convert import _check_params, _dumps, _id_value, _id_values, _int, _rows
+from ._convert import _check_params, _dumps, _id_value, _id_values, _int, _point_dicts, _query_body, _rows, _spaces
 from .db import Hit, Point
 
 _DISTANCE = {"cosine": "Cosine", "ip": "Dot", "l2": "Euclid"}
@@ -121,8 +121,32 @@ class Client:
         doc = json.loads(raw or b"null")
         return doc.get("result") if isinstance(doc, dict) and "result" in doc else doc
 
-    def create_collection(self, name: str, dim: int, metric: str = "cosine", engine: Optional[str] = None, **params) -> "RemoteCollection":
-        """``engine``: one the server's registry knows (its default when None)."""
+    def create_collection(self, name: str, dim: Optional[int] = None, metric: str = "cosine", engine: Optional[str] = None, *,
+                          vectors: Optional[Dict[str, Dict[str, Any]]] = None, sparse_vectors: Optional[Dict[str, Any]] = None,
+                          **params) -> "RemoteCollection":
+        """``engine``: one the server's registry knows (its default when None).
+        Named and sparse vectors as the embedded ``create_collection`` takes
+        them (``vectors={"NAME": {"dim", "metric", "engine", "params"}}``,
+        ``sparse_vectors={"NAME": {"modifier": "idf"} or None}``)."""
+        if vectors is not None or sparse_vectors is not None:
+            if dim is not None or engine is not None or params:
+                raise TypeError("with vectors / sparse_vectors, give each space's dim, engine and params there")
+            dense, sparse = _spaces(vectors, sparse_vectors)
+            body: Dict[str, Any] = {"vectors": {}, "vectide": {"vectors": {}}}
+            for n, d, m, e, p in dense:
+                if m not in _DISTANCE:
+                    raise ValueError(f"vectors[{n!r}].metric must be one of {sorted(_DISTANCE)}, got {m!r}")
+                body["vectors"][n] = {"size": _int(d, f"vectors[{n!r}].dim"), "distance": _DISTANCE[m]}
+                own: Dict[str, Any] = {"params": p}
+                if e is not None:
+                    own["engine"] = e
+                body["vectide"]["vectors"][n] = own
+            if sparse:
+                body["sparse_vectors"] = {n: {"modifier": m} for n, m in sparse}
+            self._call("PUT", f"/collections/{name}", body)
+            return RemoteCollection(self, name)
+        if dim is None:
+            raise TypeError("create_collection needs dim (or vectors / sparse_vectors)")
         if metric not in _DISTANCE:
             raise ValueError(f"metric must be one of {sorted(_DISTANCE)}, got {metric!r}")
         dim = _int(dim, "dim")
@@ -145,6 +169,16 @@ class Client:
 
     def delete_collection(self, name: str) -> bool:
         return bool(self._call("DELETE", f"/collections/{name}"))
+
+
+def _vector(v):
+    """A point's vector as the embedded collection gives it: a float32
+    array, or ``{"NAME": array | {"indices", "values"}}``."""
+    if v is None:
+        return None
+    if isinstance(v, dict):
+        return {k: x if isinstance(x, dict) else np.asarray(x, dtype=np.float32) for k, x in v.items()}
+    return np.asarray(v, dtype=np.float32)
 
 
 def _hit(metric: str, h: Dict[str, Any]) -> Hit:
@@ -234,8 +268,7 @@ class RemoteCollection:
         out = []
         for i in want:
             r = by_id[json.dumps(i)]
-            v = r.get("vector")
-            out.append(Point(r["id"], r.get("payload") or {}, None if v is None else np.asarray(v, dtype=np.float32)))
+            out.append(Point(r["id"], r.get("payload") or {}, _vector(r.get("vector"))))
         return out
 
     def delete(self, ids=None, filter=None) -> int:
@@ -259,11 +292,24 @@ class RemoteCollection:
         if offset is not None:
             body["offset"] = _id_value(offset)
         r = self._c._call("POST", self._path("/points/scroll"), body)
-        pts = [Point(p["id"], p.get("payload") or {}, None if p.get("vector") is None else np.asarray(p["vector"], dtype=np.float32)) for p in r["points"]]
+        pts = [Point(p["id"], p.get("payload") or {}, _vector(p.get("vector"))) for p in r["points"]]
         return pts, r.get("next_page_offset")
 
-    def set_payload(self, payload: Dict[str, Any], ids=None, filter=None) -> int:
-        body: Dict[str, Any] = {"payload": payload}
+    def upsert_points(self, points) -> int:
+        """As the embedded ``upsert_points`` (named and sparse vectors)."""
+        return self._c._call("PUT", self._path("/points?wait=true"), {"points": _point_dicts(points)})["operation_id"]
+
+    def query(self, query=None, *, prefetch=None, using: Optional[str] = None, filter=None, limit: int = 10,
+              offset: int = 0, score_threshold: Optional[float] = None, with_payload: bool = True,
+              with_vector=False, params: Optional[Dict[str, Any]] = None) -> List[Hit]:
+        """As the embedded ``Collection.query`` (the server's ``/points/query``)."""
+        body = _query_body(query, prefetch, using, filter, limit, offset, score_threshold, with_payload, with_vector, params)
+        res = self._c._call("POST", self._path("/points/query"), body)
+        return [Hit(h["id"], float(h["score"]), float("nan"), h.get("payload"), h.get("vector")) for h in res["points"]]
+
+    def _edit(self, method: str, suffix: str, body: Dict[str, Any], ids, filter) -> int:
+        if ids is None and filter is None:
+            raise ValueError("a payload edit needs ids or a filter")
         if ids is not None:
             body["points"] = _id_list(ids)
         if filter is not None:
@@ -272,8 +318,23 @@ class RemoteCollection:
             n = self.count(filter)
         else:
             n = len(self._c._call("POST", self._path("/points"), {"ids": _id_list(ids), "with_payload": False}))
-        self._c._call("POST", self._path("/points/payload?wait=true"), body)
+        self._c._call(method, self._path(suffix + "?wait=true"), body)
         return n
+
+    def set_payload(self, payload: Dict[str, Any], ids=None, filter=None, key: Optional[str] = None) -> int:
+        body: Dict[str, Any] = {"payload": payload}
+        if key is not None:
+            body["key"] = key
+        return self._edit("POST", "/points/payload", body, ids, filter)
+
+    def overwrite_payload(self, payload: Dict[str, Any], ids=None, filter=None) -> int:
+        return self._edit("PUT", "/points/payload", {"payload": payload}, ids, filter)
+
+    def delete_payload(self, keys, ids=None, filter=None) -> int:
+        return self._edit("POST", "/points/payload/delete", {"keys": list(keys)}, ids, filter)
+
+    def clear_payload(self, ids=None, filter=None) -> int:
+        return self._edit("POST", "/points/payload/clear", {}, ids, filter)
 
     def create_index(self, field: str, schema: str = "keyword") -> None:
         self._c._call("PUT", self._path("/index?wait=true"), {"field_name": field, "field_schema": schema})

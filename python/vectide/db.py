@@ -33,7 +33,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._convert import _check_params, _native_ids, _rows
+from ._convert import _check_params, _native_ids, _point_dicts, _query_body, _rows, _spaces
 
 PointId = Union[int, str, uuid.UUID]
 
@@ -174,9 +174,48 @@ class Collection:
         points, next_offset = self._c.scroll(_filter(filter), offset, limit, with_vector)
         return [_point(r) for r in points], next_offset
 
-    def set_payload(self, payload: Dict[str, Any], ids=None, filter=None) -> int:
-        """Merges ``payload``'s keys into the selected points' payloads."""
-        return self._c.set_payload(payload, None if ids is None else _native_ids(ids), _filter(filter))
+    def upsert_points(self, points) -> int:
+        """Inserts or replaces points given as dicts ``{"id", "vector",
+        "payload"}``: the vector a list or array (the unnamed space) or, in a
+        collection of named or sparse vectors, ``{"NAME": list | array |
+        {"indices": [...], "values": [...]}}`` (a point may lack spaces; an
+        upsert replaces the whole point). Returns the sequence number."""
+        return self._c.upsert_points(_point_dicts(points))
+
+    def query(self, query=None, *, prefetch=None, using: Optional[str] = None, filter=None, limit: int = 10,
+              offset: int = 0, score_threshold: Optional[float] = None, with_payload: bool = True,
+              with_vector=False, params: Optional[Dict[str, Any]] = None) -> List[Hit]:
+        """The Query API (Qdrant's ``query_points``): ``query`` is a dense
+        vector, a sparse vector ``{"indices", "values"}``, a point id,
+        ``{"nearest": ...}``, ``{"fusion": "rrf" | "dbsf"}`` or ``{"rrf":
+        {"k": K}}``; ``prefetch`` a dict or list of dicts of the same keys
+        (nested); ``using`` the vector's name; ``with_vector`` a bool or
+        names; ``params`` ``{"hnsw_ef", "exact", "vectide": {...}}``. Hits
+        carry the score (their ``distance`` is NaN: a fused score has none)
+        and, when asked, the vector: a list, or ``{"NAME": vector}`` outside
+        the single form."""
+        body = _query_body(query, prefetch, using, filter, limit, offset, score_threshold, with_payload, with_vector, params)
+        return [Hit(i, s, float("nan"), p, v) for i, s, p, v in self._c.query(body)]
+
+    def set_payload(self, payload: Dict[str, Any], ids=None, filter=None, key: Optional[str] = None) -> int:
+        """Merges ``payload``'s keys into the selected points' payloads (a
+        None value removes its key); at the key path ``key`` when given
+        (``"meta"``, ``"items[].tags"``)."""
+        if key is None:
+            return self._c.set_payload(payload, None if ids is None else _native_ids(ids), _filter(filter))
+        return self._c.edit_payload("set", payload, key, None if ids is None else _native_ids(ids), _filter(filter))
+
+    def overwrite_payload(self, payload: Dict[str, Any], ids=None, filter=None) -> int:
+        """Replaces the selected points' payloads."""
+        return self._c.edit_payload("overwrite", payload, None, None if ids is None else _native_ids(ids), _filter(filter))
+
+    def delete_payload(self, keys: Sequence[str], ids=None, filter=None) -> int:
+        """Removes the key paths ``keys`` from the selected points' payloads."""
+        return self._c.edit_payload("delete", list(keys), None, None if ids is None else _native_ids(ids), _filter(filter))
+
+    def clear_payload(self, ids=None, filter=None) -> int:
+        """Empties the selected points' payloads."""
+        return self._c.edit_payload("clear", None, None, None if ids is None else _native_ids(ids), _filter(filter))
 
     def create_index(self, field: str, schema: str = "keyword") -> None:
         """A payload index on ``field``: ``"keyword"`` or ``"integer"``."""
@@ -202,15 +241,27 @@ class Database:
         return self._db.path
 
     def create_collection(
-        self, name: str, dim: int, metric: str = "cosine", engine: Optional[str] = None, **params
+        self, name: str, dim: Optional[int] = None, metric: str = "cosine", engine: Optional[str] = None, *,
+        vectors: Optional[Dict[str, Dict[str, Any]]] = None, sparse_vectors: Optional[Dict[str, Any]] = None, **params
     ) -> Collection:
         """A new collection; ``engine`` is one of ``vectide.engines()`` (default
-        ``vectide.DEFAULT_ENGINE``) and ``params`` its parameters."""
-        if engine is None:
-            from . import _vectide
+        ``vectide.DEFAULT_ENGINE``) and ``params`` its parameters.
 
-            engine = _vectide.DEFAULT_ENGINE
-        return Collection(self._db.create_collection(name, dim, metric, engine, _check_params(params)))
+        Named vectors instead of one: ``vectors={"NAME": {"dim", "metric",
+        "engine", "params"}}`` (each space its own engine) and sparse ones
+        ``sparse_vectors={"NAME": {"modifier": "idf"} or None}``; then
+        ``dim``, ``engine`` and ``params`` are not given."""
+        from . import _vectide
+
+        if vectors is None and sparse_vectors is None:
+            if dim is None:
+                raise TypeError("create_collection needs dim (or vectors / sparse_vectors)")
+            return Collection(self._db.create_collection(name, dim, metric, engine or _vectide.DEFAULT_ENGINE, _check_params(params)))
+        if dim is not None or engine is not None or params:
+            raise TypeError("with vectors / sparse_vectors, give each space's dim, engine and params there")
+        dense, sparse = _spaces(vectors, sparse_vectors)
+        dense = [(n, d, m, e or _vectide.DEFAULT_ENGINE, p) for n, d, m, e, p in dense]
+        return Collection(self._db.create_collection_spaces(name, dense, sparse))
 
     def get_collection(self, name: str) -> Collection:
         return Collection(self._db.collection(name))

@@ -61,8 +61,23 @@ class CollectionProtocol(Protocol):
     ) -> Tuple[List[Point], Optional[PointId]]:
         """A page of points ordered by id, and the next page's first id."""
 
-    def set_payload(self, payload: Dict[str, Any], ids=None, filter=None) -> int:
-        """Merges keys into the selected points' payloads; how many were selected."""
+    def upsert_points(self, points) -> int:
+        """Inserts or replaces points ``{"id", "vector", "payload"}`` with named
+        and sparse vectors; returns the operation's sequence number."""
+
+    def query(self, query=None, *, prefetch=None, using=None, filter=None, limit: int = 10, offset: int = 0,
+              score_threshold=None, with_payload: bool = True, with_vector=False, params=None) -> List[Hit]:
+        """The Query API: nearest by dense, sparse or point id, prefetch, fusion."""
+
+    def set_payload(self, payload: Dict[str, Any], ids=None, filter=None, key=None) -> int:
+        """Merges keys into the selected points' payloads (at a key path when
+        ``key`` is given); how many were selected."""
+
+    def overwrite_payload(self, payload: Dict[str, Any], ids=None, filter=None) -> int: ...
+
+    def delete_payload(self, keys, ids=None, filter=None) -> int: ...
+
+    def clear_payload(self, ids=None, filter=None) -> int: ...
 
     def create_index(self, field: str, schema: str = "keyword") -> None: ...
 
@@ -77,7 +92,8 @@ class CollectionProtocol(Protocol):
 class DatabaseProtocol(Protocol):
     """Where collections live."""
 
-    def create_collection(self, name: str, dim: int, metric: str = "cosine", engine: Optional[str] = None, **params) -> CollectionProtocol: ...
+    def create_collection(self, name: str, dim: Optional[int] = None, metric: str = "cosine", engine: Optional[str] = None, *,
+                          vectors=None, sparse_vectors=None, **params) -> CollectionProtocol: ...
 
     def get_collection(self, name: str) -> CollectionProtocol: ...
 

@@ -1,10 +1,16 @@
-//! What the kit crashes: an engine from the registry, or a database
-//! collection of an engine (`db:ENGINE`), behind one [`Subject`] trait.
+//! What the kit crashes: an engine from the registry, a database
+//! collection of an engine (`db:ENGINE`), or a database collection of
+//! several vector spaces whose main one is the engine (`db-spaces:ENGINE`:
+//! a second dense space on `flat` and a sparse space with IDF, every point
+//! written to all three), behind one [`Subject`] trait.
 
 use std::path::Path;
 use std::sync::Arc;
 use vectide_core::{
     Error, Knob, Metric, Params, Persistence, Result, SearchParams, Seq, VectorIndex,
+};
+use vectide_db::spaces::{
+    Modifier, PointData, SparseSpaceConfig, SparseVector, VectorSpaceConfig, VectorValue,
 };
 use vectide_db::{CollectionConfig, Database, ExtId, Options, PointInput};
 use vectide_engines::{AnyIndex, ParamValue};
@@ -18,22 +24,34 @@ pub enum Target {
     /// A durable engine of the registry, in its own directory.
     Engine { engine: String, params: Params },
     /// A database in a directory, with one collection of the engine (any
-    /// engine: the database's WAL makes a volatile one durable).
-    Db { engine: String, params: Params },
+    /// engine: the database's WAL makes a volatile one durable); with
+    /// `spaces`, a collection of several vector spaces (see the module docs).
+    Db {
+        engine: String,
+        params: Params,
+        spaces: bool,
+    },
 }
+
+/// `db-spaces:ENGINE`'s further spaces.
+const ECHO_SPACE: &str = "echo";
+const SPARSE_SPACE: &str = "terms";
 
 impl Target {
     /// Parses `ENGINE` or `db:ENGINE`; `params` are the engine's (checked by
     /// the registry). An unknown engine, or an engine target that is not
     /// durable, is an error naming the ones that are.
     pub fn parse(spec: &str, params: Params) -> Result<Target> {
-        if let Some(engine) = spec.strip_prefix("db:") {
-            let d = vectide_engines::descriptor(engine)?;
-            vectide_core::params::check_params(d.name, d.params, &params)?;
-            return Ok(Target::Db {
-                engine: engine.to_string(),
-                params,
-            });
+        for (prefix, spaces) in [("db:", false), ("db-spaces:", true)] {
+            if let Some(engine) = spec.strip_prefix(prefix) {
+                let d = vectide_engines::descriptor(engine)?;
+                vectide_core::params::check_params(d.name, d.params, &params)?;
+                return Ok(Target::Db {
+                    engine: engine.to_string(),
+                    params,
+                    spaces,
+                });
+            }
         }
         let d = vectide_engines::descriptor(spec)?;
         vectide_core::params::check_params(d.name, d.params, &params)?;
@@ -50,25 +68,32 @@ impl Target {
     }
 
     /// Every target the kit knows: each durable engine, and a database
-    /// collection of each engine.
+    /// collection of each engine, of one space and of several.
     pub fn all() -> Vec<String> {
         let mut out: Vec<String> = vectide_engines::survivor_names()
             .into_iter()
             .map(String::from)
             .collect();
-        out.extend(
-            vectide_engines::names()
-                .into_iter()
-                .map(|n| format!("db:{n}")),
-        );
+        for prefix in ["db", "db-spaces"] {
+            out.extend(
+                vectide_engines::names()
+                    .into_iter()
+                    .map(|n| format!("{prefix}:{n}")),
+            );
+        }
         out
     }
 
-    /// `ENGINE` or `db:ENGINE`.
+    /// `ENGINE`, `db:ENGINE` or `db-spaces:ENGINE`.
     pub fn name(&self) -> String {
         match self {
             Target::Engine { engine, .. } => engine.clone(),
-            Target::Db { engine, .. } => format!("db:{engine}"),
+            Target::Db {
+                engine,
+                spaces: false,
+                ..
+            } => format!("db:{engine}"),
+            Target::Db { engine, .. } => format!("db-spaces:{engine}"),
         }
     }
 
@@ -126,28 +151,46 @@ impl Target {
                 );
                 Ok(Box::new(EngineSubject { idx, flush }))
             }
-            Target::Db { engine, params } => {
+            Target::Db {
+                engine,
+                params,
+                spaces,
+            } => {
                 let opts = Options {
                     threads: Some(1),
                     ..Options::default()
                 };
                 let db = Database::open(dir, opts).map_err(db_err)?;
+                let mut config = CollectionConfig {
+                    dim,
+                    metric: Metric::L2,
+                    engine: engine.clone(),
+                    params: params.clone(),
+                    ..Default::default()
+                };
+                if *spaces {
+                    config.vector_name = "main".into();
+                    config.more_vectors.push(VectorSpaceConfig {
+                        name: ECHO_SPACE.into(),
+                        dim,
+                        metric: Metric::L2,
+                        engine: "flat".into(),
+                        params: Params::new(),
+                    });
+                    config.sparse_vectors.push(SparseSpaceConfig {
+                        name: SPARSE_SPACE.into(),
+                        modifier: Modifier::Idf,
+                    });
+                }
                 let coll = match db.collection(COLLECTION) {
                     Ok(c) => c,
-                    Err(_) => db
-                        .create_collection(
-                            COLLECTION,
-                            CollectionConfig {
-                                dim,
-                                metric: Metric::L2,
-                                engine: engine.clone(),
-                                params: params.clone(),
-                                ..Default::default()
-                            },
-                        )
-                        .map_err(db_err)?,
+                    Err(_) => db.create_collection(COLLECTION, config).map_err(db_err)?,
                 };
-                Ok(Box::new(DbSubject { db, coll }))
+                Ok(Box::new(DbSubject {
+                    db,
+                    coll,
+                    spaces: *spaces,
+                }))
             }
         }
     }
@@ -288,6 +331,79 @@ impl Subject for EngineSubject {
 struct DbSubject {
     db: Arc<Database>,
     coll: Arc<vectide_db::Collection>,
+    /// `db-spaces:`: every point in three spaces.
+    spaces: bool,
+}
+
+/// `db-spaces:`'s second dense vector of a point: its main one reversed.
+fn echo_of(v: &[f32]) -> Vec<f32> {
+    v.iter().rev().copied().collect()
+}
+
+/// `db-spaces:`'s sparse vector of a label.
+fn terms_of(label: u64) -> SparseVector {
+    let (a, b) = ((label % 97) as u32, 100 + (label % 13) as u32);
+    SparseVector::new(vec![a, b], vec![1.0 + (label % 5) as f32, 0.5])
+        .expect("two distinct indices, finite values")
+}
+
+impl DbSubject {
+    /// `db-spaces:`: every live point has its three vectors, each the one
+    /// its main vector and label make.
+    fn check_spaces(&self) -> Result<Vec<String>> {
+        let mut bad = Vec::new();
+        let mut offset = None;
+        loop {
+            let (page, next) = self
+                .coll
+                .scroll(None, offset.as_ref(), 1000, true)
+                .map_err(db_err)?;
+            for r in page {
+                let named = r.vectors.unwrap_or_default();
+                let get = |n: &str| named.iter().find(|(k, _)| k == n).map(|(_, v)| v);
+                let label = match r.id {
+                    ExtId::Num(n) => n,
+                    ref other => {
+                        bad.push(format!("point {other}: not a label"));
+                        continue;
+                    }
+                };
+                match (get("main"), get(ECHO_SPACE), get(SPARSE_SPACE)) {
+                    (
+                        Some(VectorValue::Dense(m)),
+                        Some(VectorValue::Dense(e)),
+                        Some(VectorValue::Sparse(t)),
+                    ) => {
+                        if *e != echo_of(m) {
+                            bad.push(format!("point {label}: its {ECHO_SPACE:?} vector is not its main one reversed"));
+                        }
+                        if *t != terms_of(label) {
+                            bad.push(format!(
+                                "point {label}: its {SPARSE_SPACE:?} vector is not its label's"
+                            ));
+                        }
+                    }
+                    _ => bad.push(format!(
+                        "point {label}: lacks a vector space ({} of 3)",
+                        named.len()
+                    )),
+                }
+            }
+            match next {
+                Some(n) => offset = Some(n),
+                None => break,
+            }
+        }
+        let sparse_len = self
+            .coll
+            .search_sparse(SPARSE_SPACE, &terms_of(0), 1, None, false, false)
+            .map(|_| ())
+            .map_err(db_err);
+        if let Err(e) = sparse_len {
+            bad.push(format!("the sparse space does not answer: {e}"));
+        }
+        Ok(bad)
+    }
 }
 
 impl Drop for DbSubject {
@@ -300,6 +416,18 @@ impl Drop for DbSubject {
 
 impl Subject for DbSubject {
     fn upsert(&self, _: Seq, label: u64, vector: &[f32]) -> Result<()> {
+        if self.spaces {
+            let p = PointData {
+                id: ExtId::Num(label),
+                vectors: vec![
+                    ("main".into(), VectorValue::Dense(vector.to_vec())),
+                    (ECHO_SPACE.into(), VectorValue::Dense(echo_of(vector))),
+                    (SPARSE_SPACE.into(), VectorValue::Sparse(terms_of(label))),
+                ],
+                payload: serde_json::Value::Null,
+            };
+            return self.coll.upsert_points(vec![p]).map(|_| ()).map_err(db_err);
+        }
         let p = PointInput {
             id: ExtId::Num(label),
             vector: vector.to_vec(),
@@ -348,6 +476,9 @@ impl Subject for DbSubject {
                     self.coll.len()
                 ));
             }
+        }
+        if self.spaces {
+            v.extend(self.check_spaces()?);
         }
         Ok(v)
     }

@@ -233,6 +233,37 @@ fn database_collections_recover_exactly_from_simulated_crashes() {
     }
 }
 
+/// A database collection of several vector spaces (the engine's, a
+/// second on `flat`, a sparse one with IDF), for every engine of the
+/// registry: every acknowledged point comes back in all three spaces,
+/// each vector the one written (the kit's check), whichever space's
+/// checkpoint a crash interrupted.
+#[test]
+fn multi_space_collections_recover_exactly_from_simulated_crashes() {
+    for engine in vectide_engines::names() {
+        let cfg = SimConfigKit {
+            rounds: (knob("VECTIDE_CRASH_POINTS", 30) / 4).max(4),
+            ..config(&format!("db-spaces:{engine}"), small(engine), 23)
+        };
+        let r = clean(&cfg);
+        assert!(
+            r.tally.acked > 0,
+            "db-spaces:{engine}: nothing acknowledged"
+        );
+    }
+}
+
+/// The commit of a collection of several spaces needs its WAL fsync too.
+#[test]
+fn mutation_check_multi_space_commit() {
+    let out = mutation_outcomes("db-spaces:hnsw", Params::new());
+    let commit = out
+        .iter()
+        .find(|m| m.0 == "sync:db.commitlog.sync")
+        .expect("site used");
+    assert!(commit.2 > 0, "dropping the commit fsync went unnoticed");
+}
+
 /// spfresh with postings of at most 4 records and a snapshot every 16
 /// rows: crashes land while splits, merges and reassigns run in the
 /// background and between snapshots, and recovery (snapshot + WAL replay)

@@ -310,6 +310,32 @@ impl Filter {
             })
     }
 
+    /// `outer` and `inner` joined as Qdrant joins a query's filter with a
+    /// prefetch's (its `Filter::merge_opts`): clause by clause, so that
+    /// `must` and `must_not` conditions add up while `should` conditions of
+    /// both become alternatives of one another, and the `min_should`
+    /// conditions are pooled with the larger count.
+    pub fn merge(outer: Option<&Filter>, inner: Option<&Filter>) -> Option<Filter> {
+        let (o, i) = match (outer, inner) {
+            (None, None) => return None,
+            (Some(x), None) | (None, Some(x)) => return Some(x.clone()),
+            (Some(o), Some(i)) => (o, i),
+        };
+        let cat = |a: &[Condition], b: &[Condition]| [a, b].concat();
+        Some(Filter {
+            must: cat(&o.must, &i.must),
+            should: cat(&o.should, &i.should),
+            must_not: cat(&o.must_not, &i.must_not),
+            min_should: match (&o.min_should, &i.min_should) {
+                (None, x) | (x, None) => x.clone(),
+                (Some(a), Some(b)) => Some(MinShould {
+                    conditions: cat(&a.conditions, &b.conditions),
+                    min_count: a.min_count.max(b.min_count),
+                }),
+            },
+        })
+    }
+
     pub fn is_trivial(&self) -> bool {
         self.must.is_empty()
             && self.should.is_empty()

@@ -14,8 +14,9 @@
 //! `using` names (the unnamed `""` by default); `{"fusion": "rrf" | "dbsf"}`
 //! or `{"rrf": {"k": K}}` fuses the prefetches' answers; no query lists
 //! points in id order (score 1). Prefetches nest; each level's filter is
-//! joined (AND) with the filters above it, so limits apply to filtered
-//! candidates. A nearest query above prefetches re-scores their union.
+//! joined with the filters above it as Qdrant joins them (clause by
+//! clause: `must` conditions add up, `should` alternatives pool;
+//! `Filter::merge`), so limits apply to filtered candidates. A nearest query above prefetches re-scores their union.
 //! The semantics are Qdrant's, as its client's local mode implements them:
 //! RRF scores `1 / (rank + k)` (k = 2 unless given) summed over the
 //! sources, DBSF normalises each source by its mean ± 3 standard
@@ -267,6 +268,23 @@ pub fn parse_vector(v: &Value, at: &str) -> Result<VectorValue> {
     }
 }
 
+/// A point's vectors in Qdrant's shape: a dense list (the unnamed space)
+/// or `{"NAME": dense | sparse, ...}`.
+pub fn parse_point_vectors(v: &Value, at: &str) -> Result<NamedVectors> {
+    match v {
+        Value::Object(o) if !(o.contains_key("indices") || o.contains_key("values")) => o
+            .iter()
+            .map(|(name, x)| Ok((name.clone(), parse_vector(x, &format!("{at}.{name}"))?)))
+            .collect(),
+        other => match parse_vector(other, at)? {
+            d @ VectorValue::Dense(_) => Ok(vec![(String::new(), d)]),
+            VectorValue::Sparse(_) => Err(DbError::invalid(format!(
+                "{at}: a sparse vector needs its name: {{\"NAME\": {{\"indices\", \"values\"}}}}"
+            ))),
+        },
+    }
+}
+
 fn vector_input(v: &Value, at: &str) -> Result<VectorInput> {
     match v {
         Value::Number(_) | Value::String(_) => ExtId::from_json(v)
@@ -280,6 +298,20 @@ fn vector_input(v: &Value, at: &str) -> Result<VectorInput> {
 }
 
 fn query_kind(v: &Value, at: &str) -> Result<Option<QueryKind>> {
+    // A null field is an absent one (clients send `"mmr": null`).
+    let stripped;
+    let v = match v {
+        Value::Object(o) if o.values().any(Value::is_null) => {
+            stripped = Value::Object(
+                o.iter()
+                    .filter(|(_, x)| !x.is_null())
+                    .map(|(k, x)| (k.clone(), x.clone()))
+                    .collect(),
+            );
+            &stripped
+        }
+        other => other,
+    };
     match v {
         Value::Null => Ok(None),
         Value::Object(o) if o.contains_key("nearest") => {
@@ -303,8 +335,8 @@ fn query_kind(v: &Value, at: &str) -> Result<Option<QueryKind>> {
         },
         Value::Object(o) if o.contains_key("rrf") => {
             let r = obj(&o["rrf"], &format!("{at}.rrf"))?;
-            for k in r.keys() {
-                if k != "k" {
+            for (k, x) in r {
+                if k != "k" && !x.is_null() {
                     return Err(DbError::invalid(format!(
                         "{at}.rrf: {k:?} is not supported (only k)"
                     )));
@@ -530,21 +562,6 @@ impl QueryRequest {
 
 // ---------------------------------------------------------------- evaluation
 
-/// `a AND b`.
-fn and(a: Option<&Filter>, b: Option<&Filter>) -> Option<Filter> {
-    match (a, b) {
-        (None, None) => None,
-        (Some(x), None) | (None, Some(x)) => Some(x.clone()),
-        (Some(x), Some(y)) => Some(Filter {
-            must: vec![
-                Condition::Nested(Box::new(x.clone())),
-                Condition::Nested(Box::new(y.clone())),
-            ],
-            ..Default::default()
-        }),
-    }
-}
-
 fn with_condition(f: Option<Filter>, c: Condition, negate: bool) -> Filter {
     let mut f = f.unwrap_or_default();
     if negate {
@@ -615,9 +632,18 @@ impl Collection {
             .collect())
     }
 
-    fn run_level(&self, l: Level<'_>) -> Result<Vec<Scored>> {
+    fn run_level(&self, mut l: Level<'_>) -> Result<Vec<Scored>> {
         if l.prefetch.is_empty() {
             return self.base(&l);
+        }
+        // A query by point id leaves that point out of this level and of
+        // its prefetches (the filter reaches them).
+        if let Some(QueryKind::Nearest(VectorInput::Point(id))) = l.query {
+            l.filter = Some(with_condition(
+                l.filter.take(),
+                Condition::HasId(vec![id.clone()]),
+                true,
+            ));
         }
         let sources = l
             .prefetch
@@ -627,7 +653,7 @@ impl Collection {
                     prefetch: &p.prefetch,
                     query: p.query.as_ref(),
                     using: p.using.as_deref().unwrap_or(""),
-                    filter: and(l.filter.as_ref(), p.filter.as_ref()),
+                    filter: Filter::merge(l.filter.as_ref(), p.filter.as_ref()),
                     knobs: &p.knobs,
                     threshold: p.score_threshold,
                     limit: p.limit,
@@ -691,15 +717,26 @@ impl Collection {
             }
             other => other,
         };
+        let using = |e: DbError| match e {
+            DbError::Core(vectide_core::Error::InvalidInput(m))
+                if m.contains("no vector named") =>
+            {
+                DbError::invalid(format!("using: {m}"))
+            }
+            other => other,
+        };
         let (hits, metric) = match input {
             VectorInput::Dense(v) => {
-                let params = l.knobs.resolve(self.dense_engine(l.using)?.descriptor())?;
-                let metric = self.dense_space(l.using)?.config.metric;
+                let params = l
+                    .knobs
+                    .resolve(self.dense_engine(l.using).map_err(using)?.descriptor())?;
+                let metric = self.dense_space(l.using).map_err(using)?.config.metric;
                 let hits = self.search_in(l.using, v, k, &params, filter.as_ref(), false, false)?;
                 (hits, metric)
             }
             VectorInput::Sparse(v) => (
-                self.search_sparse(l.using, v, k, filter.as_ref(), false, false)?,
+                self.search_sparse(l.using, v, k, filter.as_ref(), false, false)
+                    .map_err(using)?,
                 Metric::Ip,
             ),
             VectorInput::Point(_) => unreachable!("resolved above"),

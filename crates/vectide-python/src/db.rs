@@ -15,6 +15,12 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use vectide_core::{limits, Metric, SearchParams};
+use vectide_db::edit::PayloadEdit;
+use vectide_db::path::KeyPath;
+use vectide_db::query::{parse_point_vectors, QueryRequest};
+use vectide_db::spaces::{
+    Modifier, NamedVectors, PointData, SparseSpaceConfig, VectorSpaceConfig, VectorValue,
+};
 use vectide_db::{
     score, Collection, CollectionConfig, Database, DbError, Durability, Filter, IndexKind, Options,
     PointInput,
@@ -64,11 +70,31 @@ fn filter_from(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Filter>> {
     Filter::parse(&v).map(Some).map_err(to_py)
 }
 
-/// A stored point as `(id, payload, vector or None)`.
+/// A stored point as `(id, payload, vector or None)`: the vector a float32
+/// array in a collection of the single form, else `{"NAME": array |
+/// {"indices", "values"}}`.
 fn record_to_py<'py>(py: Python<'py>, r: &vectide_db::Record) -> PyResult<Bound<'py, PyAny>> {
-    let vector = match &r.vector {
-        Some(v) => numpy::PyArray1::from_slice(py, v).into_any(),
-        None => py.None().into_bound(py),
+    let vector = match (&r.vectors, &r.vector) {
+        (Some(named), _) => {
+            let d = PyDict::new(py);
+            for (name, v) in named {
+                match v {
+                    VectorValue::Dense(x) => {
+                        d.set_item(name, numpy::PyArray1::from_slice(py, x))?
+                    }
+                    VectorValue::Sparse(x) => d.set_item(
+                        name,
+                        crate::convert::to_py(
+                            py,
+                            &json!({"indices": x.indices(), "values": x.values()}),
+                        )?,
+                    )?,
+                }
+            }
+            d.into_any()
+        }
+        (None, Some(v)) => numpy::PyArray1::from_slice(py, v).into_any(),
+        (None, None) => py.None().into_bound(py),
     };
     Ok(PyTuple::new(
         py,
@@ -80,6 +106,15 @@ fn record_to_py<'py>(py: Python<'py>, r: &vectide_db::Record) -> PyResult<Bound<
     )?
     .into_any())
 }
+
+/// A dense space as Python names it: `(name, dim, metric, engine, params)`.
+type DenseSpaceArg<'py> = (
+    String,
+    Bound<'py, PyAny>,
+    String,
+    String,
+    Bound<'py, PyDict>,
+);
 
 /// An open database.
 #[pyclass(name = "_Database", module = "vectide", frozen)]
@@ -158,6 +193,62 @@ impl PyDatabase {
             params,
             ..Default::default()
         };
+        let c = py
+            .detach(|| self.db.create_collection(name, config))
+            .map_err(to_py)?;
+        Ok(PyCollection::new(&self.db, &c))
+    }
+
+    /// A collection of named dense spaces `(name, dim, metric, engine,
+    /// params)` and sparse spaces `(name, modifier)`.
+    fn create_collection_spaces(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        dense: Vec<DenseSpaceArg<'_>>,
+        sparse: Vec<(String, Option<String>)>,
+    ) -> PyResult<PyCollection> {
+        let mut spaces = Vec::with_capacity(dense.len());
+        for (vname, dim, metric, engine, params) in dense {
+            let dim = int_arg(
+                &dim,
+                &format!("vectors[{vname:?}].dim"),
+                1,
+                limits::MAX_DIM as u64,
+            )?;
+            let metric = Metric::parse(&metric).map_err(crate::to_py)?;
+            let mut values = serde_json::Map::new();
+            for (k, v) in params.iter() {
+                let k: String = k.extract()?;
+                let v = to_value(&v, &format!("parameter {k}"))?;
+                values.insert(k, v);
+            }
+            spaces.push(VectorSpaceConfig {
+                name: vname,
+                dim: dim as usize,
+                metric,
+                engine,
+                params: vectide_db::params_from_json(&Value::Object(values)).map_err(to_py)?,
+            });
+        }
+        let sparse = sparse
+            .into_iter()
+            .map(|(vname, m)| {
+                let modifier = match m.as_deref() {
+                    None => Modifier::None,
+                    Some(x) => Modifier::parse(x).ok_or_else(|| {
+                        PyValueError::new_err(format!(
+                            "sparse_vectors[{vname:?}].modifier must be \"idf\" or \"none\", got {x:?}"
+                        ))
+                    })?,
+                };
+                Ok(SparseSpaceConfig {
+                    name: vname,
+                    modifier,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let config = CollectionConfig::with_spaces(spaces, sparse);
         let c = py
             .detach(|| self.db.create_collection(name, config))
             .map_err(to_py)?;
@@ -451,6 +542,128 @@ impl PyCollection {
         PyTuple::new(py, [points.into_any(), next])
     }
 
+    /// Upserts points given as dicts `{"id", "vector", "payload"}`, the
+    /// vector a list (the unnamed space) or `{"NAME": list | {"indices",
+    /// "values"}}`; returns the operation's sequence number.
+    fn upsert_points(&self, py: Python<'_>, points: &Bound<'_, PyList>) -> PyResult<u64> {
+        let c = self.col()?;
+        let mut out = Vec::with_capacity(points.len());
+        for (i, p) in points.iter().enumerate() {
+            let d = p.cast::<PyDict>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "points[{i}] must be a dict {{\"id\", \"vector\", \"payload\"}}, got {}",
+                    crate::type_name(&p)
+                ))
+            })?;
+            let id = d
+                .get_item("id")?
+                .ok_or_else(|| PyValueError::new_err(format!("points[{i}] has no \"id\"")))?;
+            let vector = d
+                .get_item("vector")?
+                .ok_or_else(|| PyValueError::new_err(format!("points[{i}] has no \"vector\"")))?;
+            let payload = match d.get_item("payload")? {
+                Some(x) if !x.is_none() => to_value(&x, &format!("points[{i}].payload"))?,
+                _ => Value::Null,
+            };
+            let at = format!("points[{i}].vector");
+            let vectors = parse_point_vectors(&to_value(&vector, &at)?, &at).map_err(to_py)?;
+            out.push(PointData {
+                id: ext_id(&id, Some(i))?,
+                vectors,
+                payload,
+            });
+        }
+        py.detach(|| c.upsert_points(out)).map_err(to_py)
+    }
+
+    /// Runs a query in the Query API's shape (a dict: `prefetch`, `query`,
+    /// `using`, `filter`, `limit`, ...); returns `(id, score, payload or
+    /// None, vectors or None)` per point, the vectors a list in a
+    /// collection of the single form, else `{"NAME": vector}`.
+    fn query<'py>(
+        &self,
+        py: Python<'py>,
+        body: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let c = self.col()?;
+        let q = QueryRequest::parse(&to_value(body, "query")?).map_err(to_py)?;
+        let found = py.detach(|| c.query(&q)).map_err(to_py)?;
+        let out = PyList::empty(py);
+        for p in found {
+            let vectors = match p.vectors {
+                None => py.None().into_bound(py),
+                Some(named) => crate::convert::to_py(py, &named_json(&c, named))?,
+            };
+            let payload = match &p.payload {
+                Some(v) => crate::convert::to_py(py, v)?,
+                None => py.None().into_bound(py),
+            };
+            out.append(PyTuple::new(
+                py,
+                [
+                    id_to_py(py, &p.id)?,
+                    p.score.into_pyobject(py)?.into_any(),
+                    payload,
+                    vectors,
+                ],
+            )?)?;
+        }
+        Ok(out)
+    }
+
+    /// A payload edit: `kind` is "set" (`arg` the payload, `key` a key path
+    /// or None), "overwrite" (`arg` the payload), "delete" (`arg` the key
+    /// paths) or "clear"; returns how many points were selected.
+    #[pyo3(signature = (kind, arg, key=None, ids=None, filter=None))]
+    fn edit_payload(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        arg: &Bound<'_, PyAny>,
+        key: Option<String>,
+        ids: Option<&Bound<'_, PyAny>>,
+        filter: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let c = self.col()?;
+        let object = || -> PyResult<serde_json::Map<String, Value>> {
+            match to_value(arg, "payload")? {
+                Value::Object(o) => Ok(o),
+                other => Err(PyTypeError::new_err(format!(
+                    "payload must be a dict, got {other}"
+                ))),
+            }
+        };
+        let path = |k: &str| KeyPath::parse(k).map_err(to_py);
+        let edit = match kind {
+            "set" => match &key {
+                None => PayloadEdit::Merge(object()?),
+                Some(k) => PayloadEdit::SetAt(path(k)?, object()?),
+            },
+            "overwrite" => PayloadEdit::Overwrite(object()?),
+            "delete" => {
+                let keys: Vec<String> = arg.extract().map_err(|_| {
+                    PyTypeError::new_err("keys must be a list of key paths (strings)")
+                })?;
+                PayloadEdit::Delete(keys.iter().map(|k| path(k)).collect::<PyResult<_>>()?)
+            }
+            "clear" => PayloadEdit::Clear,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown payload edit {other:?}"
+                )))
+            }
+        };
+        let ids = ids.filter(|i| !i.is_none()).map(ext_ids).transpose()?;
+        let filter = filter_from(filter)?;
+        if ids.is_none() && filter.is_none() {
+            return Err(PyValueError::new_err(
+                "a payload edit needs ids or a filter",
+            ));
+        }
+        py.detach(|| c.edit_payload(ids.as_deref(), filter.as_ref(), &edit))
+            .map_err(to_py)
+    }
+
     #[pyo3(signature = (payload, ids=None, filter=None))]
     fn set_payload(
         &self,
@@ -511,7 +724,23 @@ impl PyCollection {
             .into_iter()
             .map(|(f, k)| (f, json!(k.name())))
             .collect();
+        let vectors: serde_json::Map<String, Value> = cfg
+            .dense_spaces()
+            .iter()
+            .map(|d| {
+                (
+                    d.name.clone(),
+                    json!({"dim": d.dim, "metric": d.metric.name(), "engine": d.engine}),
+                )
+            })
+            .collect();
+        let sparse: serde_json::Map<String, Value> = cfg
+            .sparse_vectors
+            .iter()
+            .map(|s| (s.name.clone(), json!({"modifier": s.modifier.name()})))
+            .collect();
         Ok(json!({
+            "vectors": vectors, "sparse_vectors": sparse, "single": c.is_single(),
             "name": c.name(), "dim": cfg.dim, "metric": cfg.metric.name(), "engine": cfg.engine,
             "params": params, "points": c.len(), "indexes": indexes,
             "durability": c.durability().name(), "last_seq": c.last_seq(),
@@ -531,6 +760,22 @@ impl PyCollection {
     fn name(&self) -> String {
         self.name.clone()
     }
+}
+
+/// A point's vectors as JSON: the list itself in a collection of the
+/// single form, `{"NAME": list | {"indices", "values"}}` otherwise.
+fn named_json(c: &Collection, named: NamedVectors) -> Value {
+    let one = |v: VectorValue| match v {
+        VectorValue::Dense(d) => json!(d),
+        VectorValue::Sparse(s) => json!({"indices": s.indices(), "values": s.values()}),
+    };
+    if c.is_single() {
+        return named
+            .into_iter()
+            .next()
+            .map_or(Value::Null, |(_, v)| one(v));
+    }
+    Value::Object(named.into_iter().map(|(k, v)| (k, one(v))).collect())
 }
 
 /// Registers the database classes.

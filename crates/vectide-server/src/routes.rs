@@ -24,7 +24,7 @@ use std::time::Instant;
 use vectide_core::limits;
 use vectide_db::edit::PayloadEdit;
 use vectide_db::path::KeyPath;
-use vectide_db::query::{parse_vector, QueryRequest, WithVector};
+use vectide_db::query::{parse_point_vectors, parse_vector, QueryRequest, WithVector};
 use vectide_db::spaces::{
     Modifier, NamedVectors, PointData, SparseSpaceConfig, VectorSpaceConfig, VectorValue,
 };
@@ -108,10 +108,11 @@ fn vector_json(v: VectorValue) -> Value {
     }
 }
 
-/// A point's vectors as the API shows them: the list itself in a
-/// collection of the single form, `{"NAME": vector}` otherwise.
+/// A point's vectors as the API shows them (as Qdrant does): the list
+/// itself when the unnamed vector is all there is to show, `{"NAME":
+/// vector}` otherwise.
 fn vectors_json(c: &Collection, named: NamedVectors) -> Value {
-    if c.is_single() {
+    if c.is_single() || (named.len() == 1 && named[0].0.is_empty()) {
         return named
             .into_iter()
             .next()
@@ -241,8 +242,7 @@ fn create_config(body: CreateCollection) -> Result<CollectionConfig, ApiError> {
         } else {
             format!("vectors.{name}")
         };
-        let cfg: VectorsConfig =
-            serde_json::from_value(v).map_err(|e| ApiError::bad(format!("{at}: {e}")))?;
+        let cfg = vectors_config(v, &at)?;
         if cfg.multivector_config.is_some() {
             return Err(ApiError::bad(format!(
                 "{at}: multivectors are not supported"
@@ -295,6 +295,38 @@ fn create_config(body: CreateCollection) -> Result<CollectionConfig, ApiError> {
         sparse.push(SparseSpaceConfig { name, modifier });
     }
     Ok(CollectionConfig::with_spaces(dense, sparse))
+}
+
+/// One dense space's `{"size", "distance", ...}`, each field's error
+/// naming it (`vectors.NAME.size`).
+fn vectors_config(v: Value, at: &str) -> Result<VectorsConfig, ApiError> {
+    let Value::Object(mut o) = v else {
+        return Err(ApiError::bad(format!(
+            "{at} must be {{\"size\", \"distance\"}}, got {v}"
+        )));
+    };
+    fn field<T: serde::de::DeserializeOwned>(
+        o: &mut Map<String, Value>,
+        name: &str,
+        at: &str,
+    ) -> Result<Option<T>, ApiError> {
+        match o.remove(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(x) => serde_json::from_value(x)
+                .map(Some)
+                .map_err(|e| ApiError::bad(format!("{at}.{name}: {e}"))),
+        }
+    }
+    let size = field(&mut o, "size", at)?
+        .ok_or_else(|| ApiError::bad(format!("{at}.size is required")))?;
+    let distance = field(&mut o, "distance", at)?
+        .ok_or_else(|| ApiError::bad(format!("{at}.distance is required")))?;
+    Ok(VectorsConfig {
+        size,
+        distance,
+        hnsw_config: field(&mut o, "hnsw_config", at)?,
+        multivector_config: field(&mut o, "multivector_config", at)?,
+    })
 }
 
 async fn create_collection(
@@ -435,21 +467,8 @@ async fn run_now(
 
 // ---------------------------------------------------------------- points
 
-/// A point's vectors: a dense list (the collection's unnamed vector) or
-/// `{"NAME": dense | sparse}`.
 fn point_vectors(v: &Value, at: &str) -> Result<NamedVectors, ApiError> {
-    match v {
-        Value::Object(o) if !(o.contains_key("indices") || o.contains_key("values")) => o
-            .iter()
-            .map(|(name, x)| Ok((name.clone(), parse_vector(x, &format!("{at}.{name}"))?)))
-            .collect(),
-        other => match parse_vector(other, at)? {
-            d @ VectorValue::Dense(_) => Ok(vec![(String::new(), d)]),
-            VectorValue::Sparse(_) => Err(ApiError::bad(format!(
-                "{at}: a sparse vector needs its name: {{\"NAME\": {{\"indices\", \"values\"}}}}"
-            ))),
-        },
-    }
+    Ok(parse_point_vectors(v, at)?)
 }
 
 async fn upsert_points(call: OnCollection<Upsert>) -> ApiResult {

@@ -99,9 +99,9 @@ def main(argv=None) -> int:
             if cmd == "server":
                 results = [kill.run_server(workdir=work, **kw)]
             else:
-                from .targets import db_targets, engine_targets
+                from .targets import db_spaces_targets, db_targets, engine_targets
 
-                every = ["db"] + db_targets() if cmd == "db" else engine_targets()
+                every = ["db"] + db_targets() + db_spaces_targets() if cmd == "db" else engine_targets()
                 chosen = getattr(args, "targets", "all")
                 targets = every if chosen == "all" else [t for t in chosen.split(",") if t]
                 results = [kill.run_child_target(t, workdir=work, **kw) for t in targets]

@@ -720,7 +720,10 @@ def http_cases(quick: bool) -> List[HttpCase]:
         ("log param", '"vectide": {"engine": "spfresh", "params": {"log": "own"}}', "log"),
         ("persist disk", '"vectide": {"engine": "p-hnsw", "params": {"persist": "disk"}}', "persist|disk"),
         ("initial_capacity x dim beyond 64 GiB", None, "initial_capacity"),
-        ("sparse vectors", '"sparse_vectors": {"s": {}}', "sparse"),
+        ("sparse modifier", '"sparse_vectors": {"s": {"modifier": "bm42"}}', "modifier"),
+        ("sparse vectors not an object", '"sparse_vectors": [1]', "sparse_vectors"),
+        ("a name used twice", '"sparse_vectors": {"": {}}', "twice"),
+        ("vectide.vectors for no space", '"vectide": {"vectors": {"nope": {"engine": "flat"}}}', "nope"),
         ("multivectors", None, "multivector"),
     ]:
         if name.startswith("initial_capacity"):
@@ -731,7 +734,9 @@ def http_cases(quick: bool) -> List[HttpCase]:
             body = f'{{"vectors": {base_vec}, {extra}}}'
         add(HttpCase("create", name, "PUT", "/collections/bad", body.encode(), needle=needle))
     for body, needle in [("[]", "object"), ('"x"', "object"), ("5", "object"), ("null", "object"),
-                         ('{"vectors": "x"}', "vectors"), ('{"vectors": {"a": {"size": 4, "distance": "Dot"}}}', "named"),
+                         ('{"vectors": "x"}', "vectors"), ('{"vectors": {"a": {"size": 0, "distance": "Dot"}}}', "vectors.a.size"),
+                         ('{"vectors": {"a": {"size": 4, "distance": "Dot"}, "b": {"size": 4}}}', "vectors.b.*distance"),
+                         ('{"vectors": {"a": {"size": 4, "distance": "Dot", "multivector_config": {}}}}', "multivector"),
                          ("{}", "vectors")]:
         add(HttpCase("create", f"body {body}", "PUT", "/collections/bad", body.encode(), needle=needle))
     for name in ["..%2F..%2Fetc", "x" * 65, ".hidden", "a%20b", "%00", "a%2Fb", "%C3%A9"]:
@@ -745,7 +750,8 @@ def http_cases(quick: bool) -> List[HttpCase]:
         add(HttpCase("upsert ids", f"id {lit[:20]}", "PUT", up, f'{{"points": [{{"id": {lit}, "vector": [1, 2, 3, 4]}}]}}'.encode(), needle="id"))
     for lit, needle in [("[1, 2, 3]", "dimension"), ("[1, 2, 3, 4, 5]", "dimension"), ("[]", "dimension"), ('"x"', "vector"),
                         ('[1, "a", 3, 4]', "finite|number"), ("[1e39, 0, 0, 0]", "finite"), ("[-1e39, 0, 0, 0]", "finite"),
-                        ("[[1, 2, 3, 4]]", "dimension|finite|number"), ('{"named": [1, 2, 3, 4]}', "named"), ("null", "vector"),
+                        ("[[1, 2, 3, 4]]", "multivector"), ('{"named": [1, 2, 3, 4]}', "named"), ("null", "vector"),
+                        ('{"indices": [1], "values": [1.0]}', "name"),
                         ("[true, 0, 0, 0]", "finite|number"), ("[NaN, 0, 0, 0]", "JSON"), ("[Infinity, 0, 0, 0]", "JSON"),
                         ("[1e400, 0, 0, 0]", "JSON|range")]:
         add(HttpCase("upsert vectors", f"vector {lit}", "PUT", up, f'{{"points": [{{"id": 100, "vector": {lit}}}]}}'.encode(), needle=needle))
@@ -782,7 +788,9 @@ def http_cases(quick: bool) -> List[HttpCase]:
         add(HttpCase("query", f"hnsw_ef={lit}", "POST", qp, f'{{{q}, "params": {{"hnsw_ef": {lit}}}}}'.encode(), needle="hnsw_ef" if named else None))
     for lit, needle, expect in [("[1, 2, 3]", "dimension", (400,)), ("[]", "dimension", (400,)), ('"x"', "not found|id", (400, 404)),
                                 ("true", "query", (400,)), ("1.5", "id", (400,)), ("-1", "id", (400,)),
-                                ('{"nearest": "x"}', "vector", (400,)), ('{"recommend": {}}', "query", (400,)),
+                                ('{"nearest": "x"}', "not found", (404,)), ('{"nearest": true}', "vector", (400,)),
+                                ('{"recommend": {}}', "query", (400,)), ('{"fusion": "rrf"}', "prefetch", (400,)),
+                                ('{"fusion": "max"}', "fusion", (400,)), ('{"indices": [1], "values": [1.0]}', "no vector named", (400,)),
                                 ("[1e39, 0, 0, 0]", "finite", (400,)), ("[NaN, 0, 0, 0]", "JSON", (400,)),
                                 ("12345", "not found", (404,))]:
         add(HttpCase("query", f"query {lit}", "POST", qp, f'{{"query": {lit}}}'.encode(), expect=expect, needle=needle))
@@ -791,12 +799,16 @@ def http_cases(quick: bool) -> List[HttpCase]:
                       ('{"must": [{"key": "i", "range": {"gt": "x"}}]}', "range|number|gt"),
                       (f'{{"must": [{{"key": "i", "match": {{"value": {2**70}}}}}]}}', "2\\*\\*64"),
                       ('{"must": [{"has_id": [1.5]}]}', "id"), ('{"must": [{"key": 5, "match": {"value": 1}}]}', "key"),
-                      ('{"min_should": {"conditions": [], "min_count": 1}}', "min_should")]:
+                      ('{"min_should": {"conditions": [], "min_count": 0}}', "min_count"),
+                      ('{"must": [{"key": "a[", "match": {"value": 1}}]}', "key path"),
+                      ('{"must": [{"nested": {"key": "a"}}]}', "filter"),
+                      ('{"must": [{"key": "s", "match": {"text": 5}}]}', "text")]:
         add(HttpCase("query filter", f"filter {f[:40]}", "POST", qp, f'{{{q}, "filter": {f}}}'.encode(), needle=needle))
     for extra, needle in [('"with_payload": 5', "with_payload"), ('"with_payload": {"bogus": 1}', "with_payload|include"),
                           ('"with_payload": ["a", 1]', "with_payload|strings"), ('"with_vector": "yes"', "with_vector"),
                           ('"score_threshold": "x"', "score_threshold"), ('"score_threshold": true', "score_threshold"),
-                          ('"using": "dense"', "using"), ('"prefetch": []', "prefetch"), ('"lookup_from": {}', "lookup_from")]:
+                          ('"using": "dense"', "using"), ('"prefetch": [{"limit": 0}]', "prefetch"),
+                          ('"prefetch": 5', "prefetch"), ('"lookup_from": {}', "lookup_from")]:
         add(HttpCase("query", extra[:40], "POST", qp, f'{{{q}, {extra}}}'.encode(), needle=needle))
     add(HttpCase("query", "unknown collection", "POST", "/collections/nope/points/query", f"{{{q}}}".encode(), expect=(404,), needle="nope"))
     bp = col + "/points/query/batch"
@@ -829,10 +841,56 @@ def http_cases(quick: bool) -> List[HttpCase]:
     pp = col + "/points/payload?wait=true"
     for body, needle in [('{"points": [1]}', "payload"), ('{"payload": [1], "points": [1]}', "object"),
                          ('{"payload": "x", "points": [1]}', "object"), ('{"payload": {"a": 1}}', "points|filter"),
-                         ('{"payload": {"a": 1}, "points": [1], "key": "x"}', "key"),
+                         ('{"payload": {"a": 1}, "points": [1], "key": "x["}', "key"),
+                         ('{"payload": {"a": 1}, "points": [1], "key": 5}', "key"),
                          (f'{{"payload": {{"a": {2**64}}}, "points": [1]}}', "2\\*\\*64"),
                          ('{"payload": {"a": 1}, "points": [1.5]}', "id")]:
         add(HttpCase("set payload", body[:40], "POST", pp, body.encode(), needle=needle))
+    # -- a collection of named and sparse vectors ("m": dense "d" of 4, sparse "s")
+    mu = "/collections/m/points?wait=true"
+    for vec, needle in [
+        ('{"s": {"indices": [1, 2], "values": [1.0]}}', "s.*values"),
+        ('{"s": {"indices": [1, 1], "values": [1.0, 2.0]}}', "twice"),
+        ('{"s": {"indices": [-1], "values": [1.0]}}', "s.indices\\[0\\]"),
+        ('{"s": {"indices": [4294967296], "values": [1.0]}}', "s.indices\\[0\\]"),
+        ('{"s": {"indices": [1], "values": [NaN]}}', "JSON"),
+        ('{"s": {"indices": [1], "values": ["x"]}}', "s.values\\[0\\]"),
+        ('{"s": {"indices": [1], "values": [1e39]}}', "s.values\\[0\\]"),
+        ('{"s": {"indices": 1, "values": [1.0]}}', "s.indices"),
+        ('{"s": {"indices": [1], "values": [1.0], "x": 1}}', "x"),
+        ('{"s": [1, 2, 3, 4]}', "sparse"),
+        ('{"d": {"indices": [1], "values": [1.0]}}', "dense"),
+        ('{"d": [1, 2, 3]}', "dimension"),
+        ('{"nope": [1, 2, 3, 4]}', "no vector named \"nope\""),
+        ("[1, 2, 3, 4]", "no vector named"),
+    ]:
+        add(HttpCase("upsert named/sparse", f"vector {vec[:40]}", "PUT", mu, f'{{"points": [{{"id": 500, "vector": {vec}}}]}}'.encode(), needle=needle))
+    add(HttpCase("upsert named/sparse", "batch of unequal length", "PUT", mu,
+                 b'{"batch": {"ids": [1, 2], "vectors": {"d": [[1, 2, 3, 4]]}}}', needle="ids"))
+    mq = "/collections/m/points/query"
+    for body, needle in [
+        ('{"query": {"indices": [1], "values": [1.0]}, "using": "d"}', "d"),
+        ('{"query": [1, 2, 3, 4], "using": "s"}', "s"),
+        ('{"query": {"indices": [1, 1], "values": [1.0, 1.0]}, "using": "s"}', "twice"),
+        ('{"query": {"fusion": "dbsf"}}', "prefetch"),
+        ('{"prefetch": [{"query": [1, 2, 3, 4], "using": "nope"}], "query": {"fusion": "rrf"}}', "nope"),
+        ('{"prefetch": [{"query": {"fusion": "rrf"}}], "query": {"fusion": "rrf"}}', "prefetch"),
+        ('{"prefetch": [{"bogus": 1}]}', "bogus"),
+        ('{"query": {"rrf": {"k": 0}}, "prefetch": [{}]}', "rrf.k"),
+        ('{"query": [1, 2, 3, 4], "using": "d", "with_vector": ["d", 5]}', "with_vector"),
+    ]:
+        add(HttpCase("query named/sparse", body[:50], "POST", mq, body.encode(), needle=needle))
+    for path, body, needle in [
+        ("/points/payload/delete?wait=true", '{"keys": ["a["], "points": [1]}', "keys\\[0\\]"),
+        ("/points/payload/delete?wait=true", '{"points": [1]}', "keys"),
+        ("/points/payload?wait=true", '{"payload": {"a": 1}, "points": [1], "key": "a..b"}', "key"),
+        ("/points/payload/clear?wait=true", "{}", "points|filter"),
+    ]:
+        add(HttpCase("payload edits", f"{path.split('?')[0]} {body[:30]}", "POST",
+                     "/collections/m" + path, body.encode(), needle=needle))
+    add(HttpCase("payload edits", "overwrite with a list", "PUT", "/collections/m/points/payload?wait=true",
+                 b'{"payload": [1], "points": [1]}', needle="object"))
+
     ip = col + "/index?wait=true"
     for body, needle in [('{"field_name": "s", "field_schema": "fulltext"}', "fulltext|keyword"),
                          ('{"field_schema": "keyword"}', "field_name"), ('{"field_name": 5, "field_schema": "keyword"}', "field_name"),
@@ -892,6 +950,9 @@ def _http_state(port: int, headers=()) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+mu_path = "/collections/m/points?wait=true"
+
+
 def _fill_server(port: int, headers=()) -> None:
     rng = np.random.default_rng(3)
     X = rng.standard_normal((N, DIM)).astype(np.float32)
@@ -905,6 +966,16 @@ def _fill_server(port: int, headers=()) -> None:
     st, _, raw = http_call(port, "PUT", "/collections/c/points?wait=true", _j({"points": pts}), headers)
     if st != 200:
         raise RuntimeError(f"upsert: {st} {raw[:300]!r}")
+    # A collection of a named dense vector and a sparse one.
+    st, _, raw = http_call(port, "PUT", "/collections/m", _j({"vectors": {"d": {"size": 4, "distance": "Dot"}},
+                                                           "sparse_vectors": {"s": {"modifier": "idf"}}}), headers)
+    if st != 200:
+        raise RuntimeError(f"create m: {st} {raw[:300]!r}")
+    pts = [{"id": j, "vector": {"d": X[j].tolist(), "s": {"indices": [j % 7, 10 + j % 3], "values": [1.0, 0.5]}},
+            "payload": {"i": j, "tags": ["a", "b"][: j % 3]}} for j in range(20)]
+    st, _, raw = http_call(port, "PUT", mu_path, _j({"points": pts}), headers)
+    if st != 200:
+        raise RuntimeError(f"upsert m: {st} {raw[:300]!r}")
 
 
 def run_http_case(server: Server, case: HttpCase, auth: Tuple[Tuple[str, str], ...], base_threads: int) -> Result:

@@ -35,8 +35,22 @@ from .targets import collection_kwargs, durable_at_flush, open_kwargs
 
 
 def is_db(target: str) -> bool:
-    """``db`` or ``db:ENGINE``: a database collection, not an engine alone."""
-    return target == "db" or target.startswith("db:")
+    """``db``, ``db:ENGINE`` or ``db-spaces:ENGINE``: a database collection,
+    not an engine alone."""
+    return target == "db" or target.startswith(("db:", "db-spaces:"))
+
+
+def has_spaces(target: str) -> bool:
+    """``db-spaces:ENGINE``: a collection of the engine's space ("main"), a
+    second dense one on ``flat`` ("echo": the main vector reversed) and a
+    sparse one with IDF ("terms": made from the main vector)."""
+    return target.startswith("db-spaces:")
+
+
+def terms_of(v) -> dict:
+    """The sparse vector a ``db-spaces`` point carries beside ``v``."""
+    a, b = (int(abs(float(x)) * 1000) % 50 for x in v[:2])
+    return {"indices": [a, 50 + b], "values": [1.0 + a / 50, 0.5]}
 
 DIM = 8
 GRAPH = {"m": 8, "ef_construction": 32}
@@ -73,6 +87,13 @@ def _open_collection(db, target: str):
         return db.get_collection("t")
     except KeyError:
         engine = _db_engine(target)
+        if has_spaces(target):
+            return db.create_collection(
+                "t",
+                vectors={"main": {"dim": DIM, "metric": "l2", "engine": engine, "params": collection_kwargs(engine)},
+                         "echo": {"dim": DIM, "metric": "l2", "engine": "flat"}},
+                sparse_vectors={"terms": {"modifier": "idf"}},
+            )
         return db.create_collection("t", dim=DIM, metric="l2", engine=engine, **collection_kwargs(engine))
 
 
@@ -92,8 +113,14 @@ def child(target: str, path: str, seed: int, writers: int, n_ids: int) -> None:
         col = _open_collection(db, target)
         kinds = [UPSERT] * 5 + [DELETE] * 2 + [SET_PAYLOAD] * 2
 
+        spaces = has_spaces(target)
+
         def op(kind, id_, s):
-            if kind == UPSERT:
+            if kind == UPSERT and spaces:
+                v = vector(s, DIM)
+                col.upsert_points([{"id": id_, "vector": {"main": v, "echo": v[::-1], "terms": terms_of(v)},
+                                    "payload": payload(s)}])
+            elif kind == UPSERT:
                 col.upsert([id_], vector(s, DIM)[None, :], payloads=[payload(s)])
             elif kind == DELETE:
                 col.delete([id_])
@@ -165,10 +192,30 @@ def _read_points(get, oracle: Oracle) -> Dict[int, object]:
     return found
 
 
-def _db_get(col):
+def _db_get(col, problems: List[str]):
+    """Points as (vector, payload); a ``db-spaces`` point's main vector,
+    with its other two checked against it (a mismatch is a problem)."""
     def get(ids):
-        raw = col._c.get(list(ids), True)
-        return [None if r is None else (r[2].tolist(), r[1]) for r in raw]
+        out = []
+        for id_, r in zip(ids, col._c.get(list(ids), True)):
+            if r is None:
+                out.append(None)
+            elif isinstance(r[2], dict):
+                named = r[2]
+                main = named.get("main")
+                if main is None or set(named) != {"main", "echo", "terms"}:
+                    problems.append(f"id {id_}: vectors {sorted(named)} (all three were written together)")
+                    out.append((None if main is None else main.tolist(), r[1]))
+                    continue
+                want = terms_of(main)
+                same_terms = named["terms"]["indices"] == want["indices"] and np.array_equal(
+                    np.float32(named["terms"]["values"]), np.float32(want["values"]))
+                if named["echo"].tolist() != main[::-1].tolist() or not same_terms:
+                    problems.append(f"id {id_}: its echo or terms vector is not the one written with its main vector")
+                out.append((main.tolist(), r[1]))
+            else:
+                out.append((r[2].tolist(), r[1]))
+        return out
 
     return get
 
@@ -250,12 +297,15 @@ def run_child_target(target: str, rounds: int, writers: int, n_ids: int, quick: 
 
                 db = vectide.connect(path)
                 opens.append(time.perf_counter() - t0)
+                problems: List[str] = []
                 try:
                     col = db.get_collection("t")
-                    found = _read_points(_db_get(col), oracle)
+                    found = _read_points(_db_get(col, problems), oracle)
                 except KeyError:
                     found = {i: None for i in oracle.expected}
                 db.close()
+                if problems:
+                    found["__structure__"] = problems
             else:
                 found = _read_engine(target, path, oracle)
                 opens.append(time.perf_counter() - t0)

@@ -6,6 +6,8 @@ kill rounds and the corruption matrix by being registered.
   standalone, once per choice of a ``persist`` parameter (``p-hnsw:pmem``,
   ``p-hnsw:msync``);
 - :func:`db_targets`: a database collection of each of them (``db:ENGINE``);
+- :func:`db_spaces_targets`: a collection of several vector spaces whose
+  main one is each of them (``db-spaces:ENGINE``);
 - :func:`small_params`: the parameters that make an engine's state
   machinery run within a few hundred points (frequent freezes, merges,
   snapshots and splits), for the ones it takes.
@@ -73,6 +75,12 @@ def durable_at_flush(target: str) -> bool:
 def db_targets() -> List[str]:
     """A database collection of every engine that lives in a directory."""
     return [f"db:{e['name']}" for e in _registry() if e["in_directory"]]
+
+
+def db_spaces_targets() -> List[str]:
+    """A database collection of several vector spaces whose main one is
+    each engine that lives in a directory (``db-spaces:ENGINE``)."""
+    return [f"db-spaces:{e['name']}" for e in _registry() if e["in_directory"]]
 
 
 def open_kwargs(target: str) -> Dict[str, object]:
