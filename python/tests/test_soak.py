@@ -190,6 +190,17 @@ def test_a_short_soak_has_no_wrong_answer_and_loses_no_write(tmp_path, engine, m
         assert {x["quiet_windows"] for x in r["samples"]} == {None}
 
 
+def test_a_soak_of_a_collection_of_several_spaces_loses_nothing(tmp_path):
+    """--spaces: the engine's space, a second on flat and a sparse one, every
+    point written to all three and, at the end, every acknowledged point's
+    three vectors found together (a point whose echo or terms vector is not
+    the one written with its main vector counts as lost)."""
+    r = _run(tmp_path, "spfresh", "db", 0.2, 3_000, *SMALL["spfresh"], "--spaces")
+    assert r["summary"]["acknowledged_ops_checked"] > 0
+    parts = r["settled_sample"]["disk_parts"]
+    assert "spaces" in parts and "sparse-0.vtsp" in parts, parts
+
+
 def test_a_standalone_soak_holds_the_jobs_that_never_stop_for_idle_windows(tmp_path):
     # spfresh's splits, merges and reassigns run without a pause under the
     # soak's churn: the held windows are where its idle writes come from.

@@ -182,9 +182,13 @@ def test_corruption_matrix_sample_has_no_violation(shm_path):
     assert {Path(f).name for f in damaged} == {Path(f).name for f in r["files"]}
     assert {(c["damage"], c["where"]) for c in r["cases"]} == {("flip", "middle"), ("truncate", "middle"), ("flip", "end")}
     # Every collection's engine state is among the files damaged.
-    engine_files = {f for f in r["files"] if f.startswith("collections/") and Path(f).parts[2].startswith("index")}
+    engine_files = {f for f in r["files"] if f.startswith("collections/") and Path(f).parts[2].startswith(("index", "spaces", "sparse-"))}
     assert engine_files <= set(damaged)
-    assert {Path(f).parts[1] for f in engine_files} == set(corrupt.engines())
+    assert {Path(f).parts[1] for f in engine_files} == set(corrupt.engines()) | {corrupt.SPACES}
+    # The collection of several spaces: its second space's and its sparse
+    # space's files are damaged too.
+    assert any(Path(f).parts[2] == "spaces" for f in engine_files)
+    assert any(Path(f).name == "sparse-0.vtsp" for f in engine_files)
     # The backing file of the memory node the backed collections live on
     # (every engine that lives on one) is damaged too.
     assert corrupt.on_memory_node() and corrupt.BACKING in damaged

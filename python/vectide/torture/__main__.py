@@ -166,7 +166,7 @@ def _run_soak(args, argv) -> int:
             report = soak.run(args.engine, args.minutes, mode, work, points=args.points, writers=args.writers,
                               readers=args.readers, seed=args.seed, maintain_every=args.maintain_every,
                               params=params, settle_max=args.settle_max, quiet_every=args.quiet_every,
-                              compute_nodes=args.compute_nodes, memnode_size_=args.memnode_size)
+                              compute_nodes=args.compute_nodes, memnode_size_=args.memnode_size, spaces=args.spaces)
         except (soak.UsedWorkdir, soak.BadSoakArguments) as e:
             print(e, file=sys.stderr)
             return 2

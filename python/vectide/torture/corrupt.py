@@ -101,8 +101,40 @@ def _fill(db, rng) -> None:
             c.upsert([i], rng.standard_normal((1, DIM)).astype(np.float32), payloads=[{"i": i}])
         c.delete(list(range(0, 20)))
         c.set_payload({"late": True}, ids=[25])
+    # A collection of several vector spaces: the default engine's, a flat
+    # one and a sparse one (their files: index.vtdx, spaces/1/, sparse-0.vtsp).
+    from . import kill
+
+    c = db.create_collection(SPACES, vectors={
+        "main": {"dim": DIM, "metric": "l2", "params": collection_kwargs("hnsw"), "engine": "hnsw"},
+        "echo": {"dim": DIM, "metric": "l2", "engine": "flat"}}, sparse_vectors={"terms": {"modifier": "idf"}})
+
+    def pts(ids):
+        out = []
+        for i in ids:
+            v = rng.standard_normal(DIM).astype(np.float32)
+            out.append({"id": i, "vector": {"main": v, "echo": v[::-1], "terms": kill.terms_of(v)}, "payload": {"i": i}})
+        return out
+
+    c.upsert_points(pts(range(300)))
+    c.checkpoint()
+    c.upsert_points(pts(range(300, 340)))
+    c.delete(list(range(0, 20)))
+    c.set_payload({"late": True}, ids=[25], key="meta")
     # Dropped without close (no final checkpoint): the WAL tails stay.
     del c, db
+
+
+# The collection of several vector spaces in the template.
+SPACES = "spaces"
+
+
+def _digest(p) -> str:
+    if isinstance(p.vector, dict):
+        vec = json.dumps({k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in p.vector.items()}, sort_keys=True).encode()
+    else:
+        vec = np.asarray(p.vector, dtype=np.float32).tobytes()
+    return hashlib.sha1(vec + json.dumps(p.payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def probe(path: Path) -> dict:
@@ -121,11 +153,7 @@ def probe(path: Path) -> dict:
                 if offset is None:
                     break
             c.search(np.zeros(DIM, dtype=np.float32), k=5)
-            out[name] = {
-                json.dumps(p.id): hashlib.sha1(np.asarray(p.vector, dtype=np.float32).tobytes()
-                                               + json.dumps(p.payload, sort_keys=True).encode()).hexdigest()[:16]
-                for p in pts
-            }
+            out[name] = {json.dumps(p.id): _digest(p) for p in pts}
         db.close()
         return {"ok": True, "collections": out}
     except BaseException as e:  # noqa: BLE001 - classified by the parent
@@ -186,8 +214,8 @@ def sample_cases(files: List[Path], damages: List[tuple]) -> List[tuple]:
     collection), each file with one of the damages in turn; ``(file, kind,
     where)`` triples."""
     def kind(rel: Path):
-        if rel.parts[0] == "collections" and len(rel.parts) > 2 and rel.parts[2].startswith("index"):
-            return rel.parts[1], rel.name
+        if rel.parts[0] == "collections" and len(rel.parts) > 2 and rel.parts[2].startswith(("index", "spaces", "sparse-")):
+            return rel.parts[1], "/".join(rel.parts[2:])
         return rel.name
 
     seen, picked = set(), []

@@ -372,9 +372,10 @@ class _Target:
     its ``durable_seq`` when it attached)."""
 
     def __init__(self, mode: str, engine: str, path: str, url: Optional[str], params: Dict[str, object],
-                 memnode: Optional[str] = None, nodes: int = 0) -> None:
+                 memnode: Optional[str] = None, nodes: int = 0, spaces: bool = False) -> None:
         import vectide
 
+        self.spaces = spaces
         self.mode = mode
         self.engine = engine
         self.params = params
@@ -403,7 +404,11 @@ class _Target:
             try:
                 self.col = self.db.get_collection(NAME)
             except KeyError:
-                self.col = self.db.create_collection(NAME, dim=DIM, metric="cosine", engine=engine, **params)
+                if spaces:
+                    self.col = self.db.create_collection(NAME, vectors=spaces_config(engine, params),
+                                                         sparse_vectors={"terms": {"modifier": "idf"}})
+                else:
+                    self.col = self.db.create_collection(NAME, dim=DIM, metric="cosine", engine=engine, **params)
 
     def _attach(self, n: int) -> None:
         import vectide
@@ -431,6 +436,9 @@ class _Target:
             self._node(node).add(np.asarray(ids, dtype=np.uint64), vecs)
         elif self.mode == "standalone":
             self.idx.add(np.asarray(ids, dtype=np.uint64), vecs)
+        elif self.spaces:
+            self.col.upsert_points([{"id": int(i), "vector": {"": v, "echo": v[::-1], "terms": terms_of(v)},
+                                     "payload": {"s": int(s)}} for i, v, s in zip(ids, vecs, seeds)])
         else:
             self.col.upsert(list(ids), vecs, payloads=[{"s": int(s)} for s in seeds])
 
@@ -536,6 +544,36 @@ class _Target:
             self.flush()
 
 
+def spaces_config(engine: str, params: Dict[str, object]) -> Dict[str, dict]:
+    """``--spaces``: the engine's space (unnamed, so that searches reach it
+    as before) and a second on ``flat`` holding each vector reversed; a
+    sparse space ``terms`` beside them (:func:`terms_of`)."""
+    return {"": {"dim": DIM, "metric": "cosine", "engine": engine, "params": dict(params)},
+            "echo": {"dim": DIM, "metric": "cosine", "engine": "flat"}}
+
+
+def terms_of(v) -> dict:
+    """The sparse vector a ``--spaces`` point carries beside ``v``."""
+    from .kill import terms_of as t
+
+    return t(v)
+
+
+def _spaces_problem(i: int, named) -> Optional[str]:
+    """A ``--spaces`` point's three vectors, checked against each other."""
+    if not isinstance(named, dict) or set(named) != {"", "echo", "terms"}:
+        return f"id {i}: vectors {sorted(named) if isinstance(named, dict) else type(named).__name__} (all three were written together)"
+    main = np.asarray(named[""], dtype=np.float32)
+    echo = np.asarray(named["echo"], dtype=np.float32)
+    want = terms_of(main)
+    terms = named["terms"]
+    # Cosine spaces hold unit vectors: the echo is the main one reversed.
+    if not np.allclose(echo, main[::-1], atol=1e-6) or terms["indices"] != want["indices"] \
+            or not np.array_equal(np.float32(terms["values"]), np.float32(want["values"])):
+        return f"id {i}: its echo or terms vector is not the one written with its main vector"
+    return None
+
+
 def driver(args) -> None:
     """Runs the load, then the writers, readers and samplers until killed."""
     out_lock = threading.Lock()
@@ -549,7 +587,7 @@ def driver(args) -> None:
     n_ids = id_space(args.points)
     params = json.loads(args.params)
     t = _Target(args.mode, args.engine, args.dir, args.url, params, memnode=args.memnode,
-                nodes=args.compute_nodes)
+                nodes=args.compute_nodes, spaces=args.spaces)
     model = Model(n_ids, vecs)
     rows0 = initial_rows(args.points, args.seed, len(vecs))
     ids0 = np.arange(args.points)
@@ -1061,7 +1099,7 @@ def _identify(vec, pay, cands, vecs) -> object:
 
 
 def _final_state(mode: str, path: str, url: Optional[str], engine: str, params, oracle: Oracle,
-                 vecs: np.ndarray) -> Tuple[Dict[int, object], float]:
+                 vecs: np.ndarray, problems: Optional[List[str]] = None) -> Tuple[Dict[int, object], float]:
     import vectide
 
     ids = list(oracle.expected)
@@ -1098,7 +1136,14 @@ def _final_state(mode: str, path: str, url: Optional[str], engine: str, params, 
         chunk = ids[lo:lo + 1000]
         for i, rec in zip(chunk, get(chunk)):
             cands = oracle.uncertain.get(i, [oracle.expected[i]])
-            found[i] = None if rec is None else _identify(rec[0], rec[1], cands, vecs)
+            if rec is not None and isinstance(rec[0], dict):
+                # --spaces: the main vector identifies the write; the other
+                # two must be the ones written with it.
+                bad = _spaces_problem(i, rec[0])
+                if bad and problems is not None:
+                    problems.append(bad)
+                rec = (rec[0].get(""), rec[1])
+            found[i] = None if rec is None or rec[0] is None else _identify(rec[0], rec[1], cands, vecs)
     if closer:
         closer()
     return found, opened
@@ -1273,7 +1318,7 @@ class BadSoakArguments(ValueError):
 def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100_000, writers: int = 4,
         readers: int = 2, seed: int = 1, maintain_every: float = 0.0, params: Optional[dict] = None,
         progress: bool = True, settle_max: Optional[float] = None, quiet_every: float = QUIET_EVERY_S,
-        compute_nodes: Optional[int] = None, memnode_size_: Optional[str] = None) -> dict:
+        compute_nodes: Optional[int] = None, memnode_size_: Optional[str] = None, spaces: bool = False) -> dict:
     """Runs one soak and returns its report (see the module docs). A
     ``workdir`` whose ``data`` holds anything (an earlier soak's index, left
     by a killed run) is refused with :class:`UsedWorkdir`: the model starts empty,
@@ -1299,9 +1344,11 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
             raise BadSoakArguments(f"--compute-nodes takes N >= 1, got {compute_nodes}")
         mode = "standalone"
     params = dict(params or {})
+    if spaces and mode == "standalone":
+        raise BadSoakArguments("--spaces is a database collection's: not with --standalone or --compute-nodes")
     if not (remote and mode == "standalone"):
         return _soak(engine, minutes, mode, workdir, points, writers, readers, seed, maintain_every, params,
-                     progress, settle_max, quiet_every, None, 0)
+                     progress, settle_max, quiet_every, None, 0, spaces)
     for k in ("memnode", "region", "writer"):
         if k in params:
             raise BadSoakArguments(f"--param {k} is the soak's own on a memory node")
@@ -1330,7 +1377,7 @@ def run(engine: str, minutes: float, mode: str, workdir: Path, points: int = 100
 
 def _soak(engine: str, minutes: float, mode: str, workdir: Path, points: int, writers: int, readers: int,
           seed: int, maintain_every: float, params: dict, progress: bool, settle_max: Optional[float],
-          quiet_every: float, mem: Optional[_MemoryNodes], n_nodes: int) -> dict:
+          quiet_every: float, mem: Optional[_MemoryNodes], n_nodes: int, spaces: bool = False) -> dict:
     """``run``'s soak; ``mem`` the memory node (not started yet) of an
     engine that lives on one, worked through ``n_nodes`` compute nodes."""
     from .kill import _Server
@@ -1353,6 +1400,8 @@ def _soak(engine: str, minutes: float, mode: str, workdir: Path, points: int, wr
            "--params", json.dumps(params)]
     if settle_max is not None:
         cmd += ["--settle-max", str(settle_max)]
+    if spaces:
+        cmd += ["--spaces"]
     if server:
         cmd += ["--url", url, "--holder-pid", str(server.proc.pid)]
     if mem is not None:
@@ -1487,8 +1536,10 @@ def _soak(engine: str, minutes: float, mode: str, workdir: Path, points: int, wr
             found, opened, remote = _final_state_memnode(mem.address, engine, params, oracle, vecs, queries,
                                                          n_nodes, at_settle)
         else:
-            found, opened = _final_state(mode, str(data), url, engine, params, oracle, vecs)
+            space_problems: List[str] = []
+            found, opened = _final_state(mode, str(data), url, engine, params, oracle, vecs, space_problems)
         lost = oracle.check(found, DIM)
+        lost += space_problems
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -1624,6 +1675,9 @@ def add_arguments(p) -> None:
                         "default 1 for such an engine standalone)")
     p.add_argument("--memnode-size", default=None, metavar="BYTES",
                    help="the memory node's --size (suffixes K, M, G; default max(1G, 16K per point))")
+    p.add_argument("--spaces", action="store_true",
+                   help="a collection of several vector spaces: the engine's, a second on flat and a sparse one "
+                        "(every point in all three, checked against each other at the end)")
     p.add_argument("--out", dest="soak_out", type=Path, help="write the JSON report here")
 
 
@@ -1634,6 +1688,7 @@ def add_driver_arguments(p) -> None:
     p.add_argument("--holder-pid", type=int, default=0)
     p.add_argument("--memnode", default=None, help="the memory node's HOST:PORT (an engine on a memory node)")
     p.add_argument("--compute-nodes", type=int, default=0)
+    p.add_argument("--spaces", action="store_true")
     for a, d in (("--points", 100_000), ("--writers", 4), ("--readers", 2), ("--seed", 1)):
         p.add_argument(a, type=int, default=d)
     p.add_argument("--maintain-every", type=float, default=0.0)
