@@ -366,6 +366,11 @@ impl Collection {
 
     /// The dense space named `name`.
     pub(crate) fn dense_space(&self, name: &str) -> Result<&DenseSpace> {
+        if self.sparse.iter().any(|d| d.config.name == name) {
+            return Err(DbError::invalid(format!(
+                "vector {name:?} is sparse: search it with a sparse vector {{\"indices\", \"values\"}}"
+            )));
+        }
         self.dense
             .iter()
             .find(|d| d.config.name == name)
@@ -374,6 +379,11 @@ impl Collection {
 
     /// The sparse space named `name`.
     pub(crate) fn sparse_space(&self, name: &str) -> Result<&SparseSpace> {
+        if self.dense.iter().any(|d| d.config.name == name) {
+            return Err(DbError::invalid(format!(
+                "vector {name:?} is dense: search it with a dense vector (a list of numbers)"
+            )));
+        }
         self.sparse
             .iter()
             .find(|d| d.config.name == name)

@@ -499,8 +499,13 @@ impl Prefetch {
 
 fn check_fusion(q: &Option<QueryKind>, prefetch: &[Prefetch], at: &str) -> Result<()> {
     if matches!(q, Some(QueryKind::Fusion(_))) && prefetch.is_empty() {
+        let at = if at.is_empty() {
+            "query".to_string()
+        } else {
+            format!("{at}.query")
+        };
         return Err(DbError::invalid(format!(
-            "{at}.query: a fusion needs prefetches to fuse"
+            "{at}: a fusion needs prefetches to fuse"
         )));
     }
     Ok(())

@@ -343,6 +343,10 @@ fn bad_vectors_are_refused_and_change_nothing() {
     let e = c
         .search_sparse("text", &sv, 3, None, false, false)
         .unwrap_err();
+    assert!(e.to_string().contains("\"text\" is dense"), "{e}");
+    let e = c
+        .search_sparse("nope", &sv, 3, None, false, false)
+        .unwrap_err();
     assert!(e.to_string().contains("no vector named"), "{e}");
     let e = c
         .search_in(
@@ -355,7 +359,7 @@ fn bad_vectors_are_refused_and_change_nothing() {
             false,
         )
         .unwrap_err();
-    assert!(e.to_string().contains("no vector named"), "{e}");
+    assert!(e.to_string().contains("\"bm25\" is sparse"), "{e}");
     // Names used twice, and an empty collection, are refused at creation.
     let mut twice = config("flat");
     twice.sparse_vectors[1].name = "text".into();

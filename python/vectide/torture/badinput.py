@@ -225,6 +225,11 @@ class PyFixture:
         payloads = [{"i": i, "f": 15028.519667320139, "s": "x" * (i % 3), "big": 2**64 - 1, "neg": -(2**63)}
                     for i in range(N)]
         self.col.upsert(self.ids, self.X, payloads=payloads)
+        # A collection of a named dense vector and a sparse one.
+        self.multi = self.db.create_collection("m", vectors={"d": {"dim": DIM, "metric": "ip"}},
+                                               sparse_vectors={"s": {"modifier": "idf"}})
+        self.multi.upsert_points([{"id": i, "vector": {"d": self.X[i], "s": {"indices": [i % 5, 9], "values": [1.0, 0.5]}},
+                                   "payload": {"i": i}} for i in range(20)])
         self.q = self.X[0]
         self.n_dirs = 0
         self.case_dir = self.fresh_dir()
@@ -240,8 +245,10 @@ class PyFixture:
         ids, dist = idx.search(self.q, k=5)
         points, _ = self.col.scroll(limit=1000, with_vector=True)
         raw = [(p.id, p.payload, p.vector.tolist()) for p in points]
+        multi, _ = self.multi.scroll(limit=1000, with_vector=True)
+        mraw = [(p.id, p.payload, p.vector["d"].tolist(), p.vector["s"]) for p in multi]
         parts = [len(idx), idx.get(np.arange(N)).tobytes().hex(), ids.tolist(), dist.tolist(), idx.ef_search,
-                 self.db.list_collections(), len(self.col), raw]
+                 self.db.list_collections(), len(self.col), raw, mraw]
         return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
 
 
@@ -453,6 +460,43 @@ def python_cases(quick: bool) -> List[PyCase]:
     add(PyCase("Collection.set_payload", "set_payload(big int)", lambda fx: fx.col.set_payload({"a": -(2**64)}, ids=[0]), VE, "2\\*\\*63"))
     add(PyCase("Collection.set_payload", "set_payload(ids=[1.5])", lambda fx: fx.col.set_payload({"a": 1}, ids=[1.5]), TE, "position 0"))
     add(PyCase("Collection.create_index", "create_index(kind='fulltext')", lambda fx: fx.col.create_index("s", "fulltext"), VE, "fulltext|keyword"))
+    # named and sparse vectors, the Query API, payload edits
+    def pt(vector):
+        return [{"id": 500, "vector": vector, "payload": {"i": 500}}]
+
+    d = [1.0] * DIM
+    for vec, e, needle in [
+        ({"s": {"indices": [1, 2], "values": [1.0]}}, VE, "as many values"),
+        ({"s": {"indices": [1, 1], "values": [1.0, 2.0]}}, VE, "twice"),
+        ({"s": {"indices": [-1], "values": [1.0]}}, VE, "indices\\[0\\]"),
+        ({"s": {"indices": [1], "values": [float("nan")]}}, VE, "values|finite|JSON"),
+        ({"nope": d}, VE, "no vector named"),
+        ({"d": d[:-1]}, VE, "dimension"),
+        ({"d": {"indices": [1], "values": [1.0]}}, VE, "dense"),
+        ({"s": d}, VE, "sparse"),
+        (d, VE, "no vector named"),
+    ]:
+        add(PyCase("Collection.upsert_points", f"upsert_points(vector={r(vec)})", lambda fx, vec=vec: fx.multi.upsert_points(pt(vec)), (e,), needle))
+    add(PyCase("Collection.upsert_points", "upsert_points(point without id)", lambda fx: fx.multi.upsert_points([{"vector": {"d": d}}]), VE, "id"))
+    add(PyCase("Collection.upsert_points", "upsert_points(not a list)", lambda fx: fx.multi.upsert_points({"id": 1}), TE, "list"))
+    for kw, e, needle in [
+        (dict(query={"fusion": "rrf"}), VE, "prefetch"),
+        (dict(query={"indices": [1, 1], "values": [1.0, 1.0]}, using="s"), VE, "twice"),
+        (dict(query=d, using="nope"), VE, "nope"),
+        (dict(query=d, using="d", filter={"must": [{"key": "a[", "match": {"value": 1}}]}), VE, "key path"),
+        (dict(query=d, using="d", limit=L["MAX_K"] + 1), VE, "limit"),
+        (dict(query={"fusion": "rrf"}, prefetch=[{"query": d, "using": "d", "limit": 0}]), VE, "limit"),
+        (dict(query=d, using="d", limit=1.5), TE, "limit"),
+    ]:
+        add(PyCase("Collection.query", f"query({r(kw)[:40]})", lambda fx, kw=kw: fx.multi.query(**kw), (e,), needle))
+    add(PyCase("Collection.delete_payload", "delete_payload(['a['])", lambda fx: fx.multi.delete_payload(["a["], ids=[1]), VE, "key path"))
+    add(PyCase("Collection.set_payload", "set_payload(key='a..b')", lambda fx: fx.multi.set_payload({"x": 1}, ids=[1], key="a..b"), VE, "key path"))
+    add(PyCase("Collection.overwrite_payload", "overwrite_payload([1])", lambda fx: fx.multi.overwrite_payload([1], ids=[1]), TE, "dict"))
+    add(PyCase("Collection.clear_payload", "clear_payload()", lambda fx: fx.multi.clear_payload(), VE, "ids or a filter"))
+    add(PyCase("Database.create_collection", "vectors with dim", lambda fx: fx.db.create_collection("x", dim=3, vectors={"a": {"dim": 3}}), TE, "vectors"))
+    add(PyCase("Database.create_collection", "vectors without dim", lambda fx: fx.db.create_collection("x", vectors={"a": {"metric": "l2"}}), VE, "dim"))
+    add(PyCase("Database.create_collection", "sparse modifier", lambda fx: fx.db.create_collection("x", sparse_vectors={"s": {"modifier": "bm42"}}), VE, "modifier"))
+    add(PyCase("Database.create_collection", "a name twice", lambda fx: fx.db.create_collection("x", vectors={"s": {"dim": 3}}, sparse_vectors={"s": None}), VE, "twice"))
     return cases
 
 
@@ -869,8 +913,8 @@ def http_cases(quick: bool) -> List[HttpCase]:
                  b'{"batch": {"ids": [1, 2], "vectors": {"d": [[1, 2, 3, 4]]}}}', needle="ids"))
     mq = "/collections/m/points/query"
     for body, needle in [
-        ('{"query": {"indices": [1], "values": [1.0]}, "using": "d"}', "d"),
-        ('{"query": [1, 2, 3, 4], "using": "s"}', "s"),
+        ('{"query": {"indices": [1], "values": [1.0]}, "using": "d"}', "\"d\" is dense"),
+        ('{"query": [1, 2, 3, 4], "using": "s"}', "\"s\" is sparse"),
         ('{"query": {"indices": [1, 1], "values": [1.0, 1.0]}, "using": "s"}', "twice"),
         ('{"query": {"fusion": "dbsf"}}', "prefetch"),
         ('{"prefetch": [{"query": [1, 2, 3, 4], "using": "nope"}], "query": {"fusion": "rrf"}}', "nope"),
