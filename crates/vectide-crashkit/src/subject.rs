@@ -1,7 +1,7 @@
 //! What the kit crashes: an engine from the registry, a database
 //! collection of an engine (`db:ENGINE`), or a database collection of
 //! several vector spaces whose main one is the engine (`db-spaces:ENGINE`:
-//! a second dense space on `flat` and a sparse space with IDF, every point
+//! a second dense space on the default engine and a sparse space with IDF, every point
 //! written to all three), behind one [`Subject`] trait.
 
 use std::path::Path;
@@ -174,7 +174,7 @@ impl Target {
                         name: ECHO_SPACE.into(),
                         dim,
                         metric: Metric::L2,
-                        engine: "flat".into(),
+                        engine: vectide_engines::DEFAULT_ENGINE.into(),
                         params: Params::new(),
                     });
                     config.sparse_vectors.push(SparseSpaceConfig {

@@ -79,7 +79,7 @@ impl Default for CollectionConfig {
         CollectionConfig {
             dim: 0,
             metric: Metric::L2,
-            engine: "hnsw".into(),
+            engine: vectide_engines::DEFAULT_ENGINE.into(),
             params: Params::new(),
             vector_name: String::new(),
             more_vectors: Vec::new(),
@@ -745,6 +745,7 @@ impl Collection {
         filter: Option<&Filter>,
         edit: &PayloadEdit,
     ) -> Result<usize> {
+        edit.check_depth()?;
         let targets = self.select(ids, filter);
         if targets.is_empty() {
             self.settle()?;

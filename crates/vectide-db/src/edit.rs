@@ -55,6 +55,35 @@ impl PayloadEdit {
         }
     }
 
+    /// Refuses an edit whose payload would nest deeper than the JSON
+    /// readers of the stored payloads read
+    /// (`vectide_core::limits::MAX_JSON_DEPTH`): the value's own depth plus
+    /// the path it is set at.
+    pub fn check_depth(&self) -> Result<()> {
+        fn depth(v: &Value) -> usize {
+            match v {
+                Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+                Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
+                _ => 0,
+            }
+        }
+        let (value, steps) = match self {
+            PayloadEdit::Merge(m) | PayloadEdit::Overwrite(m) | PayloadEdit::LegacyMerge(m) => {
+                (m, 0)
+            }
+            PayloadEdit::SetAt(p, m) => (m, p.steps().len()),
+            PayloadEdit::Delete(_) | PayloadEdit::Clear => return Ok(()),
+        };
+        let d = 1 + value.values().map(depth).max().unwrap_or(0) + steps;
+        let max = vectide_core::limits::MAX_JSON_DEPTH - 8;
+        if d > max {
+            return Err(DbError::invalid(format!(
+                "the payload would nest {d} levels deep; at most {max}"
+            )));
+        }
+        Ok(())
+    }
+
     /// The edit as the log holds it.
     pub fn to_json(&self) -> Value {
         match self {

@@ -125,7 +125,7 @@ pub enum Condition {
         key: KeyPath,
         range: Range,
     },
-    HasId(Vec<ExtId>),
+    HasId(std::collections::HashSet<ExtId>),
     IsEmpty {
         key: KeyPath,
     },
@@ -366,7 +366,7 @@ impl Condition {
                     ExtId::from_json(x)
                         .map_err(|e| DbError::invalid(format!("{at}.has_id[{i}]: {e}")))
                 })
-                .collect::<Result<Vec<_>>>()?;
+                .collect::<Result<std::collections::HashSet<_>>>()?;
             return Ok(Condition::HasId(ids));
         }
         if let Some(inner) = obj.get("is_empty") {

@@ -21,6 +21,11 @@ pub enum Step {
     Each,
 }
 
+/// Most steps a key path may have (a payload edit at a path nests its
+/// value that much deeper; stored payloads stay well within the JSON
+/// readers' depth).
+pub const MAX_STEPS: usize = 16;
+
 /// A parsed key path (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyPath {
@@ -76,6 +81,9 @@ impl KeyPath {
                     return Err(invalid(text, "an index must be digits or empty"));
                 }
                 rest = &b[end + 1..];
+            }
+            if steps.len() > MAX_STEPS {
+                return Err(invalid(text, &format!("more than {MAX_STEPS} steps")));
             }
             if rest.is_empty() {
                 return Ok(KeyPath {

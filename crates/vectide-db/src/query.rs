@@ -646,7 +646,7 @@ impl Collection {
         if let Some(QueryKind::Nearest(VectorInput::Point(id))) = l.query {
             l.filter = Some(with_condition(
                 l.filter.take(),
-                Condition::HasId(vec![id.clone()]),
+                Condition::HasId([id.clone()].into_iter().collect()),
                 true,
             ));
         }
@@ -686,7 +686,11 @@ impl Collection {
                 if ids.is_empty() {
                     return Ok(Vec::new());
                 }
-                let filter = with_condition(l.filter.clone(), Condition::HasId(ids), false);
+                let filter = with_condition(
+                    l.filter.clone(),
+                    Condition::HasId(ids.into_iter().collect()),
+                    false,
+                );
                 self.base(&Level {
                     filter: Some(filter),
                     prefetch: &[],
@@ -715,7 +719,7 @@ impl Collection {
                 resolved = self.vector_of_point(id, l.using)?;
                 filter = Some(with_condition(
                     filter,
-                    Condition::HasId(vec![id.clone()]),
+                    Condition::HasId([id.clone()].into_iter().collect()),
                     true,
                 ));
                 &resolved

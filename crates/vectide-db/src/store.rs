@@ -652,7 +652,10 @@ impl PointStore {
         if answered.is_empty() {
             return None;
         }
-        let exact = answered.len() == f.must.len() && f.should.is_empty() && f.must_not.is_empty();
+        let exact = answered.len() == f.must.len()
+            && f.should.is_empty()
+            && f.must_not.is_empty()
+            && f.min_should.is_none();
         answered.sort_by_key(|sets| sets.iter().map(|s| s.len()).sum::<usize>());
         let (first, rest) = answered.split_first().expect("not empty");
         let mut out: Vec<u64> = first

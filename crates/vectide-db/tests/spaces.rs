@@ -511,3 +511,43 @@ fn payload_edits_and_nested_keys_survive_replay() {
     );
     assert!(got[8].is_none(), "deleted by a filter on a nested key");
 }
+
+#[test]
+fn min_should_is_honoured_when_an_index_answers_the_must_conditions() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), opts()).unwrap();
+    let c = db
+        .create_collection("m", CollectionConfig::new(2, Metric::L2, "flat"))
+        .unwrap();
+    let pts: Vec<vectide_db::PointInput> = (0..6)
+        .map(|i| vectide_db::PointInput {
+            id: ExtId::Num(i),
+            vector: vec![i as f32, 0.0],
+            payload: json!({"n": i}),
+        })
+        .collect();
+    c.upsert(&pts).unwrap();
+    // has_id answers the must condition from the store; min_should must
+    // still be checked on each candidate.
+    let f = Filter::parse(&json!({"must": [{"has_id": [1, 2, 3]}],
+        "min_should": {"conditions": [{"key": "n", "range": {"gte": 3}}], "min_count": 1}}))
+    .unwrap();
+    assert_eq!(c.count(Some(&f)), 1);
+    assert_eq!(c.delete(None, Some(&f)).unwrap(), 1);
+    assert_eq!(c.len(), 5);
+    // A payload edit nested past the readers' depth is refused.
+    use vectide_db::edit::PayloadEdit;
+    use vectide_db::path::KeyPath;
+    let mut deep = json!(1);
+    for _ in 0..115 {
+        deep = json!({ "x": deep });
+    }
+    let edit = PayloadEdit::SetAt(
+        KeyPath::parse("a.b.c.d.e.f").unwrap(),
+        deep.as_object().unwrap().clone(),
+    );
+    let e = c
+        .edit_payload(Some(&[ExtId::Num(1)]), None, &edit)
+        .unwrap_err();
+    assert!(e.to_string().contains("levels deep"), "{e}");
+}

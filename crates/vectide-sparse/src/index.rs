@@ -78,6 +78,13 @@ impl SparseIndex {
         self.applied
     }
 
+    /// Records that every operation through `seq` is applied (the caller
+    /// holds the operations' order: those that did not reach the index
+    /// changed nothing in it).
+    pub fn mark_applied(&mut self, seq: Seq) {
+        self.applied = self.applied.max(seq);
+    }
+
     pub fn contains(&self, doc: u64) -> bool {
         self.docs.contains_key(&doc)
     }

@@ -61,6 +61,34 @@ mod tests {
     }
 
     #[test]
+    fn weights_that_cancel_do_not_prune_a_true_answer() {
+        // Document 1's partial sum rounds to 0 in term order (2^30 +
+        // 2^-30 - 2^30) though its score is 2^-30, above document 0's.
+        let big = 2f32.powi(30);
+        let mut x = SparseIndex::new(Modifier::None);
+        x.upsert(1, 0, sv(&[3], &[2f32.powi(-31)]));
+        x.upsert(1, 1, sv(&[1, 2, 3], &[big, -big, 2f32.powi(-30)]));
+        let q = sv(&[1, 2, 3], &[1.0, 1.0, 1.0]);
+        let asc = |a: u64, b: u64| a.cmp(&b);
+        let (got, _) = x.search(&q, 1, &|_| true, &asc);
+        assert_eq!(got, x.search_scan(&q, 1, &|_| true, &asc));
+        assert_eq!(got[0].0, 1);
+    }
+
+    #[test]
+    fn an_idf_weight_past_f32_is_clamped() {
+        let mut x = SparseIndex::new(Modifier::Idf);
+        x.upsert(1, 0, sv(&[1], &[1.0]));
+        x.upsert(1, 1, sv(&[2], &[1.0]));
+        let q = x.effective_query(&sv(&[1], &[3e38]));
+        assert!(q.values()[0].is_finite());
+        let asc = |a: u64, b: u64| a.cmp(&b);
+        let (got, _) = x.search(&sv(&[1], &[3e38]), 2, &|_| true, &asc);
+        assert_eq!(got.len(), 1);
+        assert!(got[0].1.is_finite());
+    }
+
+    #[test]
     fn pruning_skips_most_postings_of_a_common_term() {
         let mut x = SparseIndex::new(Modifier::None);
         // Term 0 in every document with a small weight; term 1 in a few

@@ -136,15 +136,21 @@ impl SparseIndex {
         let mut block_bounds = vec![0f64; cursors.len()];
         while let Some(doc) = cursors[ne..].iter().filter_map(Cursor::doc).min() {
             let mut partial = 0f64;
+            // The magnitudes summed so far: the bound's rounding error is
+            // a fraction of them (weights that cancel leave a partial sum
+            // far smaller than its terms).
+            let mut magnitude = 0f64;
             for c in &mut cursors[ne..] {
                 if c.doc() == Some(doc) {
-                    partial += c.q * f64::from(c.list.weights()[c.pos]);
+                    let x = c.q * f64::from(c.list.weights()[c.pos]);
+                    partial += x;
+                    magnitude += x.abs();
                     c.pos += 1;
                 }
             }
             let theta = (heap.len() == k).then(|| heap.peek().map_or(f32::MIN, |h| h.score));
             if let Some(theta) = theta {
-                let floor = floor(theta);
+                let floor = floor(theta) - 1e-12 * (magnitude + prefix[ne]);
                 if partial + prefix[ne] < floor {
                     continue;
                 }
@@ -170,9 +176,11 @@ impl SparseIndex {
                     let c = &cursors[j];
                     rest -= block_bounds[j];
                     if c.doc() == Some(doc) {
-                        partial += c.q * f64::from(c.list.weights()[c.pos]);
+                        let x = c.q * f64::from(c.list.weights()[c.pos]);
+                        partial += x;
+                        magnitude += x.abs();
                     }
-                    if partial + rest < floor {
+                    if partial + rest < floor - 1e-12 * magnitude {
                         pruned = true;
                         break;
                     }

@@ -92,7 +92,8 @@ impl SparseVector {
         overlap.then_some(sum as f32)
     }
 
-    /// The same vector with each value multiplied by `weight(index)`.
+    /// The same vector with each value multiplied by `weight(index)`
+    /// (clamped to the finite f32 range).
     pub fn reweighted(&self, weight: impl Fn(u32) -> f64) -> SparseVector {
         SparseVector {
             indices: self.indices.clone(),
@@ -100,7 +101,12 @@ impl SparseVector {
                 .indices
                 .iter()
                 .zip(&self.values)
-                .map(|(&t, &v)| (f64::from(v) * weight(t)) as f32)
+                // A weight past f32's range is clamped, so that no score
+                // becomes infinite (or NaN against a zero).
+                .map(|(&t, &v)| {
+                    (f64::from(v) * weight(t)).clamp(-f64::from(f32::MAX), f64::from(f32::MAX))
+                        as f32
+                })
                 .collect(),
         }
     }

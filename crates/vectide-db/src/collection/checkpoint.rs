@@ -84,9 +84,14 @@ impl Collection {
             parts.push((touched, part));
         }
         for sp in &self.sparse {
-            let x = sp.index.read();
-            let touched = x.applied_seq();
-            parts.push((touched, Part::Sparse(sp, x.save_staged(&sp.file)?, touched)));
+            // Saved under the turn, the file holds every operation through
+            // `upto` (those that did not touch the space changed nothing in
+            // it): its durable point is `upto`, so that a space never
+            // written cannot hold the collection's recorded checkpoint back
+            // (which would hide another space's lost file at the next open).
+            let mut x = sp.index.write();
+            x.mark_applied(upto);
+            parts.push((upto, Part::Sparse(sp, x.save_staged(&sp.file)?, upto)));
         }
         // The store's rows through `upto` are taken now, under the turn;
         // they are written after it is released, while later operations
@@ -97,6 +102,13 @@ impl Collection {
         let mut cut = upto;
         let mut lowest = upto;
         for (touched, part) in parts {
+            // In a multi collection an upsert may reach an engine that keeps
+            // itself twice under one number (the removal of vectors its
+            // points no longer carry there, then the insert), and such an
+            // engine may move its durable point between the two (a
+            // background snapshot): the record at its durable point is kept,
+            // since a restart takes it again (`apply`).
+            let split = self.shape.is_some() && matches!(part, Part::Durable(_));
             let durable = match self.space_part(part, close) {
                 Ok(d) => d,
                 Err(e) => {
@@ -112,6 +124,9 @@ impl Collection {
             // point.
             if durable < touched {
                 cut = cut.min(durable);
+            }
+            if split && durable <= touched {
+                cut = cut.min(durable.saturating_sub(1));
             }
             lowest = lowest.min(durable);
         }
