@@ -111,6 +111,10 @@ struct State {
     /// Highest sequence number appended to the WAL buffer (`hnsw-snap`:
     /// applied, as it has no WAL).
     appended: Seq,
+    /// Calls logged so far (`hnsw-snap`'s flush compares it with
+    /// `Baseline::snapped`: sequence numbers may arrive out of order, so a
+    /// snapshot's watermark does not tell which calls it holds).
+    calls: u64,
 }
 
 /// A volatile HNSW made durable by snapshots or a WAL (see the module docs).
@@ -131,6 +135,8 @@ pub struct Baseline {
     state: Mutex<State>,
     /// Every operation up to here is durable (snapshot or synced log).
     durable: AtomicU64,
+    /// `State::calls` as of the last committed snapshot (`hnsw-snap`).
+    snapped: AtomicU64,
     /// What the last open did: logged calls replayed.
     replayed: usize,
     /// Set when a logged call failed to apply (see
@@ -325,8 +331,10 @@ impl Baseline {
                 since_snapshot: 0,
                 wal,
                 appended: durable,
+                calls: 0,
             }),
             durable: AtomicU64::new(durable),
+            snapped: AtomicU64::new(0),
             replayed,
             poison: Poison::default(),
             activity: Default::default(),
@@ -381,6 +389,7 @@ impl Baseline {
             st.since_snapshot = 0;
             return Ok(StagedSnapshot {
                 save: Some(save),
+                calls: st.calls,
                 _job: job,
             });
         };
@@ -392,6 +401,7 @@ impl Baseline {
             .fetch_max(self.inner.durable_seq(), Ordering::AcqRel);
         Ok(StagedSnapshot {
             save: None,
+            calls: st.calls,
             _job: job,
         })
     }
@@ -407,6 +417,7 @@ impl Baseline {
         ids: &[u64],
         vectors: &[f32],
     ) -> Result<()> {
+        st.calls += 1;
         let Some(wal) = st.wal.as_mut() else {
             st.appended = st.appended.max(seq);
             return Ok(());
@@ -482,6 +493,8 @@ impl Baseline {
 #[must_use = "a staged snapshot is durable only once committed"]
 struct StagedSnapshot<'a> {
     save: Option<vectide_core::StagedSave<'a>>,
+    /// `State::calls` when it was written: it holds those calls.
+    calls: u64,
     _job: vectide_core::activity::Running<'a>,
 }
 
@@ -499,6 +512,7 @@ impl StagedSnapshot<'_> {
             }
             b.durable.fetch_max(covers, Ordering::AcqRel);
         }
+        b.snapped.fetch_max(self.calls, Ordering::AcqRel);
         Ok(())
     }
 }
@@ -638,7 +652,7 @@ impl VectorIndex for Baseline {
 
     fn flush(&self) -> Result<()> {
         let mut st = self.state.lock();
-        let appended = st.appended;
+        let calls = st.calls;
         match st.wal.as_mut() {
             Some(wal) => {
                 wal.sync()?;
@@ -646,11 +660,13 @@ impl VectorIndex for Baseline {
                 self.durable.fetch_max(a, Ordering::AcqRel);
                 Ok(())
             }
-            // Nothing applied since the last snapshot's commit: already
-            // durable. (Before, every flush wrote a whole snapshot: a
+            // Nothing logged since the calls the last committed snapshot
+            // holds: already durable. (Not `durable >= appended`: a
+            // snapshot's watermark may pass a smaller number whose call
+            // comes after it. Before, every flush wrote a whole snapshot: a
             // caller flushing once a second kept an idle index writing
             // 30 MB a second, and a soak's settle never saw it quiet.)
-            None if self.durable.load(Ordering::Acquire) >= appended => Ok(()),
+            None if self.snapped.load(Ordering::Acquire) >= calls => Ok(()),
             None => {
                 let staged = self.snapshot_locked(&mut st)?;
                 drop(st);
@@ -1020,6 +1036,24 @@ mod tests {
         drop(b);
         let again = Baseline::open(dir.path(), Some(2)).unwrap();
         assert_eq!(again.len(), 49);
+    }
+
+    #[test]
+    fn a_flush_after_a_smaller_number_applied_late_takes_a_snapshot() {
+        // Writers number their calls before taking the lock: seq 3 may be
+        // applied and snapshotted (watermark 3) before seq 2 is applied.
+        // The flush after seq 2 must still snapshot it.
+        let dir = tempfile::tempdir().unwrap();
+        let b = filled(BaselineKind::Snap, dir.path(), 10);
+        b.insert(3, &[100], &rows(1, 4, 8)).unwrap();
+        b.flush().unwrap();
+        assert_eq!(b.durable_seq(), 3);
+        b.insert(2, &[101], &rows(1, 4, 9)).unwrap();
+        b.flush().unwrap();
+        drop(b);
+        let again = Baseline::open(dir.path(), Some(2)).unwrap();
+        assert!(again.contains(101).unwrap(), "acknowledged seq 2 lost");
+        assert_eq!(again.len(), 12);
     }
 
     #[test]
