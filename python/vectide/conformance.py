@@ -504,9 +504,14 @@ def run(url: str, scenarios: int, seed: int = 0, points: int = 200, ops: int = 2
                 bar.update(1)
     if bar is not None:
         bar.close()
+    import vectide
+
     report = {
         "benchmark": "conformance",
-        "command": " ".join(sys.argv),
+        "command": " ".join(["python", "-m", "vectide.conformance"] + sys.argv[1:]),
+        "commit": vectide.build_commit(),
+        "simd_isa": vectide.simd_isa(),
+        "date": time.strftime("%Y-%m-%d"),
         "summary": {
             "scenarios": scenarios if not failures else failures[0]["scenario"],
             "operations": total_ops,

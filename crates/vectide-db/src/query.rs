@@ -587,10 +587,23 @@ struct Level<'a> {
     threshold: Option<f32>,
     limit: usize,
     offset: usize,
+    /// For the top level: whether its answer carries payloads and vectors
+    /// (read with the search under one look at the store, so that a point
+    /// deleted meanwhile is replaced by the next, not dropped). `None` for
+    /// a prefetch, whose candidates carry nothing.
+    fetch: Option<(bool, bool)>,
 }
 
 /// A candidate: id and score.
 type Scored = (ExtId, f32);
+
+/// A candidate with what its level fetched: `(payload, main vector, named
+/// vectors)`.
+type Found = (
+    ExtId,
+    f32,
+    Option<(Value, Option<Vec<f32>>, Option<NamedVectors>)>,
+);
 
 impl Collection {
     /// Runs a query (see the module docs).
@@ -607,21 +620,36 @@ impl Collection {
             threshold: q.score_threshold,
             limit: q.limit,
             offset: q.offset,
+            fetch: Some((q.with_payload, q.with_vector.any())),
         };
         let found = self.run_level(level)?;
-        // Payloads and vectors of the answer, read once.
-        let ids: Vec<ExtId> = found.iter().map(|(id, _)| id.clone()).collect();
-        let recs = self.get(&ids, q.with_vector.any())?;
+        // A fused answer's payloads and vectors are read now (a point
+        // deleted since is dropped); a searched one's came with it.
+        let missing: Vec<ExtId> = found
+            .iter()
+            .filter(|f| f.2.is_none())
+            .map(|f| f.0.clone())
+            .collect();
+        let mut late: HashMap<ExtId, crate::Record> = self
+            .get(&missing, q.with_vector.any())?
+            .into_iter()
+            .flatten()
+            .map(|r| (r.id.clone(), r))
+            .collect();
         Ok(found
             .into_iter()
-            .zip(recs)
-            .filter_map(|((id, score), rec)| {
-                let rec = rec?;
+            .filter_map(|(id, score, fetched)| {
+                let (payload, vector, vectors) = match fetched {
+                    Some(f) => f,
+                    None => {
+                        let r = late.remove(&id)?;
+                        (r.payload, r.vector, r.vectors)
+                    }
+                };
                 let vectors = q.with_vector.any().then(|| {
-                    let named = match rec.vectors {
+                    let named = match vectors {
                         Some(n) => n,
-                        None => rec
-                            .vector
+                        None => vector
                             .map(|v| vec![(String::new(), VectorValue::Dense(v))])
                             .unwrap_or_default(),
                     };
@@ -630,14 +658,14 @@ impl Collection {
                 Some(ScoredPoint {
                     id,
                     score,
-                    payload: q.with_payload.then_some(rec.payload),
+                    payload: q.with_payload.then_some(payload),
                     vectors,
                 })
             })
             .collect())
     }
 
-    fn run_level(&self, mut l: Level<'_>) -> Result<Vec<Scored>> {
+    fn run_level(&self, mut l: Level<'_>) -> Result<Vec<Found>> {
         if l.prefetch.is_empty() {
             return self.base(&l);
         }
@@ -663,6 +691,13 @@ impl Collection {
                     threshold: p.score_threshold,
                     limit: p.limit,
                     offset: 0,
+                    fetch: None,
+                })
+                .map(|found| {
+                    found
+                        .into_iter()
+                        .map(|(id, s, _)| (id, s))
+                        .collect::<Vec<Scored>>()
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -676,7 +711,11 @@ impl Collection {
                 if let Some(t) = l.threshold {
                     fused.retain(|(_, s)| *s >= t);
                 }
-                Ok(fused.into_iter().skip(l.offset).collect())
+                Ok(fused
+                    .into_iter()
+                    .skip(l.offset)
+                    .map(|(id, s)| (id, s, None))
+                    .collect())
             }
             _ => {
                 // Re-score the sources' union (or list it) at this level.
@@ -701,15 +740,20 @@ impl Collection {
     }
 
     /// A query without prefetches.
-    fn base(&self, l: &Level<'_>) -> Result<Vec<Scored>> {
+    fn base(&self, l: &Level<'_>) -> Result<Vec<Found>> {
         let k = l.limit + l.offset;
+        let (with_payload, with_vector) = l.fetch.unwrap_or((false, false));
+        let fetched = l.fetch.is_some();
         let Some(QueryKind::Nearest(input)) = l.query else {
             // No query: points in id order.
-            let (page, _) = self.scroll(l.filter.as_ref(), None, k, false)?;
+            let (page, _) = self.scroll(l.filter.as_ref(), None, k, with_vector)?;
             return Ok(page
                 .into_iter()
                 .skip(l.offset)
-                .map(|r| (r.id, 1.0))
+                .map(|r| {
+                    let f = fetched.then_some((r.payload, r.vector, r.vectors));
+                    (r.id, 1.0, f)
+                })
                 .collect());
         };
         let mut filter = l.filter.clone();
@@ -740,11 +784,19 @@ impl Collection {
                     .knobs
                     .resolve(self.dense_engine(l.using).map_err(using)?.descriptor())?;
                 let metric = self.dense_space(l.using).map_err(using)?.config.metric;
-                let hits = self.search_in(l.using, v, k, &params, filter.as_ref(), false, false)?;
+                let hits = self.search_in(
+                    l.using,
+                    v,
+                    k,
+                    &params,
+                    filter.as_ref(),
+                    with_payload,
+                    with_vector,
+                )?;
                 (hits, metric)
             }
             VectorInput::Sparse(v) => (
-                self.search_sparse(l.using, v, k, filter.as_ref(), false, false)
+                self.search_sparse(l.using, v, k, filter.as_ref(), with_payload, with_vector)
                     .map_err(using)?,
                 Metric::Ip,
             ),
@@ -752,8 +804,12 @@ impl Collection {
         };
         Ok(hits
             .into_iter()
-            .map(|h| (h.id, score(metric, h.distance)))
-            .filter(|(_, s)| {
+            .map(|h| {
+                let s = score(metric, h.distance);
+                let f = fetched.then(|| (h.payload.unwrap_or(Value::Null), h.vector, h.vectors));
+                (h.id, s, f)
+            })
+            .filter(|(_, s, _)| {
                 l.threshold.is_none_or(|t| match metric {
                     Metric::L2 => *s < t,
                     _ => *s > t,

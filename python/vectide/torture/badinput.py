@@ -834,7 +834,7 @@ def http_cases(quick: bool) -> List[HttpCase]:
                                 ("true", "query", (400,)), ("1.5", "id", (400,)), ("-1", "id", (400,)),
                                 ('{"nearest": "x"}', "not found", (404,)), ('{"nearest": true}', "vector", (400,)),
                                 ('{"recommend": {}}', "query", (400,)), ('{"fusion": "rrf"}', "prefetch", (400,)),
-                                ('{"fusion": "max"}', "fusion", (400,)), ('{"indices": [1], "values": [1.0]}', "no vector named", (400,)),
+                                ('{"fusion": "max"}', "fusion", (400,)), ('{"indices": [1], "values": [1.0]}', "is dense", (400,)),
                                 ("[1e39, 0, 0, 0]", "finite", (400,)), ("[NaN, 0, 0, 0]", "JSON", (400,)),
                                 ("12345", "not found", (404,))]:
         add(HttpCase("query", f"query {lit}", "POST", qp, f'{{"query": {lit}}}'.encode(), expect=expect, needle=needle))

@@ -1528,6 +1528,7 @@ def _soak(engine: str, minutes: float, mode: str, workdir: Path, points: int, wr
         if server:
             report["restart_s"] = server.start()
         remote: Optional[dict] = None
+        space_problems: List[str] = []
         if mem is not None:
             # Restarted on the same backing file (a new address).
             report["restart_s"] = mem.start()
@@ -1536,7 +1537,6 @@ def _soak(engine: str, minutes: float, mode: str, workdir: Path, points: int, wr
             found, opened, remote = _final_state_memnode(mem.address, engine, params, oracle, vecs, queries,
                                                          n_nodes, at_settle)
         else:
-            space_problems: List[str] = []
             found, opened = _final_state(mode, str(data), url, engine, params, oracle, vecs, space_problems)
         lost = oracle.check(found, DIM)
         lost += space_problems
