@@ -1,0 +1,63 @@
+"""The deterministic tokenizer and BM25-style weights (``vectide.sparse_text``),
+and BM25 end to end: a collection's IDF modifier turns the dot product of
+these vectors into the BM25 score a brute-force computation gives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vectide.sparse_text import Bm25, term_index, words
+
+vectide = pytest.importorskip("vectide._vectide") and __import__("vectide")
+
+
+def test_words_and_indices_are_deterministic():
+    assert words("The Quick brown-fox, 3rd_time!") == ["the", "quick", "brown", "fox", "3rd", "time"]
+    # FNV-1a 32-bit reference values.
+    assert term_index("") == 0x811C9DC5
+    assert term_index("a") == 0xE40C292C
+    assert term_index("foobar") == 0xBF9CF968
+    assert all(0 <= term_index(w) < 2**32 for w in ["x", "é", "数据"])
+
+
+def test_document_and_query_weights():
+    enc = Bm25().fit(["a b c d", "a a"])  # avglen 3
+    v = enc.document("a a b")
+    tf, dl = {term_index("a"): 2, term_index("b"): 1}, 3
+    for i, x in zip(v["indices"], v["values"]):
+        f = tf[i]
+        assert x == pytest.approx(f * 2.2 / (f + 1.2 * (0.25 + 0.75 * dl / 3)))
+    assert v["indices"] == sorted(v["indices"])
+    q = enc.query("b A a")
+    assert sorted(q["indices"]) == sorted({term_index("a"), term_index("b")}) and q["values"] == [1.0, 1.0]
+    with pytest.raises(ValueError):
+        Bm25(b=2)
+
+
+def test_idf_modifier_makes_the_dot_product_bm25(tmp_path):
+    docs = ["rust vector search", "python search tutorial", "rust rust borrow checker",
+            "vector databases store vectors", "search engines rank documents"]
+    enc = Bm25().fit(docs)
+    with vectide.connect(tmp_path / "db") as db:
+        c = db.create_collection("t", sparse_vectors={"bm25": {"modifier": "idf"}})
+        c.upsert_points([{"id": i, "vector": {"bm25": enc.document(t)}} for i, t in enumerate(docs)])
+        hits = c.query(enc.query("rust search"), using="bm25", limit=5)
+
+    def bm25(q, d):
+        n = len(docs)
+        s = 0.0
+        for w in set(words(q)):
+            df = sum(w in words(x) for x in docs)
+            idf = math.log((n - df + 0.5) / (df + 0.5) + 1)
+            f = words(d).count(w)
+            if f:
+                s += idf * f * 2.2 / (f + 1.2 * (0.25 + 0.75 * len(words(d)) / enc.avglen))
+        return s
+
+    want = sorted(((bm25("rust search", d), i) for i, d in enumerate(docs) if bm25("rust search", d) > 0),
+                  key=lambda x: (-x[0], x[1]))
+    assert [h.id for h in hits] == [i for _, i in want]
+    for h, (s, _) in zip(hits, want):
+        assert h.score == pytest.approx(s, rel=1e-5)
