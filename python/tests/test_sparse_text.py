@@ -61,3 +61,33 @@ def test_idf_modifier_makes_the_dot_product_bm25(tmp_path):
     assert [h.id for h in hits] == [i for _, i in want]
     for h, (s, _) in zip(hits, want):
         assert h.score == pytest.approx(s, rel=1e-5)
+
+
+def test_the_sparse_benchmark_agrees_with_scipy_on_a_slice(tmp_path):
+    """``bench sparse`` on the first 1,500 passages and 40 queries: Vectide's
+    exact sparse answers are scipy's, id for id; the JSON carries the keys
+    the issue names."""
+    pytest.importorskip("scipy")
+    from vectide import datasets
+    from vectide.bench import sparse
+
+    try:
+        datasets.passages(sparse.DATASET)
+    except Exception as e:  # noqa: BLE001 - the text dataset is prepared by make
+        pytest.skip(f"no text dataset here: {e}")
+    r = sparse.run(str(tmp_path / "s.json"), max_docs=1500, n_queries=40)
+    s = r["summary"]
+    assert s["sparse_mismatches"] == 0
+    assert set(s) == {"sparse_qps_ratio_vs_scipy", "sparse_mismatches", "hybrid_latency_over_dense"}
+    assert s["sparse_qps_ratio_vs_scipy"] > 0 and s["hybrid_latency_over_dense"] > 0
+
+
+def test_scipy_top_breaks_ties_by_id_and_skips_documents_without_a_shared_term():
+    pytest.importorskip("scipy")
+    from vectide.bench.sparse import _scipy_index, scipy_top
+
+    docs = [{"indices": [1], "values": [1.0]}, {"indices": [2], "values": [5.0]},
+            {"indices": [1], "values": [1.0]}, {"indices": [1, 2], "values": [1.0, 1.0]}]
+    m, col_of = _scipy_index(docs)
+    assert scipy_top(m, col_of, 4, {"indices": [1], "values": [1.0]}, 2) == [0, 2]
+    assert scipy_top(m, col_of, 4, {"indices": [9], "values": [1.0]}, 2) == []

@@ -81,6 +81,10 @@ def main(argv=None) -> int:
         from . import exact
 
         return exact.main(argv[1:])
+    if argv and argv[0] == "sparse":  # and sparse
+        from . import sparse
+
+        return sparse.main(argv[1:])
 
     from . import ann
 
@@ -104,6 +108,7 @@ def main(argv=None) -> int:
     sub.add_parser("stability", help="recall over 50 delete/re-insert cycles, streaming engines and peers", add_help=False)
     sub.add_parser("runbook", help="big-ann streaming runbooks: every streaming engine and peer, same threads", add_help=False)
     sub.add_parser("exact", help="exact search: vectide:flat against faiss IndexFlat, same threads", add_help=False)
+    sub.add_parser("sparse", help="exact sparse search against scipy.sparse, and hybrid (RRF) against dense alone, on real text", add_help=False)
     p = sub.add_parser("plot", help="recall/QPS plot of a result JSON")
     p.add_argument("json", metavar="FILE.json")
     p.add_argument("png", metavar="FILE.png")
