@@ -63,19 +63,17 @@ def test_idf_modifier_makes_the_dot_product_bm25(tmp_path):
         assert h.score == pytest.approx(s, rel=1e-5)
 
 
-def test_the_sparse_benchmark_agrees_with_scipy_on_a_slice(tmp_path):
-    """``bench sparse`` on the first 1,500 passages and 40 queries: Vectide's
-    exact sparse answers are scipy's, id for id; the JSON carries the keys
-    the issue names."""
+def test_the_sparse_benchmark_agrees_with_scipy_on_the_text_sample(tmp_path):
+    """``bench sparse`` on the committed text sample (2,000 passages, 200
+    queries held apart): Vectide's exact sparse answers are scipy's, id for
+    id; the JSON carries the keys the issue names."""
     pytest.importorskip("scipy")
     from vectide import datasets
     from vectide.bench import sparse
 
-    try:
-        datasets.passages(sparse.DATASET)
-    except Exception as e:  # noqa: BLE001 - the text dataset is prepared by make
-        pytest.skip(f"no text dataset here: {e}")
-    r = sparse.run(str(tmp_path / "s.json"), max_docs=1500, n_queries=40)
+    datasets.prepare(datasets.TEXT_SAMPLE, verbose=False)
+    r = sparse.run(str(tmp_path / "s.json"), max_docs=None, n_queries=200, dataset=datasets.TEXT_SAMPLE)
+    assert r["documents"] == 2000 and r["queries"] == 200
     s = r["summary"]
     assert s["sparse_mismatches"] == 0
     assert set(s) == {"sparse_qps_ratio_vs_scipy", "sparse_mismatches", "hybrid_latency_over_dense"}

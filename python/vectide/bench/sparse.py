@@ -85,14 +85,14 @@ def scipy_top(m, col_of: Dict[int, int], n_docs: int, q: Dict[str, list], k: int
     return [int(x) for x in cand[order][:k]]
 
 
-def run(out: Optional[str], max_docs: Optional[int], n_queries: int, k: int = 10) -> dict:
+def run(out: Optional[str], max_docs: Optional[int], n_queries: int, k: int = 10, dataset: str = DATASET) -> dict:
     import vectide
     from vectide import datasets
     from vectide.bench.ann import machine_info, write_json
     from vectide.sparse_text import Bm25
 
-    texts = datasets.passages(DATASET)
-    ds = datasets.load(DATASET)
+    texts = datasets.passages(dataset)
+    ds = datasets.load(dataset)
     train = texts["train"][:max_docs] if max_docs else texts["train"]
     test = texts["test"][:n_queries]
     dense = ds.train[: len(train)]
@@ -100,7 +100,7 @@ def run(out: Optional[str], max_docs: Optional[int], n_queries: int, k: int = 10
     enc = Bm25().fit(t["text"] for t in train)
     docs = [enc.document(t["text"]) for t in train]
     queries = [enc.query(t["text"]) for t in test]
-    res: Dict[str, object] = {"benchmark": "sparse", "dataset": DATASET, "documents": len(docs),
+    res: Dict[str, object] = {"benchmark": "sparse", "dataset": dataset, "documents": len(docs),
                               "queries": len(queries), "k": k, "threads": 1,
                               "tokenizer": "vectide.sparse_text (words, FNV-1a indices, BM25 k1 1.2 b 0.75, IDF modifier)"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,9 +162,10 @@ def run(out: Optional[str], max_docs: Optional[int], n_queries: int, k: int = 10
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m vectide.bench sparse", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="write the results as JSON")
+    p.add_argument("--dataset", default=DATASET, help=f"a text dataset with passages (default {DATASET})")
     p.add_argument("--max-docs", type=int, default=None, help="the first N passages only (default: all)")
     p.add_argument("--queries", type=int, default=1000)
     a = p.parse_args(argv)
-    r = run(a.out, a.max_docs, a.queries)
+    r = run(a.out, a.max_docs, a.queries, dataset=a.dataset)
     print(json.dumps(r["summary"]))
     return 0 if r["summary"]["sparse_mismatches"] == 0 else 1
