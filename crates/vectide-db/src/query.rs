@@ -848,21 +848,13 @@ impl Collection {
 /// Reciprocal rank fusion: `1 / (rank + k)` summed over the sources (rank
 /// from 0), best first; ties keep the order of first appearance.
 pub fn rrf(sources: &[Vec<Scored>], k: f64) -> Vec<Scored> {
-    let mut order: Vec<ExtId> = Vec::new();
-    let mut scores: HashMap<ExtId, f64> = HashMap::new();
+    let mut fused = Fused::default();
     for src in sources {
         for (rank, (id, _)) in src.iter().enumerate() {
-            let s = 1.0 / (rank as f64 + k);
-            match scores.get_mut(id) {
-                Some(x) => *x += s,
-                None => {
-                    order.push(id.clone());
-                    scores.insert(id.clone(), s);
-                }
-            }
+            fused.add(id, 1.0 / (rank as f64 + k));
         }
     }
-    sorted(order, &scores)
+    fused.sorted()
 }
 
 /// Distribution-based score fusion: each source's scores mapped by
@@ -870,8 +862,7 @@ pub fn rrf(sources: &[Vec<Scored>], k: f64) -> Vec<Scored> {
 /// spread gives 0.5), summed, best first; ties keep the order of first
 /// appearance.
 pub fn dbsf(sources: &[Vec<Scored>]) -> Vec<Scored> {
-    let mut order: Vec<ExtId> = Vec::new();
-    let mut scores: HashMap<ExtId, f64> = HashMap::new();
+    let mut fused = Fused::default();
     for src in sources.iter().filter(|s| !s.is_empty()) {
         let n = src.len() as f64;
         let xs: Vec<f64> = src.iter().map(|(_, s)| f64::from(*s)).collect();
@@ -881,37 +872,52 @@ pub fn dbsf(sources: &[Vec<Scored>]) -> Vec<Scored> {
         } else {
             0.0
         };
+        let sd = var.sqrt();
+        let (lo, hi) = (mean - 3.0 * sd, mean + 3.0 * sd);
         for ((id, _), x) in src.iter().zip(&xs) {
             let norm = if var == 0.0 {
                 0.5
             } else {
-                let sd = var.sqrt();
-                let (lo, hi) = (mean - 3.0 * sd, mean + 3.0 * sd);
                 (x - lo) / (hi - lo)
             };
-            match scores.get_mut(id) {
-                Some(s) => *s += norm,
-                None => {
-                    order.push(id.clone());
-                    scores.insert(id.clone(), norm);
-                }
+            fused.add(id, norm);
+        }
+    }
+    fused.sorted()
+}
+
+/// Fused scores summed per id, remembering the order of first appearance
+/// (Qdrant's fusions keep it for ties).
+#[derive(Default)]
+struct Fused {
+    order: Vec<ExtId>,
+    scores: HashMap<ExtId, f64>,
+}
+
+impl Fused {
+    fn add(&mut self, id: &ExtId, s: f64) {
+        match self.scores.get_mut(id) {
+            Some(x) => *x += s,
+            None => {
+                self.order.push(id.clone());
+                self.scores.insert(id.clone(), s);
             }
         }
     }
-    sorted(order, &scores)
-}
 
-/// The ids by score, best first, stable (ties in `order`).
-fn sorted(order: Vec<ExtId>, scores: &HashMap<ExtId, f64>) -> Vec<Scored> {
-    let mut out: Vec<(ExtId, f64)> = order
-        .into_iter()
-        .map(|id| {
-            let s = scores[&id];
-            (id, s)
-        })
-        .collect();
-    out.sort_by(|a, b| b.1.total_cmp(&a.1));
-    out.into_iter().map(|(id, s)| (id, s as f32)).collect()
+    /// The ids by score, best first, stable (ties in first-appearance order).
+    fn sorted(self) -> Vec<Scored> {
+        let mut out: Vec<(ExtId, f64)> = self
+            .order
+            .into_iter()
+            .map(|id| {
+                let s = self.scores[&id];
+                (id, s)
+            })
+            .collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1));
+        out.into_iter().map(|(id, s)| (id, s as f32)).collect()
+    }
 }
 
 #[cfg(test)]
