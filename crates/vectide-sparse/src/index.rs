@@ -44,6 +44,9 @@ pub struct SparseIndex {
     pub(crate) lists: HashMap<u32, PostingList>,
     /// The newest sequence number applied.
     pub(crate) applied: Seq,
+    /// The largest document number ever held (the search's dense
+    /// accumulator spans `0..=max_doc` when the numbers are dense).
+    pub(crate) max_doc: Option<u64>,
 }
 
 impl SparseIndex {
@@ -106,6 +109,7 @@ impl SparseIndex {
             self.lists.entry(t).or_default().put(doc, w);
         }
         self.docs.insert(doc, v);
+        self.max_doc = self.max_doc.max(Some(doc));
         self.applied = self.applied.max(seq);
     }
 
@@ -155,11 +159,7 @@ impl SparseIndex {
     /// Bytes held (approximate: vectors, postings, bounds).
     pub fn memory_bytes(&self) -> usize {
         let vectors: usize = self.docs.values().map(|v| 8 * v.len() + 64).sum();
-        let postings: usize = self
-            .lists
-            .values()
-            .map(|l| 12 * l.len() + 16 * l.len().div_ceil(crate::postings::BLOCK) + 64)
-            .sum();
+        let postings: usize = self.lists.values().map(|l| 12 * l.len() + 64).sum();
         vectors + postings
     }
 

@@ -5,13 +5,14 @@
 //!
 //! - `vector.rs`: [`SparseVector`], checked where it enters (equal lengths,
 //!   unique indices, finite values), kept sorted by index.
-//! - `postings.rs`: one term's posting list in document order, with
-//!   per-block bounds (last document, largest and smallest weight).
+//! - `postings.rs`: one term's posting list in document order, with its
+//!   largest and smallest weight.
 //! - `index.rs`: [`SparseIndex`] (each document's vector and the posting
 //!   lists; upsert and delete are idempotent per document), the
 //!   [`Modifier`] (Qdrant's IDF).
-//! - `search.rs`: exact top-k by dot product with MaxScore and block-max
-//!   pruning, filters asked inside the search, ties in the caller's order;
+//! - `search.rs`: exact top-k by dot product, MaxScore term at a time
+//!   (a seeded threshold, the essential lists accumulated, the rest never
+//!   read), filters asked inside the search, ties in the caller's order;
 //!   `search_scan`, the full scan it must agree with.
 //! - `persist.rs`: save and load (`docs/format-sparse.md`).
 //!
@@ -27,8 +28,7 @@ mod vector;
 
 pub use index::{Modifier, SparseIndex};
 pub use persist::{END_MAGIC, FORMAT_VERSION, HEADER_LEN, MAGIC, TRAILER_LEN};
-pub use postings::BLOCK;
-pub use search::{blocks, SearchStats};
+pub use search::SearchStats;
 pub use vector::{SparseVector, MAX_NNZ};
 
 #[cfg(test)]
@@ -76,6 +76,29 @@ mod tests {
     }
 
     #[test]
+    fn a_search_inside_a_filter_gets_its_own_scratch() {
+        let mut x = SparseIndex::new(Modifier::None);
+        for d in 0..2_000u64 {
+            x.upsert(
+                1,
+                d,
+                sv(&[(d % 7) as u32, 9], &[1.0 + (d % 13) as f32, 0.5]),
+            );
+        }
+        let q = sv(&[0, 3, 9], &[1.0, 2.0, 1.0]);
+        let asc = |a: u64, b: u64| a.cmp(&b);
+        let inner = sv(&[3], &[1.0]);
+        // The filter searches too (on the same thread, mid-search).
+        let keep = |d: u64| {
+            let (r, _) = x.search(&inner, 3, &|_| true, &asc);
+            r.len() == 3 && d.is_multiple_of(2)
+        };
+        let (got, _) = x.search(&q, 20, &keep, &asc);
+        assert_eq!(got, x.search_scan(&q, 20, &|d| d.is_multiple_of(2), &asc));
+        assert_eq!(got.len(), 20);
+    }
+
+    #[test]
     fn an_idf_weight_past_f32_is_clamped() {
         let mut x = SparseIndex::new(Modifier::Idf);
         x.upsert(1, 0, sv(&[1], &[1.0]));
@@ -107,5 +130,7 @@ mod tests {
         assert_eq!(r, x.search_scan(&q, 10, &|_| true, &asc));
         assert_eq!(stats.postings, 20_020);
         assert!(stats.scored < 2_000, "{stats:?}");
+        // The common term's list is never read.
+        assert!(stats.read < 1_000, "{stats:?}");
     }
 }

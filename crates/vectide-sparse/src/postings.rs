@@ -1,28 +1,20 @@
 //! One term's posting list: the documents holding the term, in ascending
-//! document order, with their weights, and per block of [`BLOCK`] entries
-//! the block's last document and its largest and smallest weight (the
-//! block-max bounds the search prunes with).
+//! document order, with their weights, and the list's largest and smallest
+//! weight (the bounds the search prunes with).
 //!
 //! Documents mostly arrive in ascending order (the database numbers new
 //! points upward), so an insert is usually a push; a point written again
 //! replaces its weight in place. An insert or removal in the middle shifts
-//! the entries after it, and the bounds of the blocks from there on are
-//! recomputed: the same order of work as the shift.
-
-/// Entries per block of bounds.
-pub const BLOCK: usize = 64;
+//! the entries after it; the bounds are recomputed only when the weight
+//! that set one changes or goes.
 
 #[derive(Debug, Clone, Default)]
 pub struct PostingList {
     docs: Vec<u64>,
     weights: Vec<f32>,
-    /// Per block: the last document, the largest and the smallest weight.
-    last: Vec<u64>,
-    max: Vec<f32>,
-    min: Vec<f32>,
-    /// Of the whole list.
-    pub(crate) list_max: f32,
-    pub(crate) list_min: f32,
+    /// Of the whole list (−∞ and +∞ when it is empty).
+    list_max: f32,
+    list_min: f32,
 }
 
 impl PostingList {
@@ -44,21 +36,30 @@ impl PostingList {
 
     /// Sets `doc`'s weight (inserting it in order if absent).
     pub fn put(&mut self, doc: u64, w: f32) {
+        if self.docs.is_empty() {
+            (self.list_max, self.list_min) = (w, w);
+        }
         if self.docs.last().is_none_or(|&d| d < doc) {
             self.docs.push(doc);
             self.weights.push(w);
-            self.refresh_from(self.docs.len() - 1);
+            self.widen(w);
             return;
         }
         match self.docs.binary_search(&doc) {
-            Ok(i) => self.weights[i] = w,
+            Ok(i) => {
+                let old = std::mem::replace(&mut self.weights[i], w);
+                if old == self.list_max || old == self.list_min {
+                    self.recompute();
+                } else {
+                    self.widen(w);
+                }
+            }
             Err(i) => {
                 self.docs.insert(i, doc);
                 self.weights.insert(i, w);
+                self.widen(w);
             }
         }
-        let i = self.docs.binary_search(&doc).unwrap_or(0);
-        self.refresh_from(i);
     }
 
     /// Removes `doc`; whether it was there.
@@ -66,45 +67,32 @@ impl PostingList {
         match self.docs.binary_search(&doc) {
             Ok(i) => {
                 self.docs.remove(i);
-                self.weights.remove(i);
-                self.refresh_from(i);
+                let old = self.weights.remove(i);
+                if old == self.list_max || old == self.list_min {
+                    self.recompute();
+                }
                 true
             }
             Err(_) => false,
         }
     }
 
-    /// Recomputes the bounds of the blocks from the one holding entry `i`.
-    fn refresh_from(&mut self, i: usize) {
-        let first = i / BLOCK;
-        let blocks = self.docs.len().div_ceil(BLOCK);
-        self.last.truncate(first);
-        self.max.truncate(first);
-        self.min.truncate(first);
-        for b in first..blocks {
-            let range = b * BLOCK..((b + 1) * BLOCK).min(self.docs.len());
-            let ws = &self.weights[range.clone()];
-            self.last.push(self.docs[range.end - 1]);
-            self.max
-                .push(ws.iter().copied().fold(f32::NEG_INFINITY, f32::max));
-            self.min
-                .push(ws.iter().copied().fold(f32::INFINITY, f32::min));
-        }
-        self.list_max = self.max.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        self.list_min = self.min.iter().copied().fold(f32::INFINITY, f32::min);
+    fn widen(&mut self, w: f32) {
+        self.list_max = self.list_max.max(w);
+        self.list_min = self.list_min.min(w);
     }
 
-    /// The largest contribution `q · w` an entry of block `b` can make
-    /// (the query weight may be negative).
-    pub(crate) fn block_bound(&self, b: usize, q: f64) -> f64 {
-        if q >= 0.0 {
-            q * f64::from(self.max[b])
-        } else {
-            q * f64::from(self.min[b])
-        }
+    fn recompute(&mut self) {
+        self.list_max = self
+            .weights
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
+        self.list_min = self.weights.iter().copied().fold(f32::INFINITY, f32::min);
     }
 
-    /// The largest contribution over the whole list.
+    /// The largest contribution `q · w` an entry can make (the query
+    /// weight may be negative); 0 for an empty list.
     pub(crate) fn list_bound(&self, q: f64) -> f64 {
         if self.docs.is_empty() {
             return 0.0;
@@ -116,44 +104,19 @@ impl PostingList {
         }
     }
 
-    /// The block an entry index falls in.
-    pub(crate) fn block_of(i: usize) -> usize {
-        i / BLOCK
-    }
-
-    /// The first entry at or after `from` whose document is ≥ `doc`,
-    /// skipping whole blocks by their last document.
-    pub(crate) fn seek(&self, from: usize, doc: u64) -> usize {
-        if from >= self.docs.len() || self.docs[from] >= doc {
-            return from;
-        }
-        let mut b = from / BLOCK;
-        while b < self.last.len() && self.last[b] < doc {
-            b += 1;
-        }
-        if b == self.last.len() {
-            return self.docs.len();
-        }
-        let start = (b * BLOCK).max(from);
-        let end = ((b + 1) * BLOCK).min(self.docs.len());
-        start + self.docs[start..end].partition_point(|&d| d < doc)
-    }
-
     /// The bounds' consistency with the entries (tests).
     #[cfg(test)]
     pub(crate) fn check(&self) {
         assert!(self.docs.windows(2).all(|w| w[0] < w[1]));
-        let mut fresh = PostingList {
-            docs: self.docs.clone(),
-            weights: self.weights.clone(),
-            ..Default::default()
-        };
-        if !fresh.docs.is_empty() {
-            fresh.refresh_from(0);
+        assert_eq!(self.docs.len(), self.weights.len());
+        if !self.docs.is_empty() {
+            let mut fresh = self.clone();
+            fresh.recompute();
+            assert_eq!(
+                (fresh.list_max, fresh.list_min),
+                (self.list_max, self.list_min)
+            );
         }
-        assert_eq!(fresh.last, self.last);
-        assert_eq!(fresh.max, self.max);
-        assert_eq!(fresh.min, self.min);
     }
 }
 
@@ -178,11 +141,16 @@ mod tests {
         assert!(p.remove(150));
         assert!(!p.remove(150));
         p.check();
-        assert_eq!(p.seek(0, 150), 150);
-        assert_eq!(p.docs()[p.seek(0, 150)], 151);
-        assert_eq!(p.seek(0, 1000), p.len());
-        assert_eq!(p.seek(200, 3), 200);
-        assert_eq!(p.list_bound(2.0), 2.0 * 299.0);
+        // The largest weight replaced and removed: the bounds follow.
+        let top = p.list_max;
+        let at = p.weights().iter().position(|&w| w == top).unwrap();
+        let d = p.docs()[at];
+        p.put(d, 0.0);
+        p.check();
+        assert!(p.list_max < top);
+        assert!(p.remove(0));
+        p.check();
+        assert_eq!(p.list_bound(2.0), 2.0 * 297.0);
         assert_eq!(p.list_bound(-1.0), 298.0);
     }
 }

@@ -1,51 +1,64 @@
-//! Exact top-k by dot product, document at a time, with MaxScore and
-//! block-max pruning.
+//! Exact top-k by dot product: MaxScore, term at a time.
 //!
 //! The query's terms are ordered by the most each can add to a score (its
 //! list's bound: the query weight times the list's largest weight, or its
 //! smallest for a negative query weight, and never below 0 since a
-//! document without the term gets 0 from it). Once `k` documents are held,
-//! the terms whose bounds together stay below the k-th score are
-//! *non-essential*: a document found only in their lists cannot enter, so
-//! candidates come from the essential lists alone. A candidate's bound is
-//! then tightened with the block maxima of the non-essential lists at its
-//! document, and their exact weights are looked up only while the bound
-//! can still reach the k-th score. The answer is the same as scoring every
-//! document that shares a term with the query: only documents that
-//! provably cannot enter are skipped.
+//! document without the term gets 0 from it). Given a threshold that `k`
+//! accepted documents are known to reach, the terms whose bounds together
+//! stay below it are *non-essential*: a document found only in their lists
+//! cannot enter, so candidates come from the essential lists alone, and
+//! the non-essential lists are never read.
 //!
+//! 1. **Seed**: the shortest lists with the largest bounds (on text, the
+//!    rare terms), up to a small budget of postings, give every document
+//!    they hold a lower bound (what they add, plus the least each other
+//!    term can add: 0 unless weights of the other sign exist). The k-th
+//!    largest among accepted documents is the first threshold.
+//! 2. **Accumulate** the essential lists, term at a time, into per-document
+//!    partial sums (a dense array reused between searches when document
+//!    numbers are dense, as the database's are; a hash map otherwise).
+//! 3. **Tighten**: the k-th largest lower bound among the touched accepted
+//!    documents (partial sum plus the non-essential terms' least).
+//! 4. **Score** exactly the touched documents whose partial sum plus the
+//!    non-essential bounds still reaches the threshold, in decreasing
+//!    partial sum, keeping the best `k`: the threshold rises with them,
+//!    and the first document that cannot reach it ends the pass.
+//!
+//! The answer is the same as scoring every document that shares a term
+//! with the query: only documents that provably cannot enter are skipped
+//! (bounds are compared with a margin for f64 rounding, see [`floor`]).
 //! Scores are the exact dot products ([`SparseVector::dot`], f64
 //! accumulation in term order, reported as f32); documents sharing no term
 //! with the query are not answers (Qdrant's rule). Ties are ordered by the
 //! caller's `tie` order, so that the database can break them by point id.
 
 use crate::index::SparseIndex;
-use crate::postings::{PostingList, BLOCK};
+use crate::postings::PostingList;
 use crate::vector::SparseVector;
+use std::cell::RefCell;
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 /// What a search did, for tests and benchmarks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SearchStats {
     /// Postings in the query's lists (what a full scan reads).
     pub postings: usize,
+    /// Postings the search read (the seed's and the essential lists').
+    pub read: usize,
     /// Candidates scored exactly.
     pub scored: usize,
-    /// Candidates the filter was asked about.
+    /// Times the filter was asked about a document.
     pub filtered: usize,
 }
 
 struct Cursor<'a> {
     list: &'a PostingList,
     q: f64,
+    /// The most its term can add to a score (never below 0).
     bound: f64,
-    pos: usize,
-}
-
-impl Cursor<'_> {
-    fn doc(&self) -> Option<u64> {
-        self.list.docs().get(self.pos).copied()
-    }
+    /// The least its term can add (never above 0).
+    low: f64,
 }
 
 /// A held answer; the max-heap's top is the worst one.
@@ -85,18 +98,274 @@ impl Ord for Held<'_> {
 /// How far below the k-th score a bound must be before it prunes: the f32
 /// rounding of an exact score (2⁻²⁴ relative) must not push a pruned
 /// document over it.
-fn floor(theta: f32) -> f64 {
-    let t = f64::from(theta);
-    t - t.abs() * 1e-6 - 1e-30
+fn floor(theta: f64) -> f64 {
+    theta - theta.abs() * 1e-6 - 1e-30
+}
+
+/// What scoring a candidate exactly costs, in postings read: a document's
+/// vector is two or three cache misses away, a posting is a sequential
+/// read and an add.
+const SCORE_COST: usize = 128;
+
+/// Postings the seed reads at most: a small share of the query's lists,
+/// never fewer than a few per answer wanted.
+fn seed_budget(total: usize, k: usize) -> usize {
+    (total / 64).max(8 * k)
+}
+
+/// Per-document partial sums of one search.
+enum Acc<'s> {
+    /// Indexed by document number, with the documents touched listed (the
+    /// array is all zeros between searches).
+    Dense {
+        sums: &'s mut Vec<f64>,
+        seen: &'s mut Vec<bool>,
+        touched: &'s mut Vec<u64>,
+    },
+    Map(HashMap<u64, f64>),
+}
+
+impl Acc<'_> {
+    /// Adds a list, its weights times `q`, to its documents' sums.
+    fn add_list(&mut self, list: &PostingList, q: f64) {
+        let pairs = list.docs().iter().zip(list.weights());
+        match self {
+            Acc::Dense {
+                sums,
+                seen,
+                touched,
+            } => {
+                let (sums, seen) = (sums.as_mut_slice(), seen.as_mut_slice());
+                for (&d, &w) in pairs {
+                    let i = d as usize;
+                    if !seen[i] {
+                        seen[i] = true;
+                        touched.push(d);
+                    }
+                    sums[i] += q * f64::from(w);
+                }
+            }
+            Acc::Map(m) => {
+                for (&d, &w) in pairs {
+                    *m.entry(d).or_insert(0.0) += q * f64::from(w);
+                }
+            }
+        }
+    }
+
+    /// [`add_list`](Self::add_list) for the documents already touched
+    /// only.
+    fn add_list_touched(&mut self, list: &PostingList, q: f64) {
+        let pairs = list.docs().iter().zip(list.weights());
+        match self {
+            Acc::Dense { sums, seen, .. } => {
+                let (sums, seen) = (sums.as_mut_slice(), seen.as_slice());
+                for (&d, &w) in pairs {
+                    let i = d as usize;
+                    if seen[i] {
+                        sums[i] += q * f64::from(w);
+                    }
+                }
+            }
+            Acc::Map(m) => {
+                for (&d, &w) in pairs {
+                    if let Some(s) = m.get_mut(&d) {
+                        *s += q * f64::from(w);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The sums of the documents of `out` read again.
+    fn refresh(&self, out: &mut [(f64, u64)]) {
+        for e in out.iter_mut() {
+            e.0 = match self {
+                Acc::Dense { sums, .. } => sums[e.1 as usize],
+                Acc::Map(m) => m.get(&e.1).copied().unwrap_or(0.0),
+            };
+        }
+    }
+
+    /// The touched documents and their sums, kept.
+    fn copy_into(&self, out: &mut Vec<(f64, u64)>) {
+        match self {
+            Acc::Dense { sums, touched, .. } => {
+                out.extend(touched.iter().map(|&d| (sums[d as usize], d)));
+            }
+            Acc::Map(m) => out.extend(m.iter().map(|(&d, &x)| (x, d))),
+        }
+    }
+
+    /// Zeroes the array (forgets every document).
+    fn clear(&mut self) {
+        match self {
+            Acc::Dense {
+                sums,
+                seen,
+                touched,
+            } => {
+                for &d in touched.iter() {
+                    sums[d as usize] = 0.0;
+                    seen[d as usize] = false;
+                }
+                touched.clear();
+            }
+            Acc::Map(m) => m.clear(),
+        }
+    }
+
+    /// The touched documents and their sums, leaving the array zeroed.
+    fn drain_into(&mut self, out: &mut Vec<(f64, u64)>) {
+        match self {
+            Acc::Dense {
+                sums,
+                seen,
+                touched,
+            } => {
+                for &d in touched.iter() {
+                    let i = d as usize;
+                    out.push((sums[i], d));
+                    sums[i] = 0.0;
+                    seen[i] = false;
+                }
+                touched.clear();
+            }
+            Acc::Map(m) => out.extend(m.drain().map(|(d, x)| (x, d))),
+        }
+    }
+}
+
+/// The scratch a thread's searches reuse (the dense accumulator).
+#[derive(Default)]
+struct Scratch {
+    sums: Vec<f64>,
+    seen: Vec<bool>,
+    touched: Vec<u64>,
+    lower: Vec<(f64, u64)>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The query's weights by term in an open-addressing table, so that a
+/// document's exact score is one probe per term it holds instead of a
+/// merge of two sorted lists (the same products, summed in the same term
+/// order: the same bits as [`SparseVector::dot`]).
+struct QueryTable {
+    /// `term + 1` (0: empty) and the weight, `2^bits` slots.
+    slots: Vec<(u64, f64)>,
+    shift: u32,
+}
+
+impl QueryTable {
+    fn new(q: &SparseVector) -> QueryTable {
+        let bits = (2 * q.len().max(1))
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(4);
+        let mut slots = vec![(0u64, 0f64); 1 << bits];
+        let mask = slots.len() - 1;
+        for (&t, &w) in q.indices().iter().zip(q.values()) {
+            let mut i = Self::hash(t, 64 - bits);
+            while slots[i].0 != 0 {
+                i = (i + 1) & mask;
+            }
+            slots[i] = (u64::from(t) + 1, f64::from(w));
+        }
+        QueryTable {
+            slots,
+            shift: 64 - bits,
+        }
+    }
+
+    #[inline]
+    fn hash(t: u32, shift: u32) -> usize {
+        (u64::from(t).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
+    }
+
+    /// What [`SparseVector::dot`] gives for `v` and the query.
+    fn dot(&self, v: &SparseVector) -> Option<f32> {
+        let mask = self.slots.len() - 1;
+        let (mut sum, mut overlap) = (0f64, false);
+        for (&t, &w) in v.indices().iter().zip(v.values()) {
+            let key = u64::from(t) + 1;
+            let mut i = Self::hash(t, self.shift);
+            loop {
+                let (k, q) = self.slots[i];
+                if k == key {
+                    sum += f64::from(w) * q;
+                    overlap = true;
+                    break;
+                }
+                if k == 0 {
+                    break;
+                }
+                i = (i + 1) & mask;
+            }
+        }
+        overlap.then_some(sum as f32)
+    }
+}
+
+/// The k-th largest lower bound `x + add` among the accepted documents of
+/// `lower` (pairs of partial sum and document; reordered), asking `accept`
+/// in decreasing order, at most `4k + 16` times; `None` when fewer than `k`
+/// pass.
+fn kth_lower(
+    lower: &mut [(f64, u64)],
+    k: usize,
+    add: f64,
+    accept: &dyn Fn(u64) -> bool,
+    stats: &mut SearchStats,
+) -> Option<f64> {
+    if lower.len() < k {
+        return None;
+    }
+    let m = (4 * k + 16).min(lower.len());
+    let desc = |a: &(f64, u64), b: &(f64, u64)| b.0.total_cmp(&a.0);
+    if m < lower.len() {
+        lower.select_nth_unstable_by(m - 1, desc);
+    }
+    let top = &mut lower[..m];
+    top.sort_unstable_by(desc);
+    let mut passed = 0;
+    for &(x, d) in top.iter() {
+        stats.filtered += 1;
+        if accept(d) {
+            passed += 1;
+            if passed == k {
+                return Some(x + add);
+            }
+        }
+    }
+    None
 }
 
 impl SparseIndex {
     /// The `k` documents with the largest dot product with `query` (after
     /// the index's modifier) among those `accept` admits, best first, ties
-    /// in `tie` order. `accept` is asked only about documents that would
-    /// enter the answer.
+    /// in `tie` order. `accept` is asked about the documents that set the
+    /// thresholds and those that would enter the answer, not about every
+    /// document the query touches.
     pub fn search(
         &self,
+        query: &SparseVector,
+        k: usize,
+        accept: &dyn Fn(u64) -> bool,
+        tie: &dyn Fn(u64, u64) -> Ordering,
+    ) -> (Vec<(u64, f32)>, SearchStats) {
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => self.search_in(&mut scratch, query, k, accept, tie),
+            // A search from inside a filter of another one on this thread.
+            Err(_) => self.search_in(&mut Scratch::default(), query, k, accept, tie),
+        })
+    }
+
+    fn search_in(
+        &self,
+        scratch: &mut Scratch,
         query: &SparseVector,
         k: usize,
         accept: &dyn Fn(u64) -> bool,
@@ -118,104 +387,151 @@ impl SparseIndex {
                     list,
                     q,
                     bound: list.list_bound(q).max(0.0),
-                    pos: 0,
+                    low: (-list.list_bound(-q)).min(0.0),
                 })
             })
             .collect();
-        stats.postings = cursors.iter().map(|c| c.list.len()).sum();
+        let total: usize = cursors.iter().map(|c| c.list.len()).sum();
+        stats.postings = total;
         cursors.sort_by(|a, b| a.bound.total_cmp(&b.bound));
-        // prefix[i]: the bounds of cursors[..i] together.
+        // prefix[i]: the bounds of cursors[..i] together; lows likewise.
         let mut prefix = vec![0f64; cursors.len() + 1];
+        let mut lows = vec![0f64; cursors.len() + 1];
         for (i, c) in cursors.iter().enumerate() {
             prefix[i + 1] = prefix[i] + c.bound;
+            lows[i + 1] = lows[i] + c.low;
         }
-        let mut heap: std::collections::BinaryHeap<Held<'_>> =
-            std::collections::BinaryHeap::with_capacity(k + 1);
-        // Cursors [..ne] are non-essential.
-        let mut ne = 0usize;
-        let mut block_bounds = vec![0f64; cursors.len()];
-        while let Some(doc) = cursors[ne..].iter().filter_map(Cursor::doc).min() {
-            let mut partial = 0f64;
-            // The magnitudes summed so far: the bound's rounding error is
-            // a fraction of them (weights that cancel leave a partial sum
-            // far smaller than its terms).
-            let mut magnitude = 0f64;
-            for c in &mut cursors[ne..] {
-                if c.doc() == Some(doc) {
-                    let x = c.q * f64::from(c.list.weights()[c.pos]);
-                    partial += x;
-                    magnitude += x.abs();
-                    c.pos += 1;
+        // The rounding of partial sums in another order than the exact
+        // score's: a fraction of the largest magnitudes they can sum.
+        let slack = 1e-12 * (prefix[cursors.len()] - lows[cursors.len()]);
+        let dense = self
+            .max_doc
+            .is_some_and(|m| usize::try_from(m).is_ok_and(|m| m <= 4 * self.docs.len() + 4096));
+        {
+            let Scratch {
+                sums,
+                seen,
+                touched,
+                lower,
+            } = scratch;
+            let mut acc = if dense {
+                let n = self.max_doc.map_or(0, |m| m as usize + 1);
+                if sums.len() < n {
+                    sums.resize(n, 0.0);
+                    seen.resize(n, false);
                 }
-            }
-            let theta = (heap.len() == k).then(|| heap.peek().map_or(f32::MIN, |h| h.score));
-            if let Some(theta) = theta {
-                let floor = floor(theta) - 1e-12 * (magnitude + prefix[ne]);
-                if partial + prefix[ne] < floor {
-                    continue;
+                Acc::Dense {
+                    sums,
+                    seen,
+                    touched,
                 }
-                // Tighten with the block maxima at `doc`, then look the
-                // non-essential weights up while the bound can still reach.
-                let mut rest = 0f64;
-                for (j, c) in cursors[..ne].iter_mut().enumerate() {
-                    c.pos = c.list.seek(c.pos, doc);
-                    block_bounds[j] = if c.pos < c.list.len() {
-                        c.list
-                            .block_bound(PostingList::block_of(c.pos), c.q)
-                            .max(0.0)
-                    } else {
-                        0.0
-                    };
-                    rest += block_bounds[j];
-                }
-                if partial + rest < floor {
-                    continue;
-                }
-                let mut pruned = false;
-                for j in (0..ne).rev() {
-                    let c = &cursors[j];
-                    rest -= block_bounds[j];
-                    if c.doc() == Some(doc) {
-                        let x = c.q * f64::from(c.list.weights()[c.pos]);
-                        partial += x;
-                        magnitude += x.abs();
-                    }
-                    if partial + rest < floor - 1e-12 * magnitude {
-                        pruned = true;
-                        break;
-                    }
-                }
-                if pruned {
-                    continue;
-                }
-            }
-            // The exact score, as a full scan computes it.
-            let Some(score) = self.docs.get(&doc).and_then(|v| v.dot(&q)) else {
-                continue;
+            } else {
+                Acc::Map(HashMap::new())
             };
-            stats.scored += 1;
-            let held = Held { doc, score, tie };
-            if heap.len() == k && heap.peek().is_some_and(|w| held.rank(w) != Ordering::Less) {
-                continue;
+            lower.clear();
+            // 1. The seed.
+            let mut theta: Option<f64> = None;
+            let budget = seed_budget(total, k);
+            if total > budget {
+                let mut low_rest = lows[cursors.len()];
+                let mut read = 0;
+                for c in cursors.iter().rev() {
+                    if read + c.list.len() > budget {
+                        continue;
+                    }
+                    read += c.list.len();
+                    low_rest -= c.low;
+                    acc.add_list(c.list, c.q);
+                }
+                stats.read += read;
+                acc.drain_into(lower);
+                theta = kth_lower(lower, k, low_rest - slack, accept, &mut stats);
+                lower.clear();
             }
-            stats.filtered += 1;
-            if !accept(doc) {
-                continue;
-            }
-            heap.push(held);
-            if heap.len() > k {
-                heap.pop();
-            }
-            if heap.len() == k {
-                let theta = floor(heap.peek().map_or(f32::MIN, |h| h.score));
-                while ne < cursors.len() && prefix[ne + 1] < theta {
+            // 2. The essential lists: cursors[ne..].
+            let mut ne = 0;
+            if let Some(t) = theta {
+                while ne < cursors.len() && prefix[ne + 1] < floor(t) - slack {
                     ne += 1;
                 }
             }
+            for c in &cursors[ne..] {
+                stats.read += c.list.len();
+                acc.add_list(c.list, c.q);
+            }
+            acc.copy_into(lower);
+            // 3. Tightened by the touched documents; then, while the
+            // candidates whose bound reaches cost more to score than the
+            // next non-essential list costs to read, that list is added to
+            // their partial sums (no other document can reach), which
+            // shrinks their bounds and raises their lower bounds.
+            // A document whose bound falls short once does so for good
+            // (what a list adds to its sum, the bound loses), so it leaves
+            // `lower`; the k-th lower bound above the threshold is the same
+            // without it.
+            loop {
+                if let Some(t) = theta {
+                    let reach = floor(t) - prefix[ne] - slack;
+                    lower.retain(|e| e.0 >= reach);
+                }
+                if let Some(t) = kth_lower(lower, k, lows[ne] - slack, accept, &mut stats) {
+                    theta = Some(theta.map_or(t, |s| s.max(t)));
+                }
+                let Some(t) = theta else { break };
+                let reach = floor(t) - prefix[ne] - slack;
+                lower.retain(|e| e.0 >= reach);
+                if ne == 0 || lower.len() * SCORE_COST <= cursors[ne - 1].list.len() {
+                    break;
+                }
+                ne -= 1;
+                let next = &cursors[ne];
+                stats.read += next.list.len();
+                acc.add_list_touched(next.list, next.q);
+                acc.refresh(lower);
+            }
+            acc.clear();
+            // 4. Exact scores where the bound still reaches, in decreasing
+            // partial sum: the first that cannot reach ends the pass.
+            let rest = prefix[ne] + slack;
+            if let Some(t) = theta {
+                lower.retain(|&(partial, _)| partial + rest >= floor(t));
+            }
+            lower.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
+            let table = QueryTable::new(&q);
+            let mut heap: std::collections::BinaryHeap<Held<'_>> =
+                std::collections::BinaryHeap::with_capacity(k + 1);
+            for &(partial, doc) in lower.iter() {
+                if let Some(t) = theta {
+                    if partial + rest < floor(t) {
+                        break;
+                    }
+                }
+                let Some(score) = self.docs.get(&doc).and_then(|v| table.dot(v)) else {
+                    continue;
+                };
+                stats.scored += 1;
+                let held = Held { doc, score, tie };
+                if heap.len() == k && heap.peek().is_some_and(|w| held.rank(w) != Ordering::Less) {
+                    continue;
+                }
+                stats.filtered += 1;
+                if !accept(doc) {
+                    continue;
+                }
+                heap.push(held);
+                if heap.len() > k {
+                    heap.pop();
+                }
+                if heap.len() == k {
+                    let kth = f64::from(heap.peek().map_or(f32::MIN, |h| h.score));
+                    theta = Some(theta.map_or(kth, |s| s.max(kth)));
+                }
+            }
+            lower.clear();
+            let mut out: Vec<Held<'_>> = heap.into_vec();
+            out.sort();
+            (out.into_iter().map(|h| (h.doc, h.score)).collect(), stats)
         }
-        let mut out: Vec<Held<'_>> = heap.into_vec();
-        out.sort();
-        (out.into_iter().map(|h| (h.doc, h.score)).collect(), stats)
     }
 
     /// The same answer by scoring every document that shares a term with
@@ -238,10 +554,4 @@ impl SparseIndex {
         all.truncate(k);
         all
     }
-}
-
-/// Blocks of bounds a list of `n` postings keeps (for the format docs'
-/// arithmetic and the benchmarks).
-pub fn blocks(n: usize) -> usize {
-    n.div_ceil(BLOCK)
 }

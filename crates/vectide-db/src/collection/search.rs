@@ -330,7 +330,7 @@ impl Collection {
 
     /// The `k` points of the sparse space `using` with the largest dot
     /// product with `query` (after the space's modifier) that pass
-    /// `filter`, exactly (`vectide_sparse`: block-max pruned, the filter
+    /// `filter`, exactly (`vectide_sparse`: MaxScore pruned, the filter
     /// asked inside the search); only points sharing a term with the query
     /// are answers; ties by point id. A hit's distance is −dot.
     #[allow(clippy::too_many_arguments)]
