@@ -249,6 +249,40 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 }
 
 /// The files under `dir` with their sizes (for messages).
+/// With `VECTIDE_CRASH_KEEP=DIR`, a copy of an image that failed to open
+/// goes to `DIR/round-N` (to open it again under a debugger); returns a
+/// note saying where, or nothing.
+fn keep_image(dir: &Path, round: usize) -> String {
+    let Some(root) = std::env::var_os("VECTIDE_CRASH_KEEP") else {
+        return String::new();
+    };
+    let to = Path::new(&root).join(format!("round-{round}"));
+    let prev = Path::new(&root).join("before-open");
+    let older = Path::new(&root).join(format!("round-{round}-previous"));
+    let _ = std::fs::rename(Path::new(&root).join("previous"), &older);
+    let _ = std::fs::remove_dir_all(&prev);
+    match copy_tree(dir, &to) {
+        Ok(()) => format!("; kept in {}", to.display()),
+        Err(e) => format!("; keeping it in {} failed: {e}", to.display()),
+    }
+}
+
+/// With `VECTIDE_CRASH_KEEP=DIR`: the image each round opens, before the
+/// open changes it, as `DIR/previous` (the last round's, for a round
+/// whose image fails to open next).
+fn keep_before(dir: &Path) {
+    let Some(root) = std::env::var_os("VECTIDE_CRASH_KEEP") else {
+        return;
+    };
+    let (prev, cur) = (
+        Path::new(&root).join("previous"),
+        Path::new(&root).join("before-open"),
+    );
+    let _ = std::fs::remove_dir_all(&prev);
+    let _ = std::fs::rename(&cur, &prev);
+    let _ = copy_tree(dir, &cur);
+}
+
 fn listing(dir: &Path) -> Vec<(String, u64)> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(dir) {
@@ -327,13 +361,15 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
             cfg.disable,
             aim,
         )?;
+        keep_before(dir.path());
         let idx = match cfg.target.open(dir.path(), DIM) {
             Ok(i) => i,
             Err(e) => {
                 rep.tally.violating_rounds += 1;
                 rep.violations.push(format!(
-                    "round {round}: open (recovery) failed: {e}; the image holds {:?}",
-                    listing(dir.path())
+                    "round {round}: open (recovery) failed: {e}; the image holds {:?}{}",
+                    listing(dir.path()),
+                    keep_image(dir.path(), round)
                 ));
                 break;
             }

@@ -103,13 +103,22 @@ fn d_hnsw_on_a_backed_memory_node_recovers_exactly_from_simulated_crashes() {
 /// at one of the fences after it loses or breaks something acknowledged.
 /// (The build's two sites, met once per index here, are checked by
 /// `crates/vectide-dhnsw/tests/crash_build.rs`; the memory node's own by
-/// `crates/vectide-remote/tests/backing.rs`.)
+/// `crates/vectide-remote/tests/backing.rs`. `dhnsw.intent.drop` runs only
+/// after a crash tore an intent's write, and its loss shows only if a later
+/// rebuild's write is torn the other way over the same area: too rare for
+/// 60 rounds; `locks.rs`'s `a_torn_intent_is_cleared_at_the_next_take_over`
+/// shows it needed, and the 1,000-round test above met that loss as a failed
+/// open before it was added.)
 #[test]
 fn mutation_check_d_hnsw_detects_every_flush_site() {
     let out = mutation_outcomes_with("d-hnsw", Params::new(), None, Some(60));
     let missed: Vec<&(String, u64, usize)> = out
         .iter()
-        .filter(|m| m.0.starts_with("region:dhnsw.") && !m.0.starts_with("region:dhnsw.build"))
+        .filter(|m| {
+            m.0.starts_with("region:dhnsw.")
+                && !m.0.starts_with("region:dhnsw.build")
+                && m.0 != "region:dhnsw.intent.drop"
+        })
         .filter(|m| m.2 == 0)
         .collect();
     assert!(

@@ -343,6 +343,22 @@ impl Entry {
     /// hold the rebuild).
     pub const INTENT_CHECK_AT: u64 = ENTRY_INTENT_AT + 8 * (INTENT_WORDS as u64 - 1);
 
+    /// Whether an entry's bytes (`ENTRY_BYTES`) hold a *stale* intent: a
+    /// check word that is not zero, over words that do not match it (a
+    /// crash tore the intent's write, its words from two writes). Left
+    /// standing, a later write of the same words (a rebuild into the same
+    /// area) would make it whole again, naming an area the stale intent's
+    /// writer never finished and a recovery may have handed out since.
+    pub fn stale_intent(entry: &[u8]) -> bool {
+        let rest = &entry[ENTRY_INTENT_AT as usize..ENTRY_BYTES as usize];
+        let check = u64::from_le_bytes(
+            rest[8 * (INTENT_WORDS - 1)..8 * INTENT_WORDS]
+                .try_into()
+                .expect("8 bytes"),
+        );
+        check != 0 && Entry::from_intent(rest, 0).is_none()
+    }
+
     /// The entry an intent describes (`None`: no live intent).
     fn from_intent(b: &[u8], state: u64) -> Option<Entry> {
         let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));

@@ -167,6 +167,17 @@ pub type Image = (Header, Vec<Entry>, SubGraph, Vec<(u64, Loc)>);
 
 /// The layout and label map of a region image (checked throughout).
 pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
+    decode_image_as(image, dim, seq, false)
+}
+
+/// [`decode_image`] of a region its memory node's restart left to be put
+/// right (`restarted`): every partition is read as one a writer was
+/// inside of. A state word is never FLUSHed for its own sake (a restart's
+/// recovery takes and publishes every partition again), so after a crash
+/// an even one proves nothing: the cache line it shares with the entry's
+/// other words may have been kept in part, its state from one write and
+/// the words beside it from another.
+pub fn decode_image_as(image: &[u8], dim: usize, seq: u64, restarted: bool) -> Result<Image> {
     let mut hr = ByteReader::new(image);
     let head = hr.bytes(HEADER_BYTES as usize)?;
     // The region's size is in the header; check it against itself.
@@ -217,7 +228,7 @@ pub fn decode_image(image: &[u8], dim: usize, seq: u64) -> Result<Image> {
     // map says, unchecked (a rebuild renumbers its nodes while their
     // labels are named again, two at one slot for a while), and a later
     // take-over puts them right.
-    let busy: Vec<bool> = table.iter().map(Entry::busy).collect();
+    let busy: Vec<bool> = table.iter().map(|e| restarted || e.busy()).collect();
     let mut named: std::collections::HashMap<(u32, u32), (u64, u64, u16)> =
         std::collections::HashMap::new();
     let mut locs = Vec::new();
@@ -534,7 +545,13 @@ fn find_region(idx: &DHnsw) -> Result<Option<Attached>> {
         let head = idx.mem.read(region, 0, HEADER_BYTES as u32)?;
         let end = Header::decode(&head, region.size).map_or(h.alloc_end, |h| h.alloc_end);
         let image = crate::fetch::read_range(&*idx.mem, region, 0, end)?;
-        match decode_image(&image, idx.dim, 0) {
+        // Put right for this boot of the memory node, or to be put right
+        // (the caller recovers it, then reads it again).
+        let restarted = image
+            .get(..HEADER_BYTES as usize)
+            .and_then(|b| Header::decode(b, region.size).ok())
+            .is_some_and(|h| !idx.boot_current(h.boot));
+        match decode_image_as(&image, idx.dim, 0, restarted) {
             Ok(x) => break x,
             Err(Error::Corrupted(_)) if tries < 8 => {
                 tries += 1;

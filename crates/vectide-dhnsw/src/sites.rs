@@ -25,6 +25,10 @@ pub const REBUILD: Site = Site("dhnsw.rebuild");
 pub const REBUILD_INTENT: Site = Site("dhnsw.rebuild.intent");
 /// A partition's entry fields naming its rebuilt area.
 pub const REBUILD_ENTRY: Site = Site("dhnsw.rebuild.entry");
+/// A torn (stale) intent's check word cleared by the writer or recovery
+/// that takes the partition over, before the area it names can be handed
+/// out again.
+pub const INTENT_DROP: Site = Site("dhnsw.intent.drop");
 
 /// The end of the bytes handed out, moved by a rebuild.
 pub const ALLOC: Site = Site("dhnsw.alloc");
