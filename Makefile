@@ -112,10 +112,17 @@ test-rust-all:
 	$(RUST_TEST_ALL)
 	@.ci/slowest 20
 
+# The RAG frameworks' tests (python/tests/frameworks) run each framework in
+# a virtualenv of its own, pinned, made here when missing or stale (about a
+# minute from an empty pip cache, the three in parallel).
+FW_VENVS := $(PYTHON) python/tests/frameworks/setup_venvs.py
+
 test-python: build-ci
+	$(FW_VENVS)
 	$(PY) -m pytest -q python/tests -m "not slow" --durations=10
 
 test-python-all: build-ci
+	$(FW_VENVS)
 	$(PY) -m pytest -q python/tests --durations=20
 
 lint:
@@ -152,4 +159,4 @@ torture: build
 	$(PY) -m vectide.torture --out bench-results/torture.json all --rounds 30
 
 clean:
-	rm -rf target $(VENV) $(PEERS_VENV) .venv-embed bench-results
+	rm -rf target $(VENV) $(PEERS_VENV) .venv-embed .venv-fw-* bench-results

@@ -205,6 +205,43 @@ def test_named_and_sparse_vectors_and_the_query_api(db):
     assert len(c) == 4
 
 
+def test_mmr_weighted_rrf_and_groups(db):
+    c = _rag(db)
+    exact = {"exact": True}
+    assert [h.id for h in c.query([1, 0, 0], using="text", limit=3, params=exact)] == [1, 4, 2]
+    # MMR with diversity 1: after the most relevant point, the least
+    # similar to those picked; each keeps its similarity as score.
+    hits = c.query({"nearest": [1, 0, 0], "mmr": {"diversity": 1.0, "candidates_limit": 3}}, using="text", limit=3,
+                   params=exact)
+    assert [h.id for h in hits] == [1, 2, 4]
+    assert [h.score for h in hits] == pytest.approx([1.0, 0.0, 0.5 ** 0.5], abs=1e-5)
+    # Weighted RRF (k = 2): 1 is first in both (1/2 + 1/(1/3 + 1)), 2
+    # second in the sparse one of weight 3 (1/(2/3 + 1)), 4 second in the
+    # dense one (1/3).
+    fused = c.query({"rrf": {"weights": [1.0, 3.0]}}, prefetch=[
+        {"query": [1, 0, 0], "using": "text", "limit": 2, "params": exact},
+        {"query": {"indices": [1, 2], "values": [1.0, 1.0]}, "using": "words"},
+    ], limit=3)
+    assert [h.id for h in fused] == [1, 2, 4]
+    assert [h.score for h in fused] == pytest.approx([1.25, 0.6, 1 / 3])
+    # Groups: the answer is 1, 4, 2 (3 has no text vector); 4's tags are
+    # empty, so it joins no group; 1 is in two.
+    groups = c.query_groups("tags", [1, 0, 0], using="text", limit=3, group_size=2, params=exact)
+    assert [(g.id, [h.id for h in g.hits]) for g in groups] == [("x", [1]), ("y", [1, 2])]
+    assert groups[1].hits[1].payload == {"meta": {"topic": "b"}, "tags": ["y"]}
+    groups = c.query_groups("meta.topic", [1, 0, 0], using="text", limit=2, with_payload=False, params=exact)
+    assert [(g.id, [h.id for h in g.hits]) for g in groups] == [("a", [1]), ("c", [4])]
+    assert groups[0].hits[0].payload is None and groups[0].hits[0].score == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="group_size"):
+        c.query_groups("tags", [1, 0, 0], using="text", group_size=0)
+    with pytest.raises(ValueError, match="2 weights for 1 prefetches"):
+        c.query({"rrf": {"weights": [1, 2]}}, prefetch=[{"query": [1, 0, 0], "using": "text"}])
+    with pytest.raises(ValueError, match="diversity"):
+        c.query({"nearest": [1, 0, 0], "mmr": {"diversity": 2}}, using="text")
+    with pytest.raises(TypeError, match="group_by"):
+        c.query_groups(3, [1, 0, 0], using="text")
+
+
 def test_payload_edits_and_nested_filters(db):
     c = _rag(db)
     assert c.count({"must": [{"key": "tags[]", "match": {"value": "y"}}]}) == 2

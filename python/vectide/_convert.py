@@ -161,6 +161,20 @@ def _query_body(query=None, prefetch=None, using=None, filter=None, limit: int =
     return body
 
 
+def _groups_body(group_by, query=None, prefetch=None, using=None, filter=None, limit: int = 10, group_size: int = 3,
+                 score_threshold=None, with_payload=True, with_vector=False, params=None) -> Dict[str, Any]:
+    """A grouped query's body (Qdrant's ``/points/query/groups`` shape):
+    the query's keys without ``offset``, with ``group_by`` and
+    ``group_size``; the database checks it."""
+    if not isinstance(group_by, str):
+        raise TypeError(f"group_by must be a key path (str), got {type(group_by).__name__}")
+    body = _query_body(query, prefetch, using, filter, limit, 0, score_threshold, with_payload, with_vector, params)
+    del body["offset"]
+    body["group_by"] = group_by
+    body["group_size"] = _int(group_size, "group_size")
+    return body
+
+
 def _spaces(vectors, sparse_vectors):
     """Named dense spaces ``{"NAME": {"dim", "metric", "engine", "params"}}``
     and sparse ones ``{"NAME": {"modifier"} | None}``, checked for shape."""

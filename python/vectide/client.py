@@ -3,8 +3,8 @@
 The same methods as :mod:`vectide.db` (``create_collection``,
 ``get_collection``, ``list_collections``, ``delete_collection``; on a
 collection ``upsert``, ``search``, ``search_numpy``, ``get``, ``delete``,
-``count``, ``scroll``, ``set_payload``, ``create_index``, ``maintain``,
-``checkpoint``), talking to
+``count``, ``scroll``, ``set_payload``, ``query``, ``query_groups``,
+``create_index``, ``maintain``, ``checkpoint``), talking to
 ``vectide serve`` through its REST API (the Qdrant-shaped subset), with the
 standard library's ``http.client`` only. Each thread keeps one persistent
 (keep-alive) connection; a request that finds its reused connection closed
@@ -21,8 +21,9 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from ._convert import _check_params, _dumps, _id_value, _id_values, _int, _point_dicts, _query_body, _rows, _spaces
-from .db import Hit, Point
+from ._convert import (_check_params, _dumps, _groups_body, _id_value, _id_values, _int, _point_dicts, _query_body, _rows,
+                       _spaces)
+from .db import Group, Hit, Point
 
 _DISTANCE = {"cosine": "Cosine", "ip": "Dot", "l2": "Euclid"}
 _METRIC = {v: k for k, v in _DISTANCE.items()}
@@ -306,6 +307,17 @@ class RemoteCollection:
         body = _query_body(query, prefetch, using, filter, limit, offset, score_threshold, with_payload, with_vector, params)
         res = self._c._call("POST", self._path("/points/query"), body)
         return [Hit(h["id"], float(h["score"]), float("nan"), h.get("payload"), h.get("vector")) for h in res["points"]]
+
+    def query_groups(self, group_by: str, query=None, *, prefetch=None, using: Optional[str] = None, filter=None,
+                     limit: int = 10, group_size: int = 3, score_threshold: Optional[float] = None,
+                     with_payload: bool = True, with_vector=False, params: Optional[Dict[str, Any]] = None) -> List[Group]:
+        """As the embedded ``Collection.query_groups`` (the server's
+        ``/points/query/groups``)."""
+        body = _groups_body(group_by, query, prefetch, using, filter, limit, group_size, score_threshold, with_payload,
+                            with_vector, params)
+        res = self._c._call("POST", self._path("/points/query/groups"), body)
+        return [Group(g["id"], [Hit(h["id"], float(h["score"]), float("nan"), h.get("payload"), h.get("vector"))
+                                for h in g["hits"]]) for g in res["groups"]]
 
     def _edit(self, method: str, suffix: str, body: Dict[str, Any], ids, filter) -> int:
         if ids is None and filter is None:

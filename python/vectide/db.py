@@ -33,11 +33,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._convert import _check_params, _native_ids, _point_dicts, _query_body, _rows, _spaces
+from ._convert import _check_params, _groups_body, _native_ids, _point_dicts, _query_body, _rows, _spaces
 
 PointId = Union[int, str, uuid.UUID]
 
-__all__ = ["connect", "Database", "Collection", "Hit", "Point", "DatabaseLockedError"]
+__all__ = ["connect", "Database", "Collection", "Hit", "Group", "Point", "DatabaseLockedError"]
 
 
 def _native():
@@ -61,6 +61,15 @@ class Hit:
     distance: float
     payload: Optional[Dict[str, Any]] = None
     vector: Optional[List[float]] = None
+
+
+@dataclass
+class Group:
+    """A group of a grouped query: the value its points share at the
+    ``group_by`` key (an int or a str) and its hits, best first."""
+
+    id: Union[int, str]
+    hits: List[Hit]
 
 
 @dataclass
@@ -187,8 +196,10 @@ class Collection:
               with_vector=False, params: Optional[Dict[str, Any]] = None) -> List[Hit]:
         """The Query API (Qdrant's ``query_points``): ``query`` is a dense
         vector, a sparse vector ``{"indices", "values"}``, a point id,
-        ``{"nearest": ...}``, ``{"fusion": "rrf" | "dbsf"}`` or ``{"rrf":
-        {"k": K}}``; ``prefetch`` a dict or list of dicts of the same keys
+        ``{"nearest": ...}`` (re-ranked by maximal marginal relevance with
+        ``"mmr": {"diversity": 0..1, "candidates_limit": N}``), ``{"fusion":
+        "rrf" | "dbsf"}`` or ``{"rrf": {"k": K, "weights": [one per
+        prefetch]}}``; ``prefetch`` a dict or list of dicts of the same keys
         (nested); ``using`` the vector's name; ``with_vector`` a bool or
         names; ``params`` ``{"hnsw_ef", "exact", "vectide": {...}}``. Hits
         carry the score (their ``distance`` is NaN: a fused score has none)
@@ -196,6 +207,20 @@ class Collection:
         the single form."""
         body = _query_body(query, prefetch, using, filter, limit, offset, score_threshold, with_payload, with_vector, params)
         return [Hit(i, s, float("nan"), p, v) for i, s, p, v in self._c.query(body)]
+
+    def query_groups(self, group_by: str, query=None, *, prefetch=None, using: Optional[str] = None, filter=None,
+                     limit: int = 10, group_size: int = 3, score_threshold: Optional[float] = None,
+                     with_payload: bool = True, with_vector=False, params: Optional[Dict[str, Any]] = None) -> List[Group]:
+        """A grouped query (Qdrant's ``query_points_groups``): the query as
+        ``query`` takes it, its points put in groups by their value(s) at
+        the key path ``group_by`` (an int or a str; each element of an
+        array; a point holding another value there joins no group). The
+        first ``limit`` groups to appear, ordered by their best hit, with at
+        most ``group_size`` hits each; prefetch limits are lifted to the
+        whole collection, as in Qdrant's local mode."""
+        body = _groups_body(group_by, query, prefetch, using, filter, limit, group_size, score_threshold, with_payload,
+                            with_vector, params)
+        return [Group(g, [Hit(i, s, float("nan"), p, v) for i, s, p, v in hits]) for g, hits in self._c.query_groups(body)]
 
     def set_payload(self, payload: Dict[str, Any], ids=None, filter=None, key: Optional[str] = None) -> int:
         """Merges ``payload``'s keys into the selected points' payloads (a

@@ -8,7 +8,8 @@ Two implementations satisfy it today: the embedded database
 caller written against these two classes works with any of them.
 
 Both return the same values: ``Hit`` (``id``, ``score``, ``distance``,
-``payload``, ``vector``) from ``search``, ``Point`` (``id``, ``payload``,
+``payload``, ``vector``) from ``search``, ``Group`` (``id``, ``hits``) from
+``query_groups``, ``Point`` (``id``, ``payload``,
 ``vector`` as a float32 array) from ``get`` and ``scroll``; ids are ``int``
 or ``str`` (UUIDs in their hyphenated form). Errors: ``KeyError`` for an
 unknown collection or point, ``ValueError`` for bad values, ``TypeError``
@@ -21,7 +22,7 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple, runtime_checkable
 
 import numpy as np
 
-from .db import Hit, Point, PointId
+from .db import Group, Hit, Point, PointId
 
 __all__ = ["CollectionProtocol", "DatabaseProtocol"]
 
@@ -67,7 +68,13 @@ class CollectionProtocol(Protocol):
 
     def query(self, query=None, *, prefetch=None, using=None, filter=None, limit: int = 10, offset: int = 0,
               score_threshold=None, with_payload: bool = True, with_vector=False, params=None) -> List[Hit]:
-        """The Query API: nearest by dense, sparse or point id, prefetch, fusion."""
+        """The Query API: nearest by dense, sparse or point id (MMR re-ranked
+        when asked), prefetch, fusion (weighted RRF)."""
+
+    def query_groups(self, group_by: str, query=None, *, prefetch=None, using=None, filter=None, limit: int = 10,
+                     group_size: int = 3, score_threshold=None, with_payload: bool = True, with_vector=False,
+                     params=None) -> List[Group]:
+        """The Query API's answer in groups by a payload key path."""
 
     def set_payload(self, payload: Dict[str, Any], ids=None, filter=None, key=None) -> int:
         """Merges keys into the selected points' payloads (at a key path when

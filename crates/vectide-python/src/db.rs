@@ -17,7 +17,7 @@ use std::sync::{Arc, Weak};
 use vectide_core::{limits, Metric, SearchParams};
 use vectide_db::edit::PayloadEdit;
 use vectide_db::path::KeyPath;
-use vectide_db::query::{parse_point_vectors, QueryRequest};
+use vectide_db::query::{parse_point_vectors, GroupsRequest, QueryRequest, ScoredPoint};
 use vectide_db::spaces::{
     Modifier, NamedVectors, PointData, SparseSpaceConfig, VectorSpaceConfig, VectorValue,
 };
@@ -590,22 +590,31 @@ impl PyCollection {
         let found = py.detach(|| c.query(&q)).map_err(to_py)?;
         let out = PyList::empty(py);
         for p in found {
-            let vectors = match p.vectors {
-                None => py.None().into_bound(py),
-                Some(named) => crate::convert::to_py(py, &named_json(&c, named))?,
-            };
-            let payload = match &p.payload {
-                Some(v) => crate::convert::to_py(py, v)?,
-                None => py.None().into_bound(py),
-            };
+            out.append(scored_to_py(py, &c, p)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Runs a grouped query (a dict: the query's keys without `offset`,
+    /// and `group_by`, `group_size`); returns `(group id, hits)` per group,
+    /// each hit as `query` returns it.
+    fn query_groups<'py>(
+        &self,
+        py: Python<'py>,
+        body: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let c = self.col()?;
+        let g = GroupsRequest::parse(&to_value(body, "query")?).map_err(to_py)?;
+        let found = py.detach(|| c.query_groups(&g)).map_err(to_py)?;
+        let out = PyList::empty(py);
+        for group in found {
+            let hits = PyList::empty(py);
+            for p in group.hits {
+                hits.append(scored_to_py(py, &c, p)?)?;
+            }
             out.append(PyTuple::new(
                 py,
-                [
-                    id_to_py(py, &p.id)?,
-                    p.score.into_pyobject(py)?.into_any(),
-                    payload,
-                    vectors,
-                ],
+                [crate::convert::to_py(py, &group.id)?, hits.into_any()],
             )?)?;
         }
         Ok(out)
@@ -760,6 +769,32 @@ impl PyCollection {
     fn name(&self) -> String {
         self.name.clone()
     }
+}
+
+/// A point of a query's answer as the Python side takes it: `(id, score,
+/// payload or None, vectors or None)`.
+fn scored_to_py<'py>(
+    py: Python<'py>,
+    c: &Collection,
+    p: ScoredPoint,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let vectors = match p.vectors {
+        None => py.None().into_bound(py),
+        Some(named) => crate::convert::to_py(py, &named_json(c, named))?,
+    };
+    let payload = match &p.payload {
+        Some(v) => crate::convert::to_py(py, v)?,
+        None => py.None().into_bound(py),
+    };
+    PyTuple::new(
+        py,
+        [
+            id_to_py(py, &p.id)?,
+            p.score.into_pyobject(py)?.into_any(),
+            payload,
+            vectors,
+        ],
+    )
 }
 
 /// A point's vectors as JSON: the list itself in a collection of the

@@ -382,6 +382,168 @@ mod tests {
         assert_eq!(code, 200);
     }
 
+    /// The Query API's MMR, weighted RRF and grouped queries over HTTP
+    /// (the requests LangChain's `max_marginal_relevance_search` and
+    /// Haystack's retrievers send), and their bad input as 400s.
+    #[tokio::test]
+    async fn mmr_weighted_rrf_and_groups_over_http() {
+        let f = fixture(None);
+        let body = br#"{"vectors": {"size": 2, "distance": "Cosine"}}"#;
+        let (code, _) = call(&f.app, "PUT", "/collections/c", body, &[]).await;
+        assert_eq!(code, 200);
+        let points: Vec<String> = (0..10)
+            .map(|i| {
+                let tags = if i % 2 == 1 { r#"["a", "b"]"# } else { r#""c""# };
+                format!(
+                    r#"{{"id": {i}, "vector": [1, {}], "payload": {{"meta": {{"g": {}}}, "t": {tags}}}}}"#,
+                    f64::from(i) * 0.1 + 0.01,
+                    i % 3
+                )
+            })
+            .collect();
+        let body = format!(r#"{{"points": [{}]}}"#, points.join(","));
+        let (code, _) = call(
+            &f.app,
+            "PUT",
+            "/collections/c/points?wait=true",
+            body.as_bytes(),
+            &[],
+        )
+        .await;
+        assert_eq!(code, 200);
+        let ids = |doc: &Value, at: &str| -> Vec<u64> {
+            doc.pointer(at)
+                .and_then(Value::as_array)
+                .unwrap_or_else(|| panic!("{doc}"))
+                .iter()
+                .map(|p| p["id"].as_u64().unwrap())
+                .collect()
+        };
+        // LangChain's MMR request (its answer is local mode's).
+        let (code, doc) = call(
+            &f.app,
+            "POST",
+            "/collections/c/points/query",
+            br#"{"query": {"nearest": [1, 0.3], "mmr": {"diversity": 1.0, "candidates_limit": 10}}, "using": "", "limit": 4, "with_vector": true, "with_payload": true}"#,
+            &[],
+        )
+        .await;
+        assert_eq!(code, 200, "{doc}");
+        assert_eq!(ids(&doc, "/result/points"), vec![3, 9, 0, 6]);
+        assert!(doc["result"]["points"][0]["vector"].is_array(), "{doc}");
+        // Weighted RRF.
+        let (code, doc) = call(
+            &f.app,
+            "POST",
+            "/collections/c/points/query",
+            br#"{"prefetch": [{"query": [1, 0.3], "limit": 2}, {"query": [1, 0.9], "limit": 2}], "query": {"rrf": {"weights": [3.0, 1.0]}}}"#,
+            &[],
+        )
+        .await;
+        assert_eq!(code, 200, "{doc}");
+        assert_eq!(ids(&doc, "/result/points"), vec![3, 2, 9, 8]);
+        assert!((doc["result"]["points"][0]["score"].as_f64().unwrap() - 0.75).abs() < 1e-6);
+        // Groups, with a payload selection.
+        let (code, doc) = call(
+            &f.app,
+            "POST",
+            "/collections/c/points/query/groups",
+            br#"{"query": {"nearest": [1, 0.3]}, "with_vector": false, "with_payload": ["t"], "group_by": "meta.g", "group_size": 2, "limit": 2}"#,
+            &[],
+        )
+        .await;
+        assert_eq!(code, 200, "{doc}");
+        let groups = doc["result"]["groups"].as_array().unwrap();
+        assert_eq!(groups.len(), 2, "{doc}");
+        assert_eq!((&groups[0]["id"], &groups[1]["id"]), (&json!(0), &json!(2)));
+        assert_eq!(ids(&doc, "/result/groups/0/hits"), vec![3, 6]);
+        assert_eq!(ids(&doc, "/result/groups/1/hits"), vec![2, 5]);
+        assert_eq!(groups[0]["hits"][0]["payload"], json!({"t": ["a", "b"]}));
+        let (code, doc) = call(
+            &f.app,
+            "POST",
+            "/collections/c/points/search/groups",
+            br#"{"vector": [1, 0.3], "group_by": "t", "group_size": 2, "limit": 5}"#,
+            &[],
+        )
+        .await;
+        assert_eq!(code, 200, "{doc}");
+        let groups = doc["result"]["groups"].as_array().unwrap();
+        let names: Vec<&Value> = groups.iter().map(|g| &g["id"]).collect();
+        assert_eq!(names, [&json!("a"), &json!("b"), &json!("c")]);
+        assert!(groups[0]["hits"][0]["payload"].is_null(), "{doc}");
+        for (uri, body, says) in [
+            (
+                "query",
+                &br#"{"query": {"nearest": [1, 0], "mmr": {"diversity": 2}}}"#[..],
+                "query.mmr.diversity",
+            ),
+            (
+                "query",
+                br#"{"query": {"nearest": [1, 0], "mmr": {"candidates_limit": 100000}}}"#,
+                "candidates_limit",
+            ),
+            (
+                "query",
+                br#"{"prefetch": [{"query": [1, 0]}], "query": {"rrf": {"weights": [1, 2]}}}"#,
+                "2 weights for 1 prefetches",
+            ),
+            ("query/groups", br#"{"query": [1, 0]}"#, "group_by"),
+            (
+                "query/groups",
+                br#"{"query": [1, 0], "group_by": "g", "group_size": 0}"#,
+                "group_size",
+            ),
+            (
+                "query/groups",
+                br#"{"query": [1, 0], "group_by": "g", "with_lookup": "x"}"#,
+                "with_lookup",
+            ),
+            (
+                "query/groups",
+                br#"{"query": [1, 0, 0], "group_by": "g"}"#,
+                "dimension",
+            ),
+            (
+                "search/groups",
+                br#"{"vector": [1, 0], "group_by": "g", "limit": 3}"#,
+                "group_size",
+            ),
+            (
+                "search/groups",
+                br#"{"vector": [1, "x"], "group_by": "g", "limit": 3, "group_size": 1}"#,
+                "vector[1]",
+            ),
+        ] {
+            let (code, doc) = call(
+                &f.app,
+                "POST",
+                &format!("/collections/c/points/{uri}"),
+                body,
+                &[],
+            )
+            .await;
+            assert_eq!(code, 400, "{}: {doc}", String::from_utf8_lossy(body));
+            assert!(error(&doc).contains(says), "{says}: {doc}");
+        }
+        let (code, doc) = call(
+            &f.app,
+            "POST",
+            "/collections/nope/points/query/groups",
+            b"{}",
+            &[],
+        )
+        .await;
+        assert_eq!(code, 404, "{doc}");
+        let (_, doc) = call(&f.app, "GET", "/openapi.json", b"", &[]).await;
+        for path in [
+            "/collections/{name}/points/query/groups",
+            "/collections/{name}/points/search/groups",
+        ] {
+            assert!(doc["paths"][path]["post"].is_object(), "{path}");
+        }
+    }
+
     fn dir_bytes(p: &std::path::Path) -> u64 {
         std::fs::read_dir(p)
             .unwrap()

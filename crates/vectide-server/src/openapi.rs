@@ -47,6 +47,7 @@ pub fn document() -> Value {
     // The documented bounds (vectide_core::limits); beyond them, 400.
     let limit = json!({"type": "integer", "minimum": 0, "maximum": limits::MAX_K, "description": format!("at most {}; offset + limit at most {}", limits::MAX_K, limits::MAX_K)});
     let offset = json!({"type": "integer", "minimum": 0, "maximum": limits::MAX_K, "description": format!("offset + limit at most {}", limits::MAX_K)});
+    let group_count = json!({"type": "integer", "minimum": 1, "maximum": limits::MAX_K});
     let knobs: serde_json::Map<String, Value> = vectide_engines::Knob::ALL
         .iter()
         .map(|k| {
@@ -100,7 +101,9 @@ pub fn document() -> Value {
             },
             "/collections/{name}/points/query": {"post": op("Query points", Some(r("QueryRequest")), json!({"type": "object", "properties": {"points": {"type": "array", "items": r("ScoredPoint")}}}))},
             "/collections/{name}/points/query/batch": {"post": op("Batch of queries (together at most MAX_BATCH_RESULTS results)", Some(r("QueryBatch")), json!({"type": "array"}))},
+            "/collections/{name}/points/query/groups": {"post": op("Query points, grouped by a payload key (the first `limit` groups to appear, by their best hit; at most `group_size` hits each)", Some(r("QueryGroupsRequest")), r("GroupsResult"))},
             "/collections/{name}/points/search": {"post": op("Search points", Some(r("SearchRequest")), json!({"type": "array", "items": r("ScoredPoint")}))},
+            "/collections/{name}/points/search/groups": {"post": op("Search points, grouped by a payload key", Some(r("SearchGroupsRequest")), r("GroupsResult"))},
             "/collections/{name}/points/count": {"post": op("Count points", Some(r("CountRequest")), json!({"type": "object", "properties": {"count": {"type": "integer"}}}))},
             "/collections/{name}/points/delete": {"post": op("Delete points by id or filter", Some(r("Selector")), update.clone())},
             "/collections/{name}/points/scroll": {"post": op("Page through points in id order", Some(r("ScrollRequest")), json!({"type": "object", "properties": {"points": points, "next_page_offset": r("PointId")}}))},
@@ -123,9 +126,12 @@ pub fn document() -> Value {
             "Vectors": {"oneOf": [r("Vector"), {"type": "object", "additionalProperties": r("AnyVector"), "description": "vectors by space name"}]},
             "WithVector": {"oneOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "string"}, "description": "vector names"}]},
             "QueryInput": {"oneOf": [r("Vector"), r("SparseVector"), r("PointId"),
-                {"type": "object", "required": ["nearest"], "properties": {"nearest": {"oneOf": [r("Vector"), r("SparseVector"), r("PointId")]}}},
+                {"type": "object", "required": ["nearest"], "properties": {"nearest": {"oneOf": [r("Vector"), r("SparseVector"), r("PointId")]}, "mmr": r("Mmr")}},
                 {"type": "object", "required": ["fusion"], "properties": {"fusion": {"type": "string", "enum": ["rrf", "dbsf"]}}},
-                {"type": "object", "required": ["rrf"], "properties": {"rrf": {"type": "object", "properties": {"k": {"type": "integer", "minimum": 1}}}}}]},
+                {"type": "object", "required": ["rrf"], "properties": {"rrf": {"type": "object", "properties": {"k": {"type": "integer", "minimum": 1}, "weights": {"type": "array", "items": {"type": "number"}, "description": "one weight per prefetch: a source of weight w adds 1 / ((rank + 1) / w + k - 1), nothing when w <= 0"}}}}}]},
+            "Mmr": {"type": "object", "additionalProperties": false, "description": "maximal marginal relevance: the candidates_limit nearest re-ranked with lambda = 1 - diversity; the points keep their similarity as score", "properties": {
+                "diversity": {"type": "number", "minimum": 0, "maximum": 1, "description": "0.5 unless given"},
+                "candidates_limit": {"type": "integer", "minimum": 0, "maximum": vectide_db::query::MAX_MMR_CANDIDATES, "description": "the limit unless given"}}},
             "Prefetch": {"type": "object", "properties": {"prefetch": {"type": "array", "items": {"$ref": "#/components/schemas/Prefetch"}}, "query": r("QueryInput"), "using": {"type": "string"}, "filter": r("Filter"), "params": search_params.clone(), "score_threshold": {"type": "number"}, "limit": limit.clone()}},
             "Payload": {"type": "object", "nullable": true},
             "Point": {"type": "object", "properties": {"id": r("PointId"), "payload": r("Payload"), "vector": r("Vectors")}},
@@ -154,6 +160,13 @@ pub fn document() -> Value {
                 {"type": "object", "properties": {"include": {"type": "array", "items": {"type": "string"}}}, "required": ["include"], "additionalProperties": false},
                 {"type": "object", "properties": {"exclude": {"type": "array", "items": {"type": "string"}}}, "required": ["exclude"], "additionalProperties": false}]},
             "QueryRequest": {"type": "object", "properties": {"prefetch": {"oneOf": [r("Prefetch"), {"type": "array", "items": r("Prefetch")}]}, "query": r("QueryInput"), "using": {"type": "string"}, "filter": r("Filter"), "limit": limit.clone(), "offset": offset.clone(), "with_payload": r("WithPayload"), "with_vector": r("WithVector"), "with_vectors": r("WithVector"), "score_threshold": {"type": "number"}, "params": search_params.clone()}},
+            "QueryGroupsRequest": {"type": "object", "required": ["group_by"], "properties": {"prefetch": {"oneOf": [r("Prefetch"), {"type": "array", "items": r("Prefetch")}]}, "query": r("QueryInput"), "using": {"type": "string"}, "filter": r("Filter"), "limit": group_count.clone(), "with_payload": r("WithPayload"), "with_vector": r("WithVector"), "with_vectors": r("WithVector"), "score_threshold": {"type": "number"}, "params": search_params.clone(),
+                "group_by": {"type": "string", "description": "a payload key path; a point joins the group of each integer or string there (an array: each element), none if it holds another value"},
+                "group_size": {"type": "integer", "minimum": 1, "maximum": limits::MAX_K, "description": "3 unless given"}}},
+            "SearchGroupsRequest": {"type": "object", "required": ["vector", "group_by", "group_size", "limit"], "properties": {"vector": {"oneOf": [r("Vector"), {"type": "object", "required": ["name", "vector"], "properties": {"name": {"type": "string"}, "vector": r("AnyVector")}}]}, "filter": r("Filter"), "with_payload": r("WithPayload"), "with_vector": r("WithVector"), "score_threshold": {"type": "number"}, "params": search_params.clone(),
+                "group_by": {"type": "string"}, "group_size": group_count.clone(), "limit": group_count}},
+            "PointGroup": {"type": "object", "required": ["id", "hits"], "properties": {"id": {"oneOf": [{"type": "integer"}, {"type": "string"}]}, "hits": {"type": "array", "items": r("ScoredPoint")}}},
+            "GroupsResult": {"type": "object", "properties": {"groups": {"type": "array", "items": r("PointGroup")}}},
             "SearchRequest": {"type": "object", "required": ["vector"], "properties": {"vector": {"oneOf": [r("Vector"), {"type": "object", "required": ["name", "vector"], "properties": {"name": {"type": "string"}, "vector": r("AnyVector")}}]}, "filter": r("Filter"), "limit": limit.clone(), "offset": offset, "with_payload": r("WithPayload"), "with_vector": r("WithVector"), "score_threshold": {"type": "number"}, "params": search_params}},
             "ScrollRequest": {"type": "object", "properties": {"filter": r("Filter"), "limit": limit, "offset": r("PointId"), "with_payload": r("WithPayload"), "with_vector": r("WithVector")}},
             "VectorParams": {"type": "object", "required": ["size", "distance"], "properties": {"size": {"type": "integer", "minimum": 1, "maximum": limits::MAX_DIM}, "distance": {"type": "string", "enum": ["Cosine", "Dot", "Euclid"]}, "hnsw_config": {"type": "object", "properties": {"m": {"type": "integer"}, "ef_construct": {"type": "integer"}}}}},
@@ -252,7 +265,19 @@ mod tests {
         let prefetch: BTreeSet<&'static str> =
             vectide_db::query::PREFETCH_FIELDS.iter().copied().collect();
         check("Prefetch", prefetch, &["lookup_from"]);
+        let groups: BTreeSet<&'static str> =
+            vectide_db::query::GROUPS_FIELDS.iter().copied().collect();
+        check(
+            "QueryGroupsRequest",
+            groups,
+            &["lookup_from", "shard_key", "with_lookup"],
+        );
         check("SearchRequest", fields::<types::SearchRequest>(), &[]);
+        check(
+            "SearchGroupsRequest",
+            fields::<types::SearchGroupsRequest>(),
+            &["with_lookup"],
+        );
         check("ScrollRequest", fields::<types::Scroll>(), &["order_by"]);
         check("PointRequest", fields::<types::Retrieve>(), &[]);
         check("PointsList", fields::<types::Upsert>(), &[]);

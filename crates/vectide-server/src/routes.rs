@@ -5,9 +5,9 @@
 
 use crate::error::ApiError;
 use crate::types::{
-    self, parse_body, CreateCollection, CreateIndex, Distance, QueryBatch, QueryResponse, Record,
-    Retrieve, ScoredPoint, Scroll, ScrollResponse, SearchRequest, Selector, UpdateResult, Upsert,
-    VectorsConfig, WithPayload,
+    self, parse_body, CreateCollection, CreateIndex, Distance, GroupsResponse, PointGroup,
+    QueryBatch, QueryResponse, Record, Retrieve, ScoredPoint, Scroll, ScrollResponse,
+    SearchGroupsRequest, SearchRequest, Selector, UpdateResult, Upsert, VectorsConfig, WithPayload,
 };
 use crate::{metrics, middleware, openapi, App, ServerConfig, QDRANT_API_VERSION};
 use axum::body::Bytes;
@@ -24,7 +24,9 @@ use std::time::Instant;
 use vectide_core::limits;
 use vectide_db::edit::PayloadEdit;
 use vectide_db::path::KeyPath;
-use vectide_db::query::{parse_point_vectors, parse_vector, QueryRequest, WithVector};
+use vectide_db::query::{
+    parse_point_vectors, parse_vector, GroupsRequest, QueryRequest, WithVector,
+};
 use vectide_db::spaces::{
     Modifier, NamedVectors, PointData, SparseSpaceConfig, VectorSpaceConfig, VectorValue,
 };
@@ -552,12 +554,27 @@ async fn upsert_points(call: OnCollection<Upsert>) -> ApiResult {
 /// here; the rest by the database's parser).
 fn query_of(v: &Value) -> Result<(QueryRequest, WithPayload), ApiError> {
     let q = QueryRequest::parse(v)?;
-    let sel = match v.get("with_payload") {
-        None | Some(Value::Null) => WithPayload::All,
+    Ok((q, payload_selection(v)?))
+}
+
+/// A query body's `with_payload` selection (all unless given).
+fn payload_selection(v: &Value) -> Result<WithPayload, ApiError> {
+    match v.get("with_payload") {
+        None | Some(Value::Null) => Ok(WithPayload::All),
         Some(w) => serde_json::from_value::<WithPayload>(w.clone())
-            .map_err(|e| ApiError::bad(format!("with_payload: {e}")))?,
-    };
-    Ok((q, sel))
+            .map_err(|e| ApiError::bad(format!("with_payload: {e}"))),
+    }
+}
+
+/// A point of a query's answer as the API shows it.
+fn scored(c: &Collection, p: vectide_db::query::ScoredPoint, sel: &WithPayload) -> ScoredPoint {
+    ScoredPoint {
+        id: p.id.to_json(),
+        version: 0,
+        score: p.score,
+        payload: p.payload.and_then(|x| sel.apply(x)),
+        vector: p.vectors.map(|v| vectors_json(c, v)),
+    }
 }
 
 fn run_query(
@@ -565,16 +582,77 @@ fn run_query(
     q: &QueryRequest,
     sel: &WithPayload,
 ) -> Result<Vec<ScoredPoint>, ApiError> {
-    Ok(c.query(q)?
+    Ok(c.query(q)?.into_iter().map(|p| scored(c, p, sel)).collect())
+}
+
+fn run_groups(
+    c: &Collection,
+    g: &GroupsRequest,
+    sel: &WithPayload,
+) -> Result<GroupsResponse, ApiError> {
+    let groups = c
+        .query_groups(g)?
         .into_iter()
-        .map(|p| ScoredPoint {
-            id: p.id.to_json(),
-            version: 0,
-            score: p.score,
-            payload: p.payload.and_then(|x| sel.apply(x)),
-            vector: p.vectors.map(|v| vectors_json(c, v)),
+        .map(|x| PointGroup {
+            id: x.id,
+            hits: x.hits.into_iter().map(|p| scored(c, p, sel)).collect(),
         })
-        .collect())
+        .collect();
+    Ok(GroupsResponse { groups })
+}
+
+/// `POST .../points/query/groups`: a query whose answer is put in groups
+/// by a payload key (`vectide_db::query::GroupsRequest`).
+async fn query_groups(call: OnCollection<Value>) -> ApiResult {
+    let OnCollection { c, req, t0 } = call;
+    let g = GroupsRequest::parse(&req)?;
+    let sel = payload_selection(&req)?;
+    let out = blocking(move || run_groups(&c, &g, &sel)).await?;
+    ok(out, t0)
+}
+
+/// `POST .../points/search/groups`: Qdrant's legacy grouped search, run
+/// as a grouped query (no payload unless asked, as the legacy search).
+async fn search_groups(call: OnCollection<SearchGroupsRequest>) -> ApiResult {
+    let OnCollection { c, req, t0 } = call;
+    if req.with_lookup.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::bad("with_lookup is not supported"));
+    }
+    let (vector, using) = search_vector(&req.vector);
+    let body = json!({
+        "query": {"nearest": vector},
+        "using": using,
+        "filter": req.filter,
+        "params": req.params,
+        "with_vector": req.with_vector,
+        "score_threshold": req.score_threshold,
+        "group_by": req.group_by,
+        "group_size": req.group_size.0,
+        "limit": req.limit.0,
+    });
+    let g = GroupsRequest::parse(&body)
+        .map_err(|e| ApiError::bad(e.to_string().replace("query.nearest", "vector")))?;
+    let sel = WithPayload::or(req.with_payload, false);
+    let g = GroupsRequest {
+        query: QueryRequest {
+            with_payload: sel.wants_payload(),
+            ..g.query
+        },
+        ..g
+    };
+    let out = blocking(move || run_groups(&c, &g, &sel)).await?;
+    ok(out, t0)
+}
+
+/// A legacy search's `vector`: a list (the unnamed space) or `{"name",
+/// "vector"}`; the vector and the space's name (null for the unnamed).
+fn search_vector(v: &Value) -> (Value, Value) {
+    match v {
+        Value::Object(o) if o.contains_key("name") && o.contains_key("vector") => {
+            (o["vector"].clone(), o["name"].clone())
+        }
+        v => (v.clone(), Value::Null),
+    }
 }
 
 async fn query_points(call: OnCollection<Value>) -> ApiResult {
@@ -622,12 +700,7 @@ async fn query_batch(call: OnCollection<QueryBatch>) -> ApiResult {
 /// space), `{"name", "vector"}` (dense or sparse); no payload unless asked.
 async fn search_points(call: OnCollection<SearchRequest>) -> ApiResult {
     let OnCollection { c, req, t0 } = call;
-    let (vector, using) = match &req.vector {
-        Value::Object(o) if o.contains_key("name") && o.contains_key("vector") => {
-            (o["vector"].clone(), o["name"].clone())
-        }
-        v => (v.clone(), Value::Null),
-    };
+    let (vector, using) = search_vector(&req.vector);
     let body = json!({
         "query": {"nearest": vector},
         "using": using,
@@ -818,7 +891,15 @@ pub fn router(db: Arc<Database>, config: ServerConfig) -> Router {
         )
         .route("/collections/{name}/points/query", post(query_points))
         .route("/collections/{name}/points/query/batch", post(query_batch))
+        .route(
+            "/collections/{name}/points/query/groups",
+            post(query_groups),
+        )
         .route("/collections/{name}/points/search", post(search_points))
+        .route(
+            "/collections/{name}/points/search/groups",
+            post(search_groups),
+        )
         .route("/collections/{name}/points/count", post(count_points))
         .route("/collections/{name}/points/delete", post(delete_points))
         .route("/collections/{name}/points/scroll", post(scroll_points))

@@ -459,6 +459,28 @@ pub struct SearchRequest {
     pub score_threshold: Option<f64>,
 }
 
+/// `POST .../points/search/groups`: Qdrant's legacy grouped search (the
+/// search's `vector`, with `group_by`, `group_size` and `limit`
+/// required, as Qdrant's `SearchGroupsRequest` has them), run as a
+/// grouped query.
+#[derive(Debug, Deserialize)]
+#[serde(expecting = "a search groups request object")]
+pub struct SearchGroupsRequest {
+    pub vector: Value,
+    pub filter: Option<Value>,
+    pub params: Option<Value>,
+    pub with_payload: Option<WithPayload>,
+    pub with_vector: Option<Value>,
+    pub score_threshold: Option<f64>,
+    pub group_by: String,
+    pub group_size: GroupCount,
+    pub limit: GroupCount,
+    pub with_lookup: Option<Value>,
+}
+
+/// `group_size` and a grouped search's `limit`: `1..=MAX_K`.
+pub type GroupCount = Bounded<1, { limits::MAX_K as u64 }>;
+
 /// `POST .../points/query/batch`: each search is a query body.
 #[derive(Debug, Deserialize)]
 pub struct QueryBatch {
@@ -505,6 +527,18 @@ pub struct ScoredPoint {
 #[derive(Debug, Serialize)]
 pub struct QueryResponse {
     pub points: Vec<ScoredPoint>,
+}
+
+/// Points that share a value at the `group_by` key.
+#[derive(Debug, Serialize)]
+pub struct PointGroup {
+    pub id: Value,
+    pub hits: Vec<ScoredPoint>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GroupsResponse {
+    pub groups: Vec<PointGroup>,
 }
 
 #[derive(Debug, Serialize)]

@@ -861,6 +861,40 @@ def http_cases(quick: bool) -> List[HttpCase]:
                  json.dumps({"searches": [{"query": [1, 2, 3, 4], "limit": L["MAX_K"]}] * n_batch}).encode(), needle="split"))
     add(HttpCase("query batch", "searches not a list", "POST", bp, b'{"searches": "x"}', needle="searches"))
     add(HttpCase("query batch", "one bad search", "POST", bp, b'{"searches": [{"query": [1,2,3,4]}, {"limit": -1}]}', needle="limit"))
+    # MMR and weighted RRF (one prefetch: one weight)
+    one = '"prefetch": [{"query": [1, 2, 3, 4]}]'
+    for query, needle in [('{"nearest": [1, 2, 3, 4], "mmr": {"diversity": 1.5}}', "mmr.diversity"),
+                          ('{"nearest": [1, 2, 3, 4], "mmr": {"diversity": -0.1}}', "mmr.diversity"),
+                          ('{"nearest": [1, 2, 3, 4], "mmr": {"diversity": "x"}}', "mmr.diversity"),
+                          ('{"nearest": [1, 2, 3, 4], "mmr": {"candidates_limit": 16385}}', "candidates_limit"),
+                          ('{"nearest": [1, 2, 3, 4], "mmr": {"candidates_limit": 1.5}}', "candidates_limit"),
+                          ('{"nearest": [1, 2, 3, 4], "mmr": {"lambda": 0.5}}', "lambda"),
+                          ('{"nearest": [1, 2, 3, 4], "mmr": [1]}', "mmr"),
+                          ('{"nearest": [1, 2, 3], "mmr": {}}', "dimension")]:
+        add(HttpCase("query mmr", query[:50], "POST", qp, f'{{"query": {query}}}'.encode(), needle=needle))
+    for rrf, needle in [('{"weights": [1, 2]}', "2 weights for 1 prefetches"), ('{"weights": []}', "0 weights"),
+                        ('{"weights": ["x"]}', "weights\\[0\\]"), ('{"weights": 1}', "weights"),
+                        ('{"weights": [1e400]}', "JSON|range")]:
+        add(HttpCase("query rrf weights", rrf, "POST", qp, f'{{"query": {{"rrf": {rrf}}}, {one}}}'.encode(), needle=needle))
+    # grouped queries
+    gp = col + "/points/query/groups"
+    for extra, needle in [("", "group_by"), ('"group_by": 5', "group_by"), ('"group_by": "a["', "key path"),
+                          ('"group_by": "a", "offset": 1', "offset"), ('"group_by": "a", "with_lookup": "c"', "with_lookup")]:
+        add(HttpCase("query groups", extra or "no group_by", "POST", gp, f'{{{q}{", " if extra else ""}{extra}}}'.encode(),
+                     needle=needle))
+    for field in ("group_size", "limit"):
+        for lit, named in bad_json_ints(1, L["MAX_K"], True):
+            add(HttpCase("query groups", f"{field}={lit}", "POST", gp, f'{{{q}, "group_by": "a", "{field}": {lit}}}'.encode(),
+                         needle=field if named else None))
+    add(HttpCase("query groups", "dimension", "POST", gp, b'{"query": [1, 2, 3], "group_by": "a"}', needle="dimension"))
+    add(HttpCase("query groups", "unknown collection", "POST", "/collections/nope/points/query/groups",
+                 f'{{{q}, "group_by": "a"}}'.encode(), expect=(404,), needle="nope"))
+    sgp = col + "/points/search/groups"
+    for body, needle in [('{"vector": [1, 2, 3, 4], "group_by": "a", "limit": 3}', "group_size"),
+                         ('{"vector": [1, 2, 3, 4], "group_size": 1, "limit": 3}', "group_by"),
+                         ('{"vector": [1, 2, 3, 4], "group_by": "a", "group_size": 1, "limit": 0}', "limit"),
+                         ('{"vector": [1, 2, 3], "group_by": "a", "group_size": 1, "limit": 3}', "dimension")]:
+        add(HttpCase("search groups", body[:50], "POST", sgp, body.encode(), needle=needle))
     sp = col + "/points/search"
     for lit, named in bad_json_ints(0, L["MAX_K"], True):
         add(HttpCase("search", f"limit={lit}", "POST", sp, f'{{"vector": [1, 2, 3, 4], "limit": {lit}}}'.encode(), needle="limit" if named else None))
