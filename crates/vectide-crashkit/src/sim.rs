@@ -267,6 +267,24 @@ fn keep_image(dir: &Path, round: usize) -> String {
     }
 }
 
+/// With `VECTIDE_CRASH_KEEP=DIR`, after a round whose check failed: the
+/// image it opened (`DIR/round-N-opened`) and the one its crash left
+/// (`DIR/round-N-crashed`, as the next round opened it).
+fn keep_checked(round: usize) {
+    let Some(root) = std::env::var_os("VECTIDE_CRASH_KEEP") else {
+        return;
+    };
+    let root = Path::new(&root);
+    let _ = copy_tree(
+        &root.join("previous"),
+        &root.join(format!("round-{round}-opened")),
+    );
+    let _ = copy_tree(
+        &root.join("before-open"),
+        &root.join(format!("round-{round}-crashed")),
+    );
+}
+
 /// With `VECTIDE_CRASH_KEEP=DIR`: the image each round opens, before the
 /// open changes it, as `DIR/previous` (the last round's, for a round
 /// whose image fails to open next).
@@ -388,6 +406,9 @@ pub fn run(cfg: &SimConfigKit) -> Result<SimReport> {
             rep.rounds += 1;
             rep.recoveries_with_work += usize::from(idx.recovered_work());
             let rc = check_round(&*idx, &mut base, &h.ops, opened_durable, &mut past);
+            if !rc.violations.is_empty() {
+                keep_checked(round - 1);
+            }
             let note = idx.recovery_note();
             rep.tally.add(rc, &mut rep.violations, |e| {
                 format!("round {} ({}, {note}): {e}", round - 1, cfg.target.name())

@@ -108,7 +108,11 @@ fn d_hnsw_on_a_backed_memory_node_recovers_exactly_from_simulated_crashes() {
 /// rebuild's write is torn the other way over the same area: too rare for
 /// 60 rounds; `locks.rs`'s `a_torn_intent_is_cleared_at_the_next_take_over`
 /// shows it needed, and the 1,000-round test above met that loss as a failed
-/// open before it was added.)
+/// open before it was added. Likewise `dhnsw.map.untorn`, whose loss shows
+/// only when a claim cut short by one crash and the next claim of the same
+/// bucket cut short by the next are both torn: `locks.rs`'s
+/// `the_recovery_zeroes_values_in_buckets_without_a_key`; the 1,000-round
+/// test met it as an unacknowledged write coming back.)
 #[test]
 fn mutation_check_d_hnsw_detects_every_flush_site() {
     let out = mutation_outcomes_with("d-hnsw", Params::new(), None, Some(60));
@@ -118,6 +122,7 @@ fn mutation_check_d_hnsw_detects_every_flush_site() {
             m.0.starts_with("region:dhnsw.")
                 && !m.0.starts_with("region:dhnsw.build")
                 && m.0 != "region:dhnsw.intent.drop"
+                && m.0 != "region:dhnsw.map.untorn"
         })
         .filter(|m| m.2 == 0)
         .collect();

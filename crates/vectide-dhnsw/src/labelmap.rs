@@ -518,6 +518,41 @@ impl LabelMap {
     }
 }
 
+impl LabelMap {
+    /// Zeroes, durably, the value word of every bucket without a key.
+    /// A claim writes a bucket's key unFLUSHed and its first value FLUSHed
+    /// with it; a crash in between may keep the value's cache line in part
+    /// (the value, not the key). Such a value names a node of a write the
+    /// crash cut short; left standing, the next label to claim the bucket
+    /// would find it there, and a crash that kept that claim's key but not
+    /// its value would name the cut-short write's node for that label. Run
+    /// by the recovery after a restart, before any writer claims a bucket.
+    /// Returns how many buckets it zeroed.
+    pub fn clear_keyless(
+        &self,
+        mem: &dyn RemoteMemory,
+        site: vectide_remote::Site,
+    ) -> Result<usize> {
+        let bytes = crate::fetch::read_range(
+            mem,
+            self.region,
+            self.off,
+            self.off + Self::bytes_for(self.buckets),
+        )?;
+        let writes: Vec<(u64, Vec<u8>)> = bytes
+            .chunks_exact(BUCKET_BYTES as usize)
+            .enumerate()
+            .filter(|(_, kv)| word(&kv[..8]) == 0 && word(&kv[8..]) != 0)
+            .map(|(b, _)| (self.bucket_at(b as u64) + 8, vec![0u8; 8]))
+            .collect();
+        let n = writes.len();
+        if n > 0 {
+            crate::fetch::post_phases(mem, self.region, vec![(site, writes)])?;
+        }
+        Ok(n)
+    }
+}
+
 /// CAS of the word at `at`, then a FLUSH of it (site `site`), in one
 /// doorbell: the word is durable, whichever value it holds, when this
 /// returns. Returns the word found.

@@ -746,6 +746,54 @@ mod tests {
         assert_eq!(idx.get(7).unwrap().unwrap(), rows[28..32].to_vec());
     }
 
+    /// A value word in a bucket without a key (a crash kept the value of a
+    /// claim and not its key) is zeroed by the recovery: a later claim of
+    /// the bucket whose key alone a crash keeps must find the label absent,
+    /// not naming the node of the write the first crash cut short.
+    #[test]
+    fn the_recovery_zeroes_values_in_buckets_without_a_key() {
+        use crate::labelmap::{Slot, BUCKET_BYTES};
+        let (idx, _) = one_partition();
+        let dh = idx.as_any().downcast_ref::<DHnsw>().unwrap();
+        let mut guard = dh.layout.write();
+        let lay = guard.as_mut().unwrap();
+        let map = lay.map;
+        let buckets = |lay: &crate::state::Layout| {
+            crate::fetch::read_range(
+                &*dh.mem,
+                lay.region,
+                map.off,
+                map.off + map.buckets * BUCKET_BYTES,
+            )
+            .unwrap()
+        };
+        let word = |b: &[u8]| u64::from_le_bytes(b[..8].try_into().unwrap());
+        let stale = Slot::default().at(0, 5).encode();
+        let empty: Vec<u64> = buckets(lay)
+            .chunks_exact(BUCKET_BYTES as usize)
+            .enumerate()
+            .filter(|(_, kv)| word(kv) == 0)
+            .map(|(b, _)| b as u64)
+            .collect();
+        assert!(empty.len() > 10);
+        for &b in &empty {
+            dh.mem
+                .write(lay.region, map.value_at(b), &stale.to_le_bytes())
+                .unwrap();
+        }
+        dh.recover_orphans(lay).unwrap();
+        let after = buckets(lay);
+        for &b in &empty {
+            let kv = &after[(b * BUCKET_BYTES) as usize..][..BUCKET_BYTES as usize];
+            assert_eq!((word(kv), word(&kv[8..])), (0, 0), "bucket {b}");
+        }
+        drop(guard);
+        // A new label claims one of them and is where its write put it.
+        idx.insert(2, &[1000], &[7.0, 7.0, 7.0, 7.0]).unwrap();
+        assert_eq!(idx.get(1000).unwrap().unwrap(), vec![7.0; 4]);
+        assert!(idx.check_structure().unwrap().is_empty());
+    }
+
     /// An image read before the recovery a restart calls for holds its
     /// partitions to nothing: a torn line may pair an even state word with
     /// a map the writer inside had not finished changing. Checked as it

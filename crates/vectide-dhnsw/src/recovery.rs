@@ -9,7 +9,8 @@
 //!
 //! The header's boot word says in which of the node's boots the region was
 //! last put right. The first compute node to see it behind the node's boot
-//! marks it (CAS, FLUSHed) and puts the region right: the free table's lock
+//! marks it (CAS, FLUSHed) and puts the region right: the values a crash
+//! left in label-map buckets without a key zeroed; the free table's lock
 //! given back; every partition taken (over, when held), its intent folded,
 //! its labels reconciled with the map (`locks.rs`), published; the counts
 //! recounted; then the boot word set to the node's boot. Writers check the
@@ -141,6 +142,10 @@ impl DHnsw {
 
     /// The recovery itself.
     fn recover(&self, lay: &mut Layout) -> Result<()> {
+        // Values the restart left in buckets without a key (a claim it cut
+        // short), zeroed before any writer claims a bucket.
+        lay.map
+            .clear_keyless(&*self.mem, crate::sites::MAP_UNTORN)?;
         // The free table's lock: held by a write the restart cut short.
         let free = self.read_word(lay, FREE_LOCK_AT)?;
         if free % 2 == 1 {

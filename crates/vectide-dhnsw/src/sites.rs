@@ -25,6 +25,9 @@ pub const REBUILD: Site = Site("dhnsw.rebuild");
 pub const REBUILD_INTENT: Site = Site("dhnsw.rebuild.intent");
 /// A partition's entry fields naming its rebuilt area.
 pub const REBUILD_ENTRY: Site = Site("dhnsw.rebuild.entry");
+/// The value words of label-map buckets without a key (a claim a crash cut
+/// short) zeroed by the recovery after a restart.
+pub const MAP_UNTORN: Site = Site("dhnsw.map.untorn");
 /// A torn (stale) intent's check word cleared by the writer or recovery
 /// that takes the partition over, before the area it names can be handed
 /// out again.
