@@ -496,4 +496,79 @@ mod tests {
             .to_string()
             .contains("unknown kind"));
     }
+
+    /// A multi collection's upsert record (two dense spaces and a sparse
+    /// one; points carrying some of them) round-trips; every truncation is
+    /// an error; no single-byte change panics (each decodes to an error or
+    /// to some operation), and the ones that break its structure are
+    /// named.
+    #[test]
+    fn multi_records_round_trip_and_damage_never_panics() {
+        let shape = Shape {
+            dense: vec![2, 3],
+            sparse: 1,
+        };
+        let a = VectorValue::Dense(vec![1.0, 2.0]);
+        let b3 = VectorValue::Dense(vec![3.0, 4.0, 5.0]);
+        let sp = VectorValue::Sparse(SparseVector::new(vec![4, 90], vec![0.5, -1.5]).unwrap());
+        let rows = vec![
+            MultiRow {
+                id: 1,
+                ext: ExtId::Num(1),
+                vectors: vec![(0, &a), (2, &sp)],
+                payload: json!({"t": "x"}),
+            },
+            MultiRow {
+                id: 2,
+                ext: ExtId::Str("two".into()),
+                vectors: vec![(1, &b3)],
+                payload: Value::Null,
+            },
+        ];
+        let (rec, op) = encode_upsert_multi(8, &shape, 2, rows.into_iter());
+        let back = decode_for(&rec, 0, Some(&shape)).unwrap();
+        assert_eq!(
+            (back.seq, back.kind, back.ids.clone()),
+            (8, OP_UPSERT, vec![1, 2])
+        );
+        assert_eq!(format!("{:?}", back.changes), format!("{:?}", op.changes));
+        assert_eq!(format!("{:?}", back.spaces), format!("{:?}", op.spaces));
+        for cut in 0..rec.len() {
+            assert!(
+                decode_for(&rec[..cut], 0, Some(&shape)).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut named = 0;
+        for i in 0..rec.len() {
+            for x in [0x01u8, 0x80, 0xff] {
+                let mut bad = rec.clone();
+                bad[i] ^= x;
+                if decode_for(&bad, 0, Some(&shape)).is_err() {
+                    named += 1;
+                }
+            }
+        }
+        assert!(
+            named > rec.len(),
+            "{named} of {} changes refused",
+            3 * rec.len()
+        );
+        // A space out of order or past the collection's is refused by name.
+        let mut bad = rec.clone();
+        let tail_at = rec.len() - record::decode(&rec, 0).unwrap().tail.len();
+        let mut head = Vec::new();
+        ExtId::Num(1).encode(&mut head);
+        put_json(&mut head, &json!({"t": "x"}));
+        // The first point's external id and payload, its count of spaces,
+        // then its first space number.
+        let first_space = tail_at + head.len() + 2;
+        assert_eq!(
+            u16::from_le_bytes([bad[first_space], bad[first_space + 1]]),
+            0
+        );
+        bad[first_space] = 7;
+        let e = decode_for(&bad, 0, Some(&shape)).unwrap_err().to_string();
+        assert!(e.contains("names space 7"), "{e}");
+    }
 }
