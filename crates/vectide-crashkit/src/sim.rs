@@ -248,7 +248,6 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The files under `dir` with their sizes (for messages).
 /// With `VECTIDE_CRASH_KEEP=DIR`, a copy of an image that failed to open
 /// goes to `DIR/round-N` (to open it again under a debugger); returns a
 /// note saying where, or nothing.
@@ -301,6 +300,7 @@ fn keep_before(dir: &Path) {
     let _ = copy_tree(dir, &cur);
 }
 
+/// The files under `dir` with their sizes (for messages).
 fn listing(dir: &Path) -> Vec<(String, u64)> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(dir) {

@@ -539,17 +539,41 @@ impl LabelMap {
             self.off,
             self.off + Self::bytes_for(self.buckets),
         )?;
-        let writes: Vec<(u64, Vec<u8>)> = bytes
+        let stale: Vec<(u64, u64)> = bytes
             .chunks_exact(BUCKET_BYTES as usize)
             .enumerate()
             .filter(|(_, kv)| word(&kv[..8]) == 0 && word(&kv[8..]) != 0)
-            .map(|(b, _)| (self.bucket_at(b as u64) + 8, vec![0u8; 8]))
+            .map(|(b, kv)| (b as u64, word(&kv[8..])))
             .collect();
-        let n = writes.len();
-        if n > 0 {
-            crate::fetch::post_phases(mem, self.region, vec![(site, writes)])?;
+        // By CAS from the value read, each FLUSHed: a claim that came in
+        // between (a writer of a lease taken over meanwhile) keeps its own.
+        for chunk in stale.chunks(CHAIN / 2) {
+            let mut wrs: Vec<Verb> = Vec::with_capacity(2 * chunk.len());
+            for &(b, v) in chunk {
+                wrs.push(Verb::Cas {
+                    region: self.region.id,
+                    offset: self.value_at(b),
+                    expect: v,
+                    new: 0,
+                });
+            }
+            for &(b, _) in chunk {
+                wrs.push(Verb::Flush {
+                    region: self.region.id,
+                    offset: self.bucket_at(b),
+                    len: BUCKET_BYTES,
+                    site,
+                });
+            }
+            for (i, c) in mem.post(&wrs)?.into_iter().enumerate() {
+                if i < chunk.len() {
+                    c.into_word()?;
+                } else {
+                    c.into_done()?;
+                }
+            }
         }
-        Ok(n)
+        Ok(stale.len())
     }
 }
 

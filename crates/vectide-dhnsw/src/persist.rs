@@ -432,27 +432,25 @@ pub(crate) fn attach(idx: &mut DHnsw) -> Result<bool> {
 }
 
 fn attach_once(idx: &mut DHnsw) -> Result<bool> {
-    let Some((lay, locs)) = find_region(idx)? else {
+    let Some((mut lay, mut locs, loose)) = find_region(idx)? else {
         return Ok(false);
     };
-    let mut lay = lay;
     // A memory node restarted since the region was last put right: put
-    // right first (the labels read before are read again after).
-    let mut locs = if idx.recover_if_restarted(&mut lay)? {
+    // right first (by this node, or another one waited for), then the
+    // labels read again, strictly.
+    if idx.recover_if_restarted(&mut lay)? || loose {
         match find_region(idx)? {
-            Some((l, locs)) => {
+            Some((l, fresh, _)) => {
                 lay = l;
-                locs
+                locs = fresh;
             }
             None => return Ok(false),
         }
-    } else {
-        locs
-    };
+    }
     if idx.params.lease.is_some() {
         idx.take_lease(&mut lay)?;
         // Labels as the region holds them once put right.
-        if let Some((l, fresh)) = find_region(idx)? {
+        if let Some((l, fresh, _)) = find_region(idx)? {
             lay = l;
             locs = fresh;
         }
@@ -473,7 +471,10 @@ fn attach_once(idx: &mut DHnsw) -> Result<bool> {
 /// the `NAME~N` its writers moved it to), read and checked: its layout and
 /// the labels its map names. `None`: no such region.
 /// A region found and read: its layout and the labels its map names.
-type Attached = (Layout, Vec<(u64, Loc)>);
+/// The third field: read before the recovery its memory node's restart
+/// calls for (every partition taken as busy, its labels unchecked): the
+/// caller puts the region right and reads it again.
+type Attached = (Layout, Vec<(u64, Loc)>, bool);
 
 fn find_region(idx: &DHnsw) -> Result<Option<Attached>> {
     let Some(name) = idx.params.region.clone() else {
@@ -541,7 +542,7 @@ fn find_region(idx: &DHnsw) -> Result<Option<Attached>> {
     // change between the reads): what does not check out is read again a
     // few times before it counts as damage.
     let mut tries = 0;
-    let (header, table, meta, locs) = loop {
+    let ((header, table, meta, locs), loose) = loop {
         let head = idx.mem.read(region, 0, HEADER_BYTES as u32)?;
         let end = Header::decode(&head, region.size).map_or(h.alloc_end, |h| h.alloc_end);
         let image = crate::fetch::read_range(&*idx.mem, region, 0, end)?;
@@ -552,7 +553,7 @@ fn find_region(idx: &DHnsw) -> Result<Option<Attached>> {
             .and_then(|b| Header::decode(b, region.size).ok())
             .is_some_and(|h| !idx.boot_current(h.boot));
         match decode_image_as(&image, idx.dim, 0, restarted) {
-            Ok(x) => break x,
+            Ok(x) => break (x, restarted),
             Err(Error::Corrupted(_)) if tries < 8 => {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(5 << tries));
@@ -563,6 +564,7 @@ fn find_region(idx: &DHnsw) -> Result<Option<Attached>> {
     Ok(Some((
         Layout::with_meta(region, name, header, table, meta),
         locs,
+        loose,
     )))
 }
 
@@ -574,9 +576,20 @@ impl DHnsw {
         if self.params.memnode.is_none() || self.params.region.is_none() {
             return Ok(false);
         }
-        let Some((lay, locs)) = find_region(self)? else {
+        let Some((mut lay, mut locs, loose)) = find_region(self)? else {
             return Ok(false);
         };
+        if loose {
+            // Its memory node restarted: put right, then read again.
+            self.recover_if_restarted(&mut lay)?;
+            match find_region(self)? {
+                Some((l, fresh, _)) => {
+                    lay = l;
+                    locs = fresh;
+                }
+                None => return Ok(false),
+            }
+        }
         let mut guard = self.layout.write();
         if guard.as_ref().is_some_and(|l| l.name == lay.name) {
             return Ok(false);
@@ -614,7 +627,10 @@ pub fn inspect_region(addr: &str, name: &str, timeout_ms: u64) -> Result<Vec<(St
     let head = mem.read(region, 0, HEADER_BYTES.min(region.size) as u32)?;
     let h = Header::decode(&head, region.size)?;
     let image = crate::fetch::read_range(&mem, region, 0, h.alloc_end)?;
-    let (_, table, _, locs) = decode_image(&image, h.dim as usize, 0)?;
+    // Not yet put right after its memory node restarted: its partitions
+    // are read as busy (see `decode_image_as`).
+    let restarted = !crate::recovery::boot_is_current(&mem, h.boot);
+    let (_, table, _, locs) = decode_image_as(&image, h.dim as usize, 0, restarted)?;
     let mut rows = vec![
         ("engine", "d-hnsw".to_string()),
         ("memnode", addr.to_string()),

@@ -26,6 +26,12 @@ use vectide_core::Result;
 /// The boot number's bits in the boot word.
 const BOOT_BITS: u64 = (1 << 48) - 1;
 
+/// Whether the boot word `word` says a region of `mem` is put right for
+/// the memory node's current boot.
+pub(crate) fn boot_is_current(mem: &dyn vectide_remote::RemoteMemory, word: u64) -> bool {
+    word == mem.boot() & BOOT_BITS
+}
+
 impl DHnsw {
     /// Before a call: when the memory node's boot moved since this node
     /// last saw the region put right (a restart), puts it right (or waits
@@ -54,7 +60,7 @@ impl DHnsw {
     /// Whether the boot word `word` says the region is put right for the
     /// memory node's current boot.
     pub(crate) fn boot_current(&self, word: u64) -> bool {
-        word == self.mem.boot() & BOOT_BITS
+        boot_is_current(&*self.mem, word)
     }
 
     /// Puts `lay`'s region right if its memory node restarted since it was

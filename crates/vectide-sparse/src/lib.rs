@@ -99,6 +99,37 @@ mod tests {
     }
 
     #[test]
+    fn a_search_a_panicking_filter_cut_short_leaves_no_trace() {
+        let mut x = SparseIndex::new(Modifier::None);
+        for d in 0..5_000u64 {
+            x.upsert(
+                1,
+                d,
+                sv(&[(d % 11) as u32, 20], &[1.0 + (d % 17) as f32, 0.25]),
+            );
+        }
+        let q = sv(&[1, 2, 20], &[1.0, 3.0, 1.0]);
+        let asc = |a: u64, b: u64| a.cmp(&b);
+        // The filter fails at its first call, while the query's sums are
+        // in the thread's array (no list is short enough for a seed).
+        let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            x.search(&q, 50, &|_| panic!("a filter that fails"), &asc)
+        }));
+        assert!(cut.is_err());
+        // The same thread's next search (of another term) works as on a
+        // fresh thread, read for read.
+        let q2 = sv(&[3], &[1.0]);
+        let here = x.search(&q2, 50, &|_| true, &asc);
+        let fresh = std::thread::scope(|s| {
+            s.spawn(|| x.search(&q2, 50, &|_| true, &asc))
+                .join()
+                .unwrap()
+        });
+        assert_eq!(here, fresh);
+        assert_eq!(here.0, x.search_scan(&q2, 50, &|_| true, &asc));
+    }
+
+    #[test]
     fn an_idf_weight_past_f32_is_clamped() {
         let mut x = SparseIndex::new(Modifier::Idf);
         x.upsert(1, 0, sv(&[1], &[1.0]));

@@ -236,6 +236,11 @@ impl Acc<'_> {
     }
 }
 
+/// Document numbers past which the search accumulates in a hash map
+/// rather than in its per-thread array (9 bytes per number, kept by each
+/// thread that searched): 2²² numbers, 36 MiB.
+const MAX_DENSE: usize = 1 << 22;
+
 /// The scratch a thread's searches reuse (the dense accumulator).
 #[derive(Default)]
 struct Scratch {
@@ -403,10 +408,13 @@ impl SparseIndex {
         }
         // The rounding of partial sums in another order than the exact
         // score's: a fraction of the largest magnitudes they can sum.
-        let slack = 1e-12 * (prefix[cursors.len()] - lows[cursors.len()]);
-        let dense = self
-            .max_doc
-            .is_some_and(|m| usize::try_from(m).is_ok_and(|m| m <= 4 * self.docs.len() + 4096));
+        // (Each order's f64 sum is off by at most (n − 1)·2⁻⁵³ of the
+        // magnitudes; 1e-12 of them covers short queries with room.)
+        let magnitude = prefix[cursors.len()] - lows[cursors.len()];
+        let slack = magnitude * (1e-12f64).max(4.0 * (cursors.len() as f64 + 1.0) * f64::EPSILON);
+        let dense = self.max_doc.is_some_and(|m| {
+            usize::try_from(m).is_ok_and(|m| m < MAX_DENSE && m <= 4 * self.docs.len() + 4096)
+        });
         {
             let Scratch {
                 sums,
@@ -414,6 +422,12 @@ impl SparseIndex {
                 touched,
                 lower,
             } = scratch;
+            // Left dirty by a search a panicking callback cut short.
+            for &d in touched.iter() {
+                sums[d as usize] = 0.0;
+                seen[d as usize] = false;
+            }
+            touched.clear();
             let mut acc = if dense {
                 let n = self.max_doc.map_or(0, |m| m as usize + 1);
                 if sums.len() < n {
