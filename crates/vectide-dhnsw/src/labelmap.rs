@@ -499,16 +499,21 @@ impl LabelMap {
         }
     }
 
-    /// Every bucket with a key: (label, value), read in large READs (a
-    /// rebuild, a structure check, an attaching node's count).
-    pub fn scan(&self, mem: &dyn RemoteMemory) -> Result<Vec<(u64, Slot)>> {
-        let bytes = crate::fetch::read_range(
+    /// Every bucket's bytes, in large READs.
+    fn read_all(&self, mem: &dyn RemoteMemory) -> Result<Vec<u8>> {
+        crate::fetch::read_range(
             mem,
             self.region,
             self.off,
             self.off + Self::bytes_for(self.buckets),
-        )?;
-        Ok(bytes
+        )
+    }
+
+    /// Every bucket with a key: (label, value), read in large READs (a
+    /// rebuild, a structure check, an attaching node's count).
+    pub fn scan(&self, mem: &dyn RemoteMemory) -> Result<Vec<(u64, Slot)>> {
+        Ok(self
+            .read_all(mem)?
             .chunks_exact(BUCKET_BYTES as usize)
             .filter_map(|kv| {
                 let k = word(&kv[..8]);
@@ -533,13 +538,8 @@ impl LabelMap {
         mem: &dyn RemoteMemory,
         site: vectide_remote::Site,
     ) -> Result<usize> {
-        let bytes = crate::fetch::read_range(
-            mem,
-            self.region,
-            self.off,
-            self.off + Self::bytes_for(self.buckets),
-        )?;
-        let stale: Vec<(u64, u64)> = bytes
+        let stale: Vec<(u64, u64)> = self
+            .read_all(mem)?
             .chunks_exact(BUCKET_BYTES as usize)
             .enumerate()
             .filter(|(_, kv)| word(&kv[..8]) == 0 && word(&kv[8..]) != 0)

@@ -217,22 +217,8 @@ impl Acc<'_> {
 
     /// The touched documents and their sums, leaving the array zeroed.
     fn drain_into(&mut self, out: &mut Vec<(f64, u64)>) {
-        match self {
-            Acc::Dense {
-                sums,
-                seen,
-                touched,
-            } => {
-                for &d in touched.iter() {
-                    let i = d as usize;
-                    out.push((sums[i], d));
-                    sums[i] = 0.0;
-                    seen[i] = false;
-                }
-                touched.clear();
-            }
-            Acc::Map(m) => out.extend(m.drain().map(|(d, x)| (x, d))),
-        }
+        self.copy_into(out);
+        self.clear();
     }
 }
 
