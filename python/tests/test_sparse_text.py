@@ -23,17 +23,31 @@ def test_words_and_indices_are_deterministic():
 
 
 def test_document_and_query_weights():
-    enc = Bm25().fit(["a b c d", "a a"])  # avglen 3
-    v = enc.document("a a b")
-    tf, dl = {term_index("a"): 2, term_index("b"): 1}, 3
+    enc = Bm25().fit(["x y z w", "x x"])  # avglen 3
+    v = enc.document("x x y")
+    tf, dl = {term_index("x"): 2, term_index("y"): 1}, 3
     for i, x in zip(v["indices"], v["values"]):
         f = tf[i]
         assert x == pytest.approx(f * 2.2 / (f + 1.2 * (0.25 + 0.75 * dl / 3)))
     assert v["indices"] == sorted(v["indices"])
-    q = enc.query("b A a")
-    assert sorted(q["indices"]) == sorted({term_index("a"), term_index("b")}) and q["values"] == [1.0, 1.0]
+    q = enc.query("y X x")
+    assert sorted(q["indices"]) == sorted({term_index("x"), term_index("y")}) and q["values"] == [1.0, 1.0]
     with pytest.raises(ValueError):
         Bm25(b=2)
+
+
+def test_stop_words_are_left_out_unless_asked_for():
+    enc = Bm25().fit(["the rust compiler", "a borrow checker is strict"])  # avglen 2.5 words kept
+    assert enc.avglen == 2.5
+    assert enc.document("The Rust compiler") == enc.document("rust compiler")
+    assert enc.query("what is the") == {"indices": [], "values": []}
+    assert enc.query("The rust") == enc.query("rust")
+    every = Bm25(stopwords=()).fit(["the rust compiler"])
+    assert every.avglen == 3 and term_index("the") in every.query("the rust")["indices"]
+    custom = Bm25(stopwords=["Rust"])
+    assert custom.query("rust the") == {"indices": [term_index("the")], "values": [1.0]}
+    with pytest.raises(TypeError, match="stopwords"):
+        Bm25(stopwords="the")
 
 
 def test_idf_modifier_makes_the_dot_product_bm25(tmp_path):

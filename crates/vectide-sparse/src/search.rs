@@ -24,6 +24,13 @@
 //!    partial sum, keeping the best `k`: the threshold rises with them,
 //!    and the first document that cannot reach it ends the pass.
 //!
+//! When the essential lists after the seed still hold more than half the
+//! query's postings (short lists all, as on text without its stop words;
+//! or the first answers wanted are many), pruning would save little and
+//! scoring costs random reads: every list is added instead, in term order,
+//! which makes each sum the exact score, and the best `k` are taken from
+//! the sums ([`exhaustive`]).
+//!
 //! The answer is the same as scoring every document that shares a term
 //! with the query: only documents that provably cannot enter are skipped
 //! (bounds are compared with a margin for f64 rounding, see [`floor`]).
@@ -53,6 +60,7 @@ pub struct SearchStats {
 }
 
 struct Cursor<'a> {
+    term: u32,
     list: &'a PostingList,
     q: f64,
     /// The most its term can add to a score (never below 0).
@@ -115,11 +123,12 @@ fn seed_budget(total: usize, k: usize) -> usize {
 
 /// Per-document partial sums of one search.
 enum Acc<'s> {
-    /// Indexed by document number, with the documents touched listed (the
-    /// array is all zeros between searches).
+    /// Indexed by document number, with the documents touched marked in a
+    /// bitset (small enough to stay in the first-level cache) and listed
+    /// (the array and the bitset are all zeros between searches).
     Dense {
         sums: &'s mut Vec<f64>,
-        seen: &'s mut Vec<bool>,
+        seen: &'s mut Vec<u64>,
         touched: &'s mut Vec<u64>,
     },
     Map(HashMap<u64, f64>),
@@ -136,14 +145,20 @@ impl Acc<'_> {
                 touched,
             } => {
                 let (sums, seen) = (sums.as_mut_slice(), seen.as_mut_slice());
+                // Written at the end unconditionally and kept when new (no
+                // branch to mispredict).
+                let mut len = touched.len();
+                touched.resize(len + list.len(), 0);
+                let out = touched.as_mut_slice();
                 for (&d, &w) in pairs {
                     let i = d as usize;
-                    if !seen[i] {
-                        seen[i] = true;
-                        touched.push(d);
-                    }
+                    let (word, bit) = (i >> 6, 1u64 << (i & 63));
+                    out[len] = d;
+                    len += usize::from(seen[word] & bit == 0);
+                    seen[word] |= bit;
                     sums[i] += q * f64::from(w);
                 }
+                touched.truncate(len);
             }
             Acc::Map(m) => {
                 for (&d, &w) in pairs {
@@ -162,7 +177,7 @@ impl Acc<'_> {
                 let (sums, seen) = (sums.as_mut_slice(), seen.as_slice());
                 for (&d, &w) in pairs {
                     let i = d as usize;
-                    if seen[i] {
+                    if seen[i >> 6] & (1u64 << (i & 63)) != 0 {
                         sums[i] += q * f64::from(w);
                     }
                 }
@@ -187,14 +202,25 @@ impl Acc<'_> {
         }
     }
 
-    /// The touched documents and their sums, kept.
-    fn copy_into(&self, out: &mut Vec<(f64, u64)>) {
+    /// Calls `f` with each touched document's sum and number.
+    fn for_each(&self, mut f: impl FnMut(f64, u64)) {
         match self {
             Acc::Dense { sums, touched, .. } => {
-                out.extend(touched.iter().map(|&d| (sums[d as usize], d)));
+                for &d in touched.iter() {
+                    f(sums[d as usize], d);
+                }
             }
-            Acc::Map(m) => out.extend(m.iter().map(|(&d, &x)| (x, d))),
+            Acc::Map(m) => {
+                for (&d, &x) in m {
+                    f(x, d);
+                }
+            }
         }
+    }
+
+    /// The touched documents and their sums, kept.
+    fn copy_into(&self, out: &mut Vec<(f64, u64)>) {
+        self.for_each(|x, d| out.push((x, d)));
     }
 
     /// Zeroes the array (forgets every document).
@@ -204,13 +230,7 @@ impl Acc<'_> {
                 sums,
                 seen,
                 touched,
-            } => {
-                for &d in touched.iter() {
-                    sums[d as usize] = 0.0;
-                    seen[d as usize] = false;
-                }
-                touched.clear();
-            }
+            } => zero_dense(sums, seen, touched),
             Acc::Map(m) => m.clear(),
         }
     }
@@ -222,16 +242,31 @@ impl Acc<'_> {
     }
 }
 
+/// Zeroes the touched documents' sums and bits: one by one when they are
+/// few, the whole arrays at once (sequential writes) when they are many.
+fn zero_dense(sums: &mut [f64], seen: &mut [u64], touched: &mut Vec<u64>) {
+    if touched.len() >= sums.len() / 16 {
+        sums.fill(0.0);
+        seen.fill(0);
+    } else {
+        for &d in touched.iter() {
+            sums[d as usize] = 0.0;
+            seen[d as usize >> 6] = 0;
+        }
+    }
+    touched.clear();
+}
+
 /// Document numbers past which the search accumulates in a hash map
-/// rather than in its per-thread array (9 bytes per number, kept by each
-/// thread that searched): 2²² numbers, 36 MiB.
+/// rather than in its per-thread array (8 bytes and a bit per number, kept
+/// by each thread that searched): 2²² numbers, 32.5 MiB.
 const MAX_DENSE: usize = 1 << 22;
 
 /// The scratch a thread's searches reuse (the dense accumulator).
 #[derive(Default)]
 struct Scratch {
     sums: Vec<f64>,
-    seen: Vec<bool>,
+    seen: Vec<u64>,
     touched: Vec<u64>,
     lower: Vec<(f64, u64)>,
 }
@@ -334,6 +369,122 @@ fn kth_lower(
     None
 }
 
+/// Every list added, in term order, so that each document's sum is its
+/// exact score (the products of [`SparseVector::dot`], summed in its
+/// order: the same bits); the best `k` accepted, taken in decreasing score
+/// so that `accept` is asked about the documents that would enter only.
+///
+/// One pass over the sums keeps the `4k + 16` largest (a buffer cut back
+/// to them whenever it doubles, its cut rising). That is the answer when
+/// the `k`-th accepted one's score is above the first one left out; when
+/// the filter refuses too many for that, every sum is taken, a growing
+/// slice at a time.
+fn exhaustive(
+    acc: &mut Acc<'_>,
+    lower: &mut Vec<(f64, u64)>,
+    cursors: &mut [Cursor<'_>],
+    k: usize,
+    accept: &dyn Fn(u64) -> bool,
+    tie: &dyn Fn(u64, u64) -> Ordering,
+    stats: &mut SearchStats,
+) -> Vec<(u64, f32)> {
+    cursors.sort_unstable_by_key(|c| c.term);
+    for c in cursors.iter() {
+        stats.read += c.list.len();
+        acc.add_list(c.list, c.q);
+    }
+    let desc = |a: &(f64, u64), b: &(f64, u64)| b.0.total_cmp(&a.0);
+    let m = 4 * k + 16;
+    lower.clear();
+    let (mut cut, mut complete) = (f64::NEG_INFINITY, true);
+    acc.for_each(|x, d| {
+        if x >= cut {
+            lower.push((x, d));
+            if lower.len() == 2 * m {
+                lower.select_nth_unstable_by(m - 1, desc);
+                lower.truncate(m);
+                cut = lower[m - 1].0;
+                complete = false;
+            }
+        }
+    });
+    let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
+    if !take_best(lower, k, accept, tie, &mut heap, stats) && !complete {
+        // The filter refused too many of the best: all of them, then.
+        heap.clear();
+        lower.clear();
+        acc.copy_into(lower);
+        let (mut start, mut take) = (0, m);
+        while start < lower.len() {
+            let rest = &mut lower[start..];
+            let n = take.min(rest.len());
+            if n < rest.len() {
+                rest.select_nth_unstable_by(n - 1, desc);
+            }
+            if take_best(&mut rest[..n], k, accept, tie, &mut heap, stats) {
+                break;
+            }
+            start += n;
+            take = take.saturating_mul(4);
+        }
+    }
+    acc.clear();
+    lower.clear();
+    let mut out: Vec<Held<'_>> = heap.into_vec();
+    out.sort();
+    out.into_iter().map(|h| (h.doc, h.score)).collect()
+}
+
+/// Offers the documents of `cands` (sums and numbers; sorted here, best
+/// first) to `heap`, the best `k` accepted so far, stopping at the first
+/// whose score is below the `k`-th: `true` when it stopped so (no document
+/// whose sum is at most the last one offered can enter).
+fn take_best<'t>(
+    cands: &mut [(f64, u64)],
+    k: usize,
+    accept: &dyn Fn(u64) -> bool,
+    tie: &'t dyn Fn(u64, u64) -> Ordering,
+    heap: &mut std::collections::BinaryHeap<Held<'t>>,
+    stats: &mut SearchStats,
+) -> bool {
+    cands.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
+    // Decreasing sums: their f32 scores never increase.
+    for &(sum, doc) in cands.iter() {
+        let held = Held {
+            doc,
+            score: sum as f32,
+            tie,
+        };
+        if heap.len() == k && heap.peek().is_some_and(|w| held.score < w.score) {
+            return true;
+        }
+        offer(heap, held, k, accept, stats);
+    }
+    false
+}
+
+/// Offers `held` to `heap`, the best `k` accepted so far; `accept` is
+/// asked only when it would enter.
+fn offer<'t>(
+    heap: &mut std::collections::BinaryHeap<Held<'t>>,
+    held: Held<'t>,
+    k: usize,
+    accept: &dyn Fn(u64) -> bool,
+    stats: &mut SearchStats,
+) {
+    if heap.len() == k && heap.peek().is_some_and(|w| held.rank(w) != Ordering::Less) {
+        return;
+    }
+    stats.filtered += 1;
+    if !accept(held.doc) {
+        return;
+    }
+    heap.push(held);
+    if heap.len() > k {
+        heap.pop();
+    }
+}
+
 impl SparseIndex {
     /// The `k` documents with the largest dot product with `query` (after
     /// the index's modifier) among those `accept` admits, best first, ties
@@ -375,6 +526,7 @@ impl SparseIndex {
                 let list = self.lists.get(t)?;
                 let q = f64::from(w);
                 Some(Cursor {
+                    term: *t,
                     list,
                     q,
                     bound: list.list_bound(q).max(0.0),
@@ -409,16 +561,12 @@ impl SparseIndex {
                 lower,
             } = scratch;
             // Left dirty by a search a panicking callback cut short.
-            for &d in touched.iter() {
-                sums[d as usize] = 0.0;
-                seen[d as usize] = false;
-            }
-            touched.clear();
+            zero_dense(sums, seen, touched);
             let mut acc = if dense {
                 let n = self.max_doc.map_or(0, |m| m as usize + 1);
                 if sums.len() < n {
                     sums.resize(n, 0.0);
-                    seen.resize(n, false);
+                    seen.resize(n.div_ceil(64), 0);
                 }
                 Acc::Dense {
                     sums,
@@ -454,6 +602,13 @@ impl SparseIndex {
                 while ne < cursors.len() && prefix[ne + 1] < floor(t) - slack {
                     ne += 1;
                 }
+            }
+            let essential: usize = cursors[ne..].iter().map(|c| c.list.len()).sum();
+            if theta.is_none() || essential > total / 2 {
+                // The pruning would save little: every list is read and
+                // the sums are the scores.
+                let out = exhaustive(&mut acc, lower, &mut cursors, k, accept, tie, &mut stats);
+                return (out, stats);
             }
             for c in &cursors[ne..] {
                 stats.read += c.list.len();
@@ -510,18 +665,7 @@ impl SparseIndex {
                     continue;
                 };
                 stats.scored += 1;
-                let held = Held { doc, score, tie };
-                if heap.len() == k && heap.peek().is_some_and(|w| held.rank(w) != Ordering::Less) {
-                    continue;
-                }
-                stats.filtered += 1;
-                if !accept(doc) {
-                    continue;
-                }
-                heap.push(held);
-                if heap.len() > k {
-                    heap.pop();
-                }
+                offer(&mut heap, Held { doc, score, tie }, k, accept, &mut stats);
                 if heap.len() == k {
                     let kth = f64::from(heap.peek().map_or(f32::MIN, |h| h.score));
                     theta = Some(theta.map_or(kth, |s| s.max(kth)));
