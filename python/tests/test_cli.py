@@ -105,6 +105,37 @@ def test_pq_eval_measures_product_quantization(tmp_path, monkeypatch):
     assert bad.returncode == 1 and "m (bytes per code) must be in 1..=32" in bad.stderr
 
 
+def test_rabitq_eval_measures_the_codes(tmp_path, monkeypatch):
+    monkeypatch.setenv("VECTIDE_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("VECTIDE_PYTHON", sys.executable)
+    out_json = tmp_path / "rq.json"
+    subprocess.run(
+        [_cli(), "rabitq-eval", "--dataset", "clustered-20k-32-angular", "--bits", "1,4", "--queries", "40",
+         "--out", str(out_json)],
+        check=True, capture_output=True, text=True, env=os.environ.copy(),
+    )
+    res = json.loads(out_json.read_text())
+    assert res["benchmark"] == "rabitq-eval" and res["fastscan_kernel"] in ("scalar", "avx2", "avx512")
+    one, four = res["results"]["rabitq1"], res["results"]["rabitq4"]
+    for r in (one, four):
+        assert 0 < r["recall10_at_10"] <= r["recall10_at_100"] <= 1
+        assert r["estimates_per_s_dispatched"] > 0 and r["estimates_per_s_scalar"] > 0
+        # The bound: about 6 % of pairs outside it (ε₀ = 1.9), and it
+        # prunes rows while keeping nearly every true neighbour.
+        assert 0 < r["outside_bound"] < 0.12 and r["missed_by_bound"] < 0.05 and r["pruned_by_bound"] > 0.2
+    assert one["padded_dimension"] == 64 and one["bytes_per_vector"] == 64 // 8 + 20
+    # More bits: closer estimates and better code-only recall.
+    assert four["distance_error_random_pairs"] < one["distance_error_random_pairs"] / 3
+    assert four["recall10_at_10"] > one["recall10_at_10"]
+    assert one["recall10_at_100"] >= 0.9
+    assert set(res["summary"]) == {"rabitq1", "rabitq4"}
+    bad = subprocess.run(
+        [_cli(), "rabitq-eval", "--dataset", "clustered-20k-32-angular", "--bits", "9", "--queries", "5"],
+        capture_output=True, text=True, env=os.environ.copy(),
+    )
+    assert bad.returncode == 1 and "bits must be 1 to 8" in bad.stderr
+
+
 def test_disk_search_measures_the_long_term_index_from_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("VECTIDE_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("VECTIDE_PYTHON", sys.executable)

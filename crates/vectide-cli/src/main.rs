@@ -17,7 +17,9 @@
 //! - `vectide disk-search --dataset NAME` measures the long-term index's
 //!   beam search from the SSD (O_DIRECT);
 //! - `vectide pq-eval --dataset NAME` measures product quantization
-//!   (`vectide-quant`) on a dataset: PQ-only recall, distance error, speed.
+//!   (`vectide-quant`) on a dataset: PQ-only recall, distance error, speed;
+//!   `vectide rabitq-eval --dataset NAME` likewise RaBitQ codes (recall,
+//!   estimate error, the error bound, fast-scan speed).
 
 mod bench;
 mod crash;
@@ -26,6 +28,7 @@ mod db;
 mod disk;
 mod memnode;
 mod quant;
+mod rabitq_eval;
 mod runbook;
 
 use clap::{Parser, Subcommand};
@@ -59,6 +62,10 @@ enum Command {
     /// Product quantization on a dataset: PQ-only recall, distance error
     /// and lookup speed per code size (JSON).
     PqEval(quant::PqEvalArgs),
+    /// RaBitQ codes on a dataset: code-only recall, estimate error, how
+    /// often the error bound holds and what it prunes, fast-scan speed per
+    /// number of bits (JSON).
+    RabitqEval(rabitq_eval::RabitqEvalArgs),
     /// FreshDiskANN's long-term index on a dataset: build, write with
     /// O_DIRECT, and sweep the beam search (recall, QPS, sectors per query).
     DiskSearch(disk::DiskSearchArgs),
@@ -136,6 +143,7 @@ fn main() -> ExitCode {
             }
         },
         Command::PqEval(args) => quant::run(&args),
+        Command::RabitqEval(args) => rabitq_eval::run(&args),
         Command::DiskSearch(args) => disk::run(&args),
         Command::Engines { json } => engines(json),
         Command::Inspect {

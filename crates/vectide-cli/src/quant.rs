@@ -38,7 +38,9 @@ pub struct PqEvalArgs {
     out: Option<PathBuf>,
 }
 
-fn exact(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
+/// The exact distance under `metric` (vectors already normalised for
+/// cosine), the yardstick of the quantization evaluations.
+pub(crate) fn exact(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
     match metric {
         Metric::L2 => a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum(),
         Metric::Ip => -a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>(),
@@ -46,6 +48,7 @@ fn exact(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
+/// Normalises every `dim`-value row of `v` (zero rows are left alone).
 fn normalise(v: &mut [f32], dim: usize) {
     for row in v.chunks_mut(dim) {
         let n = row.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -55,14 +58,20 @@ fn normalise(v: &mut [f32], dim: usize) {
     }
 }
 
-pub fn run(args: &PqEvalArgs) -> Result<(), String> {
-    let mut ds = dataset::load(&args.dataset)?;
+/// The dataset and its metric, rows normalised under cosine.
+pub(crate) fn load_for_eval(name: &str) -> Result<(dataset::Dataset, Metric), String> {
+    let mut ds = dataset::load(name)?;
     let metric = ds.metric()?;
-    let dim = ds.dim;
     if metric == Metric::Cosine {
-        normalise(&mut ds.train, dim);
-        normalise(&mut ds.test, dim);
+        normalise(&mut ds.train, ds.dim);
+        normalise(&mut ds.test, ds.dim);
     }
+    Ok((ds, metric))
+}
+
+pub fn run(args: &PqEvalArgs) -> Result<(), String> {
+    let (ds, metric) = load_for_eval(&args.dataset)?;
+    let dim = ds.dim;
     let n = ds.n_train();
     let nq = args.queries.min(ds.n_test());
     if nq == 0 || ds.gt_k < 10 {

@@ -13,6 +13,10 @@
 //! - [`pq`]: product quantization: train, encode, decode, and asymmetric
 //!   distance tables computed per query ([`DistanceTable`]), whose lookups
 //!   dispatch at run time to an AVX2 gather kernel or the portable one.
+//! - [`rabitq`]: RaBitQ codes (1-bit and extended multi-bit) with the
+//!   unbiased estimator and its error bound, a fast Hadamard rotation, and
+//!   fast-scan kernels that estimate 32 codes at once (AVX-512BW, AVX2 or
+//!   the portable loop, chosen at run time).
 //!
 //! All distances inside the clustering are squared Euclidean, through
 //! `vectide_core::distance`'s dispatched kernels. Every entry point checks
@@ -24,10 +28,12 @@
 pub mod balanced;
 pub mod kmeans;
 pub mod pq;
+pub mod rabitq;
 
 pub use balanced::{balanced_kmeans, hierarchical_balanced, BalancedParams};
 pub use kmeans::{train as kmeans, Centroids, KMeansParams};
 pub use pq::{DistanceTable, PqParams, ProductQuantizer, KSUB};
+pub use rabitq::{Rabitq, RabitqParams};
 
 use vectide_core::{Error, Result};
 
