@@ -129,6 +129,28 @@ def test_engine_registry():
     assert not is_peer("vectide:hnsw") and is_peer("hnswlib")
 
 
+def test_a_vectide_engine_variant_builds_with_its_parameters():
+    pytest.importorskip("vectide._vectide")
+    import numpy as np
+
+    e = make_engine("vectide:hnsw@quantization=rabitq1@m=8")
+    assert e.name == "vectide:hnsw@quantization=rabitq1@m=8" and e.knob == "ef"
+    rng = np.random.default_rng(0)
+    train = rng.standard_normal((500, 64)).astype(np.float32)
+    e.build(train, "l2", 16, 64, 1)
+    # The variant wins over the run's m; its quantization is on.
+    assert e.params["index_params"]["quantization"] == "rabitq1" and e.params["index_params"]["m"] == 8
+    e.set_ef(64)
+    assert len(e.query(train[3], 5)) == 5
+    e.close()
+    for bad, msg in [("vectide:hnsw@quantization", "expected ENGINE@key=value"),
+                     ("vectide:hnsw@nope=1", "has no parameter 'nope'"),
+                     ("vectide:hnsw@m=x", "is not of type integer"),
+                     ("vectide:hnsw@m=8@m=9", "sets 'm' twice")]:
+        with pytest.raises(ValueError, match=msg):
+            make_engine(bad)
+
+
 def test_unknown_engine_cli(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("VECTIDE_DATA", str(tmp_path))
     assert main(["ann", "--dataset", DATASET, "--engines", "hnswlib,nope"]) == 2

@@ -35,6 +35,9 @@ pub struct HnswParams {
     pub repair_alpha: f32,
     /// Worker threads for batch calls; `None` uses rayon's global pool (all cores).
     pub threads: Option<usize>,
+    /// How searches estimate distances while they walk layer 0 (`hnsw`
+    /// only; the persistent engines stay on float32).
+    pub quantization: crate::codes::Quantization,
 }
 
 impl Default for HnswParams {
@@ -47,6 +50,7 @@ impl Default for HnswParams {
             consolidate_fraction: 0.05,
             repair_alpha: 1.0,
             threads: None,
+            quantization: crate::codes::Quantization::None,
         }
     }
 }
@@ -173,6 +177,15 @@ pub const REPAIR_ALPHA: ParamSpec = ParamSpec {
     source: "Vectide, measured under churn (see HnswParams::repair_alpha)",
 };
 
+/// `quantization`: traversal on compressed vectors.
+pub const QUANTIZATION: ParamSpec = ParamSpec {
+    name: "quantization",
+    kind: ParamKind::Choice(crate::codes::Quantization::NAMES),
+    default: "none",
+    doc: "distances while walking layer 0: none (float32) or rabitq1 (1-bit RaBitQ codes beside each list, fast scan, exact re-ranking)",
+    source: "RaBitQ (Gao & Long 2024) and SymphonyQG (Gao et al. 2025)",
+};
+
 /// The graph fields of checked parameters (other keys are left to the
 /// caller); every absent one keeps its default.
 pub fn graph_params(params: &Params) -> Result<HnswParams> {
@@ -189,6 +202,10 @@ pub fn graph_params(params: &Params) -> Result<HnswParams> {
             .float("repair_alpha")
             .map_or(d.repair_alpha, |a| a as f32),
         threads: params.usize("threads"),
+        quantization: match params.string("quantization") {
+            Some(q) => crate::codes::Quantization::parse(q)?,
+            None => d.quantization,
+        },
     };
     p.validate()?;
     Ok(p)

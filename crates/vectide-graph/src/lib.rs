@@ -13,11 +13,13 @@
 //! Used by the `hnsw` and `p-hnsw` engines; the graph engines to come
 //! (FreshVamana, d-HNSW) build on the same pieces.
 
+pub mod codes;
 pub mod core;
 pub mod graph;
 pub mod hnsw_params;
 pub mod mem;
 pub mod prune;
+pub mod qsearch;
 pub mod repair;
 pub mod search;
 pub mod slots;

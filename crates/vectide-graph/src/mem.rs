@@ -8,7 +8,10 @@
 //! - the upper lists (`level` of them, each `[count, n_0, …, n_{m-1}]`) in
 //!   a boxed slice per slot;
 //! - label (external id), the sequence number that wrote it, level, state,
-//!   and a lock taken by writers of that slot's lists.
+//!   and a lock taken by writers of that slot's lists;
+//! - with quantization on, the slot's RaBitQ code and its layer-0
+//!   neighbours' codes ([`crate::codes`]), which every layer-0 write below
+//!   keeps in step with the list.
 //!
 //! ## Concurrency protocol
 //! Neighbour lists are atomics: readers never lock, writers hold the slot's
@@ -24,6 +27,7 @@
 //! writer then links the slot with `Release` stores, and readers find it only
 //! through `Acquire` loads, so the vector is visible to them before its id is.
 
+use crate::codes::Codes;
 use crate::graph::Graph;
 use parking_lot::Mutex;
 use std::cell::UnsafeCell;
@@ -165,6 +169,8 @@ pub struct Store {
     /// miss on them per candidate cost a fifth of a query's time).
     live: Box<[AtomicU64]>,
     locks: Box<[Mutex<()>]>,
+    /// The RaBitQ codes, when the engine walks on them.
+    codes: Option<Codes>,
 }
 
 fn atomics_u32(n: usize) -> Box<[AtomicU32]> {
@@ -204,7 +210,64 @@ impl Store {
             states: atomics_u8(capacity),
             live: atomics_u64(capacity.div_ceil(64)),
             locks: (0..capacity).map(|_| Mutex::new(())).collect(),
+            codes: None,
         }
+    }
+
+    /// Turns the codes on with quantizer `rq`: every slot in use is
+    /// encoded and every layer-0 list gets its neighbours' codes. Needs
+    /// exclusive access.
+    pub fn enable_codes(&mut self, rq: vectide_quant::Rabitq) -> vectide_core::Result<()> {
+        if rq.dim() != self.dim {
+            return Err(vectide_core::Error::invalid(format!(
+                "a quantizer of dimension {} for a graph of dimension {}",
+                rq.dim(),
+                self.dim
+            )));
+        }
+        let codes = Codes::new(rq, self.m0, self.capacity);
+        for s in 0..self.capacity as u32 {
+            if self.state(s) != FREE {
+                codes.set_own(s, self.vector(s));
+            }
+        }
+        let mut ids = Vec::new();
+        for s in 0..self.capacity as u32 {
+            if self.state(s) != FREE {
+                self.neighbors_into(s, 0, &mut ids);
+                codes.write_list(s, &ids);
+            }
+        }
+        self.codes = Some(codes);
+        Ok(())
+    }
+
+    /// The codes, when on.
+    #[inline]
+    pub fn codes(&self) -> Option<&Codes> {
+        self.codes.as_ref()
+    }
+
+    /// Checks that every slot in use carries its layer-0 neighbours'
+    /// current codes (quiescent store; for tests and checks). `Err` names
+    /// the first slot that does not.
+    pub fn check_codes(&self) -> std::result::Result<(), String> {
+        let Some(c) = &self.codes else {
+            return Ok(());
+        };
+        let mut ids = Vec::new();
+        for s in 0..self.capacity as u32 {
+            if self.state(s) == FREE {
+                continue;
+            }
+            self.neighbors_into(s, 0, &mut ids);
+            if !c.list_matches(s, &ids) {
+                return Err(format!(
+                    "slot {s}: its list's codes are not its neighbours' ({ids:?})"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Bytes that [`Store::new`] allocates for `capacity` slots (before any
@@ -246,6 +309,9 @@ impl Store {
             *old = v.into_boxed_slice();
         }
         self.links0 = self.links0.grown(new_capacity * (1 + self.m0));
+        if let Some(c) = self.codes.as_mut() {
+            self.codes = Some(c.grown(new_capacity));
+        }
         extend8(&mut self.levels, new_capacity);
         extend64(&mut self.labels, new_capacity);
         extend64(&mut self.seqs, new_capacity);
@@ -276,6 +342,9 @@ impl Store {
             self.upper.get_mut(s, 1)[0] = atomics_u32(level * (1 + self.m));
         }
         self.links0[s * (1 + self.m0)].store(0, Ordering::Relaxed);
+        if let Some(c) = &self.codes {
+            c.set_own(slot, vector);
+        }
         self.levels[s].store(level as u8, Ordering::Relaxed);
         self.labels[s].store(label, Ordering::Relaxed);
         self.seqs[s].store(seq, Ordering::Relaxed);
@@ -332,8 +401,14 @@ impl Store {
         }
     }
 
-    /// Replaces a slot's list at a layer. The caller holds the slot's lock.
+    /// Replaces a slot's list at a layer (and, at layer 0, its
+    /// neighbours' codes). The caller holds the slot's lock.
     pub fn set_list(&self, slot: u32, level: usize, ids: &[u32]) {
+        if level == 0 {
+            if let Some(c) = &self.codes {
+                c.write_list(slot, &ids[..ids.len().min(self.m0)]);
+            }
+        }
         crate::graph::store_list(Store::list(self, slot, level), ids);
     }
 
@@ -346,6 +421,11 @@ impl Store {
         let n = list[0].load(Ordering::Acquire) as usize;
         if n + 1 >= list.len() {
             return false;
+        }
+        if level == 0 {
+            if let Some(c) = &self.codes {
+                c.write_entry(slot, n, id);
+            }
         }
         list[n + 1].store(id, Ordering::Release);
         list[0].store(n as u32 + 1, Ordering::Release);
@@ -407,7 +487,8 @@ impl Store {
         let upper: usize = (0..used.min(self.capacity))
             .map(|s| self.level(s as u32) * (1 + self.m) * 4)
             .sum();
-        self.capacity * per_slot + self.live.len() * 8 + upper
+        let codes = self.codes.as_ref().map_or(0, |c| c.bytes_per_slot());
+        self.capacity * (per_slot + codes) + self.live.len() * 8 + upper
     }
 
     /// Total elements in the vectors array (for tests).

@@ -24,6 +24,9 @@ pub struct Scratch {
     /// The nodes a [`search_layer_expanded`] expanded (Vamana's visited set
     /// 𝒱), in the order it expanded them.
     pub expanded: Vec<Candidate>,
+    /// The quantized search's best estimates and code scratch (`qsearch`).
+    pub est_top: TopK,
+    pub codes: crate::codes::CodeScratch,
 }
 
 /// Greedy walk at one layer: moves to the closest neighbour until none is

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use vectide_core::heap::Candidate;
 use vectide_core::validate::{copy_normalized, Checked};
 use vectide_core::{Result, Seq};
+use vectide_graph::codes::Quantization;
 use vectide_graph::mem::{Store, DELETED};
 use vectide_graph::prune::{
     backlink, draw_level, plan_links, rank_from, select_heuristic, Backlink,
@@ -15,6 +16,7 @@ use vectide_graph::prune::{
 use vectide_graph::search::Scratch;
 use vectide_graph::slots::{allocate, newer_rows, publish};
 use vectide_graph::Graph;
+use vectide_quant::{Rabitq, RabitqParams};
 
 /// Called with the number of rows done so far (for progress bars).
 pub use vectide_core::Progress;
@@ -41,6 +43,7 @@ impl Hnsw {
         if rows.is_empty() {
             return Ok(());
         }
+        self.enable_codes_from(&rows, vectors)?;
         let slots = allocate(&self.core.alloc, &self.core.store, rows.len())?;
         let store = self.core.store.read();
         let done = AtomicUsize::new(0);
@@ -76,6 +79,36 @@ impl Hnsw {
                     .into_par_iter()
                     .for_each_init(|| self.core.scratch.get(), |scratch, i| work(scratch, i))
             });
+        }
+        Ok(())
+    }
+
+    /// With quantization on and no codes yet, turns them on around the
+    /// mean of the first batch's rows (normalised as stored): the
+    /// quantizer's centroid, kept from then on (saved with the index).
+    fn enable_codes_from(&self, rows: &[usize], vectors: &[f32]) -> Result<()> {
+        if self.params.quantization == Quantization::None
+            || self.core.store.read().codes().is_some()
+        {
+            return Ok(());
+        }
+        let dim = self.core.dim;
+        let mut mean = vec![0f64; dim];
+        let mut v = Vec::with_capacity(dim);
+        for &r in rows {
+            copy_normalized(self.core.metric, &vectors[r * dim..(r + 1) * dim], &mut v);
+            for (m, x) in mean.iter_mut().zip(&v) {
+                *m += f64::from(*x);
+            }
+        }
+        let centroid = mean
+            .iter()
+            .map(|m| (m / rows.len() as f64) as f32)
+            .collect();
+        let rq = Rabitq::new(self.core.metric, centroid, RabitqParams::default())?;
+        let mut store = self.core.store.write();
+        if store.codes().is_none() {
+            store.enable_codes(rq)?;
         }
         Ok(())
     }

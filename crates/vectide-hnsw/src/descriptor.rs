@@ -8,16 +8,18 @@ use vectide_core::{
     EngineDescriptor, Knob, Metric, ParamSpec, Params, ParamsExt, Persistence, Result, VectorIndex,
 };
 use vectide_graph::hnsw_params::{
-    graph_params, CONSOLIDATE_FRACTION, EF_CONSTRUCTION, EF_SEARCH, M, REPAIR_ALPHA, SEED,
+    graph_params, CONSOLIDATE_FRACTION, EF_CONSTRUCTION, EF_SEARCH, M, QUANTIZATION, REPAIR_ALPHA,
+    SEED,
 };
 
-static PARAMS: [ParamSpec; 7] = [
+static PARAMS: [ParamSpec; 8] = [
     M,
     EF_CONSTRUCTION,
     EF_SEARCH,
     SEED,
     CONSOLIDATE_FRACTION,
     REPAIR_ALPHA,
+    QUANTIZATION,
     THREADS,
 ];
 
@@ -64,6 +66,7 @@ fn inspect(path: &Path) -> Result<Vec<(String, String)>> {
         ("m", i.m.to_string()),
         ("ef_construction", i.ef_construction.to_string()),
         ("ef_search", i.ef_search.to_string()),
+        ("quantization", i.quantization.name().to_string()),
         ("slots", i.slots.to_string()),
         ("live", i.live.to_string()),
         ("deleted_pending", i.deleted_pending.to_string()),

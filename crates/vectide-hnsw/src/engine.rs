@@ -11,7 +11,12 @@ impl VectorIndex for Hnsw {
     }
 
     fn params(&self) -> vectide_core::Params {
-        vectide_graph::hnsw_params::graph_params_out(&self.params, self.threads())
+        let mut out = vectide_graph::hnsw_params::graph_params_out(&self.params, self.threads());
+        out.insert(
+            "quantization".into(),
+            vectide_core::ParamValue::Str(self.params.quantization.name().into()),
+        );
+        out
     }
 
     /// Edges to free slots or to nodes absent from that layer, and a live

@@ -16,14 +16,22 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use vectide_core::io::{check_envelope, ByteReader};
 use vectide_core::{Error, Metric, Result, StagedSave, VectorIndex};
+use vectide_graph::codes::Quantization;
 use vectide_graph::mem::{Store, DELETED, FREE, LIVE};
+use vectide_quant::{Rabitq, RabitqParams};
 
 /// First bytes of an HNSW index file.
 pub const MAGIC: &[u8; 8] = b"VTDXHNSW";
 /// Last bytes of an HNSW index file.
 pub const END_MAGIC: &[u8; 8] = b"VTDXEND\0";
-/// The format version this build writes and reads.
+/// The format version this build writes for an index on float32 (and
+/// reads).
 pub const FORMAT_VERSION: u32 = 1;
+/// The version of a file whose index walks on RaBitQ codes: the header's
+/// first reserved byte names the quantization and the quantizer follows
+/// the header (see `docs/format-hnsw.md`). A build that knows only
+/// version 1 refuses it by its version.
+pub const FORMAT_VERSION_QUANTIZED: u32 = 2;
 const HEADER_LEN: usize = 88;
 /// Largest ratio of in-memory slot bytes to file bytes a load accepts (an
 /// index whose slots are nearly all free, e.g. after deleting everything,
@@ -37,6 +45,7 @@ const EXPANSION_FLOOR: u64 = 64 << 20;
 pub struct FileInfo {
     pub format_version: u32,
     pub metric: Metric,
+    pub quantization: Quantization,
     pub dim: usize,
     pub m: usize,
     pub ef_construction: usize,
@@ -65,9 +74,14 @@ impl Hnsw {
         self.core
             .save_staged(path, |w, store, watermark, alloc_next| {
                 let mut h = Vec::with_capacity(HEADER_LEN);
+                let quantizer = store.codes().map(|c| c.quantizer());
+                let (version, tag) = match self.params.quantization {
+                    Quantization::None => (FORMAT_VERSION, 0),
+                    q => (FORMAT_VERSION_QUANTIZED, q.tag()),
+                };
                 h.extend_from_slice(MAGIC);
-                h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-                h.extend_from_slice(&[self.core.metric as u8, 0, 0, 0]);
+                h.extend_from_slice(&version.to_le_bytes());
+                h.extend_from_slice(&[self.core.metric as u8, tag, 0, 0]);
                 h.extend_from_slice(&(self.core.dim as u32).to_le_bytes());
                 h.extend_from_slice(&(self.params.m as u32).to_le_bytes());
                 h.extend_from_slice(&(self.params.ef_construction as u32).to_le_bytes());
@@ -81,6 +95,16 @@ impl Hnsw {
                 h.extend_from_slice(&(self.len() as u64).to_le_bytes());
                 h.extend_from_slice(&self.params.consolidate_fraction.to_le_bytes());
                 debug_assert_eq!(h.len(), HEADER_LEN);
+                if version == FORMAT_VERSION_QUANTIZED {
+                    // The quantizer, once the first insert has made it.
+                    h.push(u8::from(quantizer.is_some()));
+                    if let Some(rq) = quantizer {
+                        h.extend_from_slice(&rq.seed().to_le_bytes());
+                        for x in rq.centroid() {
+                            h.extend_from_slice(&x.to_le_bytes());
+                        }
+                    }
+                }
                 vectide_graph::core::GraphCore::write_graph_file(
                     w, &h, store, alloc_next, true, END_MAGIC,
                 )
@@ -98,10 +122,55 @@ impl Hnsw {
 
     /// Parses the bytes of an index file (the fuzzable core of [`Hnsw::load`]).
     pub fn from_bytes(bytes: &[u8], threads: Option<usize>) -> Result<Self> {
-        let body = check_envelope(bytes, MAGIC, END_MAGIC, FORMAT_VERSION, HEADER_LEN, "HNSW")?;
+        let version = match bytes.get(8..12) {
+            Some(v) if v == FORMAT_VERSION_QUANTIZED.to_le_bytes() => FORMAT_VERSION_QUANTIZED,
+            _ => FORMAT_VERSION,
+        };
+        let body = check_envelope(bytes, MAGIC, END_MAGIC, version, HEADER_LEN, "HNSW")?;
         let mut r = ByteReader::new(body);
         let hdr = read_header(&mut r)?;
+        let quantization = if version == FORMAT_VERSION_QUANTIZED {
+            match Quantization::from_tag(hdr.quant_tag)? {
+                Quantization::None => {
+                    return Err(Error::corrupted(
+                        "a version-2 file (with codes) names no quantization",
+                    ))
+                }
+                q => q,
+            }
+        } else if hdr.quant_tag != 0 {
+            return Err(Error::corrupted(format!(
+                "a version-1 file (float32) names quantization tag {}",
+                hdr.quant_tag
+            )));
+        } else {
+            Quantization::None
+        };
+        let present = if quantization == Quantization::None {
+            false
+        } else {
+            match r.u8()? {
+                0 => false,
+                1 => true,
+                b => {
+                    return Err(Error::corrupted(format!(
+                        "quantizer flag {b} is not 0 or 1"
+                    )))
+                }
+            }
+        };
+        let quantizer = if !present {
+            None
+        } else {
+            let seed = r.u64()?;
+            let mut centroid = Vec::with_capacity(hdr.dim);
+            r.f32s(hdr.dim, &mut centroid)?;
+            let rq = Rabitq::new(hdr.metric, centroid, RabitqParams { bits: 1, seed })
+                .map_err(|e| Error::corrupted(format!("quantizer: {e}")))?;
+            Some(rq)
+        };
         let params = HnswParams {
+            quantization,
             m: hdr.m,
             ef_construction: hdr.ef_construction,
             ef_search: hdr.ef_search,
@@ -256,6 +325,10 @@ impl Hnsw {
             }
             _ => {}
         }
+        let mut store = store;
+        if let Some(rq) = quantizer {
+            store.enable_codes(rq)?;
+        }
         let mut idx = Hnsw::with_store(hdr.dim, hdr.metric, params, store)?;
         idx.core.restore(ids, alloc, pending, hdr.durable_seq);
         idx.entry.store(hdr.entry, Ordering::Release);
@@ -267,6 +340,7 @@ impl Hnsw {
 
 struct Header {
     metric: Metric,
+    quant_tag: u8,
     dim: usize,
     m: usize,
     ef_construction: usize,
@@ -285,7 +359,8 @@ fn read_header(r: &mut ByteReader<'_>) -> Result<Header> {
     r.bytes(8)?; // magic, checked
     r.u32()?; // version, checked
     let metric = Metric::from_tag(r.u8()?)?;
-    r.bytes(3)?;
+    let quant_tag = r.u8()?;
+    r.bytes(2)?;
     let dim = r.u32()? as usize;
     if dim == 0 || dim > 65_536 {
         return Err(Error::corrupted(format!("dimension {dim} out of range")));
@@ -303,6 +378,7 @@ fn read_header(r: &mut ByteReader<'_>) -> Result<Header> {
     let consolidate_fraction = f64::from_le_bytes(r.bytes(8)?.try_into().expect("8 bytes"));
     Ok(Header {
         metric,
+        quant_tag,
         dim,
         m,
         ef_construction,
@@ -327,8 +403,13 @@ pub fn inspect(path: &Path) -> Result<FileInfo> {
     let slots = idx.core.alloc.lock().next as usize;
     let crc_at = bytes.len() - END_MAGIC.len() - 4;
     Ok(FileInfo {
-        format_version: FORMAT_VERSION,
+        format_version: if idx.params.quantization == Quantization::None {
+            FORMAT_VERSION
+        } else {
+            FORMAT_VERSION_QUANTIZED
+        },
         metric: idx.metric(),
+        quantization: idx.params.quantization,
         dim: idx.dim(),
         m: idx.params.m,
         ef_construction: idx.params.ef_construction,

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use vectide_core::{Filter, Metric, Neighbor, Result, VectorIndex};
 use vectide_graph::core::GraphCore;
 use vectide_graph::mem::Store;
+use vectide_graph::qsearch::knn_quantized;
 pub(crate) use vectide_graph::slots::{Alloc, IdEntry};
 
 pub(crate) const NO_ENTRY: u64 = u64::MAX;
@@ -24,6 +25,26 @@ pub(crate) fn pack_entry(slot: u32, level: usize) -> u64 {
 #[inline]
 pub(crate) fn unpack_entry(word: u64) -> Option<(u32, usize)> {
     (word != NO_ENTRY).then_some(((word >> 8) as u32, (word & 0xff) as usize))
+}
+
+/// A k-NN search: on the codes when the store has them (layer 0 walked
+/// on estimates, exact re-ranking), on float32 otherwise.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn walk<A: Fn(u32) -> bool>(
+    store: &Store,
+    dist: vectide_core::metric::DistanceFn,
+    q: &[f32],
+    entry: Option<(u32, usize)>,
+    ef: usize,
+    scratch: &mut Scratch,
+    admit: A,
+) {
+    if store.codes().is_some() {
+        knn_quantized(store, dist, q, entry, ef, scratch, admit)
+    } else {
+        knn(store, dist, q, entry, ef, scratch, admit)
+    }
 }
 
 /// A volatile HNSW index (see the crate docs for the design). The state
@@ -79,6 +100,18 @@ impl Hnsw {
         &self.params
     }
 
+    /// With quantization on, checks that every list carries its
+    /// neighbours' current codes (call it with no write in flight).
+    pub fn check_codes(&self) -> std::result::Result<(), String> {
+        self.core.store.read().check_codes()
+    }
+
+    /// Whether searches walk on codes (quantization on and a first insert
+    /// made the quantizer).
+    pub fn has_codes(&self) -> bool {
+        self.core.store.read().codes().is_some()
+    }
+
     /// Searches with a prepared scratch; results go to `out`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn search_with(
@@ -93,11 +126,10 @@ impl Hnsw {
     ) {
         out.clear();
         let entry = unpack_entry(self.entry.load(Ordering::Acquire));
+        let dist = self.core.dist;
         match filter {
-            None => knn(store, self.core.dist, q, entry, ef, scratch, |s| {
-                store.is_live(s)
-            }),
-            Some(f) => knn(store, self.core.dist, q, entry, ef, scratch, |s| {
+            None => walk(store, dist, q, entry, ef, scratch, |s| store.is_live(s)),
+            Some(f) => walk(store, dist, q, entry, ef, scratch, |s| {
                 store.is_live(s) && f(store.label(s))
             }),
         }

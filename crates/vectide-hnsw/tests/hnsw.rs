@@ -360,12 +360,13 @@ fn save_load_round_trip_and_corruption_detection() {
     for len in [0, 4, 8, 50, 100, good.len() / 2, good.len() - 1] {
         assert!(Hnsw::from_bytes(&good[..len], None).is_err(), "len {len}");
     }
-    // A future version is a Version error.
-    let mut v2 = good.clone();
-    v2[8] = 2;
+    // A future version is a Version error (2 is the quantized format,
+    // tests/quantized.rs).
+    let mut v3 = good.clone();
+    v3[8] = 3;
     assert!(matches!(
-        Hnsw::from_bytes(&v2, None),
-        Err(Error::Version { found: 2, .. })
+        Hnsw::from_bytes(&v3, None),
+        Err(Error::Version { found: 3, .. })
     ));
     // Saving over a file whose directory vanished fails cleanly.
     assert!(idx.save(&dir.path().join("nope/idx")).is_err());

@@ -4,6 +4,7 @@
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use vectide_core::{Metric, SearchParams, VectorIndex};
+use vectide_graph::codes::Quantization;
 use vectide_hnsw::{Hnsw, HnswParams};
 
 const DIM: usize = 6;
@@ -67,11 +68,21 @@ fn check_exact_scan(
 }
 
 fn check(metric: Metric, ops: Vec<Op>, threads: usize) -> Result<(), TestCaseError> {
+    check_with(metric, ops, threads, Quantization::None)
+}
+
+fn check_with(
+    metric: Metric,
+    ops: Vec<Op>,
+    threads: usize,
+    quantization: Quantization,
+) -> Result<(), TestCaseError> {
     let params = HnswParams {
         m: 8,
         ef_construction: 32,
         consolidate_fraction: 0.1,
         threads: Some(threads),
+        quantization,
         ..HnswParams::default()
     };
     let mut idx = Hnsw::new(DIM, metric, params).unwrap();
@@ -111,6 +122,10 @@ fn check(metric: Metric, ops: Vec<Op>, threads: usize) -> Result<(), TestCaseErr
         check_exact_scan(&idx, metric, &oracle)?;
         let g = idx.check_graph();
         prop_assert_eq!(g.bad_edges, 0, "{:?}", g);
+        // With codes, every list carries its neighbours' current codes.
+        if let Err(e) = idx.check_codes() {
+            prop_assert!(false, "{}", e);
+        }
         // Layer 0 of HNSW is a directed graph: inserts (pruning a
         // neighbour's list, raising the entry point) can leave nodes the
         // entry point does not reach; consolidations and
@@ -192,5 +207,17 @@ proptest! {
     #[test]
     fn cosine_sequences_match_the_oracle(ops in prop::collection::vec(op(), 1..40)) {
         check(Metric::Cosine, ops, 2)?;
+    }
+
+    /// The same on RaBitQ codes: inserts, upserts, deletes, consolidations
+    /// and save/load keep every list's codes those of its neighbours, and
+    /// searches stay exact where the float search is.
+    #[test]
+    fn quantized_sequences_match_the_oracle(
+        ops in prop::collection::vec(op(), 1..40),
+        cosine in any::<bool>(),
+    ) {
+        let metric = if cosine { Metric::Cosine } else { Metric::L2 };
+        check_with(metric, ops, 2, Quantization::Rabitq1)?;
     }
 }

@@ -55,6 +55,36 @@ def vectide_descriptor(engine: str) -> Dict[str, object]:
     return desc
 
 
+def _variant(name: str, rest: str, desc: Dict[str, object]) -> Dict[str, object]:
+    """The parameters of ``vectide:ENGINE@key=value@…``, typed as the
+    registry declares them; ``ValueError`` naming a bad one."""
+    kinds = {p["name"]: str(p["type"]) for p in desc["params"]}  # type: ignore[union-attr]
+    out: Dict[str, object] = {}
+    for pair in rest.split("@"):
+        key, eq, raw = pair.partition("=")
+        if not key or not eq or not raw:
+            raise ValueError(f"engine variant {name!r}: expected ENGINE@key=value, got {pair!r}")
+        if key not in kinds or key in ("path", "threads"):
+            raise ValueError(f"engine variant {name!r}: {desc['name']} has no parameter {key!r} to vary")
+        if key in out:
+            raise ValueError(f"engine variant {name!r} sets {key!r} twice")
+        kind = kinds[key]
+        try:
+            if kind.startswith("integer"):
+                out[key] = int(raw, 0)
+            elif kind.startswith("number"):
+                out[key] = float(raw)
+            elif kind.startswith("bool"):
+                if raw not in ("true", "false"):
+                    raise ValueError(raw)
+                out[key] = raw == "true"
+            else:
+                out[key] = raw
+        except ValueError:
+            raise ValueError(f"engine variant {name!r}: {key}={raw!r} is not of type {kind}") from None
+    return out
+
+
 class VectideEngine(Engine):
     """``vectide:ENGINE``: ``vectide.Index(..., engine=ENGINE)``. Its build
     parameters and the knob a sweep varies come from the native registry
@@ -63,22 +93,28 @@ class VectideEngine(Engine):
 
     def __init__(self, engine: Optional[str] = None) -> None:
         super().__init__()
-        self.engine = engine
-        self.name = f"vectide:{engine}"
+        spec = engine
+        engine, _, rest = (engine or "").partition("@")
+        self.engine = engine or None
+        self.name = f"vectide:{spec}"
         self.index = None
         self._knob_value: Optional[int] = None
         self._takes: set = set()
         self._in_directory = False
         self._dir: Optional[str] = None
+        # A variant, ``ENGINE@key=value@…``: those parameters on top.
+        self._variant: Dict[str, object] = {}
         try:
             import vectide
 
-            self.engine = engine or vectide.DEFAULT_ENGINE
-            self.name = f"vectide:{self.engine}"
+            self.engine = self.engine or vectide.DEFAULT_ENGINE
+            self.name = f"vectide:{self.engine}" + (f"@{rest}" if rest else "")
             desc = vectide_descriptor(self.engine)
             self.knob = desc["primary_knob"]
             self._takes = {p["name"] for p in desc["params"]}
             self._in_directory = bool(desc["in_directory"])
+            if rest:
+                self._variant = _variant(self.name, rest, desc)
         except ImportError:
             pass  # check() names what to build
 
@@ -104,6 +140,7 @@ class VectideEngine(Engine):
         if self._in_directory:  # a disk or durable engine: a directory of its own, removed at close
             self._dir = tempfile.mkdtemp(prefix="vectide-bench-", dir=os.environ.get("VECTIDE_BENCH_DIR"))
             build["path"] = os.path.join(self._dir, "index")
+        build.update(self._variant)
         self.index = Index(dim, metric=metric, engine=self.engine, threads=threads, **build)
         ids = np.arange(n, dtype=np.uint64)
         t0 = time.perf_counter()

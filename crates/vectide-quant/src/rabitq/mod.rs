@@ -108,8 +108,9 @@ pub struct Rabitq {
     rot: Rotator,
 }
 
-/// A query prepared against a quantizer.
-#[derive(Debug, Clone)]
+/// A query prepared against a quantizer (reusable: see
+/// [`Rabitq::query_into`]).
+#[derive(Debug, Clone, Default)]
 pub struct Query {
     /// `P(q − c)`, padded.
     pub rotated: Vec<f32>,
@@ -295,19 +296,35 @@ impl Rabitq {
 
     /// `q` prepared for estimates against this quantizer's codes.
     pub fn query(&self, q: &[f32]) -> Result<Query> {
+        let mut out = Query::default();
+        self.query_into(q, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`query`](Self::query) into `out`, reusing its buffers (no
+    /// allocation once they have grown to this quantizer's size).
+    pub fn query_into(&self, q: &[f32], out: &mut Query) -> Result<()> {
         self.check(q, "the query")?;
         let d = self.padded();
-        let resid: Vec<f32> = q.iter().zip(&self.centroid).map(|(x, c)| x - c).collect();
-        let qn = norm(&resid);
-        let mut rotated = vec![0f32; d];
-        self.rot.rotate(&resid, &mut rotated);
+        let dim = self.dim();
+        out.rotated.resize(d, 0.0);
+        let (mut qn2, mut q2) = (0f64, 0f64);
+        for ((r, &x), &c) in out.rotated[..dim].iter_mut().zip(q).zip(&self.centroid) {
+            *r = x - c;
+            qn2 += f64::from(*r) * f64::from(*r);
+            q2 += f64::from(x) * f64::from(x);
+        }
+        self.rot.rotate_in_place(&mut out.rotated);
+        let (qn2, q2) = (qn2 as f32, q2 as f32);
         let s = self.scale();
-        let add = match self.metric {
-            Metric::L2 => qn * qn,
-            Metric::Ip => s * (qn * qn - norm(q).powi(2)),
-            Metric::Cosine => s * (qn * qn - norm(q).powi(2)) + 1.0,
+        out.norm = qn2.sqrt();
+        out.add = match self.metric {
+            Metric::L2 => qn2,
+            Metric::Ip => s * (qn2 - q2),
+            Metric::Cosine => s * (qn2 - q2) + 1.0,
         };
-        let (lo, hi) = rotated
+        let (lo, hi) = out
+            .rotated
             .iter()
             .fold((f32::MAX, f32::MIN), |(l, h), &x| (l.min(x), h.max(x)));
         let delta = if hi > lo {
@@ -315,35 +332,32 @@ impl Rabitq {
         } else {
             1.0
         };
-        let u: Vec<u8> = rotated
-            .iter()
-            .map(|&x| ((x - lo) / delta).round().clamp(0.0, QUERY_LEVELS) as u8)
-            .collect();
+        out.lo = lo;
+        out.delta = delta;
+        out.sum = out.rotated.iter().sum();
         let words = d / 64;
-        let mut planes = vec![0u64; 4 * words];
-        for (i, &ui) in u.iter().enumerate() {
-            for j in 0..4 {
-                if ui >> j & 1 == 1 {
-                    planes[j * words + i / 64] |= 1 << (i % 64);
+        out.planes.clear();
+        out.planes.resize(4 * words, 0);
+        out.lut.resize(d / 4 * 16, 0);
+        let inv = 1.0 / delta;
+        for (g, chunk) in out.rotated.chunks_exact(4).enumerate() {
+            let mut u = [0u8; 4];
+            for (j, &x) in chunk.iter().enumerate() {
+                u[j] = ((x - lo) * inv).round().clamp(0.0, QUERY_LEVELS) as u8;
+                let i = 4 * g + j;
+                for (p, plane) in out.planes.chunks_exact_mut(words).enumerate() {
+                    plane[i / 64] |= u64::from(u[j] >> p & 1) << (i % 64);
                 }
             }
-        }
-        let mut lut = vec![0u8; d / 4 * 16];
-        for (g, chunk) in u.chunks_exact(4).enumerate() {
-            for p in 0..16usize {
-                lut[g * 16 + p] = (0..4).filter(|j| p >> j & 1 == 1).map(|j| chunk[j]).sum();
+            let t = &mut out.lut[g * 16..g * 16 + 16];
+            t[0] = 0;
+            for p in 1..16usize {
+                // The subset without its lowest member, plus that member.
+                let low = p.trailing_zeros() as usize;
+                t[p] = t[p & (p - 1)] + u[low];
             }
         }
-        Ok(Query {
-            sum: rotated.iter().sum(),
-            rotated,
-            add,
-            norm: qn,
-            delta,
-            lo,
-            planes,
-            lut,
-        })
+        Ok(())
     }
 
     /// The 1-bit estimate of the distance of `code`'s vector to `q` and its

@@ -56,8 +56,14 @@ impl Rotator {
     /// `out = P · v` (`v` of `dim` values, `out` of `padded`).
     pub fn rotate(&self, v: &[f32], out: &mut [f32]) {
         debug_assert_eq!(v.len(), self.dim);
-        debug_assert_eq!(out.len(), self.padded);
         out[..self.dim].copy_from_slice(v);
+        self.rotate_in_place(out);
+    }
+
+    /// [`rotate`](Self::rotate) of the vector in `buf[..dim]`, in place
+    /// (`buf` of `padded` values; what follows `dim` is overwritten).
+    pub fn rotate_in_place(&self, out: &mut [f32]) {
+        debug_assert_eq!(out.len(), self.padded);
         out[self.dim..].fill(0.0);
         let block = 1usize << self.padded.ilog2();
         for r in 0..ROUNDS {
