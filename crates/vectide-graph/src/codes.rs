@@ -135,6 +135,16 @@ impl Codes {
         }
     }
 
+    /// Bytes per slot of the codes of `dim`-dimensional vectors with
+    /// layer-0 lists of `m0` (what [`Codes::new`] allocates per slot).
+    pub fn bytes_for(dim: usize, m0: usize) -> usize {
+        let padded = vectide_quant::rabitq::padded_dim(dim);
+        let blocks = m0.div_ceil(BLOCK).max(1);
+        8 * (padded / 64
+            + OWN_FACTOR_WORDS
+            + blocks * (Block::bytes_for(padded) / 8 + BLOCK_FACTOR_WORDS))
+    }
+
     pub fn quantizer(&self) -> &Rabitq {
         &self.rq
     }
@@ -304,6 +314,8 @@ impl Codes {
         s.est.clear();
         s.bytes.resize(self.block_bytes, 0);
         s.factors.resize(BLOCK * 4, 0.0);
+        let q = &s.query;
+        let (two_delta, two_lo) = (2.0 * q.delta, 2.0 * q.lo);
         for b in 0..self.blocks.min(n.div_ceil(BLOCK)) {
             let at = base + b * (bw + BLOCK_FACTOR_WORDS);
             for (w, a) in s.bytes.chunks_exact_mut(8).zip(&self.lists[at..at + bw]) {
@@ -314,24 +326,22 @@ impl Codes {
                 .chunks_exact_mut(2)
                 .zip(&self.lists[at + bw..at + bw + BLOCK_FACTOR_WORDS])
             {
-                let (x, y) = f32_pair(a.load(Ordering::Relaxed));
-                p[0] = x;
-                p[1] = y;
+                let w = a.load(Ordering::Relaxed);
+                p[0] = f32::from_bits(w as u32);
+                p[1] = f32::from_bits((w >> 32) as u32);
             }
-            fastscan::scan(&s.query.lut, &s.bytes, &mut s.ip);
-            let q = &s.query;
-            let f = &s.factors;
+            fastscan::scan(&q.lut, &s.bytes, &mut s.ip);
+            let (add, rest) = s.factors.split_at(BLOCK);
+            let (rescale, rest) = rest.split_at(BLOCK);
+            let (bits, error) = rest.split_at(BLOCK);
             let take = (n - b * BLOCK).min(BLOCK);
-            for j in 0..take {
-                let factors = Factors {
-                    add: f[j],
-                    rescale: f[BLOCK + j],
-                    rescale_bits: f[2 * BLOCK + j],
-                    error: f[3 * BLOCK + j],
-                    ex_rescale: 0.0,
-                };
-                s.est.push(q.finish(s.ip[j] as f32, &factors));
-            }
+            s.est.extend((0..take).map(|j| {
+                let est = add[j]
+                    + q.add
+                    + rescale[j] * (two_delta * s.ip[j] as f32 - q.sum)
+                    + two_lo * bits[j];
+                (est, error[j] * q.norm)
+            }));
         }
     }
 }

@@ -344,6 +344,8 @@ impl Store {
         self.links0[s * (1 + self.m0)].store(0, Ordering::Relaxed);
         if let Some(c) = &self.codes {
             c.set_own(slot, vector);
+            // A reused slot's list codes are its previous occupant's.
+            c.write_list(slot, &[]);
         }
         self.levels[s].store(level as u8, Ordering::Relaxed);
         self.labels[s].store(label, Ordering::Relaxed);

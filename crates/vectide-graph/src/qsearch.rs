@@ -14,8 +14,11 @@
 //! and is dropped (the error bound prunes it). The answers are the
 //! expanded nodes the predicate admits, ranked by their exact distances.
 //! Nodes the predicate refuses are walked through, never returned. The
-//! next candidate's vector and list codes are prefetched while the current
-//! one is worked on.
+//! next candidate's vector, list and list codes are prefetched once this
+//! node's neighbours are in (then the next node is known) and load while
+//! this node's exact distance is computed. (A copy of each vector at the
+//! head of its codes, one sequential read per hop as SymphonyQG lays a
+//! node out, measured no faster on 384-d text and cost 1.5 KiB per node.)
 
 use crate::graph::Graph;
 use crate::mem::Store;
@@ -86,25 +89,21 @@ pub fn knn_quantized<A: Fn(u32) -> bool>(
             }
         }
     }
-    let list_lines = codes.list_bytes().div_ceil(64).min(64);
+    // Once a node's neighbours are in, the next node to expand is known:
+    // its list, list codes and vector are loaded while this node's exact
+    // distance is computed (its own vector was loaded the same way).
+    let code_lines = codes.list_bytes().div_ceil(64);
+    let vec_lines = (store.dim * 4).div_ceil(64);
     while let Some(Reverse(c)) = candidates.pop() {
         if c.dist > Dist(est_top.threshold()) {
             break;
         }
         let node = c.node;
-        if let Some(Reverse(nx)) = candidates.peek() {
-            store.prefetch_vector(nx.node);
-            let p = codes.list_ptr(nx.node);
-            for l in 0..list_lines {
-                prefetch(p.wrapping_add(64 * l));
-            }
-            prefetch(store.list0_ptr(nx.node));
-        }
-        if admit(node) {
-            top.push(dist(q, store.vector(node)), node);
-        }
         let list = store.list(node, 0);
         let n = (list[0].load(Ordering::Acquire) as usize).min(list.len() - 1);
+        for a in &list[1..=n] {
+            prefetch(visited.tag_ptr(a.load(Ordering::Relaxed)));
+        }
         codes.estimate_list(node, n, cs);
         let exact_full = top.is_full();
         let exact_worst = top.threshold();
@@ -123,6 +122,22 @@ pub fn knn_quantized<A: Fn(u32) -> bool>(
                     est_top.push(est, nb);
                 }
             }
+        }
+        if let Some(Reverse(nx)) = candidates.peek() {
+            if nx.dist <= Dist(est_top.threshold()) {
+                prefetch(store.list0_ptr(nx.node));
+                let p = codes.list_ptr(nx.node);
+                for l in 0..code_lines {
+                    prefetch(p.wrapping_add(64 * l));
+                }
+                let v = store.vector_ptr(nx.node) as *const u8;
+                for l in 0..vec_lines {
+                    prefetch(v.wrapping_add(64 * l));
+                }
+            }
+        }
+        if admit(node) {
+            top.push(dist(q, store.vector(node)), node);
         }
     }
     let Scratch { top, sorted, .. } = scratch;

@@ -203,7 +203,13 @@ impl Hnsw {
         // Free slots take 4 bytes in the file but a whole row in memory; a
         // file may describe at most MAX_EXPANSION times its size (plus a floor)
         // in memory, so that a hostile header cannot ask for a huge allocation.
-        let needed = Store::bytes_for(hdr.dim, 2 * hdr.m, n) as u64;
+        let codes = if quantizer.is_some() {
+            vectide_graph::codes::Codes::bytes_for(hdr.dim, 2 * hdr.m)
+        } else {
+            0
+        };
+        let needed = (Store::bytes_for(hdr.dim, 2 * hdr.m, n) as u64)
+            .saturating_add((codes as u64).saturating_mul(n as u64));
         let allowed = (bytes.len() as u64)
             .saturating_mul(MAX_EXPANSION)
             .max(EXPANSION_FLOOR);

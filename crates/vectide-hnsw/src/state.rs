@@ -85,6 +85,15 @@ impl Hnsw {
         store: Store,
     ) -> Result<Self> {
         params.validate()?;
+        if params.quantization != vectide_graph::codes::Quantization::None
+            && vectide_quant::rabitq::padded_dim(dim) > vectide_quant::rabitq::fastscan::MAX_PADDED
+        {
+            return Err(vectide_core::Error::invalid(format!(
+                "quantization {} supports dimensions up to {}, not {dim}",
+                params.quantization.name(),
+                vectide_quant::rabitq::fastscan::MAX_PADDED
+            )));
+        }
         let core = GraphCore::new("hnsw", dim, metric, store, params.threads)?;
         Ok(Hnsw {
             core,

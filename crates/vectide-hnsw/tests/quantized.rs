@@ -228,3 +228,35 @@ fn bad_quantization_input_is_refused_by_name() {
         "{e}"
     );
 }
+
+#[test]
+fn a_dimension_the_codes_cannot_pad_is_refused_at_creation() {
+    let e = Hnsw::new(9000, Metric::L2, params(Quantization::Rabitq1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("quantization rabitq1 supports dimensions up to 8192, not 9000"),
+        "{e}"
+    );
+    assert!(Hnsw::new(9000, Metric::L2, params(Quantization::None)).is_ok());
+}
+
+#[test]
+fn a_reused_slot_starts_with_clean_list_codes() {
+    // Fill, delete everything (a consolidation frees the slots), then a
+    // node inserted into the empty graph reuses a slot without a list
+    // write; its neighbours come by back-links only.
+    let p = HnswParams {
+        consolidate_fraction: 0.01,
+        ..params(Quantization::Rabitq1)
+    };
+    let idx = Hnsw::new(16, Metric::L2, p).unwrap();
+    let data = clustered(60, 16, 4, 9);
+    let ids: Vec<u64> = (0..60).collect();
+    idx.insert(1, &ids, &data).unwrap();
+    idx.delete(2, &ids).unwrap();
+    assert_eq!(idx.len(), 0);
+    idx.insert(3, &[100], &data[..16]).unwrap();
+    idx.insert(4, &[101, 102], &data[16..48]).unwrap();
+    idx.check_codes().unwrap();
+}
