@@ -86,8 +86,8 @@ def test_the_sparse_benchmark_agrees_with_scipy_on_the_text_sample(tmp_path):
     from vectide.bench import sparse
 
     datasets.prepare(datasets.TEXT_SAMPLE, verbose=False)
-    r = sparse.run(str(tmp_path / "s.json"), max_docs=None, n_queries=200, dataset=datasets.TEXT_SAMPLE)
-    assert r["documents"] == 2000 and r["queries"] == 200
+    r = sparse.run(str(tmp_path / "s.json"), max_docs=None, n_queries=200, dataset=datasets.TEXT_SAMPLE, threads=2)
+    assert r["documents"] == 2000 and r["queries"] == 200 and r["db_threads"] == 2
     s = r["summary"]
     assert s["sparse_mismatches"] == 0
     assert set(s) == {"sparse_qps_ratio_vs_scipy", "sparse_mismatches", "hybrid_latency_over_dense"}

@@ -294,7 +294,7 @@ pub struct Collection {
     /// Held through a checkpoint: one at a time, so that the store's
     /// flushes reach its file in the order they were taken.
     checkpointing: Mutex<()>,
-    opts: Options,
+    pub(crate) opts: Options,
     /// Set when the database closes or the collection is deleted: writes
     /// and searches through a remaining handle then fail with `Closed`.
     closed: AtomicBool,
@@ -305,6 +305,9 @@ pub struct Collection {
     /// The collection's own maintenance job (checkpoints); the engine
     /// reports its own beside it in [`Collection::stats`].
     activity: vectide_core::activity::Activity,
+    /// The threads a query's sibling prefetches run on side by side (made
+    /// at the first query that has two; `None` with one thread).
+    pub(crate) query_pool: std::sync::OnceLock<Option<vectide_core::pools::Pool>>,
     pub counters: Counters,
     /// What the last open did: records replayed and seconds taken.
     pub opened_in: Duration,

@@ -15,7 +15,10 @@ weights, the collection's IDF modifier on the query side). Then, in one run on o
   ``sparse_mismatches`` counts queries whose ids differ.
 * **Hybrid**: the median latency over the queries of a prefetch of 100
   dense (default knob) and 100 sparse candidates fused by RRF, against the
-  dense query alone, on the same collection.
+  dense query alone, on the same collection. The database runs with
+  ``--threads`` (all cores by default): a hybrid query's two prefetches
+  then run side by side, one thread each; every search itself, and every
+  other query here, runs on one thread, one query at a time.
 
 JSON ``summary``: ``sparse_qps_ratio_vs_scipy``, ``sparse_mismatches``,
 ``hybrid_latency_over_dense``.
@@ -86,7 +89,7 @@ def scipy_top(m, col_of: Dict[int, int], n_docs: int, q: Dict[str, list], k: int
 
 
 def run(out: Optional[str], max_docs: Optional[int], n_queries: int, k: int = 10, dataset: str = DATASET,
-        keep_stopwords: bool = False) -> dict:
+        keep_stopwords: bool = False, threads: Optional[int] = None) -> dict:
     import vectide
     from vectide import datasets
     from vectide.bench.ann import machine_info, write_json
@@ -101,12 +104,15 @@ def run(out: Optional[str], max_docs: Optional[int], n_queries: int, k: int = 10
     enc = (Bm25(stopwords=()) if keep_stopwords else Bm25()).fit(t["text"] for t in train)
     docs = [enc.document(t["text"]) for t in train]
     queries = [enc.query(t["text"]) for t in test]
+    import os
+
+    db_threads = threads or os.cpu_count() or 1
     res: Dict[str, object] = {"benchmark": "sparse", "dataset": dataset, "documents": len(docs),
-                              "queries": len(queries), "k": k, "threads": 1,
+                              "queries": len(queries), "k": k, "threads": 1, "db_threads": db_threads,
                               "tokenizer": "vectide.sparse_text (words, %s, FNV-1a indices, BM25 k1 1.2 b 0.75, IDF modifier)"
                               % ("every word kept" if keep_stopwords else "English stop words left out")}
     with tempfile.TemporaryDirectory() as tmp:
-        db = vectide.connect(Path(tmp) / "db", threads=1)
+        db = vectide.connect(Path(tmp) / "db", threads=db_threads)
         c = db.create_collection("p", vectors={"dense": {"dim": dense.shape[1], "metric": "cosine"}},
                                  sparse_vectors={"bm25": {"modifier": "idf"}})
         t0 = time.perf_counter()
@@ -167,9 +173,13 @@ def main(argv=None) -> int:
     p.add_argument("--dataset", default=DATASET, help=f"a text dataset with passages (default {DATASET})")
     p.add_argument("--max-docs", type=int, default=None, help="the first N passages only (default: all)")
     p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--threads", type=int, default=None,
+                   help="the database's threads (default: all cores); a hybrid query's prefetches share them")
     p.add_argument("--keep-stopwords", action="store_true",
                    help="keep English stop words in the vectors (a heavier workload: longer queries, longer lists)")
     a = p.parse_args(argv)
-    r = run(a.out, a.max_docs, a.queries, dataset=a.dataset, keep_stopwords=a.keep_stopwords)
+    if a.threads is not None and a.threads < 1:
+        p.error("--threads must be at least 1")
+    r = run(a.out, a.max_docs, a.queries, dataset=a.dataset, keep_stopwords=a.keep_stopwords, threads=a.threads)
     print(json.dumps(r["summary"]))
     return 0 if r["summary"]["sparse_mismatches"] == 0 else 1

@@ -330,6 +330,7 @@ impl Collection {
             closed: AtomicBool::new(false),
             poison: Default::default(),
             activity: Default::default(),
+            query_pool: std::sync::OnceLock::new(),
             counters: Counters::default(),
             opened_in: Duration::ZERO,
         };

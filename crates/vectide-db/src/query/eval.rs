@@ -164,6 +164,22 @@ impl Collection {
         }
     }
 
+    /// The pool sibling prefetches share: the collection's `threads`
+    /// (all cores unless set), `None` with one.
+    fn query_pool(&self) -> Option<&vectide_core::pools::Pool> {
+        self.query_pool
+            .get_or_init(|| {
+                let threads = self
+                    .opts
+                    .threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+                (threads > 1)
+                    .then(|| vectide_core::pools::shared("query", threads).ok())
+                    .flatten()
+            })
+            .as_ref()
+    }
+
     fn run_level(&self, mut l: Level<'_>) -> Result<Vec<Found>> {
         if l.prefetch.is_empty() {
             return self.base(&l);
@@ -177,29 +193,53 @@ impl Collection {
                 true,
             ));
         }
-        let sources = l
-            .prefetch
-            .iter()
-            .map(|p| {
-                self.run_level(Level {
-                    prefetch: &p.prefetch,
-                    query: p.query.as_ref(),
-                    using: p.using.as_deref().unwrap_or(""),
-                    filter: Filter::merge(l.filter.as_ref(), p.filter.as_ref()),
-                    knobs: &p.knobs,
-                    threshold: p.score_threshold,
-                    limit: p.limit,
-                    offset: 0,
-                    fetch: None,
-                })
-                .map(|found| {
-                    found
-                        .into_iter()
-                        .map(|(id, s, _)| (id, s))
-                        .collect::<Vec<Scored>>()
-                })
+        let run = |p: &Prefetch| {
+            self.run_level(Level {
+                prefetch: &p.prefetch,
+                query: p.query.as_ref(),
+                using: p.using.as_deref().unwrap_or(""),
+                filter: Filter::merge(l.filter.as_ref(), p.filter.as_ref()),
+                knobs: &p.knobs,
+                threshold: p.score_threshold,
+                limit: p.limit,
+                offset: 0,
+                fetch: None,
             })
-            .collect::<Result<Vec<_>>>()?;
+            .map(|found| {
+                found
+                    .into_iter()
+                    .map(|(id, s, _)| (id, s))
+                    .collect::<Vec<Scored>>()
+            })
+        };
+        // Sibling prefetches (a hybrid query's dense and sparse searches)
+        // run side by side on the collection's threads, each on one; the
+        // answer is the same as one after the other.
+        // The first runs on the calling thread while the pool takes the
+        // others: one pool thread to wake for a hybrid query, not two.
+        let sources = match self.query_pool() {
+            Some(pool) if l.prefetch.len() > 1 => {
+                let run = &run;
+                let mut out: Vec<Option<Result<Vec<Scored>>>> =
+                    l.prefetch.iter().map(|_| None).collect();
+                if let Some((first, rest)) = out.split_first_mut() {
+                    pool.in_place_scope(|s| {
+                        for (slot, p) in rest.iter_mut().zip(&l.prefetch[1..]) {
+                            s.spawn(move |_| *slot = Some(run(p)));
+                        }
+                        *first = Some(run(&l.prefetch[0]));
+                    });
+                }
+                out.into_iter()
+                    .map(|r| {
+                        r.unwrap_or_else(|| {
+                            Err(vectide_core::Error::invalid("a prefetch did not run").into())
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?
+            }
+            _ => l.prefetch.iter().map(run).collect::<Result<Vec<_>>>()?,
+        };
         match l.query {
             Some(QueryKind::Fusion(f)) => {
                 let mut fused = match f {
@@ -551,6 +591,50 @@ pub(super) mod tests {
             .zip([0.107_142_86, 0.103_448_28, 0.090_909_09, 0.076_923_08])
         {
             assert!((f64::from(got.1) - want).abs() < 1e-6, "{w:?}");
+        }
+    }
+
+    #[test]
+    fn sibling_prefetches_side_by_side_answer_as_one_after_the_other() {
+        let open = |threads: usize| {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = crate::Options {
+                threads: Some(threads),
+                ..crate::Options::default()
+            };
+            let db = crate::Database::open(dir.path(), opts).unwrap();
+            let c = db
+                .create_collection("c", crate::CollectionConfig::new(3, Metric::Cosine, "flat"))
+                .unwrap();
+            let points: Vec<crate::PointInput> = (0..200u64)
+                .map(|i| crate::PointInput {
+                    id: ExtId::Num(i),
+                    vector: vec![1.0, (i % 17) as f32 * 0.1, (i % 5) as f32 * 0.3 + 0.01],
+                    payload: json!({"g": i % 3}),
+                })
+                .collect();
+            c.upsert(&points).unwrap();
+            (dir, db)
+        };
+        let (_d1, one) = open(1);
+        let (_d4, four) = open(4);
+        let (c1, c4) = (one.collection("c").unwrap(), four.collection("c").unwrap());
+        assert!(c1.query_pool().is_none() && c4.query_pool().is_some());
+        let bodies = [
+            json!({"prefetch": [{"query": [1.0, 0.3, 0.2], "limit": 30}, {"query": [1.0, 1.2, 0.9], "limit": 30},
+                                {"query": [0.2, 0.1, 1.0], "limit": 30, "filter": {"must": [{"key": "g", "match": {"value": 1}}]}}],
+                   "query": {"fusion": "rrf"}, "limit": 20}),
+            json!({"prefetch": [{"query": [1.0, 0.3, 0.2], "limit": 25},
+                                {"prefetch": [{"query": [0.5, 0.5, 0.5], "limit": 40}, {"query": [1.0, 0.0, 0.0], "limit": 40}],
+                                 "query": {"fusion": "dbsf"}, "limit": 25}],
+                   "query": {"fusion": "rrf"}, "limit": 15}),
+            json!({"prefetch": [{"query": [1.0, 0.3, 0.2], "limit": 50}, {"query": [0.3, 1.0, 0.2], "limit": 50}],
+                   "query": [1.0, 1.0, 1.0], "limit": 10}),
+        ];
+        for b in bodies {
+            let (a, b4) = (run(&c1, b.clone()), run(&c4, b));
+            assert!(!a.is_empty());
+            assert_eq!(a, b4);
         }
     }
 }
