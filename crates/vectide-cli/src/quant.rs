@@ -183,10 +183,17 @@ pub fn run(args: &PqEvalArgs) -> Result<(), String> {
         "results": per_m,
         "summary": summary,
     });
-    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-    match &args.out {
-        Some(p) => std::fs::write(p, text).map_err(|e| format!("writing {}: {e}", p.display()))?,
-        None => println!("{text}"),
+    write_report(&doc, args.out.as_deref())
+}
+
+/// Writes a report as pretty JSON to `out`, or prints it.
+pub(crate) fn write_report(doc: &Value, out: Option<&std::path::Path>) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(doc).map_err(|e| e.to_string())?;
+    match out {
+        Some(p) => std::fs::write(p, text).map_err(|e| format!("writing {}: {e}", p.display())),
+        None => {
+            println!("{text}");
+            Ok(())
+        }
     }
-    Ok(())
 }

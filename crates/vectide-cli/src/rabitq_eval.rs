@@ -21,7 +21,7 @@
 //! - bytes per vector, encode seconds, and 1-bit estimates per second of
 //!   the dispatched fast-scan kernel and of the portable one.
 
-use crate::quant::{exact, load_for_eval};
+use crate::quant::{exact, load_for_eval, write_report};
 use clap::Args;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -207,10 +207,5 @@ pub fn run(args: &RabitqEvalArgs) -> Result<(), String> {
         "results": per,
         "summary": summary,
     });
-    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-    match &args.out {
-        Some(p) => std::fs::write(p, text).map_err(|e| format!("writing {}: {e}", p.display()))?,
-        None => println!("{text}"),
-    }
-    Ok(())
+    write_report(&doc, args.out.as_deref())
 }
