@@ -10,17 +10,30 @@ mod file_mutation;
 use file_mutation::{apply, mutation, reseal};
 use std::sync::OnceLock;
 use vectide_core::{Metric, SearchParams, VectorIndex};
+use vectide_graph::codes::Quantization;
 use vectide_hnsw::{Hnsw, HnswParams};
 
 const END: usize = 8;
 
 fn valid_file() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES.get_or_init(|| {
+    BYTES.get_or_init(|| file_with(Quantization::None))
+}
+
+/// The same index walking on RaBitQ codes: a version-2 file, with the
+/// quantizer after the header.
+fn valid_quantized_file() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| file_with(Quantization::Rabitq1))
+}
+
+fn file_with(quantization: Quantization) -> Vec<u8> {
+    {
         let params = HnswParams {
             m: 4,
             ef_construction: 16,
             threads: Some(1),
+            quantization,
             ..HnswParams::default()
         };
         let idx = Hnsw::new(3, Metric::L2, params).unwrap();
@@ -32,15 +45,19 @@ fn valid_file() -> &'static [u8] {
         let path = dir.path().join("f.vtdx");
         idx.save(&path).unwrap();
         std::fs::read(&path).unwrap()
-    })
+    }
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn mutated_files_never_panic(muts in prop::collection::vec(mutation(), 1..4), seal in any::<bool>()) {
-        let mut bytes = valid_file().to_vec();
+    fn mutated_files_never_panic(
+        muts in prop::collection::vec(mutation(), 1..4),
+        seal in any::<bool>(),
+        quantized in any::<bool>(),
+    ) {
+        let mut bytes = if quantized { valid_quantized_file() } else { valid_file() }.to_vec();
         apply(&mut bytes, &muts);
         if seal {
             reseal(&mut bytes, END);
@@ -62,6 +79,9 @@ fn the_valid_file_loads() {
     let idx = Hnsw::from_bytes(valid_file(), Some(1)).unwrap();
     assert_eq!(idx.len(), 38);
     assert_eq!(idx.check_graph().bad_edges, 0);
+    let q = Hnsw::from_bytes(valid_quantized_file(), Some(1)).unwrap();
+    assert!(q.has_codes() && q.len() == 38);
+    assert_eq!(&valid_quantized_file()[8..12], &2u32.to_le_bytes());
 }
 
 /// Offset of the header's `slots` field (docs/format-hnsw.md).
